@@ -1,0 +1,145 @@
+package alloc
+
+import (
+	"fmt"
+	"testing"
+)
+
+// checkInvariants recomputes every current figure from the snapshot and
+// the allocator's internal structures and compares them with Stats, the
+// way PyTorch's _check_memory_stat_consistency does; it also checks that
+// segments are tiled exactly by their blocks, that no two free neighbours
+// were left unmerged, and that the pools hold exactly the inactive blocks.
+func checkInvariants(t testing.TB, c *Caching) {
+	t.Helper()
+	if err := invariantError(c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func invariantError(c *Caching) error {
+	snap := c.Snapshot()
+	st := c.Stats()
+	var want Stats
+	inactive := 0
+	for _, seg := range snap.Segments {
+		k := seg.Pool
+		want.Segment.add(k, 1)
+		want.ReservedBytes.add(k, seg.TotalSize)
+		addr := seg.Address
+		var prevState BlockState = -1
+		for i, b := range seg.Blocks {
+			if b.Address != addr {
+				return fmt.Errorf("segment %v block %d at %v, want %v (blocks must tile the segment)", seg.Address, i, b.Address, addr)
+			}
+			if b.Size <= 0 || b.Size%MinBlockSize != 0 {
+				return fmt.Errorf("block %v has size %d, want a positive multiple of %d", b.Address, b.Size, MinBlockSize)
+			}
+			addr += Ptr(b.Size)
+			switch b.State {
+			case BlockActiveAllocated:
+				want.Allocation.add(k, 1)
+				want.AllocatedBytes.add(k, b.Size)
+				want.RequestedBytes.add(k, b.RequestedSize)
+				want.Active.add(k, 1)
+				want.ActiveBytes.add(k, b.Size)
+				if b.RequestedSize > b.Size || b.RequestedSize <= 0 {
+					return fmt.Errorf("block %v: requested %d, size %d", b.Address, b.RequestedSize, b.Size)
+				}
+			case BlockActivePendingFree:
+				want.Active.add(k, 1)
+				want.ActiveBytes.add(k, b.Size)
+			case BlockInactive:
+				inactive++
+				if len(seg.Blocks) > 1 {
+					want.InactiveSplit.add(k, 1)
+					want.InactiveSplitBytes.add(k, b.Size)
+				}
+				if prevState == BlockInactive {
+					return fmt.Errorf("segment %v: free blocks %d and %d are neighbours but were not merged", seg.Address, i-1, i)
+				}
+			}
+			prevState = b.State
+		}
+		if addr != seg.Address+Ptr(seg.TotalSize) {
+			return fmt.Errorf("segment %v: blocks end at %v, want %v", seg.Address, addr, seg.Address+Ptr(seg.TotalSize))
+		}
+	}
+	type fig struct {
+		name      string
+		got, want *StatArray
+	}
+	for _, f := range []fig{
+		{"allocation", &st.Allocation, &want.Allocation},
+		{"segment", &st.Segment, &want.Segment},
+		{"active", &st.Active, &want.Active},
+		{"inactive_split", &st.InactiveSplit, &want.InactiveSplit},
+		{"allocated_bytes", &st.AllocatedBytes, &want.AllocatedBytes},
+		{"reserved_bytes", &st.ReservedBytes, &want.ReservedBytes},
+		{"active_bytes", &st.ActiveBytes, &want.ActiveBytes},
+		{"inactive_split_bytes", &st.InactiveSplitBytes, &want.InactiveSplitBytes},
+		{"requested_bytes", &st.RequestedBytes, &want.RequestedBytes},
+	} {
+		for p := AllPools; p < numPools; p++ {
+			g := f.got[p]
+			if g.Current != f.want[p].Current {
+				return fmt.Errorf("%s.%v.current = %d, want %d from the snapshot", f.name, p, g.Current, f.want[p].Current)
+			}
+			if g.Current > g.Peak || g.Current < 0 {
+				return fmt.Errorf("%s.%v: current %d, peak %d", f.name, p, g.Current, g.Peak)
+			}
+			if g.Allocated-g.Freed < g.Current {
+				return fmt.Errorf("%s.%v: allocated %d - freed %d < current %d", f.name, p, g.Allocated, g.Freed, g.Current)
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.small.blocks.Len() + c.large.blocks.Len(); n != inactive {
+		return fmt.Errorf("pools hold %d blocks, snapshot has %d inactive", n, inactive)
+	}
+	if len(c.live) != int(st.Allocation[AllPools].Current) {
+		return fmt.Errorf("%d live blocks in the map, allocation.current %d", len(c.live), st.Allocation[AllPools].Current)
+	}
+	pending := 0
+	for _, q := range c.pending {
+		pending += len(q.events)
+	}
+	if pending != c.npending {
+		return fmt.Errorf("%d events queued, npending %d", pending, c.npending)
+	}
+	return nil
+}
+
+// newSim returns a simulated device of capacity bytes and a Caching over it.
+func newSim(t testing.TB, capacity int64, cfg Config) (*Simulated, *Caching) {
+	t.Helper()
+	sim := NewSimulated(capacity)
+	c, err := NewCaching(sim, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim, c
+}
+
+func mustAlloc(t testing.TB, c *Caching, size int64, s Stream) Ptr {
+	t.Helper()
+	p, err := c.Alloc(size, s)
+	if err != nil {
+		t.Fatalf("Alloc(%d, stream %d): %v", size, s, err)
+	}
+	return p
+}
+
+func mustFree(t testing.TB, c *Caching, p Ptr) {
+	t.Helper()
+	if err := c.Free(p); err != nil {
+		t.Fatalf("Free(%v): %v", p, err)
+	}
+}
+
+const (
+	kib = int64(1) << 10
+	mib = int64(1) << 20
+	gib = int64(1) << 30
+)
