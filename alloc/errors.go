@@ -17,6 +17,9 @@ var (
 	// ErrNoEvents is returned by RecordStream when the Source cannot record
 	// events (it does not implement Events).
 	ErrNoEvents = errors.New("alloc: source does not record stream events")
+	// ErrNotHostAccessible is returned when host access is asked of memory
+	// the host cannot touch (a Source without the HostAccessible capability).
+	ErrNotHostAccessible = errors.New("alloc: source memory is not host accessible")
 	// ErrClosed is returned by every call on a closed allocator.
 	ErrClosed = errors.New("alloc: allocator is closed")
 )

@@ -372,7 +372,7 @@ func (c *HostCache) Bytes(p Ptr) ([]byte, error) {
 		return nil, ErrClosed
 	}
 	if c.host == nil {
-		return nil, fmt.Errorf("alloc: host cache: %s is not host accessible", sourceName(c.src))
+		return nil, fmt.Errorf("alloc: host cache: Bytes on %s: %w", sourceName(c.src), ErrNotHostAccessible)
 	}
 	b, ok := c.blocks[p]
 	if !ok || !b.allocated {
