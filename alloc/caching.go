@@ -279,13 +279,9 @@ func (c *Caching) Free(p Ptr) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return ErrClosed
-	}
-	b := c.live[p]
-	if b == nil {
-		c.stats.InvalidFrees++
-		return fmt.Errorf("alloc: Free(%v): %w", p, ErrInvalidPointer)
+	b, err := c.lookup(p, "Free")
+	if err != nil {
+		return err
 	}
 	delete(c.live, p)
 	b.allocated = false
@@ -310,13 +306,9 @@ func (c *Caching) Free(p Ptr) error {
 func (c *Caching) RecordStream(p Ptr, s Stream) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return ErrClosed
-	}
-	b := c.live[p]
-	if b == nil {
-		c.stats.InvalidFrees++
-		return fmt.Errorf("alloc: RecordStream(%v): %w", p, ErrInvalidPointer)
+	b, err := c.lookup(p, "RecordStream")
+	if err != nil {
+		return err
 	}
 	if s == b.stream {
 		return nil
@@ -331,6 +323,20 @@ func (c *Caching) RecordStream(p Ptr, s Stream) error {
 	}
 	b.uses = append(b.uses, s)
 	return nil
+}
+
+// lookup returns the allocated block at p for the call op, counting an
+// unknown pointer as an invalid free; c.mu held.
+func (c *Caching) lookup(p Ptr, op string) (*block, error) {
+	if c.closed {
+		return nil, ErrClosed
+	}
+	b := c.live[p]
+	if b == nil {
+		c.stats.InvalidFrees++
+		return nil, fmt.Errorf("alloc: %s(%v): %w", op, p, ErrInvalidPointer)
+	}
+	return b, nil
 }
 
 // insertEvents records an event on every stream that used b; b returns to
