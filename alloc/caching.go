@@ -413,9 +413,7 @@ func (c *Caching) synchronizeEvents() error {
 }
 
 func (c *Caching) eventCompleted(pe pendingEvent) {
-	if r, ok := pe.ev.(releaser); ok {
-		r.Release()
-	}
+	releaseEvent(pe.ev)
 	c.npending--
 	pe.b.eventCount--
 	if pe.b.eventCount == 0 {

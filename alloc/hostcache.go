@@ -265,10 +265,6 @@ func (c *HostCache) outOfMemory(size, rounded int64, srcErr error) error {
 			cached += int64(n) << class
 		}
 	}
-	var frag float64
-	if cached > 0 {
-		frag = 1 - float64(largest)/float64(cached)
-	}
 	e := &OutOfMemoryError{
 		Device:        sourceName(c.src),
 		Requested:     size,
@@ -278,7 +274,7 @@ func (c *HostCache) outOfMemory(size, rounded int64, srcErr error) error {
 		Allocated:     c.stats.AllocatedBytes[AllPools].Current,
 		Reserved:      c.stats.ReservedBytes[AllPools].Current,
 		LargestCached: largest,
-		Fragmentation: frag,
+		Fragmentation: fragmentation(largest, cached),
 		SourceErr:     srcErr,
 	}
 	e.Hint = e.hint()
