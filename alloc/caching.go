@@ -790,3 +790,22 @@ func (c *Caching) Trace() []TraceEntry {
 	defer c.mu.Unlock()
 	return c.trace.entries()
 }
+
+// ReleaseAll frees every block still allocated and then closes the
+// allocator as Close does, returning all memory to the Source. It is for
+// the owner of a device that is shutting down after its work stopped:
+// every pointer the allocator handed out becomes invalid.
+func (c *Caching) ReleaseAll() error {
+	c.mu.Lock()
+	live := make([]Ptr, 0, len(c.live))
+	for p := range c.live {
+		live = append(live, p)
+	}
+	c.mu.Unlock()
+	for _, p := range live {
+		if err := c.Free(p); err != nil {
+			return err
+		}
+	}
+	return c.Close()
+}

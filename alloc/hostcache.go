@@ -644,3 +644,24 @@ func releaseEvent(ev Event) {
 		r.Release()
 	}
 }
+
+// ReleaseAll frees every block still allocated and then closes the cache
+// as Close does. It is for the owner of a device that is shutting down
+// after its copies stopped: every pointer the cache handed out becomes
+// invalid.
+func (c *HostCache) ReleaseAll() error {
+	c.mu.Lock()
+	var live []Ptr
+	for p, b := range c.blocks {
+		if b.allocated {
+			live = append(live, p)
+		}
+	}
+	c.mu.Unlock()
+	for _, p := range live {
+		if err := c.Free(p); err != nil {
+			return err
+		}
+	}
+	return c.Close()
+}

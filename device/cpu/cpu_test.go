@@ -1,0 +1,269 @@
+package cpu
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"testing"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/gonum"
+	"gorgonia.org/tensor"
+
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/device/cpu/gemm"
+)
+
+func open(t testing.TB, cfg Config) *Device {
+	t.Helper()
+	d, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func alloc32(t testing.TB, d *Device, n int) device.Buffer {
+	t.Helper()
+	b, err := d.Alloc(int64(n) * 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestStreamRunsAhead shows that kernels are queued, not run, by the call:
+// the compute stream is held behind an event that cannot complete until the
+// test says so, and the caller still queues work and gets an event that is
+// not done. Releasing the hold lets the queued work run in order.
+func TestStreamRunsAhead(t *testing.T) {
+	d := open(t, Config{})
+	// hold is a stream without a worker: its one "command" completes only
+	// when the test bumps done.
+	hold := &stream{dev: d, queued: 1, exited: make(chan struct{})}
+	hold.notEmpty.L, hold.notFull.L, hold.progress.L = &hold.mu, &hold.mu, &hold.mu
+	if err := d.compute.Wait(event{s: hold, seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	x := alloc32(t, d, 4)
+	k := d.Kernels()
+	for _, v := range []float64{1, 2, 3} {
+		if err := k.Fill(device.Fill{DType: device.Float32, N: 4, X: x, Value: v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev, err := d.compute.Record()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done, _ := ev.Done(); done {
+		t.Fatal("event done while the stream is held: the kernels ran in the caller")
+	}
+	hold.mu.Lock()
+	hold.done.Store(1)
+	hold.progress.Broadcast()
+	hold.mu.Unlock()
+	if err := ev.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, 4)
+	if err := device.DownloadSlice(d, got, x); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range got {
+		if v != 3 {
+			t.Errorf("x[%d] = %v, want 3 (the last of three fills, in order)", i, v)
+		}
+	}
+}
+
+// TestKernelCallsAllocateNothing checks the steady-state promise: queuing
+// and running kernels makes no Go garbage (AllocsPerRun counts the stream
+// and pool goroutines' allocations too).
+func TestKernelCallsAllocateNothing(t *testing.T) {
+	const b, h = 32, 256
+	d := open(t, Config{})
+	k := d.Kernels()
+	pre, act := alloc32(t, d, b*4*h), alloc32(t, d, b*4*h)
+	w := alloc32(t, d, 4*h*h)
+	cPrev, c, hh := alloc32(t, d, b*h), alloc32(t, d, b*h), alloc32(t, d, b*h)
+	loss, tg := alloc32(t, d, 1), alloc32(t, d, b)
+	for _, x := range []device.Buffer{pre, act, w, cPrev, c, hh, loss, tg} {
+		if err := k.Fill(device.Fill{DType: device.Float32, N: int(x.Len() / 4), X: x, Value: 0.01}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k.Fill(device.Fill{DType: device.Int32, N: b, X: tg, Value: 3}); err != nil {
+		t.Fatal(err)
+	}
+	step := func() {
+		check(t, k.Gemm(device.Gemm{DType: device.Float32, TransB: true, M: b, N: 4 * h, K: h, Alpha: 1, Beta: 1, A: hh, B: w, C: pre}))
+		check(t, k.LSTMCell(device.LSTMCell{DType: device.Float32, Batch: b, Hidden: h, Pre: pre, CPrev: cPrev, C: c, H: hh, Act: act}))
+		check(t, k.LSTMCellGrad(device.LSTMCellGrad{DType: device.Float32, Batch: b, Hidden: h, Act: act, CPrev: cPrev, C: c, DH: hh, DC: cPrev, DPre: act, DCPrev: cPrev}))
+		check(t, k.SoftmaxCrossEntropy(device.SoftmaxCrossEntropy{DType: device.Float32, N: b, Classes: 4 * h, Logits: pre, Targets: tg, Scale: 1, Loss: loss, DLogits: pre}))
+		check(t, k.SumSquares(device.SumSquares{DType: device.Float32, N: b * h, X: c, Out: loss}))
+		check(t, k.Adam(device.Adam{DType: device.Float32, N: b * h, LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1, Param: c, Grad: hh, M: cPrev, V: act}))
+		check(t, d.compute.Synchronize())
+	}
+	step()
+	if n := testing.AllocsPerRun(20, step); n != 0 {
+		t.Errorf("a training-like step of kernels allocates %v times, want 0", n)
+	}
+}
+
+func check(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// countingBLAS counts the SGEMMs that reach it.
+type countingBLAS struct {
+	gonum.Implementation
+	mu    sync.Mutex
+	calls int
+}
+
+func (c *countingBLAS) Sgemm(tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, cc []float32, ldc int) {
+	c.mu.Lock()
+	c.calls++
+	c.mu.Unlock()
+	c.Implementation.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, cc, ldc)
+}
+
+// TestBLASChoice: tensor's default BLAS is replaced by ours, a BLAS the
+// program chose with tensor.Use is respected, and Config.BLAS wins.
+func TestBLASChoice(t *testing.T) {
+	if _, ok := open(t, Config{}).blas.(gemm.BLAS); !ok && isGonumDefault() {
+		t.Errorf("with tensor's default BLAS the device uses %T, want gemm.BLAS", open(t, Config{}).blas)
+	}
+	prev := tensor.WhichBLAS()
+	t.Cleanup(func() { tensor.Use(prev) })
+	used := &countingBLAS{}
+	tensor.Use(used)
+	d := open(t, Config{})
+	a, b, c := alloc32(t, d, 4), alloc32(t, d, 4), alloc32(t, d, 4)
+	check(t, device.UploadSlice(d, a, []float32{1, 2, 3, 4}))
+	check(t, device.UploadSlice(d, b, []float32{5, 6, 7, 8}))
+	check(t, d.Kernels().Gemm(device.Gemm{DType: device.Float32, M: 2, N: 2, K: 2, Alpha: 1, A: a, B: b, C: c}))
+	got := make([]float32, 4)
+	check(t, device.DownloadSlice(d, got, c))
+	if want := []float32{19, 22, 43, 50}; got[0] != want[0] || got[3] != want[3] {
+		t.Errorf("C = %v, want %v", got, want)
+	}
+	if used.calls != 1 {
+		t.Errorf("the BLAS chosen with tensor.Use ran %d SGEMMs, want 1", used.calls)
+	}
+	explicit := &countingBLAS{}
+	if _, ok := open(t, Config{BLAS: explicit}).blas.(*countingBLAS); !ok {
+		t.Error("Config.BLAS was not used")
+	}
+}
+
+func isGonumDefault() bool {
+	_, ok := tensor.WhichBLAS().(gonum.Implementation)
+	return ok
+}
+
+// TestCapacity: a capped device runs out of memory with the allocator's
+// typed error, and Close returns every byte, freed or not.
+func TestCapacity(t *testing.T) {
+	const capacity = 64 << 20
+	d, err := Open(Config{Capacity: capacity})
+	check(t, err)
+	_, err = d.Alloc(2 * capacity)
+	var oom *alloc.OutOfMemoryError
+	if !errors.Is(err, alloc.ErrOutOfMemory) || !errors.As(err, &oom) {
+		t.Fatalf("Alloc beyond the capacity: err = %v, want an *alloc.OutOfMemoryError", err)
+	}
+	if _, err := d.Alloc(1 << 20); err != nil {
+		t.Fatalf("Alloc after an OOM: %v", err)
+	}
+	if free, _, _ := d.host.MemInfo(); free >= capacity {
+		t.Fatalf("free = %d with a buffer live, want < %d", free, capacity)
+	}
+	check(t, d.Close())
+	if free, _, _ := d.host.MemInfo(); free != capacity {
+		t.Errorf("after Close free = %d, want the whole capacity %d (live buffers released)", free, capacity)
+	}
+	if _, err := d.Alloc(1); !errors.Is(err, device.ErrClosed) {
+		t.Errorf("Alloc after Close: err = %v, want ErrClosed", err)
+	}
+}
+
+// TestConcurrentCallers queues kernels from several goroutines at once;
+// under -race this also checks the stream's hand-off.
+func TestConcurrentCallers(t *testing.T) {
+	d := open(t, Config{})
+	const n, workers = 1 << 16, 4
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x, err := d.Alloc(n * 4)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer d.Free(x)
+			k := d.Kernels()
+			if err := k.Fill(device.Fill{DType: device.Float32, N: n, X: x, Value: float64(w)}); err != nil {
+				errs <- err
+				return
+			}
+			for range 10 {
+				if err := k.Axpby(device.Axpby{DType: device.Float32, N: n, Alpha: 1, X: x, Beta: 1, Y: x}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			got := make([]float32, n)
+			if err := device.DownloadSlice(d, got, x); err != nil {
+				errs <- err
+				return
+			}
+			want := float32(w) * 1024 // doubled ten times
+			for i, v := range got {
+				if v != want {
+					errs <- errors.New("wrong value")
+					t.Errorf("worker %d: x[%d] = %v, want %v", w, i, v, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestSumIsDeterministic: reductions add per-part partial sums in part
+// order, so the same input gives bit-identical sums on every run.
+func TestSumIsDeterministic(t *testing.T) {
+	d := open(t, Config{})
+	const n = 1 << 20
+	x, out := alloc32(t, d, n), alloc32(t, d, 1)
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(math.Sin(float64(i)))
+	}
+	check(t, device.UploadSlice(d, x, v))
+	var first float32
+	for i := range 20 {
+		check(t, d.Kernels().SumSquares(device.SumSquares{DType: device.Float32, N: n, X: x, Out: out}))
+		got := make([]float32, 1)
+		check(t, device.DownloadSlice(d, got, out))
+		if i == 0 {
+			first = got[0]
+		} else if got[0] != first {
+			t.Fatalf("run %d: sum %v, first run %v", i, got[0], first)
+		}
+	}
+}

@@ -1,0 +1,333 @@
+package cpu
+
+import (
+	"fmt"
+	"unsafe"
+
+	"gonum.org/v1/gonum/blas"
+
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/device/cpu/internal/kern"
+)
+
+// exec runs one command on the stream's worker goroutine. Errors it
+// returns are found in the data (an index out of range) and become the
+// stream's pending error.
+func (s *stream) exec(c *cmd) error {
+	d := s.dev
+	p, wg := d.pool, &s.wg
+	switch c.op {
+	case opWait:
+		c.wait.s.wait(c.wait.seq)
+	case opCopy:
+		copy(unsafe.Slice((*byte)(c.copy.dst), c.copy.n), unsafe.Slice((*byte)(c.copy.src), c.copy.n))
+	case opGemm:
+		if c.gemm.DType == device.Float32 {
+			gemm32(d, &c.gemm)
+		} else {
+			gemm64(d, &c.gemm)
+		}
+	case opLSTMCell:
+		a := &c.lstm
+		p.split(wg, c, a.Batch, 4*a.Hidden, pick(a.DType, lstmPart[float32], lstmPart[float64]))
+	case opLSTMCellGrad:
+		a := &c.lstmGrad
+		p.split(wg, c, a.Batch, 8*a.Hidden, pick(a.DType, lstmGradPart[float32], lstmGradPart[float64]))
+	case opGRUCell:
+		a := &c.gru
+		p.split(wg, c, a.Batch, 6*a.Hidden, pick(a.DType, gruPart[float32], gruPart[float64]))
+	case opGRUCellGrad:
+		a := &c.gruGrad
+		p.split(wg, c, a.Batch, 8*a.Hidden, pick(a.DType, gruGradPart[float32], gruGradPart[float64]))
+	case opEmbedding:
+		a := &c.emb
+		p.split(wg, c, a.N, a.Dim, pick(a.DType, embeddingPart[float32], embeddingPart[float64]))
+		if i := firstBad(c); i >= 0 {
+			id := elems[int32](a.IDs, a.N)[i]
+			return fmt.Errorf("cpu: Embedding: id %d at position %d is outside [0, %d): %w", id, i, a.Vocab, device.ErrIndex)
+		}
+	case opEmbeddingGrad:
+		a := &c.embGrad
+		p.split(wg, c, a.Dim, a.N, pick(a.DType, embeddingGradPart[float32], embeddingGradPart[float64]))
+		if i := firstBad(c); i >= 0 {
+			id := elems[int32](a.IDs, a.N)[i]
+			return fmt.Errorf("cpu: EmbeddingGrad: id %d at position %d is outside [0, %d): %w", id, i, a.Vocab, device.ErrIndex)
+		}
+	case opSoftmaxCrossEntropy:
+		a := &c.sce
+		p.split(wg, c, a.N, 2*a.Classes, pick(a.DType, sceePart[float32], sceePart[float64]))
+		loss := sumPartials(c)
+		if a.DType == device.Float32 {
+			store[float32](a.Loss, loss, a.Accumulate)
+		} else {
+			store[float64](a.Loss, loss, a.Accumulate)
+		}
+		if i := firstBad(c); i >= 0 {
+			t := elems[int32](a.Targets, a.N)[i]
+			return fmt.Errorf("cpu: SoftmaxCrossEntropy: target %d at row %d is outside [0, %d): %w", t, i, a.Classes, device.ErrIndex)
+		}
+	case opSoftmax:
+		a := &c.softmax
+		p.split(wg, c, a.N, 2*a.Classes, pick(a.DType, softmaxPart[float32], softmaxPart[float64]))
+	case opDropout:
+		a := &c.dropout
+		p.split(wg, c, a.N, 8, pick(a.DType, dropoutPart[float32], dropoutPart[float64]))
+	case opAddBias:
+		a := &c.addBias
+		p.split(wg, c, a.Rows, a.Cols, pick(a.DType, addBiasPart[float32], addBiasPart[float64]))
+	case opSumRows:
+		a := &c.sumRows
+		p.split(wg, c, a.Cols, a.Rows, pick(a.DType, sumRowsPart[float32], sumRowsPart[float64]))
+	case opFill:
+		a := &c.fill
+		switch a.DType {
+		case device.Float32:
+			p.split(wg, c, a.N, 1, fillPart[float32])
+		case device.Float64:
+			p.split(wg, c, a.N, 1, fillPart[float64])
+		default:
+			p.split(wg, c, a.N, 1, fillPart[int32])
+		}
+	case opAxpby:
+		a := &c.axpby
+		p.split(wg, c, a.N, 3, pick(a.DType, axpbyPart[float32], axpbyPart[float64]))
+	case opMul:
+		a := &c.mul
+		p.split(wg, c, a.N, 3, pick(a.DType, mulPart[float32], mulPart[float64]))
+	case opClamp:
+		a := &c.clamp
+		p.split(wg, c, a.N, 2, pick(a.DType, clampPart[float32], clampPart[float64]))
+	case opSumSquares:
+		a := &c.sumSq
+		c.parts = 0
+		if a.N > 0 {
+			p.split(wg, c, a.N, 1, pick(a.DType, sumSquaresPart[float32], sumSquaresPart[float64]))
+		}
+		sum := sumPartials(c)
+		if a.DType == device.Float32 {
+			store[float32](a.Out, sum, a.Accumulate)
+		} else {
+			store[float64](a.Out, sum, a.Accumulate)
+		}
+	case opSGD:
+		a := &c.sgd
+		p.split(wg, c, a.N, 4, pick(a.DType, sgdPart[float32], sgdPart[float64]))
+	case opAdam:
+		a := &c.adam
+		p.split(wg, c, a.N, 8, pick(a.DType, adamPart[float32], adamPart[float64]))
+	case opRMSprop:
+		a := &c.rms
+		p.split(wg, c, a.N, 8, pick(a.DType, rmspropPart[float32], rmspropPart[float64]))
+	default:
+		panic(fmt.Sprintf("cpu: unknown command %d", c.op))
+	}
+	return nil
+}
+
+// pick returns the part function for the kernel's float type.
+func pick(t device.DType, f32, f64 partFunc) partFunc {
+	if t == device.Float32 {
+		return f32
+	}
+	return f64
+}
+
+// elems views the first n elements of b as a Go slice; nil for the zero
+// Buffer. The kernels checked that b holds them.
+func elems[T any](b device.Buffer, n int) []T {
+	if b.IsZero() || n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(b.Host()), n)
+}
+
+// rows views rows [lo, hi) of width elements each; nil for the zero Buffer.
+func rows[T any](b device.Buffer, lo, hi, width int) []T {
+	if b.IsZero() {
+		return nil
+	}
+	return elems[T](b, hi*width)[lo*width:]
+}
+
+func sumPartials(c *cmd) float64 {
+	var s float64
+	for i := range c.parts {
+		s += c.partial[i]
+	}
+	return s
+}
+
+func firstBad(c *cmd) int {
+	for i := range c.parts {
+		if c.bad[i] >= 0 {
+			return c.bad[i]
+		}
+	}
+	return -1
+}
+
+func store[T kern.Float](b device.Buffer, v float64, accumulate bool) {
+	out := elems[T](b, 1)
+	if accumulate {
+		out[0] += T(v)
+	} else {
+		out[0] = T(v)
+	}
+}
+
+func lstmPart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.lstm
+	h := a.Hidden
+	kern.LSTMCell(h, rows[T](a.Pre, lo, hi, 4*h), elems[T](a.BiasIH, 4*h), elems[T](a.BiasHH, 4*h),
+		rows[T](a.CPrev, lo, hi, h), rows[T](a.C, lo, hi, h), rows[T](a.H, lo, hi, h), rows[T](a.Act, lo, hi, 4*h))
+}
+
+func lstmGradPart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.lstmGrad
+	h := a.Hidden
+	kern.LSTMCellGrad(h, rows[T](a.Act, lo, hi, 4*h), rows[T](a.CPrev, lo, hi, h), rows[T](a.C, lo, hi, h),
+		rows[T](a.DH, lo, hi, h), rows[T](a.DC, lo, hi, h), rows[T](a.DPre, lo, hi, 4*h), rows[T](a.DCPrev, lo, hi, h))
+}
+
+func gruPart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.gru
+	h := a.Hidden
+	kern.GRUCell(h, rows[T](a.XPre, lo, hi, 3*h), rows[T](a.HPre, lo, hi, 3*h), elems[T](a.BiasIH, 3*h), elems[T](a.BiasHH, 3*h),
+		rows[T](a.HPrev, lo, hi, h), rows[T](a.H, lo, hi, h), rows[T](a.Act, lo, hi, 4*h))
+}
+
+func gruGradPart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.gruGrad
+	h := a.Hidden
+	kern.GRUCellGrad(h, rows[T](a.Act, lo, hi, 4*h), rows[T](a.HPrev, lo, hi, h), rows[T](a.DH, lo, hi, h),
+		rows[T](a.DXPre, lo, hi, 3*h), rows[T](a.DHPre, lo, hi, 3*h), rows[T](a.DHPrev, lo, hi, h))
+}
+
+func embeddingPart[T kern.Float](c *cmd, part, lo, hi int) {
+	a := &c.emb
+	bad := kern.Embedding(a.Dim, a.Vocab, elems[T](a.Table, a.Vocab*a.Dim), rows[int32](a.IDs, lo, hi, 1), rows[T](a.Out, lo, hi, a.Dim))
+	c.bad[part] = offset(bad, lo)
+}
+
+func embeddingGradPart[T kern.Float](c *cmd, part, lo, hi int) {
+	a := &c.embGrad
+	bad := kern.EmbeddingGrad(a.Dim, a.Vocab, lo, hi, elems[int32](a.IDs, a.N), elems[T](a.DOut, a.N*a.Dim), elems[T](a.DTable, a.Vocab*a.Dim))
+	c.bad[part] = bad
+}
+
+func sceePart[T kern.Float](c *cmd, part, lo, hi int) {
+	a := &c.sce
+	loss, bad := kern.SoftmaxCrossEntropy(a.Classes, rows[T](a.Logits, lo, hi, a.Classes), rows[int32](a.Targets, lo, hi, 1),
+		a.Scale, rows[T](a.DLogits, lo, hi, a.Classes))
+	c.partial[part], c.bad[part] = loss, offset(bad, lo)
+}
+
+func softmaxPart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.softmax
+	kern.Softmax(a.Classes, rows[T](a.Logits, lo, hi, a.Classes), rows[T](a.Probs, lo, hi, a.Classes), a.Temperature)
+}
+
+func dropoutPart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.dropout
+	kern.Dropout(a.P, a.Seed, a.Offset+uint64(lo), rows[T](a.X, lo, hi, 1), rows[T](a.Y, lo, hi, 1), rows[T](a.Mask, lo, hi, 1))
+}
+
+func addBiasPart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.addBias
+	kern.AddBias(a.Cols, elems[T](a.Bias, a.Cols), rows[T](a.Y, lo, hi, a.Cols))
+}
+
+func sumRowsPart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.sumRows
+	kern.SumRows(a.Cols, lo, hi, elems[T](a.X, a.Rows*a.Cols), elems[T](a.Out, a.Cols), a.Accumulate)
+}
+
+func fillPart[T float32 | float64 | int32](c *cmd, _, lo, hi int) {
+	a := &c.fill
+	kern.Fill(rows[T](a.X, lo, hi, 1), T(a.Value))
+}
+
+func axpbyPart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.axpby
+	kern.Axpby(T(a.Alpha), T(a.Beta), rows[T](a.X, lo, hi, 1), rows[T](a.Y, lo, hi, 1))
+}
+
+func mulPart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.mul
+	kern.Mul(rows[T](a.X, lo, hi, 1), rows[T](a.Y, lo, hi, 1), rows[T](a.Z, lo, hi, 1))
+}
+
+func clampPart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.clamp
+	kern.Clamp(T(a.Min), T(a.Max), rows[T](a.X, lo, hi, 1))
+}
+
+func sumSquaresPart[T kern.Float](c *cmd, part, lo, hi int) {
+	a := &c.sumSq
+	c.partial[part] = kern.SumSquares(rows[T](a.X, lo, hi, 1))
+}
+
+func sgdPart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.sgd
+	kern.SGD(a.LR, a.Momentum, a.Dampening, a.WeightDecay, a.Nesterov, a.Step,
+		rows[T](a.Param, lo, hi, 1), rows[T](a.Grad, lo, hi, 1), rows[T](a.Velocity, lo, hi, 1))
+}
+
+func adamPart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.adam
+	kern.Adam(a.LR, a.Beta1, a.Beta2, a.Eps, a.WeightDecay, a.Decoupled, a.Step,
+		rows[T](a.Param, lo, hi, 1), rows[T](a.Grad, lo, hi, 1), rows[T](a.M, lo, hi, 1), rows[T](a.V, lo, hi, 1))
+}
+
+func rmspropPart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.rms
+	kern.RMSprop(a.LR, a.Alpha, a.Eps, a.WeightDecay, a.Momentum, a.Centered,
+		rows[T](a.Param, lo, hi, 1), rows[T](a.Grad, lo, hi, 1), rows[T](a.SquareAvg, lo, hi, 1),
+		rows[T](a.GradAvg, lo, hi, 1), rows[T](a.Velocity, lo, hi, 1))
+}
+
+// offset turns a part's first bad index into a global one.
+func offset(bad, lo int) int {
+	if bad < 0 {
+		return -1
+	}
+	return bad + lo
+}
+
+// gemm32 runs a float32 GEMM through the device's BLAS, one call per
+// matrix of a batch.
+func gemm32(d *Device, g *device.Gemm) {
+	ta, tb, ra, ca, rb, cb := gemmShape(g)
+	a := elems[float32](g.A, (g.Batch-1)*g.StrideA+(ra-1)*g.LdA+ca)
+	b := elems[float32](g.B, (g.Batch-1)*g.StrideB+(rb-1)*g.LdB+cb)
+	c := elems[float32](g.C, (g.Batch-1)*g.StrideC+(g.M-1)*g.LdC+g.N)
+	for i := range g.Batch {
+		d.blas.Sgemm(ta, tb, g.M, g.N, g.K, float32(g.Alpha),
+			a[i*g.StrideA:], g.LdA, b[i*g.StrideB:], g.LdB, float32(g.Beta), c[i*g.StrideC:], g.LdC)
+	}
+}
+
+func gemm64(d *Device, g *device.Gemm) {
+	ta, tb, ra, ca, rb, cb := gemmShape(g)
+	a := elems[float64](g.A, (g.Batch-1)*g.StrideA+(ra-1)*g.LdA+ca)
+	b := elems[float64](g.B, (g.Batch-1)*g.StrideB+(rb-1)*g.LdB+cb)
+	c := elems[float64](g.C, (g.Batch-1)*g.StrideC+(g.M-1)*g.LdC+g.N)
+	for i := range g.Batch {
+		d.blas.Dgemm(ta, tb, g.M, g.N, g.K, g.Alpha,
+			a[i*g.StrideA:], g.LdA, b[i*g.StrideB:], g.LdB, g.Beta, c[i*g.StrideC:], g.LdC)
+	}
+}
+
+// gemmShape returns the BLAS transpose flags and the stored shapes of A
+// and B.
+func gemmShape(g *device.Gemm) (ta, tb blas.Transpose, ra, ca, rb, cb int) {
+	ta, tb = blas.NoTrans, blas.NoTrans
+	ra, ca, rb, cb = g.M, g.K, g.K, g.N
+	if g.TransA {
+		ta, ra, ca = blas.Trans, g.K, g.M
+	}
+	if g.TransB {
+		tb, rb, cb = blas.Trans, g.N, g.K
+	}
+	return
+}

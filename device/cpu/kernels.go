@@ -1,0 +1,220 @@
+package cpu
+
+import (
+	"github.com/gocurrent/gocurrent/device"
+)
+
+// op is the kind of a queued command.
+type op uint8
+
+const (
+	opNone op = iota
+	opWait
+	opCopy
+	opGemm
+	opLSTMCell
+	opLSTMCellGrad
+	opGRUCell
+	opGRUCellGrad
+	opEmbedding
+	opEmbeddingGrad
+	opSoftmaxCrossEntropy
+	opSoftmax
+	opDropout
+	opAddBias
+	opSumRows
+	opFill
+	opAxpby
+	opMul
+	opClamp
+	opSumSquares
+	opSGD
+	opAdam
+	opRMSprop
+)
+
+// cmd is one slot of a stream's ring: the kind of work and its arguments,
+// held by value so that queuing allocates nothing. Only the field of its
+// kind is meaningful.
+type cmd struct {
+	op   op
+	wait event
+	copy copyCmd
+
+	gemm     device.Gemm
+	lstm     device.LSTMCell
+	lstmGrad device.LSTMCellGrad
+	gru      device.GRUCell
+	gruGrad  device.GRUCellGrad
+	emb      device.Embedding
+	embGrad  device.EmbeddingGrad
+	sce      device.SoftmaxCrossEntropy
+	softmax  device.Softmax
+	dropout  device.Dropout
+	addBias  device.AddBias
+	sumRows  device.SumRows
+	fill     device.Fill
+	axpby    device.Axpby
+	mul      device.Mul
+	clamp    device.Clamp
+	sumSq    device.SumSquares
+	sgd      device.SGD
+	adam     device.Adam
+	rms      device.RMSprop
+
+	// parts is the number of parts the pool ran; partial and bad hold
+	// their partial sums and first out-of-range index (-1 for none).
+	parts   int
+	partial [maxThreads]float64
+	bad     [maxThreads]int
+}
+
+// release drops what the slot references outside the device's memory
+// (the Go slices of Upload and Download), so that the ring does not keep
+// them alive.
+func (c *cmd) release() {
+	c.copy = copyCmd{}
+	c.wait = event{}
+}
+
+// kernels is the CPU device's device.Kernels: each method checks its
+// arguments and queues a command on the compute stream.
+type kernels struct{ d *Device }
+
+var _ device.Kernels = kernels{}
+
+func (k kernels) launch(err error, fill func(c *cmd)) error {
+	if err != nil {
+		return err
+	}
+	_, err = k.d.compute.enqueue(fill)
+	return err
+}
+
+// empty finishes a call with nothing to queue: it still reports bad
+// arguments and a closed device.
+func (k kernels) empty(err error) error {
+	if err != nil {
+		return err
+	}
+	return k.d.checkOpen("kernel")
+}
+
+func (k kernels) Gemm(a device.Gemm) error {
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.gemm = opGemm, a.WithDefaults() })
+}
+
+func (k kernels) LSTMCell(a device.LSTMCell) error {
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.lstm = opLSTMCell, a })
+}
+
+func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error {
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.lstmGrad = opLSTMCellGrad, a })
+}
+
+func (k kernels) GRUCell(a device.GRUCell) error {
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.gru = opGRUCell, a })
+}
+
+func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.gruGrad = opGRUCellGrad, a })
+}
+
+func (k kernels) Embedding(a device.Embedding) error {
+	if a.N == 0 {
+		return k.empty(a.Check(k.d))
+	}
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.emb = opEmbedding, a })
+}
+
+func (k kernels) EmbeddingGrad(a device.EmbeddingGrad) error {
+	if a.N == 0 {
+		return k.empty(a.Check(k.d))
+	}
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.embGrad = opEmbeddingGrad, a })
+}
+
+func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) error {
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.sce = opSoftmaxCrossEntropy, a })
+}
+
+func (k kernels) Softmax(a device.Softmax) error {
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.softmax = opSoftmax, a })
+}
+
+func (k kernels) Dropout(a device.Dropout) error {
+	if a.N == 0 {
+		return k.empty(a.Check(k.d))
+	}
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.dropout = opDropout, a })
+}
+
+func (k kernels) AddBias(a device.AddBias) error {
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.addBias = opAddBias, a })
+}
+
+func (k kernels) SumRows(a device.SumRows) error {
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.sumRows = opSumRows, a })
+}
+
+func (k kernels) Fill(a device.Fill) error {
+	if a.N == 0 {
+		return k.empty(a.Check(k.d))
+	}
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.fill = opFill, a })
+}
+
+func (k kernels) Copy(a device.Copy) error {
+	if a.Src.Len() == 0 {
+		return k.empty(a.Check(k.d))
+	}
+	return k.launch(a.Check(k.d), func(c *cmd) {
+		c.op, c.copy = opCopy, copyCmd{dst: a.Dst.Host(), src: a.Src.Host(), n: a.Src.Len()}
+	})
+}
+
+func (k kernels) Axpby(a device.Axpby) error {
+	if a.N == 0 {
+		return k.empty(a.Check(k.d))
+	}
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.axpby = opAxpby, a })
+}
+
+func (k kernels) Mul(a device.Mul) error {
+	if a.N == 0 {
+		return k.empty(a.Check(k.d))
+	}
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.mul = opMul, a })
+}
+
+func (k kernels) Clamp(a device.Clamp) error {
+	if a.N == 0 {
+		return k.empty(a.Check(k.d))
+	}
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.clamp = opClamp, a })
+}
+
+func (k kernels) SumSquares(a device.SumSquares) error {
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.sumSq = opSumSquares, a })
+}
+
+func (k kernels) SGD(a device.SGD) error {
+	if a.N == 0 {
+		return k.empty(a.Check(k.d))
+	}
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.sgd = opSGD, a })
+}
+
+func (k kernels) Adam(a device.Adam) error {
+	if a.N == 0 {
+		return k.empty(a.Check(k.d))
+	}
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.adam = opAdam, a })
+}
+
+func (k kernels) RMSprop(a device.RMSprop) error {
+	if a.N == 0 {
+		return k.empty(a.Check(k.d))
+	}
+	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.rms = opRMSprop, a })
+}

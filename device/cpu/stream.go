@@ -1,0 +1,219 @@
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gocurrent/gocurrent/device"
+)
+
+// queueDepth is the number of commands a stream holds before the caller
+// blocks: deep enough that the host runs well ahead of the work (a whole
+// time step of an LSTM layer is a handful of commands), small enough that a
+// stalled stream is noticed.
+const queueDepth = 64
+
+// stream runs its commands in order on one goroutine of its own, so work on
+// the CPU device is asynchronous to the caller exactly as on a GPU: a
+// caller that reads a result without waiting races with the worker, and
+// the race detector says so.
+//
+// Commands live in a ring of fixed slots written in place, so queuing one
+// allocates nothing. A slot is reused only after its command completed.
+type stream struct {
+	dev     *Device
+	compute bool
+
+	mu       sync.Mutex
+	notEmpty sync.Cond // the worker waits here for work
+	notFull  sync.Cond // callers wait here for a free slot
+	progress sync.Cond // waiters for a sequence number wait here
+	ring     [queueDepth]cmd
+	queued   uint64 // commands queued so far; the next gets this number + 1
+	done     atomic.Uint64
+	err      error // first error raised by the work, until reported
+	closing  bool
+	exited   chan struct{}
+
+	wg sync.WaitGroup // for the pool, used by the worker only
+}
+
+func newStream(d *Device, compute bool) *stream {
+	s := &stream{dev: d, compute: compute, exited: make(chan struct{})}
+	s.notEmpty.L = &s.mu
+	s.notFull.L = &s.mu
+	s.progress.L = &s.mu
+	go s.run()
+	return s
+}
+
+var _ device.Stream = (*stream)(nil)
+
+// enqueue reserves the next slot, lets fill write the command into it and
+// hands it to the worker. It returns the command's sequence number.
+func (s *stream) enqueue(fill func(c *cmd)) (uint64, error) {
+	s.mu.Lock()
+	for !s.closing && s.queued-s.done.Load() >= queueDepth {
+		s.notFull.Wait()
+	}
+	if s.closing {
+		s.mu.Unlock()
+		return 0, s.closedErr()
+	}
+	c := &s.ring[s.queued%queueDepth]
+	fill(c)
+	s.queued++
+	seq := s.queued
+	s.notEmpty.Signal()
+	s.mu.Unlock()
+	return seq, nil
+}
+
+func (s *stream) closedErr() error {
+	if s.dev.closed.Load() {
+		return fmt.Errorf("cpu: stream of a closed device: %w", device.ErrClosed)
+	}
+	return fmt.Errorf("cpu: stream is closed: %w", device.ErrClosed)
+}
+
+// run is the worker: it executes commands in order until the stream is
+// closed and drained.
+func (s *stream) run() {
+	defer close(s.exited)
+	for {
+		s.mu.Lock()
+		for s.done.Load() == s.queued && !s.closing {
+			s.notEmpty.Wait()
+		}
+		if s.done.Load() == s.queued {
+			s.mu.Unlock()
+			return
+		}
+		c := &s.ring[s.done.Load()%queueDepth]
+		s.mu.Unlock()
+
+		err := s.exec(c)
+
+		s.mu.Lock()
+		if err != nil && s.err == nil {
+			s.err = err
+		}
+		c.release()
+		s.done.Add(1)
+		s.notFull.Signal()
+		s.progress.Broadcast()
+		s.mu.Unlock()
+	}
+}
+
+// wait blocks until command seq completed.
+func (s *stream) wait(seq uint64) {
+	if s.done.Load() >= seq {
+		return
+	}
+	s.mu.Lock()
+	for s.done.Load() < seq {
+		s.progress.Wait()
+	}
+	s.mu.Unlock()
+}
+
+// report returns the pending error, if any, and clears it.
+func (s *stream) report() error {
+	s.mu.Lock()
+	err := s.err
+	s.err = nil
+	s.mu.Unlock()
+	return err
+}
+
+// peek returns the pending error without clearing it.
+func (s *stream) peek() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *stream) Record() (device.Event, error) {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return nil, s.closedErr()
+	}
+	seq := s.queued
+	s.mu.Unlock()
+	return event{s: s, seq: seq}, nil
+}
+
+func (s *stream) Wait(e device.Event) error {
+	ev, ok := e.(event)
+	if !ok || ev.s.dev != s.dev {
+		return fmt.Errorf("cpu: Stream.Wait: event %T is not from this device: %w", e, device.ErrForeignBuffer)
+	}
+	if ev.s == s {
+		return nil // a stream's own work is already in order
+	}
+	_, err := s.enqueue(func(c *cmd) { c.op = opWait; c.wait = ev })
+	return err
+}
+
+func (s *stream) Synchronize() error {
+	s.mu.Lock()
+	seq := s.queued
+	s.mu.Unlock()
+	s.wait(seq)
+	if err := s.report(); err != nil {
+		return err
+	}
+	if s.dev.closed.Load() {
+		return fmt.Errorf("cpu: Synchronize: %w", device.ErrClosed)
+	}
+	return nil
+}
+
+func (s *stream) Close() error {
+	if s.compute {
+		return errors.New("cpu: the compute stream belongs to the device and closes with it")
+	}
+	if !s.dev.forget(s) {
+		return fmt.Errorf("cpu: stream already closed: %w", device.ErrClosed)
+	}
+	s.shutdown()
+	return nil
+}
+
+// shutdown lets the worker drain the queue, then stops it.
+func (s *stream) shutdown() {
+	s.mu.Lock()
+	s.closing = true
+	s.notEmpty.Broadcast()
+	s.notFull.Broadcast()
+	s.mu.Unlock()
+	<-s.exited
+}
+
+// event is a point in a stream: the number of commands queued before it.
+type event struct {
+	s   *stream
+	seq uint64
+}
+
+var _ device.Event = event{}
+
+func (e event) Done() (bool, error) {
+	return e.s.done.Load() >= e.seq, nil
+}
+
+func (e event) Wait() error {
+	e.s.wait(e.seq)
+	return e.s.peek()
+}
+
+// copyCmd is a memory copy between host-addressable ranges.
+type copyCmd struct {
+	dst, src unsafe.Pointer
+	n        int64
+}

@@ -1,0 +1,389 @@
+package devicetest
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/gocurrent/gocurrent/device"
+)
+
+// cellSizes are the (Batch, Hidden) shapes the cell kernels are checked at:
+// degenerate, odd, and large enough for a multi-threaded path.
+var cellSizes = [][2]int{{1, 1}, {3, 5}, {64, 512}}
+
+// Which of a cell's biases are given.
+type biasMode int
+
+const (
+	noBias biasMode = iota
+	bothBiases
+	onlyBiasIH
+	onlyBiasHH
+)
+
+func (m biasMode) String() string {
+	return [...]string{"NoBias", "Biases", "OnlyBiasIH", "OnlyBiasHH"}[m]
+}
+
+// Where a cell's saved activations go.
+type actMode int
+
+const (
+	noAct       actMode = iota // no-grad mode
+	separateAct                // a buffer of its own
+	actIsInput                 // aliasing the pre-activations (LSTMCell only)
+)
+
+func (m actMode) String() string {
+	return [...]string{"NoAct", "Act", "ActIsPre"}[m]
+}
+
+func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+
+// refLSTMCell is LSTMCell's equations in float64; bih and bhh may be nil.
+func refLSTMCell(batch, hidden int, pre, bih, bhh, cPrev []float64) (act, c, h []float64) {
+	act = make([]float64, 4*batch*hidden)
+	c = make([]float64, batch*hidden)
+	h = make([]float64, batch*hidden)
+	bias := func(k int) float64 {
+		var s float64
+		if bih != nil {
+			s += bih[k]
+		}
+		if bhh != nil {
+			s += bhh[k]
+		}
+		return s
+	}
+	for b := 0; b < batch; b++ {
+		row := pre[4*hidden*b:]
+		ar := act[4*hidden*b:]
+		for j := 0; j < hidden; j++ {
+			i := sigmoid(row[j] + bias(j))
+			f := sigmoid(row[hidden+j] + bias(hidden+j))
+			g := math.Tanh(row[2*hidden+j] + bias(2*hidden+j))
+			o := sigmoid(row[3*hidden+j] + bias(3*hidden+j))
+			at := b*hidden + j
+			c[at] = f*cPrev[at] + i*g
+			h[at] = o * math.Tanh(c[at])
+			ar[j], ar[hidden+j], ar[2*hidden+j], ar[3*hidden+j] = i, f, g, o
+		}
+	}
+	return act, c, h
+}
+
+// refLSTMCellGrad is LSTMCellGrad's equations in float64.
+func refLSTMCellGrad(batch, hidden int, act, cPrev, c, dh, dc []float64) (dPre, dcPrev []float64) {
+	dPre = make([]float64, 4*batch*hidden)
+	dcPrev = make([]float64, batch*hidden)
+	for b := 0; b < batch; b++ {
+		ar := act[4*hidden*b:]
+		dr := dPre[4*hidden*b:]
+		for j := 0; j < hidden; j++ {
+			i, f, g, o := ar[j], ar[hidden+j], ar[2*hidden+j], ar[3*hidden+j]
+			at := b*hidden + j
+			tc := math.Tanh(c[at])
+			dcT := dc[at] + dh[at]*o*(1-tc*tc)
+			dr[j] = dcT * g * i * (1 - i)
+			dr[hidden+j] = dcT * cPrev[at] * f * (1 - f)
+			dr[2*hidden+j] = dcT * i * (1 - g*g)
+			dr[3*hidden+j] = dh[at] * tc * o * (1 - o)
+			dcPrev[at] = dcT * f
+		}
+	}
+	return dPre, dcPrev
+}
+
+// refGRUCell is GRUCell's equations in float64; bih and bhh may be nil.
+func refGRUCell(batch, hidden int, xPre, hPre, bih, bhh, hPrev []float64) (act, h []float64) {
+	act = make([]float64, 4*batch*hidden)
+	h = make([]float64, batch*hidden)
+	bi := func(k int) float64 {
+		if bih == nil {
+			return 0
+		}
+		return bih[k]
+	}
+	bh := func(k int) float64 {
+		if bhh == nil {
+			return 0
+		}
+		return bhh[k]
+	}
+	for b := 0; b < batch; b++ {
+		x := xPre[3*hidden*b:]
+		hp := hPre[3*hidden*b:]
+		ar := act[4*hidden*b:]
+		for j := 0; j < hidden; j++ {
+			r := sigmoid(x[j] + bi(j) + hp[j] + bh(j))
+			z := sigmoid(x[hidden+j] + bi(hidden+j) + hp[hidden+j] + bh(hidden+j))
+			hn := hp[2*hidden+j] + bh(2*hidden+j)
+			n := math.Tanh(x[2*hidden+j] + bi(2*hidden+j) + r*hn)
+			at := b*hidden + j
+			h[at] = (1-z)*n + z*hPrev[at]
+			ar[j], ar[hidden+j], ar[2*hidden+j], ar[3*hidden+j] = r, z, n, hn
+		}
+	}
+	return act, h
+}
+
+// refGRUCellGrad is GRUCellGrad's equations in float64.
+func refGRUCellGrad(batch, hidden int, act, hPrev, dh []float64) (dxPre, dhPre, dhPrev []float64) {
+	dxPre = make([]float64, 3*batch*hidden)
+	dhPre = make([]float64, 3*batch*hidden)
+	dhPrev = make([]float64, batch*hidden)
+	for b := 0; b < batch; b++ {
+		ar := act[4*hidden*b:]
+		dx := dxPre[3*hidden*b:]
+		dhp := dhPre[3*hidden*b:]
+		for j := 0; j < hidden; j++ {
+			r, z, n, hn := ar[j], ar[hidden+j], ar[2*hidden+j], ar[3*hidden+j]
+			at := b*hidden + j
+			dz := dh[at] * (hPrev[at] - n) * z * (1 - z)
+			dn := dh[at] * (1 - z) * (1 - n*n)
+			dr := dn * hn * r * (1 - r)
+			dx[j], dx[hidden+j], dx[2*hidden+j] = dr, dz, dn
+			dhp[j], dhp[hidden+j], dhp[2*hidden+j] = dr, dz, dn*r
+			dhPrev[at] = dh[at] * z
+		}
+	}
+	return dxPre, dhPre, dhPrev
+}
+
+// roundAll rounds x to dt in place and returns it: what a device stores.
+func roundAll(dt device.DType, x []float64) []float64 {
+	for i := range x {
+		x[i] = round(dt, x[i])
+	}
+	return x
+}
+
+func testLSTMCell(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		type lstmCase struct {
+			batch, hidden int
+			bias          biasMode
+			act           actMode
+		}
+		var cs []lstmCase
+		for _, s := range cellSizes {
+			if s != [2]int{3, 5} { // every variation is run at 3x5 below
+				cs = append(cs, lstmCase{s[0], s[1], bothBiases, separateAct})
+			}
+		}
+		for _, b := range []biasMode{noBias, bothBiases, onlyBiasIH, onlyBiasHH} {
+			for _, a := range []actMode{noAct, separateAct, actIsInput} {
+				cs = append(cs, lstmCase{3, 5, b, a})
+			}
+		}
+		cs = append(cs, lstmCase{64, 512, noBias, actIsInput})
+		for _, c := range cs {
+			name := fmt.Sprintf("%dx%d/%v/%v", c.batch, c.hidden, c.bias, c.act)
+			e.run(name, func(e *env) {
+				bh := c.batch * c.hidden
+				pre := e.uniform(4*bh, -3, 3)
+				cPrev := e.uniform(bh, -2, 2)
+				var bih, bhh []float64
+				a := device.LSTMCell{DType: e.dt, Batch: c.batch, Hidden: c.hidden}
+				vPre, vCPrev := e.vec(pre), e.vec(cPrev)
+				a.Pre, a.CPrev = vPre.buf, vCPrev.buf
+				if c.bias == bothBiases || c.bias == onlyBiasIH {
+					bih = e.uniform(4*c.hidden, -1, 1)
+					a.BiasIH = e.vec(bih).buf
+				}
+				if c.bias == bothBiases || c.bias == onlyBiasHH {
+					bhh = e.uniform(4*c.hidden, -1, 1)
+					a.BiasHH = e.vec(bhh).buf
+				}
+				vC, vH := e.vec(nans(bh)), e.vec(nans(bh))
+				a.C, a.H = vC.buf, vH.buf
+				var vAct vec
+				switch c.act {
+				case separateAct:
+					vAct = e.vec(nans(4 * bh))
+					a.Act = vAct.buf
+				case actIsInput:
+					vAct = vPre
+					a.Act = vPre.buf
+				}
+				e.launch(a)
+				wantAct, wantC, wantH := refLSTMCell(c.batch, c.hidden, pre, bih, bhh, cPrev)
+				tol := PointwiseTolerance(e.dt)
+				checkClose(e.t, "C", e.get("C", vC), wantC, nil, tol)
+				checkClose(e.t, "H", e.get("H", vH), wantH, nil, tol)
+				switch c.act {
+				case noAct:
+					checkExact(e.t, "Pre (an input)", e.get("Pre", vPre), pre)
+				default:
+					checkClose(e.t, "Act", e.get("Act", vAct), wantAct, nil, tol)
+				}
+				checkExact(e.t, "CPrev (an input)", e.get("CPrev", vCPrev), cPrev)
+			})
+		}
+	})
+}
+
+func testLSTMCellGrad(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		type gradCase struct {
+			batch, hidden         int
+			dPreIsAct, dCPrevIsDC bool
+		}
+		var cs []gradCase
+		for _, s := range cellSizes {
+			cs = append(cs, gradCase{s[0], s[1], false, false})
+		}
+		cs = append(cs, gradCase{3, 5, true, false}, gradCase{3, 5, false, true}, gradCase{3, 5, true, true},
+			gradCase{64, 512, true, true})
+		for _, c := range cs {
+			name := fmt.Sprintf("%dx%d", c.batch, c.hidden)
+			if c.dPreIsAct {
+				name += "/DPreIsAct"
+			}
+			if c.dCPrevIsDC {
+				name += "/DCPrevIsDC"
+			}
+			e.run(name, func(e *env) {
+				bh := c.batch * c.hidden
+				// The saved state is what a forward step produced, so it
+				// is consistent: gates in range and C = f·CPrev + i·g.
+				pre := e.uniform(4*bh, -3, 3)
+				cPrev := e.uniform(bh, -2, 2)
+				act, cur, _ := refLSTMCell(c.batch, c.hidden, pre, nil, nil, cPrev)
+				roundAll(e.dt, act)
+				roundAll(e.dt, cur)
+				dh := e.uniform(bh, -1, 1)
+				dc := e.uniform(bh, -1, 1)
+				vAct, vCPrev, vC, vDH, vDC := e.vec(act), e.vec(cPrev), e.vec(cur), e.vec(dh), e.vec(dc)
+				a := device.LSTMCellGrad{DType: e.dt, Batch: c.batch, Hidden: c.hidden,
+					Act: vAct.buf, CPrev: vCPrev.buf, C: vC.buf, DH: vDH.buf, DC: vDC.buf}
+				vDPre, vDCPrev := vAct, vDC
+				if !c.dPreIsAct {
+					vDPre = e.vec(nans(4 * bh))
+				}
+				if !c.dCPrevIsDC {
+					vDCPrev = e.vec(nans(bh))
+				}
+				a.DPre, a.DCPrev = vDPre.buf, vDCPrev.buf
+				e.launch(a)
+				wantDPre, wantDCPrev := refLSTMCellGrad(c.batch, c.hidden, act, cPrev, cur, dh, dc)
+				tol := PointwiseTolerance(e.dt)
+				checkClose(e.t, "DPre", e.get("DPre", vDPre), wantDPre, nil, tol)
+				checkClose(e.t, "DCPrev", e.get("DCPrev", vDCPrev), wantDCPrev, nil, tol)
+				checkExact(e.t, "DH (an input)", e.get("DH", vDH), dh)
+				checkExact(e.t, "C (an input)", e.get("C", vC), cur)
+			})
+		}
+	})
+}
+
+func testGRUCell(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		type gruCase struct {
+			batch, hidden int
+			bias          biasMode
+			act           actMode
+			hIsHPrev      bool
+		}
+		var cs []gruCase
+		for _, s := range cellSizes {
+			if s != [2]int{3, 5} { // every variation is run at 3x5 below
+				cs = append(cs, gruCase{s[0], s[1], bothBiases, separateAct, false})
+			}
+		}
+		for _, b := range []biasMode{noBias, bothBiases, onlyBiasIH, onlyBiasHH} {
+			for _, a := range []actMode{noAct, separateAct} {
+				cs = append(cs, gruCase{3, 5, b, a, false})
+			}
+		}
+		cs = append(cs, gruCase{3, 5, bothBiases, separateAct, true}, gruCase{3, 5, noBias, noAct, true},
+			gruCase{64, 512, bothBiases, noAct, true})
+		for _, c := range cs {
+			name := fmt.Sprintf("%dx%d/%v/%v", c.batch, c.hidden, c.bias, c.act)
+			if c.hIsHPrev {
+				name += "/HIsHPrev"
+			}
+			e.run(name, func(e *env) {
+				bh := c.batch * c.hidden
+				xPre := e.uniform(3*bh, -2, 2)
+				hPre := e.uniform(3*bh, -2, 2)
+				hPrev := e.uniform(bh, -1, 1)
+				vX, vHP, vHPrev := e.vec(xPre), e.vec(hPre), e.vec(hPrev)
+				a := device.GRUCell{DType: e.dt, Batch: c.batch, Hidden: c.hidden, XPre: vX.buf, HPre: vHP.buf, HPrev: vHPrev.buf}
+				var bih, bhh []float64
+				if c.bias == bothBiases || c.bias == onlyBiasIH {
+					bih = e.uniform(3*c.hidden, -1, 1)
+					a.BiasIH = e.vec(bih).buf
+				}
+				if c.bias == bothBiases || c.bias == onlyBiasHH {
+					bhh = e.uniform(3*c.hidden, -1, 1)
+					a.BiasHH = e.vec(bhh).buf
+				}
+				vH := vHPrev
+				if !c.hIsHPrev {
+					vH = e.vec(nans(bh))
+				}
+				a.H = vH.buf
+				var vAct vec
+				if c.act == separateAct {
+					vAct = e.vec(nans(4 * bh))
+					a.Act = vAct.buf
+				}
+				e.launch(a)
+				wantAct, wantH := refGRUCell(c.batch, c.hidden, xPre, hPre, bih, bhh, hPrev)
+				tol := PointwiseTolerance(e.dt)
+				checkClose(e.t, "H", e.get("H", vH), wantH, nil, tol)
+				if c.act == separateAct {
+					checkClose(e.t, "Act", e.get("Act", vAct), wantAct, nil, tol)
+				}
+				checkExact(e.t, "XPre (an input)", e.get("XPre", vX), xPre)
+				checkExact(e.t, "HPre (an input)", e.get("HPre", vHP), hPre)
+			})
+		}
+	})
+}
+
+func testGRUCellGrad(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		type gradCase struct {
+			batch, hidden int
+			dhPrevIsDH    bool
+		}
+		var cs []gradCase
+		for _, s := range cellSizes {
+			cs = append(cs, gradCase{s[0], s[1], false})
+		}
+		cs = append(cs, gradCase{3, 5, true}, gradCase{64, 512, true})
+		for _, c := range cs {
+			name := fmt.Sprintf("%dx%d", c.batch, c.hidden)
+			if c.dhPrevIsDH {
+				name += "/DHPrevIsDH"
+			}
+			e.run(name, func(e *env) {
+				bh := c.batch * c.hidden
+				xPre := e.uniform(3*bh, -2, 2)
+				hPre := e.uniform(3*bh, -2, 2)
+				bhh := e.uniform(3*c.hidden, -1, 1)
+				hPrev := e.uniform(bh, -1, 1)
+				act, _ := refGRUCell(c.batch, c.hidden, xPre, hPre, nil, bhh, hPrev)
+				roundAll(e.dt, act)
+				dh := e.uniform(bh, -1, 1)
+				vAct, vHPrev, vDH := e.vec(act), e.vec(hPrev), e.vec(dh)
+				vDX, vDHP := e.vec(nans(3*bh)), e.vec(nans(3*bh))
+				vDHPrev := vDH
+				if !c.dhPrevIsDH {
+					vDHPrev = e.vec(nans(bh))
+				}
+				e.launch(device.GRUCellGrad{DType: e.dt, Batch: c.batch, Hidden: c.hidden,
+					Act: vAct.buf, HPrev: vHPrev.buf, DH: vDH.buf, DXPre: vDX.buf, DHPre: vDHP.buf, DHPrev: vDHPrev.buf})
+				wantDX, wantDHP, wantDHPrev := refGRUCellGrad(c.batch, c.hidden, act, hPrev, dh)
+				tol := PointwiseTolerance(e.dt)
+				checkClose(e.t, "DXPre", e.get("DXPre", vDX), wantDX, nil, tol)
+				checkClose(e.t, "DHPre", e.get("DHPre", vDHP), wantDHP, nil, tol)
+				checkClose(e.t, "DHPrev", e.get("DHPrev", vDHPrev), wantDHPrev, nil, tol)
+				checkExact(e.t, "Act (an input)", e.get("Act", vAct), act)
+			})
+		}
+	})
+}

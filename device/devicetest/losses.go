@@ -1,0 +1,449 @@
+package devicetest
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/gocurrent/gocurrent/device"
+)
+
+func testEmbedding(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		for _, s := range []struct{ n, dim, vocab int }{{1, 1, 1}, {200, 17, 50}, {4096, 256, 1000}} {
+			e.run(fmt.Sprintf("%dx%d/vocab=%d", s.n, s.dim, s.vocab), func(e *env) {
+				table := e.uniform(s.vocab*s.dim, -1, 1)
+				ids := e.randomIDs(s.n, s.vocab)
+				vT, vI, vO := e.vec(table), e.ids(ids), e.vec(nans(s.n*s.dim))
+				e.launch(device.Embedding{DType: e.dt, N: s.n, Dim: s.dim, Vocab: s.vocab, Table: vT.buf, IDs: vI.buf, Out: vO.buf})
+				checkExact(e.t, "Out", e.get("Out", vO), refEmbedding(s.dim, s.vocab, table, ids))
+			})
+		}
+		e.run("N=0", func(e *env) {
+			// With N = 0 no buffer is needed.
+			e.launch(device.Embedding{DType: e.dt, N: 0, Dim: 4, Vocab: 3})
+			e.sync()
+		})
+		e.run("OutOfRange", func(e *env) {
+			const n, dim, vocab = 6, 3, 5
+			table := e.uniform(vocab*dim, -1, 1)
+			ids := []int32{0, -1, 4, vocab, 2, 1 << 30}
+			vT, vI, vO := e.vec(table), e.ids(ids), e.vec(nans(n*dim))
+			a := device.Embedding{DType: e.dt, N: n, Dim: dim, Vocab: vocab, Table: vT.buf, IDs: vI.buf, Out: vO.buf}
+			e.checkIndexError(a)
+			// Rows of bad ids are zeros, the others gathered.
+			checkExact(e.t, "Out", e.get("Out", vO), refEmbedding(dim, vocab, table, ids))
+		})
+	})
+}
+
+func (e *env) randomIDs(n, vocab int) []int32 {
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(e.rng.IntN(vocab))
+	}
+	return ids
+}
+
+// refEmbedding gathers rows; an id out of range gives a row of zeros.
+func refEmbedding(dim, vocab int, table []float64, ids []int32) []float64 {
+	out := make([]float64, len(ids)*dim)
+	for i, id := range ids {
+		if id >= 0 && int(id) < vocab {
+			copy(out[i*dim:(i+1)*dim], table[int(id)*dim:])
+		}
+	}
+	return out
+}
+
+// refEmbeddingGrad scatter-adds DOut into a copy of DTable, skipping ids
+// out of range, and returns each element's magnitude.
+func refEmbeddingGrad(dim, vocab int, ids []int32, dOut, dTable []float64) (out, mag []float64) {
+	out = clone(dTable)
+	mag = make([]float64, len(dTable))
+	for i := range mag {
+		mag[i] = math.Abs(dTable[i])
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= vocab {
+			continue
+		}
+		for j := 0; j < dim; j++ {
+			out[int(id)*dim+j] += dOut[i*dim+j]
+			mag[int(id)*dim+j] += math.Abs(dOut[i*dim+j])
+		}
+	}
+	return out, mag
+}
+
+func testEmbeddingGrad(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		// Few rows and many ids: most rows are hit many times.
+		for _, s := range []struct{ n, dim, vocab int }{{1, 1, 1}, {200, 17, 7}, {4096, 256, 65}} {
+			e.run(fmt.Sprintf("%dx%d/vocab=%d", s.n, s.dim, s.vocab), func(e *env) {
+				ids := e.randomIDs(s.n, s.vocab)
+				dOut := e.uniform(s.n*s.dim, -1, 1)
+				dTable := e.uniform(s.vocab*s.dim, -1, 1)
+				vI, vD := e.ids(ids), e.vec(dOut)
+				a := device.EmbeddingGrad{DType: e.dt, N: s.n, Dim: s.dim, Vocab: s.vocab, IDs: vI.buf, DOut: vD.buf}
+				v1, v2 := e.vec(dTable), e.vec(dTable)
+				a.DTable = v1.buf
+				e.launch(a)
+				a.DTable = v2.buf
+				e.launch(a)
+				want, mag := refEmbeddingGrad(s.dim, s.vocab, ids, dOut, dTable)
+				maxHits := 0
+				hits := make([]int, s.vocab)
+				for _, id := range ids {
+					hits[id]++
+					maxHits = max(maxHits, hits[id])
+				}
+				got := e.get("DTable", v1)
+				checkClose(e.t, "DTable", got, want, mag, SumTolerance(e.dt, maxHits+1))
+				// The scatter-add is deterministic: the same call gives the
+				// same bits.
+				checkExact(e.t, "DTable of a second, identical call", e.get("DTable", v2), got)
+			})
+		}
+		e.run("N=0", func(e *env) {
+			e.launch(device.EmbeddingGrad{DType: e.dt, N: 0, Dim: 4, Vocab: 3})
+			e.sync()
+		})
+		e.run("OutOfRange", func(e *env) {
+			const n, dim, vocab = 6, 3, 5
+			ids := []int32{0, -1, 4, vocab, 0, math.MaxInt32}
+			dOut := e.uniform(n*dim, -1, 1)
+			dTable := e.uniform(vocab*dim, -1, 1)
+			vI, vD, vT := e.ids(ids), e.vec(dOut), e.vec(dTable)
+			a := device.EmbeddingGrad{DType: e.dt, N: n, Dim: dim, Vocab: vocab, IDs: vI.buf, DOut: vD.buf, DTable: vT.buf}
+			e.checkIndexError(a)
+			// checkIndexError added into DTable several times: once more
+			// from the start.
+			vT = e.vec(dTable)
+			a.DTable = vT.buf
+			e.launchIndexError(a)
+			want, mag := refEmbeddingGrad(dim, vocab, ids, dOut, dTable)
+			checkClose(e.t, "DTable", e.get("DTable", vT), want, mag, SumTolerance(e.dt, 3))
+		})
+	})
+}
+
+// checkIndexError launches a, whose work meets an index out of range, and
+// checks that the call succeeds and the error is reported afterwards, once,
+// in each of the documented ways: it leaves the last launch's results in
+// place for the caller to check.
+func (e *env) checkIndexError(a any) {
+	e.t.Helper()
+	ways := []struct {
+		name   string
+		report func() error
+	}{
+		{"Device.Synchronize", e.dev.Synchronize},
+		{"Stream.Synchronize", func() error { return e.dev.Stream().Synchronize() }},
+		{"Download", func() error {
+			b := e.alloc(device.Float32, 1)
+			return e.dev.Download(make([]byte, 4), b)
+		}},
+		{"Event.Wait", func() error {
+			ev, err := e.dev.Stream().Record()
+			if err != nil {
+				return fmt.Errorf("Record: %w", err)
+			}
+			return ev.Wait()
+		}},
+	}
+	for _, w := range ways {
+		if err := call(e.t, kernelName(a), func() error { return launchKernel(e.k, a) }); err != nil {
+			e.t.Fatalf("%s with an index out of range returned %v from the call, want nil: the index is found while the work runs", kernelName(a), err)
+		}
+		err := call(e.t, w.name, w.report)
+		if !errors.Is(err, device.ErrIndex) {
+			e.t.Errorf("%s after %s with an index out of range = %v, want an error matching device.ErrIndex", w.name, kernelName(a), err)
+		}
+		if w.name == "Event.Wait" {
+			// Whether an event's Wait counts as the report that clears the
+			// stream's error is not specified: let Synchronize clear it.
+			if err := call(e.t, "Synchronize", e.dev.Synchronize); err != nil && !errors.Is(err, device.ErrIndex) {
+				e.t.Errorf("Synchronize after Event.Wait reported the index error = %v, want nil or device.ErrIndex", err)
+			}
+		}
+		// Reported once: the stream works again.
+		if err := call(e.t, "Synchronize", e.dev.Synchronize); err != nil {
+			e.t.Errorf("Synchronize after the index error was reported by %s = %v, want nil (an error is reported once)", w.name, err)
+		}
+	}
+	v := e.filled(4, 1)
+	e.launch(device.Axpby{DType: e.dt, N: 4, Alpha: 2, Beta: 1, X: v.buf, Y: v.buf})
+	checkExact(e.t, "Axpby after an index error", e.get("Y", v), constant(4, 3))
+}
+
+// ceRow is one row of SoftmaxCrossEntropy in float64: the row's loss (0
+// for a target out of range), its magnitude and the row of
+// softmax − onehot (zeros for a target out of range).
+func ceRow(logits []float64, target int32) (loss, mag float64, d []float64) {
+	d = make([]float64, len(logits))
+	if target < 0 || int(target) >= len(logits) {
+		return 0, 0, d
+	}
+	m := math.Inf(-1)
+	for _, x := range logits {
+		m = math.Max(m, x)
+	}
+	var s float64
+	for _, x := range logits {
+		s += math.Exp(x - m)
+	}
+	lse := math.Log(s)
+	for j, x := range logits {
+		d[j] = math.Exp(x-m) / s
+	}
+	d[target]--
+	xt := logits[target] - m
+	return lse - xt, 1 + math.Abs(lse) + math.Abs(xt), d
+}
+
+func testSoftmaxCrossEntropy(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		type ceCase struct {
+			name       string
+			n, classes int
+			scale      float64
+			dLogits    string // "none", "separate" or "logits"
+			accumulate bool
+			large      bool // logits of ±1000
+			badTargets bool
+		}
+		cs := []ceCase{
+			{name: "Loss", n: 7, classes: 11, scale: 1.0 / 7, dLogits: "none"},
+			{name: "DLogits", n: 7, classes: 11, scale: 1.0 / 7, dLogits: "separate"},
+			{name: "DLogitsIsLogits", n: 7, classes: 11, scale: 0.25, dLogits: "logits"},
+			{name: "Accumulate", n: 7, classes: 11, scale: 1.0 / 14, dLogits: "separate", accumulate: true},
+			{name: "OneClass", n: 3, classes: 1, scale: 1, dLogits: "separate"},
+			{name: "LargeLogits", n: 6, classes: 5, scale: 1, dLogits: "separate", large: true},
+			{name: "LargeLogits/Aliased", n: 6, classes: 5, scale: 1, dLogits: "logits", large: true},
+			{name: "Big", n: 2048, classes: 65, scale: 1.0 / 2048, dLogits: "separate"},
+			{name: "Big/Accumulate/Aliased", n: 2048, classes: 65, scale: 1.0 / 4096, dLogits: "logits", accumulate: true},
+		}
+		for _, c := range cs {
+			e.run(c.name, func(e *env) {
+				logits := e.uniform(c.n*c.classes, -3, 3)
+				if c.large {
+					// Rows mixing 1000, 0 and -1000: exp overflows
+					// unless the maximum is subtracted first.
+					for i := range logits {
+						logits[i] = e.r(1000*float64(e.rng.IntN(3)-1) + logits[i])
+					}
+				}
+				targets := e.randomIDs(c.n, c.classes)
+				e.checkCE(c.n, c.classes, logits, targets, c.scale, c.dLogits, c.accumulate, false)
+			})
+		}
+		e.run("BadTarget", func(e *env) {
+			const n, classes = 5, 4
+			logits := e.uniform(n*classes, -3, 3)
+			targets := []int32{1, -1, 3, classes, 0}
+			e.checkCE(n, classes, logits, targets, 0.5, "separate", true, true)
+		})
+	})
+}
+
+func (e *env) checkCE(n, classes int, logits []float64, targets []int32, scale float64, dLogits string, accumulate, bad bool) {
+	e.t.Helper()
+	loss0 := math.NaN() // overwritten, never read, without Accumulate
+	if accumulate {
+		loss0 = e.r(1.5)
+	}
+	vT := e.ids(targets)
+	var vL, vD, vLoss vec
+	build := func() device.SoftmaxCrossEntropy {
+		vL, vLoss = e.vec(logits), e.vec([]float64{loss0})
+		a := device.SoftmaxCrossEntropy{DType: e.dt, N: n, Classes: classes, Logits: vL.buf, Targets: vT.buf,
+			Scale: scale, Loss: vLoss.buf, Accumulate: accumulate}
+		switch dLogits {
+		case "separate":
+			vD = e.vec(nans(n * classes))
+			a.DLogits = vD.buf
+		case "logits":
+			vD = vL
+			a.DLogits = vL.buf
+		}
+		return a
+	}
+	if bad {
+		e.checkIndexError(build())
+		e.launchIndexError(build())
+	} else {
+		e.launch(build())
+	}
+	s := e.r(scale)
+	var want, mag float64
+	wantD := make([]float64, n*classes)
+	dMag := make([]float64, n*classes)
+	for i := 0; i < n; i++ {
+		l, m, d := ceRow(logits[i*classes:(i+1)*classes], targets[i])
+		want += s * l
+		mag += math.Abs(s) * m
+		for j, v := range d {
+			wantD[i*classes+j] = s * v
+			// The probability, and 1 more at the target, where the
+			// subtraction may cancel.
+			dMag[i*classes+j] = math.Abs(s * v)
+			if int32(j) == targets[i] {
+				dMag[i*classes+j] = math.Abs(s) * (v + 2)
+			}
+		}
+	}
+	if accumulate {
+		want += loss0
+		mag += math.Abs(loss0)
+	}
+	sum := SumTolerance(e.dt, n+classes)
+	checkScalar(e.t, "Loss", e.get("Loss", vLoss)[0], want, mag, PointwiseTolerance(e.dt).Plus(sum))
+	if dLogits != "none" {
+		// Relative to each element's own scale: with Scale = 1/N the
+		// elements are far below the pointwise absolute floor.
+		tol := Tolerance{Rel: PointwiseTolerance(e.dt).Rel + sum.Rel}
+		checkClose(e.t, "DLogits", e.get("DLogits", vD), wantD, dMag, tol)
+	} else {
+		checkExact(e.t, "Logits (an input)", e.get("Logits", vL), logits)
+	}
+}
+
+// launchIndexError launches a, whose work meets an index out of range, and
+// checks that Synchronize reports it.
+func (e *env) launchIndexError(a any) {
+	e.t.Helper()
+	if err := call(e.t, kernelName(a), func() error { return launchKernel(e.k, a) }); err != nil {
+		e.t.Fatalf("%s: %v", kernelName(a), err)
+	}
+	if err := call(e.t, "Synchronize", e.dev.Synchronize); !errors.Is(err, device.ErrIndex) {
+		e.t.Fatalf("Synchronize after %s with an index out of range = %v, want an error matching device.ErrIndex", kernelName(a), err)
+	}
+}
+
+func refSoftmax(n, classes int, logits []float64, temp float64) []float64 {
+	if temp == 0 {
+		temp = 1
+	}
+	out := make([]float64, len(logits))
+	for i := 0; i < n; i++ {
+		row := logits[i*classes : (i+1)*classes]
+		m := math.Inf(-1)
+		for _, x := range row {
+			m = math.Max(m, x/temp)
+		}
+		var s float64
+		for j, x := range row {
+			out[i*classes+j] = math.Exp(x/temp - m)
+			s += out[i*classes+j]
+		}
+		for j := range row {
+			out[i*classes+j] /= s
+		}
+	}
+	return out
+}
+
+func testSoftmax(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		cs := []struct {
+			name       string
+			n, classes int
+			temp       float64
+			aliased    bool
+			large      bool
+		}{
+			{"T=0", 5, 13, 0, false, false},
+			{"T=1", 5, 13, 1, false, false},
+			{"T=0.5", 5, 13, 0.5, false, false},
+			{"T=2/Aliased", 5, 13, 2, true, false},
+			{"OneClass", 4, 1, 0, false, false},
+			{"LargeLogits", 6, 5, 0, false, true},
+			{"Big/T=0.8", 1024, 65, 0.8, false, false},
+			{"Big/Aliased", 1024, 65, 0, true, false},
+		}
+		for _, c := range cs {
+			e.run(c.name, func(e *env) {
+				logits := e.uniform(c.n*c.classes, -3, 3)
+				if c.large {
+					for i := range logits {
+						logits[i] = e.r(1000*float64(e.rng.IntN(3)-1) + logits[i])
+					}
+				}
+				vL := e.vec(logits)
+				vP := vL
+				if !c.aliased {
+					vP = e.vec(nans(c.n * c.classes))
+				}
+				e.launch(device.Softmax{DType: e.dt, N: c.n, Classes: c.classes, Logits: vL.buf, Probs: vP.buf, Temperature: c.temp})
+				temp := e.r(c.temp)
+				want := refSoftmax(c.n, c.classes, logits, temp)
+				got := e.get("Probs", vP)
+				// Relative to each probability: most are far below the
+				// pointwise absolute floor.
+				tol := Tolerance{Rel: PointwiseTolerance(e.dt).Rel + SumTolerance(e.dt, c.classes).Rel}
+				checkClose(e.t, "Probs", got, want, nil, tol)
+				for i := 0; i < c.n; i++ {
+					var s float64
+					for _, p := range got[i*c.classes : (i+1)*c.classes] {
+						s += p
+					}
+					if !checkScalar(e.t, describe("sum of row %d of Probs", i), s, 1, 1, tol) {
+						break
+					}
+				}
+			})
+		}
+	})
+}
+
+func testDropout(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		cs := []struct {
+			name         string
+			n            int
+			p            float64
+			seed, offset uint64
+			aliased      bool
+		}{
+			{"P=0.25", 10007, 0.25, 42, 0, false},
+			{"P=0.5/Offset", 10007, 0.5, 7, 1<<40 + 5, false},
+			{"P=0.3/YIsX", 10007, 0.3, 3, 12345, true},
+			{"P=0", 1001, 0, 9, 0, false},
+			{"P=0/YIsX", 1001, 0, 9, 0, true},
+			{"Big", 1 << 20, 0.1, 1234567, 99, false},
+		}
+		for _, c := range cs {
+			e.run(c.name, func(e *env) {
+				x := e.uniform(c.n, -2, 2)
+				vX, vM := e.vec(x), e.vec(nans(c.n))
+				vY := vX
+				if !c.aliased {
+					vY = e.vec(nans(c.n))
+				}
+				e.launch(device.Dropout{DType: e.dt, N: c.n, P: c.p, Seed: c.seed, Offset: c.offset, X: vX.buf, Y: vY.buf, Mask: vM.buf})
+				mask, y := e.get("Mask", vM), e.get("Y", vY)
+				scale := 1 / (1 - c.p)
+				tol := PointwiseTolerance(e.dt)
+				for i := 0; i < c.n; i++ {
+					keep := device.DropoutKeep(c.seed, c.offset+uint64(i), c.p)
+					wantM, wantY := 0.0, 0.0
+					if keep {
+						wantM, wantY = scale, x[i]*scale
+					}
+					if !keep && (mask[i] != 0 || y[i] != 0) || keep && c.p == 0 && (mask[i] != 1 || y[i] != x[i]) {
+						e.t.Fatalf("element %d (DropoutKeep = %v): got Mask %v and Y %v, want exactly %v and %v", i, keep, mask[i], y[i], wantM, wantY)
+					}
+					if excess(mask[i], wantM, tol.Bound(wantM)) > 1 || excess(y[i], wantY, tol.Bound(wantY)) > 1 {
+						e.t.Fatalf("element %d (DropoutKeep = %v): got Mask %v and Y %v, want %v and %v", i, keep, mask[i], y[i], wantM, wantY)
+					}
+				}
+			})
+		}
+		e.run("N=0", func(e *env) {
+			e.launch(device.Dropout{DType: e.dt, N: 0, P: 0.5})
+			e.sync()
+		})
+	})
+}

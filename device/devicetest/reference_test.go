@@ -1,0 +1,233 @@
+package devicetest
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gocurrent/gocurrent/device"
+)
+
+// The suite's references are checked here without a device: the backward
+// references against central finite differences of the forward ones, the
+// optimizers against hand-computed steps, and the comparison helpers
+// against failures they must report.
+
+func randSlice(r *rand.Rand, n int, scale float64) []float64 {
+	x := make([]float64, n)
+	for i := range x {
+		x[i] = scale * (2*r.Float64() - 1)
+	}
+	return x
+}
+
+// fd is the central difference of f with respect to x[i].
+func fd(f func() float64, x []float64, i int) float64 {
+	const h = 1e-6
+	old := x[i]
+	x[i] = old + h
+	up := f()
+	x[i] = old - h
+	down := f()
+	x[i] = old
+	return (up - down) / (2 * h)
+}
+
+func dot(a, b []float64) float64 {
+	var s float64
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+func checkFD(t *testing.T, what string, f func() float64, x, grad []float64) {
+	t.Helper()
+	for i := range x {
+		want := fd(f, x, i)
+		if math.Abs(grad[i]-want) > 1e-6*(1+math.Abs(want)) {
+			t.Errorf("%s[%d]: reference gradient %v, finite difference %v", what, i, grad[i], want)
+		}
+	}
+}
+
+func TestLSTMReferenceGradient(t *testing.T) {
+	const batch, hidden = 2, 3
+	r := rand.New(rand.NewPCG(1, 2))
+	pre := randSlice(r, 4*batch*hidden, 2)
+	cPrev := randSlice(r, batch*hidden, 1.5)
+	bih, bhh := randSlice(r, 4*hidden, 1), randSlice(r, 4*hidden, 1)
+	dh, dc := randSlice(r, batch*hidden, 1), randSlice(r, batch*hidden, 1)
+	loss := func() float64 {
+		_, c, h := refLSTMCell(batch, hidden, pre, bih, bhh, cPrev)
+		return dot(dh, h) + dot(dc, c)
+	}
+	act, c, _ := refLSTMCell(batch, hidden, pre, bih, bhh, cPrev)
+	dPre, dCPrev := refLSTMCellGrad(batch, hidden, act, cPrev, c, dh, dc)
+	checkFD(t, "dPre", loss, pre, dPre)
+	checkFD(t, "dCPrev", loss, cPrev, dCPrev)
+	// DPre is the gradient of either bias, summed over the batch.
+	dBias := make([]float64, 4*hidden)
+	for b := 0; b < batch; b++ {
+		for j := range dBias {
+			dBias[j] += dPre[b*4*hidden+j]
+		}
+	}
+	checkFD(t, "dBiasIH", loss, bih, dBias)
+	checkFD(t, "dBiasHH", loss, bhh, dBias)
+}
+
+func TestGRUReferenceGradient(t *testing.T) {
+	const batch, hidden = 2, 3
+	r := rand.New(rand.NewPCG(3, 4))
+	xPre, hPre := randSlice(r, 3*batch*hidden, 2), randSlice(r, 3*batch*hidden, 2)
+	bih, bhh := randSlice(r, 3*hidden, 1), randSlice(r, 3*hidden, 1)
+	hPrev := randSlice(r, batch*hidden, 1)
+	dh := randSlice(r, batch*hidden, 1)
+	loss := func() float64 {
+		_, h := refGRUCell(batch, hidden, xPre, hPre, bih, bhh, hPrev)
+		return dot(dh, h)
+	}
+	act, _ := refGRUCell(batch, hidden, xPre, hPre, bih, bhh, hPrev)
+	dx, dhp, dhPrev := refGRUCellGrad(batch, hidden, act, hPrev, dh)
+	checkFD(t, "dXPre", loss, xPre, dx)
+	checkFD(t, "dHPre", loss, hPre, dhp)
+	// With XPre and HPre held fixed, only the direct part remains.
+	checkFD(t, "dHPrev", loss, hPrev, dhPrev)
+	sum := func(g []float64) []float64 {
+		s := make([]float64, 3*hidden)
+		for b := 0; b < batch; b++ {
+			for j := range s {
+				s[j] += g[b*3*hidden+j]
+			}
+		}
+		return s
+	}
+	checkFD(t, "dBiasIH", loss, bih, sum(dx))
+	checkFD(t, "dBiasHH", loss, bhh, sum(dhp))
+}
+
+func TestSoftmaxCrossEntropyReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	logits := randSlice(r, 7, 3)
+	target := int32(4)
+	loss := func() float64 { l, _, _ := ceRow(logits, target); return l }
+	_, _, d := ceRow(logits, target)
+	checkFD(t, "dLogits", loss, logits, d)
+	// Shifting every logit changes nothing; 1000 is as good as 0.
+	l0, _, _ := ceRow([]float64{1, 2, 3}, 0)
+	l1, _, _ := ceRow([]float64{1001, 1002, 1003}, 0)
+	if want := math.Log(math.Exp(1)+math.Exp(2)+math.Exp(3)) - 1; math.Abs(l0-want) > 1e-15 || math.Abs(l1-want) > 1e-12 {
+		t.Errorf("cross-entropy of [1 2 3] and [1001 1002 1003] at 0 = %v, %v; want %v", l0, l1, want)
+	}
+	p := refSoftmax(1, 3, []float64{0, math.Log(2), math.Log(4)}, 0.5)
+	// Temperature 0.5 squares the odds 1:2:4 to 1:4:16.
+	for i, want := range []float64{1.0 / 21, 4.0 / 21, 16.0 / 21} {
+		if math.Abs(p[i]-want) > 1e-15 {
+			t.Errorf("softmax at T=0.5 [%d] = %v, want %v", i, p[i], want)
+		}
+	}
+}
+
+func TestOptimizerReferences(t *testing.T) {
+	// SGD with momentum 0.9, dampening 0.5, lr 0.1, on one parameter 1
+	// with gradients 1 then 2: v1 = 1, p1 = 0.9; v2 = 0.9 + 0.5·2 = 1.9,
+	// p2 = 0.9 - 0.19 = 0.71. Nesterov from v1 = 1: g' = 1 + 0.9 = 1.9.
+	s := sgdState{param: []float64{1}, velocity: []float64{math.NaN()}}
+	a := device.SGD{LR: 0.1, Momentum: 0.9, Dampening: 0.5, Step: 1}
+	refSGD(a, &s, []float64{1})
+	a.Step = 2
+	refSGD(a, &s, []float64{2})
+	if math.Abs(s.param[0]-0.71) > 1e-15 || math.Abs(s.velocity[0]-1.9) > 1e-15 {
+		t.Errorf("SGD reference: param %v, velocity %v; want 0.71, 1.9", s.param[0], s.velocity[0])
+	}
+	s = sgdState{param: []float64{1}, velocity: []float64{0}}
+	refSGD(device.SGD{LR: 0.1, Momentum: 0.9, Nesterov: true, Step: 1}, &s, []float64{1})
+	if math.Abs(s.param[0]-0.81) > 1e-15 {
+		t.Errorf("Nesterov SGD reference: param %v, want 0.81", s.param[0])
+	}
+	// Adam's first step moves every parameter by lr·sign(g) when Eps is
+	// negligible; AdamW first shrinks it by 1 - lr·wd.
+	as := adamState{param: []float64{1, 1}, m: make([]float64, 2), v: make([]float64, 2)}
+	refAdam(device.Adam{LR: 0.01, Beta1: 0.9, Beta2: 0.999, Eps: 1e-12, WeightDecay: 0.5, Decoupled: true, Step: 1}, &as, []float64{3, -0.2})
+	if want := []float64{0.995 - 0.01, 0.995 + 0.01}; math.Abs(as.param[0]-want[0]) > 1e-12 || math.Abs(as.param[1]-want[1]) > 1e-12 {
+		t.Errorf("AdamW reference: params %v, want %v", as.param, want)
+	}
+	// RMSprop's first step divides g by sqrt(1-alpha)·|g| + eps.
+	rs := rmspropState{param: []float64{1}, squareAvg: []float64{0}, gradAvg: []float64{0}, velocity: []float64{0}}
+	refRMSprop(device.RMSprop{LR: 0.01, Alpha: 0.99, Eps: 0.1}, &rs, []float64{2})
+	if want := 1 - 0.01*2/(0.1*2+0.1); math.Abs(rs.param[0]-want) > 1e-15 {
+		t.Errorf("RMSprop reference: param %v, want %v", rs.param[0], want)
+	}
+	// Centered: sqrt(0.01·4 - 0.02²) = sqrt(0.0396).
+	rs = rmspropState{param: []float64{1}, squareAvg: []float64{0}, gradAvg: []float64{0}, velocity: []float64{0}}
+	refRMSprop(device.RMSprop{LR: 0.01, Alpha: 0.99, Eps: 0.1, Centered: true}, &rs, []float64{2})
+	if want := 1 - 0.01*2/(math.Sqrt(0.0396)+0.1); math.Abs(rs.param[0]-want) > 1e-15 {
+		t.Errorf("centered RMSprop reference: param %v, want %v", rs.param[0], want)
+	}
+}
+
+func TestGemmReference(t *testing.T) {
+	// [1 2; 3 4]ᵀ · [5 6; 7 8] = [1·5+3·7 1·6+3·8; 2·5+4·7 2·6+4·8] = [26 30; 38 44],
+	// stored with LdC 3 so the third column is a gap that stays.
+	g := device.Gemm{TransA: true, M: 2, N: 2, K: 2, Alpha: 1, Beta: 1, LdC: 3}
+	c, mag := refGemm(g, []float64{1, 2, 3, 4}, []float64{5, 6, 7, 8}, []float64{1, 1, -9, 1, 1})
+	want := []float64{27, 31, -9, 39, 45}
+	for i := range want {
+		if c[i] != want[i] {
+			t.Fatalf("refGemm = %v, want %v", c, want)
+		}
+	}
+	if mag[2] != 0 || mag[0] != 27 {
+		t.Errorf("refGemm magnitudes = %v, want 0 in the gap and 27 at 0", mag)
+	}
+}
+
+// recorder is a testing.TB that records failures instead of failing.
+type recorder struct {
+	testing.TB
+	failed []string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.failed = append(r.failed, describe(format, args...))
+}
+
+func TestComparisons(t *testing.T) {
+	tol := PointwiseTolerance(device.Float32)
+	cases := []struct {
+		name      string
+		got, want []float64
+		pass      bool
+	}{
+		{"equal", []float64{1, 2}, []float64{1, 2}, true},
+		{"within", []float64{1 + 5e-6, 2}, []float64{1, 2}, true},
+		{"beyond", []float64{1, 2.001}, []float64{1, 2}, false},
+		{"NaN for a number", []float64{math.NaN()}, []float64{1}, false},
+		{"NaN for NaN", []float64{math.NaN()}, []float64{math.NaN()}, true},
+		{"number for NaN", []float64{0}, []float64{math.NaN()}, false},
+		{"infinity for infinity", []float64{math.Inf(1)}, []float64{math.Inf(1)}, true},
+		{"wrong infinity", []float64{math.Inf(-1)}, []float64{math.Inf(1)}, false},
+		{"length", []float64{1}, []float64{1, 2}, false},
+	}
+	for _, c := range cases {
+		r := &recorder{TB: t}
+		if got := checkClose(r, "x", c.got, c.want, nil, tol); got != c.pass || (len(r.failed) == 0) != c.pass {
+			t.Errorf("%s: checkClose = %v with failures %q, want %v", c.name, got, r.failed, c.pass)
+		}
+	}
+	r := &recorder{TB: t}
+	checkClose(r, "x", []float64{0, 1.5, 0}, []float64{0, 1, 0}, nil, tol)
+	if len(r.failed) != 1 || r.failed[0] != "x[1]: got 1.5, want 1 (difference 0.5, allowed 2e-05 at magnitude 1; 1 of 3 elements out of tolerance)" {
+		t.Errorf("failure message = %q", r.failed)
+	}
+	// A sum's bound is relative to its terms: 1e8 - 1e8 + 1 may be off by
+	// far more than 1e-5 · 1 in float32.
+	if !checkClose(t, "sum", []float64{1.5}, []float64{1}, []float64{2e8 + 1}, SumTolerance(device.Float32, 3)) {
+		t.Errorf("a sum with cancelling terms failed a bound relative to its terms")
+	}
+	if got := SumTolerance(device.Float64, 1<<20).Rel; got > 1e-12 || got < 1e-14 {
+		t.Errorf("SumTolerance(Float64, 2^20).Rel = %v, want between 1e-14 and 1e-12", got)
+	}
+}

@@ -1,0 +1,823 @@
+package device
+
+import "fmt"
+
+// Kernels are the operations the layers and the trainer run on a device.
+// Each takes its arguments as one struct of buffers and shapes, checks them
+// (Check) and queues the work on the compute stream: a nil error means
+// the work was queued, not that it ran. Buffers must belong to the device;
+// a buffer may hold more than the shape needs, never less. Outputs must not
+// overlap inputs unless the argument's documentation says it may alias.
+//
+// Layouts are row-major; "[B, H]" is B rows of H contiguous elements.
+// Float kernels take DType Float32 or Float64; ids and targets are Int32.
+// Scalars (learning rates, scales) are float64 and rounded to DType.
+type Kernels interface {
+	Gemm(a Gemm) error
+
+	LSTMCell(a LSTMCell) error
+	LSTMCellGrad(a LSTMCellGrad) error
+	GRUCell(a GRUCell) error
+	GRUCellGrad(a GRUCellGrad) error
+
+	Embedding(a Embedding) error
+	EmbeddingGrad(a EmbeddingGrad) error
+	SoftmaxCrossEntropy(a SoftmaxCrossEntropy) error
+	Softmax(a Softmax) error
+	Dropout(a Dropout) error
+
+	AddBias(a AddBias) error
+	SumRows(a SumRows) error
+	Fill(a Fill) error
+	Copy(a Copy) error
+	Axpby(a Axpby) error
+	Mul(a Mul) error
+	Clamp(a Clamp) error
+	SumSquares(a SumSquares) error
+
+	SGD(a SGD) error
+	Adam(a Adam) error
+	RMSprop(a RMSprop) error
+}
+
+// Gemm computes C = Alpha·op(A)·op(B) + Beta·C for row-major matrices,
+// where op(X) is X or its transpose: op(A) is M×K, op(B) is K×N, C is M×N.
+// With Batch > 1 it does Batch such products, matrix i of each operand
+// starting Stride elements after matrix i-1 (strided batched GEMM). With
+// Beta = 0, C is not read (NaNs in it do not propagate).
+type Gemm struct {
+	DType          DType // Float32 or Float64
+	TransA, TransB bool
+	M, N, K        int
+	Alpha, Beta    float64
+	A, B, C        Buffer
+	// LdA, LdB, LdC are the row strides of the stored matrices, in
+	// elements; 0 means packed (the stored matrix's column count).
+	LdA, LdB, LdC int
+	// Batch is the number of products; 0 means 1.
+	Batch int
+	// StrideA, StrideB, StrideC are the distances between consecutive
+	// matrices in elements; 0 means packed (rows × leading dimension).
+	StrideA, StrideB, StrideC int
+}
+
+// WithDefaults returns g with its zero Ld, Batch and Stride fields replaced
+// by the packed values they stand for.
+func (g Gemm) WithDefaults() Gemm {
+	ra, ca := g.M, g.K
+	if g.TransA {
+		ra, ca = ca, ra
+	}
+	rb, cb := g.K, g.N
+	if g.TransB {
+		rb, cb = cb, rb
+	}
+	if g.LdA == 0 {
+		g.LdA = ca
+	}
+	if g.LdB == 0 {
+		g.LdB = cb
+	}
+	if g.LdC == 0 {
+		g.LdC = g.N
+	}
+	if g.Batch == 0 {
+		g.Batch = 1
+	}
+	if g.StrideA == 0 {
+		g.StrideA = ra * g.LdA
+	}
+	if g.StrideB == 0 {
+		g.StrideB = rb * g.LdB
+	}
+	if g.StrideC == 0 {
+		g.StrideC = g.M * g.LdC
+	}
+	return g
+}
+
+// Check reports whether the arguments are valid for d.
+func (g Gemm) Check(d Device) error {
+	c := checker{d: d, kernel: "Gemm"}
+	c.float(g.DType)
+	c.positive("M", g.M)
+	c.positive("N", g.N)
+	c.positive("K", g.K)
+	c.nonNegative("Batch", g.Batch)
+	if c.err != nil {
+		return c.err
+	}
+	w := g.WithDefaults()
+	ra, ca := g.M, g.K
+	if g.TransA {
+		ra, ca = ca, ra
+	}
+	rb, cb := g.K, g.N
+	if g.TransB {
+		rb, cb = cb, rb
+	}
+	c.atLeast("LdA", w.LdA, ca)
+	c.atLeast("LdB", w.LdB, cb)
+	c.atLeast("LdC", w.LdC, g.N)
+	c.nonNegative("StrideA", w.StrideA)
+	c.nonNegative("StrideB", w.StrideB)
+	c.nonNegative("StrideC", w.StrideC)
+	if c.err != nil {
+		return c.err
+	}
+	c.buf("A", g.A, g.DType, (w.Batch-1)*w.StrideA+(ra-1)*w.LdA+ca)
+	c.buf("B", g.B, g.DType, (w.Batch-1)*w.StrideB+(rb-1)*w.LdB+cb)
+	c.buf("C", g.C, g.DType, (w.Batch-1)*w.StrideC+(g.M-1)*w.LdC+g.N)
+	return c.err
+}
+
+// LSTMCell is the pointwise part of one LSTM time step, PyTorch's
+// equations with gate order i, f, g, o:
+//
+//	i = σ(pre_i + b_i)   f = σ(pre_f + b_f)   g = tanh(pre_g + b_g)   o = σ(pre_o + b_o)
+//	c = f·cPrev + i·g    h = o·tanh(c)
+//
+// where pre = x·W_ihᵀ + hPrev·W_hhᵀ (the two GEMMs of the step) and
+// b = BiasIH + BiasHH.
+type LSTMCell struct {
+	DType         DType
+	Batch, Hidden int
+	// Pre is [Batch, 4·Hidden], the gate pre-activations without bias.
+	Pre Buffer
+	// BiasIH and BiasHH are [4·Hidden] each, or none for no bias.
+	BiasIH, BiasHH Buffer
+	// CPrev is [Batch, Hidden], the previous cell state.
+	CPrev Buffer
+	// C and H are [Batch, Hidden], the new cell and hidden state.
+	C, H Buffer
+	// Act is [Batch, 4·Hidden]: the activated gates i, f, g, o, saved for
+	// LSTMCellGrad; none in no-grad mode. It may be Pre.
+	Act Buffer
+}
+
+// Check reports whether the arguments are valid for d.
+func (a LSTMCell) Check(d Device) error {
+	c := checker{d: d, kernel: "LSTMCell"}
+	c.float(a.DType)
+	c.positive("Batch", a.Batch)
+	c.positive("Hidden", a.Hidden)
+	if c.err != nil {
+		return c.err
+	}
+	bh := a.Batch * a.Hidden
+	c.buf("Pre", a.Pre, a.DType, 4*bh)
+	c.opt("BiasIH", a.BiasIH, a.DType, 4*a.Hidden)
+	c.opt("BiasHH", a.BiasHH, a.DType, 4*a.Hidden)
+	c.buf("CPrev", a.CPrev, a.DType, bh)
+	c.buf("C", a.C, a.DType, bh)
+	c.buf("H", a.H, a.DType, bh)
+	c.opt("Act", a.Act, a.DType, 4*bh)
+	return c.err
+}
+
+// LSTMCellGrad is the backward of LSTMCell for one step. With tc = tanh(c)
+// and dcT = DC + DH·o·(1-tc²):
+//
+//	dPre_i = dcT·g·i(1-i)   dPre_f = dcT·cPrev·f(1-f)
+//	dPre_g = dcT·i·(1-g²)   dPre_o = DH·tc·o(1-o)   dCPrev = dcT·f
+//
+// DPre is also the gradient of both biases; the layer sums it over the
+// batch (SumRows) and multiplies it by the weights (Gemm).
+type LSTMCellGrad struct {
+	DType         DType
+	Batch, Hidden int
+	// Act [Batch, 4·Hidden], CPrev and C [Batch, Hidden] are what
+	// LSTMCell saved and read.
+	Act, CPrev, C Buffer
+	// DH is [Batch, Hidden], the gradient with respect to h (from the
+	// output and from the next step); DC is [Batch, Hidden], the gradient
+	// with respect to c from the next step (zeros at the last step).
+	DH, DC Buffer
+	// DPre is [Batch, 4·Hidden], the gradient with respect to the
+	// pre-activations. It may be Act.
+	DPre Buffer
+	// DCPrev is [Batch, Hidden], the gradient with respect to CPrev. It
+	// may be DC.
+	DCPrev Buffer
+}
+
+// Check reports whether the arguments are valid for d.
+func (a LSTMCellGrad) Check(d Device) error {
+	c := checker{d: d, kernel: "LSTMCellGrad"}
+	c.float(a.DType)
+	c.positive("Batch", a.Batch)
+	c.positive("Hidden", a.Hidden)
+	if c.err != nil {
+		return c.err
+	}
+	bh := a.Batch * a.Hidden
+	c.buf("Act", a.Act, a.DType, 4*bh)
+	c.buf("CPrev", a.CPrev, a.DType, bh)
+	c.buf("C", a.C, a.DType, bh)
+	c.buf("DH", a.DH, a.DType, bh)
+	c.buf("DC", a.DC, a.DType, bh)
+	c.buf("DPre", a.DPre, a.DType, 4*bh)
+	c.buf("DCPrev", a.DCPrev, a.DType, bh)
+	return c.err
+}
+
+// GRUCell is the pointwise part of one GRU time step, with PyTorch's (and
+// cuDNN's) equations and gate order r, z, n; the reset gate multiplies the
+// recurrent product plus its bias:
+//
+//	r = σ(x_r + bi_r + h_r + bh_r)   z = σ(x_z + bi_z + h_z + bh_z)
+//	n = tanh(x_n + bi_n + r·(h_n + bh_n))   h = (1-z)·n + z·hPrev
+//
+// where x = XPre = x·W_ihᵀ and h = HPre = hPrev·W_hhᵀ.
+type GRUCell struct {
+	DType         DType
+	Batch, Hidden int
+	// XPre and HPre are [Batch, 3·Hidden], the input and recurrent
+	// products without bias.
+	XPre, HPre Buffer
+	// BiasIH and BiasHH are [3·Hidden] each, or none for no bias.
+	BiasIH, BiasHH Buffer
+	// HPrev is [Batch, Hidden], the previous hidden state.
+	HPrev Buffer
+	// H is [Batch, Hidden], the new hidden state. It may be HPrev.
+	H Buffer
+	// Act is [Batch, 4·Hidden]: r, z, n and h_n + bh_n, saved for
+	// GRUCellGrad; none in no-grad mode.
+	Act Buffer
+}
+
+// Check reports whether the arguments are valid for d.
+func (a GRUCell) Check(d Device) error {
+	c := checker{d: d, kernel: "GRUCell"}
+	c.float(a.DType)
+	c.positive("Batch", a.Batch)
+	c.positive("Hidden", a.Hidden)
+	if c.err != nil {
+		return c.err
+	}
+	bh := a.Batch * a.Hidden
+	c.buf("XPre", a.XPre, a.DType, 3*bh)
+	c.buf("HPre", a.HPre, a.DType, 3*bh)
+	c.opt("BiasIH", a.BiasIH, a.DType, 3*a.Hidden)
+	c.opt("BiasHH", a.BiasHH, a.DType, 3*a.Hidden)
+	c.buf("HPrev", a.HPrev, a.DType, bh)
+	c.buf("H", a.H, a.DType, bh)
+	c.opt("Act", a.Act, a.DType, 4*bh)
+	return c.err
+}
+
+// GRUCellGrad is the backward of GRUCell for one step:
+//
+//	dz  = DH·(hPrev-n)·z(1-z)      dn = DH·(1-z)·(1-n²)
+//	dr  = dn·(h_n+bh_n)·r(1-r)
+//	DXPre = [dr, dz, dn]   DHPre = [dr, dz, dn·r]   DHPrev = DH·z
+//
+// DXPre and DHPre are also the gradients of BiasIH and BiasHH. DHPrev is
+// only the direct part of the gradient with respect to hPrev; the layer
+// adds DHPre·W_hh to it (Gemm with Beta 1).
+type GRUCellGrad struct {
+	DType         DType
+	Batch, Hidden int
+	// Act [Batch, 4·Hidden] and HPrev [Batch, Hidden] are what GRUCell
+	// saved and read.
+	Act, HPrev Buffer
+	// DH is [Batch, Hidden], the gradient with respect to h.
+	DH Buffer
+	// DXPre and DHPre are [Batch, 3·Hidden], the gradients with respect
+	// to XPre and HPre.
+	DXPre, DHPre Buffer
+	// DHPrev is [Batch, Hidden]. It may be DH.
+	DHPrev Buffer
+}
+
+// Check reports whether the arguments are valid for d.
+func (a GRUCellGrad) Check(d Device) error {
+	c := checker{d: d, kernel: "GRUCellGrad"}
+	c.float(a.DType)
+	c.positive("Batch", a.Batch)
+	c.positive("Hidden", a.Hidden)
+	if c.err != nil {
+		return c.err
+	}
+	bh := a.Batch * a.Hidden
+	c.buf("Act", a.Act, a.DType, 4*bh)
+	c.buf("HPrev", a.HPrev, a.DType, bh)
+	c.buf("DH", a.DH, a.DType, bh)
+	c.buf("DXPre", a.DXPre, a.DType, 3*bh)
+	c.buf("DHPre", a.DHPre, a.DType, 3*bh)
+	c.buf("DHPrev", a.DHPrev, a.DType, bh)
+	return c.err
+}
+
+// Embedding gathers rows of a table: Out[i] = Table[IDs[i]]. An id outside
+// [0, Vocab) writes zeros and raises ErrIndex on the stream.
+type Embedding struct {
+	DType         DType
+	N, Dim, Vocab int
+	Table         Buffer // [Vocab, Dim]
+	IDs           Buffer // [N] Int32
+	Out           Buffer // [N, Dim]
+}
+
+// Check reports whether the arguments are valid for d.
+func (a Embedding) Check(d Device) error {
+	c := checker{d: d, kernel: "Embedding"}
+	c.float(a.DType)
+	c.nonNegative("N", a.N)
+	c.positive("Dim", a.Dim)
+	c.positive("Vocab", a.Vocab)
+	if c.err != nil || a.N == 0 {
+		return c.err
+	}
+	c.buf("Table", a.Table, a.DType, a.Vocab*a.Dim)
+	c.buf("IDs", a.IDs, Int32, a.N)
+	c.buf("Out", a.Out, a.DType, a.N*a.Dim)
+	return c.err
+}
+
+// EmbeddingGrad is the backward of Embedding, a scatter-add:
+// DTable[IDs[i]] += DOut[i] for every i, deterministic on every device. An
+// id outside [0, Vocab) is skipped and raises ErrIndex on the stream.
+type EmbeddingGrad struct {
+	DType         DType
+	N, Dim, Vocab int
+	IDs           Buffer // [N] Int32
+	DOut          Buffer // [N, Dim]
+	DTable        Buffer // [Vocab, Dim], added into
+}
+
+// Check reports whether the arguments are valid for d.
+func (a EmbeddingGrad) Check(d Device) error {
+	c := checker{d: d, kernel: "EmbeddingGrad"}
+	c.float(a.DType)
+	c.nonNegative("N", a.N)
+	c.positive("Dim", a.Dim)
+	c.positive("Vocab", a.Vocab)
+	if c.err != nil || a.N == 0 {
+		return c.err
+	}
+	c.buf("IDs", a.IDs, Int32, a.N)
+	c.buf("DOut", a.DOut, a.DType, a.N*a.Dim)
+	c.buf("DTable", a.DTable, a.DType, a.Vocab*a.Dim)
+	return c.err
+}
+
+// SoftmaxCrossEntropy computes, over N rows of logits,
+//
+//	Loss = Scale · Σ_i -log softmax(Logits[i])[Targets[i]]
+//	DLogits[i] = Scale · (softmax(Logits[i]) - onehot(Targets[i]))
+//
+// so Scale = 1/N gives the mean (and 1/(N·K) the mean over K accumulated
+// micro-batches). The softmax is computed stably (max subtracted) and the
+// sum in float64 on the CPU device. A target outside [0, Classes) adds
+// nothing, leaves its row of DLogits zero and raises ErrIndex.
+type SoftmaxCrossEntropy struct {
+	DType      DType
+	N, Classes int
+	Logits     Buffer // [N, Classes]
+	Targets    Buffer // [N] Int32
+	Scale      float64
+	// Loss is one element of DType.
+	Loss Buffer
+	// Accumulate adds to Loss instead of overwriting it.
+	Accumulate bool
+	// DLogits is [N, Classes], or none for the loss alone. It may be
+	// Logits.
+	DLogits Buffer
+}
+
+// Check reports whether the arguments are valid for d.
+func (a SoftmaxCrossEntropy) Check(d Device) error {
+	c := checker{d: d, kernel: "SoftmaxCrossEntropy"}
+	c.float(a.DType)
+	c.positive("N", a.N)
+	c.positive("Classes", a.Classes)
+	if c.err != nil {
+		return c.err
+	}
+	c.buf("Logits", a.Logits, a.DType, a.N*a.Classes)
+	c.buf("Targets", a.Targets, Int32, a.N)
+	c.buf("Loss", a.Loss, a.DType, 1)
+	c.opt("DLogits", a.DLogits, a.DType, a.N*a.Classes)
+	return c.err
+}
+
+// Softmax writes Probs[i] = softmax(Logits[i] / Temperature) for N rows;
+// Temperature 0 means 1. Probs may be Logits.
+type Softmax struct {
+	DType         DType
+	N, Classes    int
+	Logits, Probs Buffer // [N, Classes]
+	Temperature   float64
+}
+
+// Check reports whether the arguments are valid for d.
+func (a Softmax) Check(d Device) error {
+	c := checker{d: d, kernel: "Softmax"}
+	c.float(a.DType)
+	c.positive("N", a.N)
+	c.positive("Classes", a.Classes)
+	if a.Temperature < 0 {
+		c.fail("Temperature %v is negative", a.Temperature)
+	}
+	if c.err != nil {
+		return c.err
+	}
+	c.buf("Logits", a.Logits, a.DType, a.N*a.Classes)
+	c.buf("Probs", a.Probs, a.DType, a.N*a.Classes)
+	return c.err
+}
+
+// Dropout zeroes each element with probability P and scales the kept ones
+// by 1/(1-P): Y = X·Mask, Mask[i] = 1/(1-P) if DropoutKeep(Seed, Offset+i, P)
+// else 0. The mask is a function of (Seed, Offset+i) alone, so every device
+// draws the same one; the backward is Mul(dY, Mask). Y may be X.
+type Dropout struct {
+	DType  DType
+	N      int
+	P      float64 // in [0, 1)
+	Seed   uint64
+	Offset uint64
+	X, Y   Buffer // [N]
+	Mask   Buffer // [N] of DType
+}
+
+// Check reports whether the arguments are valid for d.
+func (a Dropout) Check(d Device) error {
+	c := checker{d: d, kernel: "Dropout"}
+	c.float(a.DType)
+	c.nonNegative("N", a.N)
+	if !(a.P >= 0 && a.P < 1) {
+		c.fail("P %v is not in [0, 1)", a.P)
+	}
+	if c.err != nil || a.N == 0 {
+		return c.err
+	}
+	c.buf("X", a.X, a.DType, a.N)
+	c.buf("Y", a.Y, a.DType, a.N)
+	c.buf("Mask", a.Mask, a.DType, a.N)
+	return c.err
+}
+
+// DropoutKeep reports whether dropout with probability p keeps element
+// index of the mask drawn with seed: a splitmix64 hash of seed and index,
+// its top 24 bits read as a uniform u in [0, 1), kept when u >= p. Every
+// device implements exactly this, so masks agree across devices.
+func DropoutKeep(seed, index uint64, p float64) bool {
+	z := seed ^ (index * 0x9E3779B97F4A7C15)
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	z ^= z >> 31
+	u := float64(z>>40) * (1.0 / (1 << 24))
+	return u >= p
+}
+
+// AddBias adds a row vector to every row: Y[i] += Bias.
+type AddBias struct {
+	DType      DType
+	Rows, Cols int
+	Bias       Buffer // [Cols]
+	Y          Buffer // [Rows, Cols]
+}
+
+// Check reports whether the arguments are valid for d.
+func (a AddBias) Check(d Device) error {
+	c := checker{d: d, kernel: "AddBias"}
+	c.float(a.DType)
+	c.positive("Rows", a.Rows)
+	c.positive("Cols", a.Cols)
+	if c.err != nil {
+		return c.err
+	}
+	c.buf("Bias", a.Bias, a.DType, a.Cols)
+	c.buf("Y", a.Y, a.DType, a.Rows*a.Cols)
+	return c.err
+}
+
+// SumRows sums the rows of X: Out = Σ_i X[i] (+ Out with Accumulate). It
+// is the gradient of AddBias.
+type SumRows struct {
+	DType      DType
+	Rows, Cols int
+	X          Buffer // [Rows, Cols]
+	Out        Buffer // [Cols]
+	Accumulate bool
+}
+
+// Check reports whether the arguments are valid for d.
+func (a SumRows) Check(d Device) error {
+	c := checker{d: d, kernel: "SumRows"}
+	c.float(a.DType)
+	c.positive("Rows", a.Rows)
+	c.positive("Cols", a.Cols)
+	if c.err != nil {
+		return c.err
+	}
+	c.buf("X", a.X, a.DType, a.Rows*a.Cols)
+	c.buf("Out", a.Out, a.DType, a.Cols)
+	return c.err
+}
+
+// Fill sets N elements of X to Value.
+type Fill struct {
+	DType DType // Float32, Float64 or Int32
+	N     int
+	X     Buffer
+	Value float64
+}
+
+// Check reports whether the arguments are valid for d.
+func (a Fill) Check(d Device) error {
+	c := checker{d: d, kernel: "Fill"}
+	if a.DType.Size() == 0 {
+		c.fail("DType %v is not an element type", a.DType)
+	}
+	c.nonNegative("N", a.N)
+	if c.err != nil || a.N == 0 {
+		return c.err
+	}
+	c.buf("X", a.X, a.DType, a.N)
+	return c.err
+}
+
+// Copy copies Src.Len() bytes from Src to the start of Dst, device to
+// device. They must not overlap.
+type Copy struct {
+	Dst, Src Buffer
+}
+
+// Check reports whether the arguments are valid for d.
+func (a Copy) Check(d Device) error {
+	c := checker{d: d, kernel: "Copy"}
+	c.owned("Src", a.Src)
+	c.owned("Dst", a.Dst)
+	if c.err == nil && a.Dst.Len() < a.Src.Len() {
+		c.fail("Dst holds %d bytes, Src %d", a.Dst.Len(), a.Src.Len())
+	}
+	return c.err
+}
+
+// Axpby computes Y = Alpha·X + Beta·Y over N elements (add, scale and
+// accumulate in one). With Beta = 0, Y is not read. Y may be X.
+type Axpby struct {
+	DType       DType
+	N           int
+	Alpha, Beta float64
+	X, Y        Buffer
+}
+
+// Check reports whether the arguments are valid for d.
+func (a Axpby) Check(d Device) error {
+	c := checker{d: d, kernel: "Axpby"}
+	c.float(a.DType)
+	c.nonNegative("N", a.N)
+	if c.err != nil || a.N == 0 {
+		return c.err
+	}
+	c.buf("X", a.X, a.DType, a.N)
+	c.buf("Y", a.Y, a.DType, a.N)
+	return c.err
+}
+
+// Mul computes Z = X·Y element-wise over N elements. Z may be X or Y.
+type Mul struct {
+	DType   DType
+	N       int
+	X, Y, Z Buffer
+}
+
+// Check reports whether the arguments are valid for d.
+func (a Mul) Check(d Device) error {
+	c := checker{d: d, kernel: "Mul"}
+	c.float(a.DType)
+	c.nonNegative("N", a.N)
+	if c.err != nil || a.N == 0 {
+		return c.err
+	}
+	c.buf("X", a.X, a.DType, a.N)
+	c.buf("Y", a.Y, a.DType, a.N)
+	c.buf("Z", a.Z, a.DType, a.N)
+	return c.err
+}
+
+// Clamp limits N elements of X to [Min, Max] in place (element-wise
+// gradient clipping). NaNs stay NaN.
+type Clamp struct {
+	DType    DType
+	N        int
+	Min, Max float64
+	X        Buffer
+}
+
+// Check reports whether the arguments are valid for d.
+func (a Clamp) Check(d Device) error {
+	c := checker{d: d, kernel: "Clamp"}
+	c.float(a.DType)
+	c.nonNegative("N", a.N)
+	if !(a.Min <= a.Max) {
+		c.fail("Min %v is not at most Max %v", a.Min, a.Max)
+	}
+	if c.err != nil || a.N == 0 {
+		return c.err
+	}
+	c.buf("X", a.X, a.DType, a.N)
+	return c.err
+}
+
+// SumSquares computes Out = Σ X[i]² over N elements (+ Out with
+// Accumulate), the building block of global-norm clipping: accumulate over
+// every gradient, then take the square root. A NaN or infinity in X makes
+// Out non-finite, which is how non-finite gradients are found.
+type SumSquares struct {
+	DType      DType
+	N          int
+	X          Buffer
+	Out        Buffer // one element of DType
+	Accumulate bool
+}
+
+// Check reports whether the arguments are valid for d.
+func (a SumSquares) Check(d Device) error {
+	c := checker{d: d, kernel: "SumSquares"}
+	c.float(a.DType)
+	c.nonNegative("N", a.N)
+	if c.err != nil {
+		return c.err
+	}
+	if a.N > 0 {
+		c.buf("X", a.X, a.DType, a.N)
+	}
+	c.buf("Out", a.Out, a.DType, 1)
+	return c.err
+}
+
+// SGD is PyTorch's torch.optim.SGD step over N parameters:
+//
+//	g = Grad + WeightDecay·Param
+//	v = g at Step 1, else Momentum·v + (1-Dampening)·g   (when Momentum ≠ 0)
+//	g = g + Momentum·v if Nesterov, else v                (when Momentum ≠ 0)
+//	Param -= LR·g
+type SGD struct {
+	DType                                DType
+	N                                    int
+	LR, Momentum, Dampening, WeightDecay float64
+	Nesterov                             bool
+	// Step is the 1-based number of this step.
+	Step                  int
+	Param, Grad, Velocity Buffer // [N]; Velocity only with Momentum ≠ 0
+}
+
+// Check reports whether the arguments are valid for d.
+func (a SGD) Check(d Device) error {
+	c := checker{d: d, kernel: "SGD"}
+	c.float(a.DType)
+	c.nonNegative("N", a.N)
+	c.positive("Step", a.Step)
+	if c.err != nil || a.N == 0 {
+		return c.err
+	}
+	c.buf("Param", a.Param, a.DType, a.N)
+	c.buf("Grad", a.Grad, a.DType, a.N)
+	if a.Momentum != 0 {
+		c.buf("Velocity", a.Velocity, a.DType, a.N)
+	}
+	return c.err
+}
+
+// Adam is PyTorch's torch.optim.Adam step (or AdamW with Decoupled) over N
+// parameters, with t = Step:
+//
+//	Adam:  g = Grad + WeightDecay·Param      AdamW: Param *= 1 - LR·WeightDecay; g = Grad
+//	M = Beta1·M + (1-Beta1)·g                V = Beta2·V + (1-Beta2)·g²
+//	Param -= (LR/(1-Beta1^t)) · M / (sqrt(V)/sqrt(1-Beta2^t) + Eps)
+type Adam struct {
+	DType                              DType
+	N                                  int
+	LR, Beta1, Beta2, Eps, WeightDecay float64
+	Decoupled                          bool
+	Step                               int // 1-based
+	Param, Grad, M, V                  Buffer
+}
+
+// Check reports whether the arguments are valid for d.
+func (a Adam) Check(d Device) error {
+	c := checker{d: d, kernel: "Adam"}
+	c.float(a.DType)
+	c.nonNegative("N", a.N)
+	c.positive("Step", a.Step)
+	if !(a.Beta1 >= 0 && a.Beta1 < 1) || !(a.Beta2 >= 0 && a.Beta2 < 1) {
+		c.fail("Beta1 %v and Beta2 %v must be in [0, 1)", a.Beta1, a.Beta2)
+	}
+	if c.err != nil || a.N == 0 {
+		return c.err
+	}
+	c.buf("Param", a.Param, a.DType, a.N)
+	c.buf("Grad", a.Grad, a.DType, a.N)
+	c.buf("M", a.M, a.DType, a.N)
+	c.buf("V", a.V, a.DType, a.N)
+	return c.err
+}
+
+// RMSprop is PyTorch's torch.optim.RMSprop step over N parameters:
+//
+//	g = Grad + WeightDecay·Param
+//	SquareAvg = Alpha·SquareAvg + (1-Alpha)·g²
+//	avg = sqrt(SquareAvg - GradAvg²) + Eps with Centered (GradAvg = Alpha·GradAvg + (1-Alpha)·g first),
+//	      sqrt(SquareAvg) + Eps otherwise
+//	with Momentum ≠ 0: Velocity = Momentum·Velocity + g/avg; Param -= LR·Velocity
+//	else:              Param -= LR·g/avg
+type RMSprop struct {
+	DType                                 DType
+	N                                     int
+	LR, Alpha, Eps, WeightDecay, Momentum float64
+	Centered                              bool
+	Param, Grad, SquareAvg                Buffer
+	GradAvg                               Buffer // only with Centered
+	Velocity                              Buffer // only with Momentum ≠ 0
+}
+
+// Check reports whether the arguments are valid for d.
+func (a RMSprop) Check(d Device) error {
+	c := checker{d: d, kernel: "RMSprop"}
+	c.float(a.DType)
+	c.nonNegative("N", a.N)
+	if c.err != nil || a.N == 0 {
+		return c.err
+	}
+	c.buf("Param", a.Param, a.DType, a.N)
+	c.buf("Grad", a.Grad, a.DType, a.N)
+	c.buf("SquareAvg", a.SquareAvg, a.DType, a.N)
+	if a.Centered {
+		c.buf("GradAvg", a.GradAvg, a.DType, a.N)
+	}
+	if a.Momentum != 0 {
+		c.buf("Velocity", a.Velocity, a.DType, a.N)
+	}
+	return c.err
+}
+
+// checker collects the first problem with a kernel's arguments. It lives
+// on the caller's stack and allocates only when it finds a problem.
+type checker struct {
+	d      Device
+	kernel string
+	err    error
+}
+
+func (c *checker) fail(format string, args ...any) {
+	if c.err == nil {
+		c.err = fmt.Errorf("device: %s: %s: %w", c.kernel, fmt.Sprintf(format, args...), ErrShape)
+	}
+}
+
+func (c *checker) float(t DType) {
+	if t != Float32 && t != Float64 {
+		c.fail("DType %v is not Float32 or Float64", t)
+	}
+}
+
+func (c *checker) positive(name string, v int) {
+	if v <= 0 {
+		c.fail("%s is %d, must be positive", name, v)
+	}
+}
+
+func (c *checker) nonNegative(name string, v int) {
+	if v < 0 {
+		c.fail("%s is %d, must not be negative", name, v)
+	}
+}
+
+func (c *checker) atLeast(name string, v, min int) {
+	if v < min {
+		c.fail("%s is %d, must be at least %d", name, v, min)
+	}
+}
+
+// owned checks that b is a buffer of the checker's device.
+func (c *checker) owned(name string, b Buffer) {
+	if c.err != nil {
+		return
+	}
+	if b.dev == nil {
+		c.err = fmt.Errorf("device: %s: %s is the zero Buffer: %w", c.kernel, name, ErrForeignBuffer)
+	} else if b.dev != c.d {
+		c.err = fmt.Errorf("device: %s: %s belongs to %s, not %s: %w", c.kernel, name, b.dev.Name(), c.d.Name(), ErrForeignBuffer)
+	}
+}
+
+// buf checks that b is a buffer of the device holding at least n elements
+// of t.
+func (c *checker) buf(name string, b Buffer, t DType, n int) {
+	c.owned(name, b)
+	if c.err == nil && b.size < int64(n)*t.Size() {
+		c.fail("%s holds %d bytes, needs %d (%d %v)", name, b.size, int64(n)*t.Size(), n, t)
+	}
+}
+
+// opt is buf for an optional buffer: the zero Buffer passes.
+func (c *checker) opt(name string, b Buffer, t DType, n int) {
+	if !b.IsZero() {
+		c.buf(name, b, t, n)
+	}
+}
