@@ -34,9 +34,10 @@ type Device interface {
 	// stream, and returns when the copy is done. len(src) must not exceed
 	// dst.Len().
 	Upload(dst Buffer, src []byte) error
-	// Download copies src into dst after the work queued on the compute
-	// stream, and returns when the copy is done. It reports, as Synchronize
-	// does, an error raised by earlier work on the compute stream.
+	// Download copies the first len(dst) bytes of src into dst after the
+	// work queued on the compute stream, and returns when the copy is done.
+	// It reports, as Synchronize does, an error raised by earlier work on
+	// the compute stream.
 	Download(dst []byte, src Buffer) error
 
 	// Stream is the compute stream: every kernel runs on it.
@@ -45,8 +46,9 @@ type Device interface {
 	// is closed with the device if not before.
 	NewStream() (Stream, error)
 
-	// Staging returns a host buffer for asynchronous copies: pinned
-	// (page-locked) on CUDA, plain host memory on the CPU device.
+	// Staging returns a host buffer of exactly bytes bytes for asynchronous
+	// copies: pinned (page-locked) on CUDA, plain host memory on the CPU
+	// device.
 	Staging(bytes int64) (HostBuffer, error)
 	// FreeStaging returns a staging buffer. Copies that use it must have
 	// completed (wait for their events first).
@@ -56,8 +58,9 @@ type Device interface {
 	// dst read by other streams, until the event completed. src.Len() must
 	// not exceed dst.Len().
 	CopyToDevice(dst Buffer, src HostBuffer, s Stream) (Event, error)
-	// CopyToHost queues a copy of src into dst on stream s and returns an
-	// event that completes with the copy; dst is valid once it completed.
+	// CopyToHost queues a copy of the first dst.Len() bytes of src into dst
+	// on stream s and returns an event that completes with the copy; dst is
+	// valid once it completed.
 	CopyToHost(dst HostBuffer, src Buffer, s Stream) (Event, error)
 
 	// Synchronize waits until the work queued on every stream of the
@@ -87,8 +90,9 @@ type Stream interface {
 	// Synchronize blocks until the work queued so far completed and
 	// returns the first error it raised since the last report (once).
 	Synchronize() error
-	// Close waits for the queued work and releases the stream. Closing the
-	// compute stream is an error: it belongs to the device.
+	// Close waits for the queued work and releases the stream; every later
+	// call on it, Close included, returns ErrClosed. Closing the compute
+	// stream is an error: it belongs to the device.
 	Close() error
 }
 
@@ -98,7 +102,8 @@ type Event interface {
 	// Done reports whether the event completed, without blocking.
 	Done() (bool, error)
 	// Wait blocks until the event completed, and returns an error raised
-	// by the work before it.
+	// by the work before it. It does not count as the report of that error:
+	// the stream's next Synchronize still returns it.
 	Wait() error
 }
 

@@ -518,7 +518,8 @@ func (a SumRows) Check(d Device) error {
 	return c.err
 }
 
-// Fill sets N elements of X to Value.
+// Fill sets N elements of X to Value (converted as Go converts a float64,
+// truncating toward zero for Int32).
 type Fill struct {
 	DType DType // Float32, Float64 or Int32
 	N     int

@@ -154,6 +154,9 @@ func (s *stream) Wait(e device.Event) error {
 		return fmt.Errorf("cpu: Stream.Wait: event %T is not from this device: %w", e, device.ErrForeignBuffer)
 	}
 	if ev.s == s {
+		if s.isClosing() {
+			return s.closedErr()
+		}
 		return nil // a stream's own work is already in order
 	}
 	_, err := s.enqueue(func(c *cmd) { c.op = opWait; c.wait = ev })
@@ -162,16 +165,19 @@ func (s *stream) Wait(e device.Event) error {
 
 func (s *stream) Synchronize() error {
 	s.mu.Lock()
-	seq := s.queued
+	seq, closing := s.queued, s.closing
 	s.mu.Unlock()
+	if closing {
+		return s.closedErr()
+	}
 	s.wait(seq)
-	if err := s.report(); err != nil {
-		return err
-	}
-	if s.dev.closed.Load() {
-		return fmt.Errorf("cpu: Synchronize: %w", device.ErrClosed)
-	}
-	return nil
+	return s.report()
+}
+
+func (s *stream) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
 }
 
 func (s *stream) Close() error {

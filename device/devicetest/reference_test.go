@@ -133,35 +133,36 @@ func TestOptimizerReferences(t *testing.T) {
 	// SGD with momentum 0.9, dampening 0.5, lr 0.1, on one parameter 1
 	// with gradients 1 then 2: v1 = 1, p1 = 0.9; v2 = 0.9 + 0.5·2 = 1.9,
 	// p2 = 0.9 - 0.19 = 0.71. Nesterov from v1 = 1: g' = 1 + 0.9 = 1.9.
-	s := sgdState{param: []float64{1}, velocity: []float64{math.NaN()}}
+	s := newSGDState([]float64{1})
+	s.velocity[0] = math.NaN()
 	a := device.SGD{LR: 0.1, Momentum: 0.9, Dampening: 0.5, Step: 1}
-	refSGD(a, &s, []float64{1})
+	refSGD(a, s, []float64{1})
 	a.Step = 2
-	refSGD(a, &s, []float64{2})
+	refSGD(a, s, []float64{2})
 	if math.Abs(s.param[0]-0.71) > 1e-15 || math.Abs(s.velocity[0]-1.9) > 1e-15 {
 		t.Errorf("SGD reference: param %v, velocity %v; want 0.71, 1.9", s.param[0], s.velocity[0])
 	}
-	s = sgdState{param: []float64{1}, velocity: []float64{0}}
-	refSGD(device.SGD{LR: 0.1, Momentum: 0.9, Nesterov: true, Step: 1}, &s, []float64{1})
+	s = newSGDState([]float64{1})
+	refSGD(device.SGD{LR: 0.1, Momentum: 0.9, Nesterov: true, Step: 1}, s, []float64{1})
 	if math.Abs(s.param[0]-0.81) > 1e-15 {
 		t.Errorf("Nesterov SGD reference: param %v, want 0.81", s.param[0])
 	}
 	// Adam's first step moves every parameter by lr·sign(g) when Eps is
 	// negligible; AdamW first shrinks it by 1 - lr·wd.
-	as := adamState{param: []float64{1, 1}, m: make([]float64, 2), v: make([]float64, 2)}
-	refAdam(device.Adam{LR: 0.01, Beta1: 0.9, Beta2: 0.999, Eps: 1e-12, WeightDecay: 0.5, Decoupled: true, Step: 1}, &as, []float64{3, -0.2})
+	as := newAdamState([]float64{1, 1})
+	refAdam(device.Adam{LR: 0.01, Beta1: 0.9, Beta2: 0.999, Eps: 1e-12, WeightDecay: 0.5, Decoupled: true, Step: 1}, as, []float64{3, -0.2})
 	if want := []float64{0.995 - 0.01, 0.995 + 0.01}; math.Abs(as.param[0]-want[0]) > 1e-12 || math.Abs(as.param[1]-want[1]) > 1e-12 {
 		t.Errorf("AdamW reference: params %v, want %v", as.param, want)
 	}
 	// RMSprop's first step divides g by sqrt(1-alpha)·|g| + eps.
-	rs := rmspropState{param: []float64{1}, squareAvg: []float64{0}, gradAvg: []float64{0}, velocity: []float64{0}}
-	refRMSprop(device.RMSprop{LR: 0.01, Alpha: 0.99, Eps: 0.1}, &rs, []float64{2})
+	rs := newRMSpropState([]float64{1})
+	refRMSprop(device.RMSprop{LR: 0.01, Alpha: 0.99, Eps: 0.1}, rs, []float64{2})
 	if want := 1 - 0.01*2/(0.1*2+0.1); math.Abs(rs.param[0]-want) > 1e-15 {
 		t.Errorf("RMSprop reference: param %v, want %v", rs.param[0], want)
 	}
 	// Centered: sqrt(0.01·4 - 0.02²) = sqrt(0.0396).
-	rs = rmspropState{param: []float64{1}, squareAvg: []float64{0}, gradAvg: []float64{0}, velocity: []float64{0}}
-	refRMSprop(device.RMSprop{LR: 0.01, Alpha: 0.99, Eps: 0.1, Centered: true}, &rs, []float64{2})
+	rs = newRMSpropState([]float64{1})
+	refRMSprop(device.RMSprop{LR: 0.01, Alpha: 0.99, Eps: 0.1, Centered: true}, rs, []float64{2})
 	if want := 1 - 0.01*2/(math.Sqrt(0.0396)+0.1); math.Abs(rs.param[0]-want) > 1e-15 {
 		t.Errorf("centered RMSprop reference: param %v, want %v", rs.param[0], want)
 	}

@@ -27,7 +27,10 @@ var (
 // Threading: a product is split in parts only when each part has at least
 // minPartFlops floating-point operations (about 40 µs of one core), so that
 // handing a part to another goroutine costs little against the part.
-var minPartFlops = 4e6
+var (
+	minPartFlops   = 2.5e5
+	partsPerThread = 1
+)
 
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C for row-major float32
 // matrices, where op(A) is m×k, op(B) is k×n and C is m×n. A is stored m×k

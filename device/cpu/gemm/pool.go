@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // workspace holds the buffers one goroutine needs to compute one part of a
@@ -26,8 +27,10 @@ func (ws *workspace) grow(aSize, bSize int) {
 }
 
 // call is one product split in parts. The caller and the workers it
-// recruits claim parts with next until none is left; wg counts the
-// recruited workers still at it.
+// recruits claim parts with next until none is left and count finished
+// parts in done; refs counts the goroutines holding c (the caller and each
+// recruited worker, who may arrive after all parts are claimed), and the
+// last to let go returns c to spare.
 type call struct {
 	p      problem
 	byRows bool // parts are row ranges of C (else column ranges)
@@ -35,7 +38,15 @@ type call struct {
 	unit   int  // part bounds are multiples of unit
 	parts  int
 	next   atomic.Int64
-	wg     sync.WaitGroup
+	done   atomic.Int64
+	refs   atomic.Int32
+
+	// The caller blocks on finished (buffered, 1) after spinning for
+	// spinWait; waiting tells the goroutine finishing the last part to
+	// send. Swapping waiting to false decides who consumes the token, so
+	// none is left over for the next product.
+	waiting  atomic.Bool
+	finished chan struct{}
 }
 
 // bounds returns the range of rows or columns of part i: parts of nearly
@@ -49,17 +60,48 @@ func (c *call) bounds(i int) (lo, hi int) {
 
 // work computes parts of c until none is left.
 func (c *call) work() {
-	ws := spare.workspace()
+	var ws *workspace
 	for {
 		i := int(c.next.Add(1) - 1)
 		if i >= c.parts {
 			break
 		}
+		if ws == nil {
+			ws = spare.workspace()
+		}
 		lo, hi := c.bounds(i)
 		q := c.p.sub(c.byRows, lo, hi)
 		ws.compute(&q)
+		if int(c.done.Add(1)) == c.parts && c.waiting.Swap(false) {
+			c.finished <- struct{}{}
+		}
 	}
-	spare.putWorkspace(ws)
+	if ws != nil {
+		spare.putWorkspace(ws)
+	}
+}
+
+// wait returns when every part of c is done: it spins (yielding to other
+// goroutines) for spinWait, since parts finish at about the same time, then
+// blocks.
+func (c *call) wait() {
+	start := time.Now()
+	for c.done.Load() < int64(c.parts) {
+		if time.Since(start) > spinWait {
+			c.waiting.Store(true)
+			if c.done.Load() < int64(c.parts) || !c.waiting.Swap(false) {
+				<-c.finished
+			}
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+func (c *call) release() {
+	if c.refs.Add(-1) == 0 {
+		spare.putCall(c)
+	}
 }
 
 // spare holds the workspaces and calls not in use. A plain free list rather
@@ -100,7 +142,7 @@ func (s *spareList) call() *call {
 		s.calls = s.calls[:n-1]
 		return c
 	}
-	return new(call)
+	return &call{finished: make(chan struct{}, 1)}
 }
 
 func (s *spareList) putCall(c *call) {
@@ -110,34 +152,86 @@ func (s *spareList) putCall(c *call) {
 	s.mu.Unlock()
 }
 
+// Waking a parked goroutine on another core takes 50–100 µs on the KVM
+// guests this was tuned on (the woken goroutine lands in the waker's
+// runnext slot, which idle Ps steal only after a 3 µs usleep that timer
+// slack stretches), longer than a whole recurrent-step product. So workers
+// poll a mailbox for spinWait after each part before they park, and callers
+// spin as long before they block: back-to-back products, the normal case in
+// training, hand parts over in well under a microsecond. While polling, a
+// worker yields to any other runnable goroutine.
+const spinWait = 200 * time.Microsecond
+
+// worker is one goroutine of the pool. Its state says whether it polls its
+// mailbox (idle), sleeps in a receive on wake (parked), or was claimed by a
+// caller who is about to (or did) put a call in mail.
+type worker struct {
+	state atomic.Int32
+	mail  atomic.Pointer[call]
+	wake  chan struct{} // buffered, 1
+}
+
+const (
+	idle int32 = iota
+	parked
+	claimed
+)
+
 // workers is the package's pool of goroutines that help the caller of a
-// large product. It is started on first use with GOMAXPROCS(0)-1 goroutines
-// (the caller is the last helper) and lives as long as the process; the
-// goroutines sleep in a channel receive between products.
+// large product: GOMAXPROCS(0)-1 of them at the first such product (the
+// caller is the last helper). They live as long as the process.
 var workers struct {
 	once sync.Once
-	n    int // goroutines computing one product: the workers and the caller
-	work chan *call
+	all  []*worker
 }
 
 func startWorkers() {
-	workers.n = runtime.GOMAXPROCS(0)
-	workers.work = make(chan *call)
-	for range workers.n - 1 {
-		go func() {
-			for c := range workers.work {
-				c.work()
-				c.wg.Done()
-			}
-		}()
+	for range runtime.GOMAXPROCS(0) - 1 {
+		w := &worker{wake: make(chan struct{}, 1)}
+		workers.all = append(workers.all, w)
+		go w.loop()
 	}
+}
+
+func (w *worker) loop() {
+	since := time.Now()
+	for {
+		if c := w.mail.Swap(nil); c != nil {
+			c.work()
+			c.release()
+			w.state.Store(idle)
+			since = time.Now()
+			continue
+		}
+		if w.state.Load() == idle && time.Since(since) > spinWait && w.state.CompareAndSwap(idle, parked) {
+			<-w.wake // the claimer put a call in mail before sending
+			continue
+		}
+		runtime.Gosched()
+	}
+}
+
+// recruit hands c to w if w is not busy with another product.
+func (w *worker) recruit(c *call) bool {
+	switch {
+	case w.state.CompareAndSwap(idle, claimed):
+		c.refs.Add(1)
+		w.mail.Store(c)
+	case w.state.CompareAndSwap(parked, claimed):
+		c.refs.Add(1)
+		w.mail.Store(c)
+		w.wake <- struct{}{}
+	default:
+		return false
+	}
+	return true
 }
 
 // run computes p, in parts on the worker goroutines when it is large
 // enough.
 func run(p problem) {
 	workers.once.Do(startWorkers)
-	parts, byRows, unit := split(&p, workers.n)
+	parts, byRows, unit := split(&p, len(workers.all)+1)
 	if parts <= 1 {
 		ws := spare.workspace()
 		ws.compute(&p)
@@ -152,22 +246,22 @@ func run(p problem) {
 		c.size = p.m
 	}
 	c.next.Store(0)
-	// Recruit only idle workers: a send on the unbuffered channel succeeds
-	// only when a worker waits in its receive. Workers busy with another
-	// product leave their share to this goroutine instead of making it wait.
-recruit:
-	for range parts - 1 {
-		c.wg.Add(1)
-		select {
-		case workers.work <- c:
-		default:
-			c.wg.Done()
-			break recruit
+	c.done.Store(0)
+	c.refs.Store(1)
+	// Recruit idle workers first (they start at once), then parked ones.
+	// Workers busy with another caller's product leave their share to this
+	// goroutine: parts are claimed, not assigned.
+	helpers := 0
+	for _, want := range [...]int32{idle, parked} {
+		for _, w := range workers.all {
+			if helpers < parts-1 && w.state.Load() == want && w.recruit(c) {
+				helpers++
+			}
 		}
 	}
 	c.work()
-	c.wg.Wait()
-	spare.putCall(c)
+	c.wait()
+	c.release()
 }
 
 // split decides how p is cut in parts for up to threads goroutines: the
@@ -179,7 +273,7 @@ recruit:
 // whose shared operand is smaller. The small-m methods split columns.
 func split(p *problem, threads int) (parts int, byRows bool, unit int) {
 	flops := 2 * float64(p.m) * float64(p.n) * float64(p.k)
-	parts = min(threads, int(flops/minPartFlops))
+	parts = min(threads*partsPerThread, int(flops/minPartFlops))
 	if parts <= 1 {
 		return 1, false, 1
 	}

@@ -1,8 +1,10 @@
 package gemm
 
 import (
+	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -14,33 +16,40 @@ func spinFor(d time.Duration) {
 }
 
 func TestWakeLatency(t *testing.T) {
-	for _, sleep := range []bool{true, false} {
-		for _, busy := range []time.Duration{20 * time.Microsecond, 100 * time.Microsecond, 1 * time.Millisecond} {
-			ch := make(chan time.Duration)
+	for _, variant := range []string{"gosched", "pause"} {
+		for _, gap := range []string{"sleep", "spin"} {
+			busy := 100 * time.Microsecond
+			var mail atomic.Int64
+			var stop atomic.Bool
 			var wg sync.WaitGroup
-			for range 2 {
-				go func() {
-					for d := range ch {
-						spinFor(d)
+			go func() {
+				for !stop.Load() {
+					if d := mail.Swap(0); d != 0 {
+						spinFor(time.Duration(d))
 						wg.Done()
 					}
-				}()
-			}
+					if variant == "gosched" {
+						runtime.Gosched()
+					}
+				}
+			}()
 			var ds []time.Duration
-			for range 40 {
-				if sleep {
-					time.Sleep(200 * time.Microsecond)
+			for range 100 {
+				if gap == "sleep" {
+					time.Sleep(100 * time.Microsecond)
+				} else {
+					spinFor(50 * time.Microsecond)
 				}
 				t0 := time.Now()
-				wg.Add(2)
-				ch <- busy
-				ch <- busy
+				wg.Add(1)
+				mail.Store(int64(busy))
+				spinFor(busy)
 				wg.Wait()
 				ds = append(ds, time.Since(t0))
 			}
-			close(ch)
+			stop.Store(true)
 			sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-			t.Logf("sleep %v 2 workers busy %v: makespan p10 %v p50 %v p90 %v max %v", sleep, busy, ds[4], ds[20], ds[36], ds[39])
+			t.Logf("%s gap %s busy %v: makespan p10 %v p50 %v p90 %v max %v", variant, gap, busy, ds[10], ds[50], ds[90], ds[99])
 		}
 	}
 }
