@@ -34,13 +34,34 @@ func newPool(threads int) *pool {
 		p.stopped.Add(1)
 		go func() {
 			defer p.stopped.Done()
-			for t := range p.tasks {
+			for {
+				t, ok := p.next()
+				if !ok {
+					return
+				}
 				t.fn(t.c, t.part, t.lo, t.hi)
 				t.wg.Done()
 			}
 		}()
 	}
 	return p
+}
+
+// next returns the next task, polling for a while before it parks (see
+// spin); false when the pool is stopped.
+func (p *pool) next() (t task, ok bool) {
+	got := spin(func() bool {
+		select {
+		case t, ok = <-p.tasks:
+			return true
+		default:
+			return false
+		}
+	})
+	if !got {
+		t, ok = <-p.tasks
+	}
+	return t, ok
 }
 
 func (p *pool) stop() {
@@ -51,7 +72,7 @@ func (p *pool) stop() {
 // minWork is the least work, in elements touched, worth a part of its own:
 // below it the hand-off to another goroutine (a few microseconds) costs more
 // than it saves.
-const minWork = 32 << 10
+const minWork = 8 << 10
 
 // split runs fn over [0, n) in up to p.threads parts of at least minWork
 // elements, where one unit of n touches perUnit elements, and returns when

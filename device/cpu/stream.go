@@ -3,8 +3,10 @@ package cpu
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/gocurrent/gocurrent/device"
@@ -32,7 +34,7 @@ type stream struct {
 	notFull  sync.Cond // callers wait here for a free slot
 	progress sync.Cond // waiters for a sequence number wait here
 	ring     [queueDepth]cmd
-	queued   uint64 // commands queued so far; the next gets this number + 1
+	queued   atomic.Uint64 // commands queued so far (written under mu); the next gets this number + 1
 	done     atomic.Uint64
 	err      error // first error raised by the work, until reported
 	closing  bool
@@ -56,17 +58,17 @@ var _ device.Stream = (*stream)(nil)
 // hands it to the worker. It returns the command's sequence number.
 func (s *stream) enqueue(fill func(c *cmd)) (uint64, error) {
 	s.mu.Lock()
-	for !s.closing && s.queued-s.done.Load() >= queueDepth {
+	for !s.closing && s.queued.Load()-s.done.Load() >= queueDepth {
 		s.notFull.Wait()
 	}
 	if s.closing {
 		s.mu.Unlock()
 		return 0, s.closedErr()
 	}
-	c := &s.ring[s.queued%queueDepth]
+	seq := s.queued.Load() + 1
+	c := &s.ring[(seq-1)%queueDepth]
 	fill(c)
-	s.queued++
-	seq := s.queued
+	s.queued.Store(seq)
 	s.notEmpty.Signal()
 	s.mu.Unlock()
 	return seq, nil
@@ -84,11 +86,12 @@ func (s *stream) closedErr() error {
 func (s *stream) run() {
 	defer close(s.exited)
 	for {
+		spin(func() bool { return s.queued.Load() != s.done.Load() })
 		s.mu.Lock()
-		for s.done.Load() == s.queued && !s.closing {
+		for s.done.Load() == s.queued.Load() && !s.closing {
 			s.notEmpty.Wait()
 		}
-		if s.done.Load() == s.queued {
+		if s.done.Load() == s.queued.Load() {
 			s.mu.Unlock()
 			return
 		}
@@ -111,7 +114,7 @@ func (s *stream) run() {
 
 // wait blocks until command seq completed.
 func (s *stream) wait(seq uint64) {
-	if s.done.Load() >= seq {
+	if spin(func() bool { return s.done.Load() >= seq }) {
 		return
 	}
 	s.mu.Lock()
@@ -143,7 +146,7 @@ func (s *stream) Record() (device.Event, error) {
 		s.mu.Unlock()
 		return nil, s.closedErr()
 	}
-	seq := s.queued
+	seq := s.queued.Load()
 	s.mu.Unlock()
 	return event{s: s, seq: seq}, nil
 }
@@ -165,7 +168,7 @@ func (s *stream) Wait(e device.Event) error {
 
 func (s *stream) Synchronize() error {
 	s.mu.Lock()
-	seq, closing := s.queued, s.closing
+	seq, closing := s.queued.Load(), s.closing
 	s.mu.Unlock()
 	if closing {
 		return s.closedErr()
@@ -222,4 +225,30 @@ func (e event) Wait() error {
 type copyCmd struct {
 	dst, src unsafe.Pointer
 	n        int64
+}
+
+// spinFor is how long a goroutine that ran out of work polls for more
+// before it parks. Waking a parked goroutine takes tens to hundreds of
+// microseconds on a virtual machine (the idle core halts), longer than most
+// kernels of a time step; polling briefly keeps the stream, the thread team
+// and a waiting caller in step, and yields the core to any other runnable
+// goroutine meanwhile.
+const spinFor = 50 * time.Microsecond
+
+// spin polls ready until it holds or spinFor passed, and reports which.
+func spin(ready func() bool) bool {
+	var start time.Time
+	for i := 0; ; i++ {
+		if ready() {
+			return true
+		}
+		if i&63 == 0 {
+			if i == 0 {
+				start = time.Now()
+			} else if time.Since(start) > spinFor {
+				return false
+			}
+		}
+		runtime.Gosched()
+	}
 }

@@ -2,11 +2,11 @@
 // CPU device: C = alpha·op(A)·op(B) + beta·C, with op(X) = X or Xᵀ.
 //
 // gorgonia.org/tensor runs its float32 products through a BLAS interface
-// whose default, gonum's pure-Go Sgemm, reaches 15–35 GFLOP/s on the two
-// cores this package was tuned on. Sgemm here reaches 200–245 GFLOP/s on
-// the large products of the char-RNN benchmark and 110 GFLOP/s on its
-// per-time-step products (figures below). BLAS wraps it in gonum's
-// interface, so that
+// whose default, gonum's pure-Go Sgemm, reaches 12–35 GFLOP/s on the two
+// cores this package was tuned on. Sgemm here reaches 195–245 GFLOP/s on
+// the products of the char-RNN benchmark, the per-time-step ones included,
+// and 96 GFLOP/s on the single-row sampling step (figures below). BLAS
+// wraps it in gonum's interface, so that
 //
 //	tensor.Use(gemm.BLAS{})
 //
@@ -41,51 +41,64 @@
 // product of two contiguous rows: a 3×4 kernel keeps twelve 8-lane partial
 // sums, 3 rows of A in registers and streams 4 rows of W, and reduces the
 // sums with VHADDPS at the end; single rows of A use a 1×8 form of it. The
-// k%8 tail is loaded with VMASKMOVPS, so nothing past a row is read. With B
-// not transposed the 6×16 kernel reads B in place, at stride ldb.
+// k%8 tail is loaded with VMASKMOVPS, so nothing past a row is read. The
+// same dot path serves transposed-B products with few columns (n ≤ 128, the
+// 65-wide output head), which the 16-wide panels would pad. With B not
+// transposed the 6×16 kernel reads B in place, at stride ldb.
 //
 // # Threads
 //
-// A product of more than a few MFLOP is cut into parts, row ranges of C or
-// column ranges (whichever repacks the smaller shared operand), computed by
-// the calling goroutine and by idle goroutines of a pool that the first
-// such product starts: GOMAXPROCS(0)−1 goroutines at that moment, which
-// live as long as the process and sleep between products. Parts are
-// claimed from a counter, so a helper that is busy with another caller's
-// product, or that the scheduler starts late, leaves its parts to the
-// caller rather than delaying it. Packing buffers are per goroutine and
-// reused, so steady-state products allocate nothing.
+// A product is cut into parts of at least a quarter MFLOP, row ranges of
+// C or column ranges (whichever shares the smaller operand, which each part
+// reads and repacks), computed by the calling goroutine and by a pool of
+// GOMAXPROCS(0)−1 worker goroutines started by the first product, which
+// live as long as the process. Parts are claimed from a counter, so a
+// worker busy with another caller's product, or one the scheduler starts
+// late, leaves its parts to the caller instead of delaying it; the dot path
+// cuts four parts per goroutine to balance cores slowed by other work.
+//
+// Waking a parked goroutine on another core takes 50–100 µs on the KVM
+// guest this was tuned on, as long as a whole recurrent-step product, so
+// workers poll for new parts for 200 µs after their last one before they
+// park (yielding to any other runnable goroutine while they poll), and a
+// caller polls as long for its workers to finish before it blocks. Products
+// that follow each other closely, as in training, hand parts over in well
+// under a microsecond. Packing buffers are reused from a free list, so
+// steady-state products allocate nothing.
 //
 // # Portability
 //
 // The kernels are Go assembly for amd64 with AVX2 and FMA, detected with
 // CPUID (and XGETBV for the operating system's YMM support) at start-up.
 // Other CPUs and architectures, and builds with the purego tag, run
-// pure-Go kernels of the same shape: same blocking, same results within
-// rounding, 6–13 GFLOP/s.
+// pure-Go kernels of the same shapes: same blocking and threads, results
+// equal within rounding, 12–17 GFLOP/s on the two cores.
 //
 // # Performance
 //
 // GFLOP/s (2·m·n·k per product) on 2 cores of an AMD EPYC (Zen 5) under
 // KVM, median of 3 runs of
 //
-//	go test -run '^$' -bench Sgemm -count 3 ./device/cpu/gemm/
+//	go test -run '^$' -bench 'Sgemm/(ours|gonum)/' -count 3 ./device/cpu/gemm/
 //
-// with gonum v0.11.0 in the same run:
+// with gonum v0.11.0 in the same run, while no other process was running
+// (the machine is shared; other tenants halve these figures at times):
 //
 //	product                        m     n     k   ours   gonum
-//	input projection, layer 0   2048  1024    64    215      30
-//	input projection, layer 1   2048  1024   256    235      28
-//	recurrent step (x·Wᵀ)         32  1024   256    110      17
-//	backward dX (dG·W)          2048   256  1024    220      16
-//	backward dW (dGᵀ·X)         1024   256  2048    215      15
-//	backward dh step              32   256  1024     95      26
-//	output head                 2048    65   256    135      32
-//	sampling step (m = 1)          1  1024   256     57      11
-//	square                      1024  1024  1024    235      17
+//	input projection, layer 0   2048  1024    64    243      35
+//	input projection, layer 1   2048  1024   256    247      34
+//	recurrent step (x·Wᵀ)         32  1024   256    215      33
+//	backward dX (dG·W)          2048   256  1024    234      31
+//	backward dW (dGᵀ·X)         1024   256  2048    222   5–13
+//	backward dh step              32   256  1024    197      22
+//	output head                 2048    65   256    233      29
+//	sampling step (m = 1)          1  1024   256     96      13
+//	square                      1024  1024  1024    241      26
 //
-// One core peaks at about 123 GFLOP/s (2 FMA pipes × 8 lanes × 2 flops at
-// ~3.8 GHz); the large products run at 85–95% of two cores' peak.
+// The 6×16 kernel alone runs at 133 GFLOP/s on one core (BenchmarkKernel),
+// so the large products reach about 90% of two cores' kernel peak. (The
+// team measured OpenBLAS at 125–180 GFLOP/s on these cores; not rerun
+// here.)
 //
 // # Concurrency
 //

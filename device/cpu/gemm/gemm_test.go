@@ -56,26 +56,38 @@ func matrix(rng *rand.Rand, rows, cols, ld int) []float32 {
 // beta == 0) and, per element, the magnitude sum
 // |alpha|·Σ|a||b| + |beta|·|c| that bounds its rounding error.
 func reference(tc gemmCase, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) (want, mag []float64) {
+	// op(A) row-major and op(B) column-major, so both inner loops are
+	// contiguous.
+	opA := make([]float64, tc.m*tc.k)
+	opB := make([]float64, tc.n*tc.k)
+	for i := range tc.m {
+		for p := range tc.k {
+			if tc.transA {
+				opA[i*tc.k+p] = float64(a[p*lda+i])
+			} else {
+				opA[i*tc.k+p] = float64(a[i*lda+p])
+			}
+		}
+	}
+	for j := range tc.n {
+		for p := range tc.k {
+			if tc.transB {
+				opB[j*tc.k+p] = float64(b[j*ldb+p])
+			} else {
+				opB[j*tc.k+p] = float64(b[p*ldb+j])
+			}
+		}
+	}
 	want = make([]float64, tc.m*tc.n)
 	mag = make([]float64, tc.m*tc.n)
-	at := func(i, p int) float64 {
-		if tc.transA {
-			return float64(a[p*lda+i])
-		}
-		return float64(a[i*lda+p])
-	}
-	bt := func(p, j int) float64 {
-		if tc.transB {
-			return float64(b[j*ldb+p])
-		}
-		return float64(b[p*ldb+j])
-	}
 	alpha, beta := float64(tc.alpha), float64(tc.beta)
 	for i := range tc.m {
+		ai := opA[i*tc.k : (i+1)*tc.k]
 		for j := range tc.n {
+			bj := opB[j*tc.k : (j+1)*tc.k]
 			var s, sa float64
-			for p := range tc.k {
-				x := at(i, p) * bt(p, j)
+			for p, x := range ai {
+				x *= bj[p]
 				s += x
 				sa += math.Abs(x)
 			}
@@ -208,14 +220,17 @@ func TestSgemmAlphaBeta(t *testing.T) {
 // fall at sizes a float64 reference checks quickly; a second pass uses the
 // tuned blocks at their own boundaries.
 func TestSgemmBlockBoundaries(t *testing.T) {
-	saved := [...]int{kc, mc, nc, smallM, kcDot, mcDot}
-	t.Cleanup(func() { kc, mc, nc, smallM, kcDot, mcDot = saved[0], saved[1], saved[2], saved[3], saved[4], saved[5] })
+	saved := [...]int{kc, mc, nc, smallM, smallN, kcDot, mcDot}
+	restore := func() {
+		kc, mc, nc, smallM, smallN, kcDot, mcDot = saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], saved[6]
+	}
+	t.Cleanup(restore)
 	kernels(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(5, 6))
-		kc, mc, nc, smallM, kcDot, mcDot = 24, 12, 32, 8, 16, 6
+		kc, mc, nc, smallM, smallN, kcDot, mcDot = 24, 12, 32, 8, 20, 16, 6
 		for _, tr := range trans {
 			for _, m := range []int{5, 6, 7, 8, 9, 11, 12, 13, 23, 25, 36, 37} {
-				for _, n := range []int{3, 4, 8, 15, 16, 17, 31, 32, 33, 65} {
+				for _, n := range []int{3, 4, 8, 15, 16, 17, 20, 21, 31, 32, 33, 65} {
 					for _, k := range []int{7, 8, 15, 16, 17, 23, 24, 25, 49} {
 						check(t, rng, gemmCase{transA: tr[0], transB: tr[1], m: m, n: n, k: k,
 							alpha: 1.5, beta: 0.5, padA: 1, padB: 2, padC: 3})
@@ -223,11 +238,12 @@ func TestSgemmBlockBoundaries(t *testing.T) {
 				}
 			}
 		}
-		kc, mc, nc, smallM, kcDot, mcDot = saved[0], saved[1], saved[2], saved[3], saved[4], saved[5]
+		restore()
 		for _, tr := range trans {
 			for _, sh := range [][3]int{
 				{smallM, 40, kc + 1}, {smallM + 1, 40, kc - 1}, {mc + 1, 17, kc + 1},
 				{mc - 1, 33, 2*kc + 3}, {smallM + 2, nc + 5, 9}, {mcDot + 1, 9, kcDot + 5},
+				{smallM + 5, smallN, 70}, {smallM + 5, smallN + 1, 70},
 			} {
 				check(t, rng, gemmCase{transA: tr[0], transB: tr[1], m: sh[0], n: sh[1], k: sh[2],
 					alpha: 1, beta: 1, padA: 3, padB: 1})
@@ -236,15 +252,38 @@ func TestSgemmBlockBoundaries(t *testing.T) {
 	})
 }
 
+// TestSgemmSplit cuts every product into as many parts as it has register
+// tiles, so that the part bounds of every method and split direction meet
+// odd sizes; the parts run on the workers when they are free.
+func TestSgemmSplit(t *testing.T) {
+	saved := minPartFlops
+	t.Cleanup(func() { minPartFlops = saved })
+	minPartFlops = 1
+	sizes := []int{1, 2, 5, 7, 13, 17, 31, 33, 65, 100, 130}
+	rng := rand.New(rand.NewPCG(16, 17))
+	for _, tr := range trans {
+		for i, m := range sizes {
+			for j, n := range sizes {
+				k := sizes[(2*i+j)%len(sizes)]
+				check(t, rng, gemmCase{transA: tr[0], transB: tr[1], m: m, n: n, k: k,
+					alpha: -1, beta: 0.25, padA: 1, padC: 1})
+			}
+		}
+	}
+}
+
+// shape is a product's size and transpositions.
+type shape struct {
+	name           string
+	transA, transB bool
+	m, n, k        int
+}
+
 // lstmShapes are the products of the char-RNN benchmark (2-layer LSTM,
 // hidden 256, embedding 64, batch 32, sequence 64, vocabulary 65: gates
 // 4·256 = 1024 wide, 32·64 = 2048 rows per sequence), also used by the
 // benchmarks.
-var lstmShapes = []struct {
-	name           string
-	transA, transB bool
-	m, n, k        int
-}{
+var lstmShapes = []shape{
 	{"input-proj-0", false, true, 2048, 1024, 64},
 	{"input-proj-1", false, true, 2048, 1024, 256},
 	{"recurrent", false, true, 32, 1024, 256},
@@ -256,8 +295,8 @@ var lstmShapes = []struct {
 }
 
 func TestSgemmLSTMShapes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("float64 reference of the full-size products takes seconds")
+	if testing.Short() || raceEnabled {
+		t.Skip("the float64 reference of the full-size products takes seconds (minutes with -race)")
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
 	for _, s := range lstmShapes {
@@ -297,17 +336,8 @@ func TestSgemmAllocs(t *testing.T) {
 	}
 	for _, s := range lstmShapes {
 		t.Run(s.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(10, 11))
-			aRows, aCols := s.m, s.k
-			if s.transA {
-				aRows, aCols = s.k, s.m
-			}
-			bRows, bCols := s.k, s.n
-			if s.transB {
-				bRows, bCols = s.n, s.k
-			}
-			a, b, c := matrix(rng, aRows, aCols, aCols), matrix(rng, bRows, bCols, bCols), make([]float32, s.m*s.n)
-			f := func() { Sgemm(s.transA, s.transB, s.m, s.n, s.k, 1, a, aCols, b, bCols, 0, c, s.n) }
+			p := benchProblem(s)
+			f := func() { Sgemm(s.transA, s.transB, s.m, s.n, s.k, 1, p.a, p.lda, p.b, p.ldb, 0, p.c, p.ldc) }
 			for range 3 {
 				f() // warm up: start the workers, grow their workspaces
 			}

@@ -60,20 +60,35 @@ func dot1x8(k int, a []float32, b []float32, ldb int, c []float32, alpha, beta f
 
 // kernel6x16Go is the portable micro-kernel: the same contract as
 // microKernel, used on CPUs without AVX2 and FMA and on other architectures.
+// It walks the tile in 2×4 blocks whose eight sums the compiler keeps in
+// registers (a whole 6×16 tile in an array would live in memory).
 func kernel6x16Go(k int, a, b []float32, ldb int, c []float32, ldc int, alpha, beta float32) {
-	var acc [mr][nr]float32
-	for p := range k {
-		bp := (*[nr]float32)(b[p*ldb : p*ldb+nr])
-		ap := (*[mr]float32)(a[p*mr : p*mr+mr])
-		for i, ai := range ap {
-			row := &acc[i]
-			for j, bj := range bp {
-				row[j] += ai * bj
+	a = a[:k*mr]
+	b = b[:(k-1)*ldb+nr]
+	var acc [mr * nr]float32
+	for i := 0; i < mr; i += 2 {
+		for j := 0; j < nr; j += 4 {
+			var c00, c01, c02, c03, c10, c11, c12, c13 float32
+			for p := range k {
+				a0, a1 := a[p*mr+i], a[p*mr+i+1]
+				bp := (*[4]float32)(b[p*ldb+j : p*ldb+j+4])
+				c00 += a0 * bp[0]
+				c01 += a0 * bp[1]
+				c02 += a0 * bp[2]
+				c03 += a0 * bp[3]
+				c10 += a1 * bp[0]
+				c11 += a1 * bp[1]
+				c12 += a1 * bp[2]
+				c13 += a1 * bp[3]
 			}
+			r0 := (*[4]float32)(acc[i*nr+j:])
+			r1 := (*[4]float32)(acc[(i+1)*nr+j:])
+			r0[0], r0[1], r0[2], r0[3] = c00, c01, c02, c03
+			r1[0], r1[1], r1[2], r1[3] = c10, c11, c12, c13
 		}
 	}
-	for i := range acc {
-		store(c[i*ldc:i*ldc+nr], acc[i][:], alpha, beta)
+	for i := range mr {
+		store(c[i*ldc:i*ldc+nr], acc[i*nr:(i+1)*nr], alpha, beta)
 	}
 }
 

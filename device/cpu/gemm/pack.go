@@ -23,9 +23,11 @@ func packA(dst []float32, transA bool, a []float32, lda, i0, p0, mb, kb int) {
 			// contiguous in A.
 			src := a[p0*lda+i0+ir:]
 			if rows == mr {
+				// Element by element: an array assignment would call memmove.
 				for p := range kb {
 					s := (*[mr]float32)(src[p*lda : p*lda+mr])
-					*(*[mr]float32)(panel[p*mr : p*mr+mr]) = *s
+					d := (*[mr]float32)(panel[p*mr : p*mr+mr])
+					d[0], d[1], d[2], d[3], d[4], d[5] = s[0], s[1], s[2], s[3], s[4], s[5]
 				}
 				continue
 			}
@@ -74,7 +76,10 @@ func packB(dst []float32, transB bool, b []float32, ldb, p0, j0, nb, kb int) {
 			if cols == nr {
 				for p := range kb {
 					s := (*[nr]float32)(src[p*ldb : p*ldb+nr])
-					*(*[nr]float32)(panel[p*nr : p*nr+nr]) = *s
+					d := (*[nr]float32)(panel[p*nr : p*nr+nr])
+					for j := range nr {
+						d[j] = s[j]
+					}
 				}
 				continue
 			}

@@ -152,14 +152,16 @@ func (s *spareList) putCall(c *call) {
 	s.mu.Unlock()
 }
 
-// Waking a parked goroutine on another core takes 50–100 µs on the KVM
-// guests this was tuned on (the woken goroutine lands in the waker's
-// runnext slot, which idle Ps steal only after a 3 µs usleep that timer
-// slack stretches), longer than a whole recurrent-step product. So workers
-// poll a mailbox for spinWait after each part before they park, and callers
-// spin as long before they block: back-to-back products, the normal case in
-// training, hand parts over in well under a microsecond. While polling, a
-// worker yields to any other runnable goroutine.
+// Handing work to a parked goroutine is slow on the KVM guests this was
+// tuned on: in a two-goroutine test, a goroutine woken by a channel send
+// while the sender computed for 100 µs started after a median of 100 µs
+// (the execution trace showed no idle P taking it until the sender
+// blocked), where two C threads hand off in 16 µs. A recurrent-step
+// product takes 70 µs. So workers poll a mailbox for spinWait after each
+// part before they park, and callers poll as long before they block:
+// back-to-back products, the normal case in training, hand parts over in
+// well under a microsecond (the recurrent step went from 110 to 215
+// GFLOP/s). While polling, a worker yields to any other runnable goroutine.
 const spinWait = 200 * time.Microsecond
 
 // worker is one goroutine of the pool. Its state says whether it polls its
@@ -177,9 +179,10 @@ const (
 	claimed
 )
 
-// workers is the package's pool of goroutines that help the caller of a
-// large product: GOMAXPROCS(0)-1 of them at the first such product (the
-// caller is the last helper). They live as long as the process.
+// workers is the package's pool of goroutines that help the callers of
+// large products: GOMAXPROCS(0)-1 of them, started by the first product
+// (the caller is the last helper). They live as long as the process, parked
+// in a channel receive when there is nothing to do.
 var workers struct {
 	once sync.Once
 	all  []*worker
@@ -232,7 +235,7 @@ func (w *worker) recruit(c *call) bool {
 func run(p problem) {
 	workers.once.Do(startWorkers)
 	parts, byRows, unit := split(&p, len(workers.all)+1)
-	if parts <= 1 {
+	if parts <= 1 || len(workers.all) == 0 {
 		ws := spare.workspace()
 		ws.compute(&p)
 		spare.putWorkspace(ws)
@@ -266,32 +269,27 @@ func run(p problem) {
 
 // split decides how p is cut in parts for up to threads goroutines: the
 // number of parts, whether they are row ranges of C (else column ranges),
-// and the multiple their bounds are rounded to.
+// and the multiple their bounds are rounded to (whole register tiles).
 //
-// Every part repacks the operand it shares with the others (rows of C
-// share B, columns share A), so the packed method splits the dimension
-// whose shared operand is smaller. The small-m methods split columns.
+// Every part reads, and the packed method repacks, the operand it shares
+// with the others (rows of C share B, columns share A), so products are
+// split along the dimension whose shared operand is smaller.
 func split(p *problem, threads int) (parts int, byRows bool, unit int) {
+	dot := p.method() == dots
+	if dot {
+		threads *= dotPartsPerThread
+	}
 	flops := 2 * float64(p.m) * float64(p.n) * float64(p.k)
-	parts = min(threads*partsPerThread, int(flops/minPartFlops))
+	parts = min(threads, int(flops/minPartFlops))
 	if parts <= 1 {
 		return 1, false, 1
 	}
-	switch p.method() {
-	case dots:
-		unit = 8
-	case directB:
-		unit = nr
-	default:
-		byRows = p.n <= p.m
-		unit = nr
-		if byRows {
-			unit = mr
-		}
-	}
-	size := p.n
+	byRows = p.n <= p.m
+	size, unit := p.n, nr
 	if byRows {
-		size = p.m
+		size, unit = p.m, mr
+	} else if dot {
+		unit = 8 // dot1x8's width; a multiple of dot3x4's
 	}
 	parts = min(parts, (size+unit-1)/unit)
 	return parts, byRows, unit
