@@ -802,10 +802,16 @@ func (c *Caching) ReleaseAll() error {
 		live = append(live, p)
 	}
 	c.mu.Unlock()
+	return freeAndClose(live, c.Free, c.Close)
+}
+
+// freeAndClose frees every pointer in live, then closes: ReleaseAll for
+// both allocators.
+func freeAndClose(live []Ptr, free func(Ptr) error, close func() error) error {
 	for _, p := range live {
-		if err := c.Free(p); err != nil {
+		if err := free(p); err != nil {
 			return err
 		}
 	}
-	return c.Close()
+	return close()
 }

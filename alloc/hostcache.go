@@ -658,10 +658,5 @@ func (c *HostCache) ReleaseAll() error {
 		}
 	}
 	c.mu.Unlock()
-	for _, p := range live {
-		if err := c.Free(p); err != nil {
-			return err
-		}
-	}
-	return c.Close()
+	return freeAndClose(live, c.Free, c.Close)
 }

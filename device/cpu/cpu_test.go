@@ -3,8 +3,10 @@ package cpu
 import (
 	"errors"
 	"math"
+	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
@@ -266,5 +268,35 @@ func TestSumIsDeterministic(t *testing.T) {
 		} else if got[0] != first {
 			t.Fatalf("run %d: sum %v, first run %v", i, got[0], first)
 		}
+	}
+}
+
+// TestCloseLeavesNoGoroutines: Close stops every stream and the thread
+// team. (The GEMM's helper pool is process-wide and started before the
+// baseline is taken.)
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	warm := open(t, Config{})
+	a := alloc32(t, warm, 64*64)
+	check(t, warm.Kernels().Gemm(device.Gemm{DType: device.Float32, M: 64, N: 64, K: 64, Alpha: 1, A: a, B: a, C: a}))
+	check(t, warm.Synchronize())
+	before := runtime.NumGoroutine()
+
+	d, err := Open(Config{Threads: 4})
+	check(t, err)
+	for range 3 {
+		if _, err := d.NewStream(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x := alloc32(t, d, 1<<16)
+	check(t, d.Kernels().Fill(device.Fill{DType: device.Float32, N: 1 << 16, X: x, Value: 1}))
+	check(t, d.Close())
+	// Goroutines that returned may take a moment to be counted as gone.
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after Close, %d before Open", n, before)
 	}
 }

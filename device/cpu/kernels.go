@@ -83,21 +83,24 @@ type kernels struct{ d *Device }
 
 var _ device.Kernels = kernels{}
 
+// launch queues the command fill writes, unless the arguments were
+// invalid (err).
 func (k kernels) launch(err error, fill func(c *cmd)) error {
+	return k.launchN(1, err, fill)
+}
+
+// launchN is launch for a kernel over n elements: with n = 0 there is
+// nothing to queue, but bad arguments and a closed device are still
+// reported.
+func (k kernels) launchN(n int, err error, fill func(c *cmd)) error {
 	if err != nil {
 		return err
+	}
+	if n == 0 {
+		return k.d.checkOpen("kernel")
 	}
 	_, err = k.d.compute.enqueue(fill)
 	return err
-}
-
-// empty finishes a call with nothing to queue: it still reports bad
-// arguments and a closed device.
-func (k kernels) empty(err error) error {
-	if err != nil {
-		return err
-	}
-	return k.d.checkOpen("kernel")
 }
 
 func (k kernels) Gemm(a device.Gemm) error {
@@ -121,17 +124,11 @@ func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
 }
 
 func (k kernels) Embedding(a device.Embedding) error {
-	if a.N == 0 {
-		return k.empty(a.Check(k.d))
-	}
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.emb = opEmbedding, a })
+	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.emb = opEmbedding, a })
 }
 
 func (k kernels) EmbeddingGrad(a device.EmbeddingGrad) error {
-	if a.N == 0 {
-		return k.empty(a.Check(k.d))
-	}
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.embGrad = opEmbeddingGrad, a })
+	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.embGrad = opEmbeddingGrad, a })
 }
 
 func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) error {
@@ -143,10 +140,7 @@ func (k kernels) Softmax(a device.Softmax) error {
 }
 
 func (k kernels) Dropout(a device.Dropout) error {
-	if a.N == 0 {
-		return k.empty(a.Check(k.d))
-	}
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.dropout = opDropout, a })
+	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.dropout = opDropout, a })
 }
 
 func (k kernels) AddBias(a device.AddBias) error {
@@ -158,40 +152,25 @@ func (k kernels) SumRows(a device.SumRows) error {
 }
 
 func (k kernels) Fill(a device.Fill) error {
-	if a.N == 0 {
-		return k.empty(a.Check(k.d))
-	}
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.fill = opFill, a })
+	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.fill = opFill, a })
 }
 
 func (k kernels) Copy(a device.Copy) error {
-	if a.Src.Len() == 0 {
-		return k.empty(a.Check(k.d))
-	}
-	return k.launch(a.Check(k.d), func(c *cmd) {
+	return k.launchN(int(a.Src.Len()), a.Check(k.d), func(c *cmd) {
 		c.op, c.copy = opCopy, copyCmd{dst: a.Dst.Host(), src: a.Src.Host(), n: a.Src.Len()}
 	})
 }
 
 func (k kernels) Axpby(a device.Axpby) error {
-	if a.N == 0 {
-		return k.empty(a.Check(k.d))
-	}
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.axpby = opAxpby, a })
+	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.axpby = opAxpby, a })
 }
 
 func (k kernels) Mul(a device.Mul) error {
-	if a.N == 0 {
-		return k.empty(a.Check(k.d))
-	}
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.mul = opMul, a })
+	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.mul = opMul, a })
 }
 
 func (k kernels) Clamp(a device.Clamp) error {
-	if a.N == 0 {
-		return k.empty(a.Check(k.d))
-	}
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.clamp = opClamp, a })
+	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.clamp = opClamp, a })
 }
 
 func (k kernels) SumSquares(a device.SumSquares) error {
@@ -199,22 +178,13 @@ func (k kernels) SumSquares(a device.SumSquares) error {
 }
 
 func (k kernels) SGD(a device.SGD) error {
-	if a.N == 0 {
-		return k.empty(a.Check(k.d))
-	}
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.sgd = opSGD, a })
+	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.sgd = opSGD, a })
 }
 
 func (k kernels) Adam(a device.Adam) error {
-	if a.N == 0 {
-		return k.empty(a.Check(k.d))
-	}
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.adam = opAdam, a })
+	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.adam = opAdam, a })
 }
 
 func (k kernels) RMSprop(a device.RMSprop) error {
-	if a.N == 0 {
-		return k.empty(a.Check(k.d))
-	}
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.rms = opRMSprop, a })
+	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.rms = opRMSprop, a })
 }
