@@ -158,10 +158,7 @@ type LSTMCell struct {
 // Check reports whether the arguments are valid for d.
 func (a LSTMCell) Check(d Device) error {
 	c := checker{d: d, kernel: "LSTMCell"}
-	c.float(a.DType)
-	c.positive("Batch", a.Batch)
-	c.positive("Hidden", a.Hidden)
-	if c.err != nil {
+	if !c.cell(a.DType, a.Batch, a.Hidden) {
 		return c.err
 	}
 	bh := a.Batch * a.Hidden
@@ -204,10 +201,7 @@ type LSTMCellGrad struct {
 // Check reports whether the arguments are valid for d.
 func (a LSTMCellGrad) Check(d Device) error {
 	c := checker{d: d, kernel: "LSTMCellGrad"}
-	c.float(a.DType)
-	c.positive("Batch", a.Batch)
-	c.positive("Hidden", a.Hidden)
-	if c.err != nil {
+	if !c.cell(a.DType, a.Batch, a.Hidden) {
 		return c.err
 	}
 	bh := a.Batch * a.Hidden
@@ -249,10 +243,7 @@ type GRUCell struct {
 // Check reports whether the arguments are valid for d.
 func (a GRUCell) Check(d Device) error {
 	c := checker{d: d, kernel: "GRUCell"}
-	c.float(a.DType)
-	c.positive("Batch", a.Batch)
-	c.positive("Hidden", a.Hidden)
-	if c.err != nil {
+	if !c.cell(a.DType, a.Batch, a.Hidden) {
 		return c.err
 	}
 	bh := a.Batch * a.Hidden
@@ -293,10 +284,7 @@ type GRUCellGrad struct {
 // Check reports whether the arguments are valid for d.
 func (a GRUCellGrad) Check(d Device) error {
 	c := checker{d: d, kernel: "GRUCellGrad"}
-	c.float(a.DType)
-	c.positive("Batch", a.Batch)
-	c.positive("Hidden", a.Hidden)
-	if c.err != nil {
+	if !c.cell(a.DType, a.Batch, a.Hidden) {
 		return c.err
 	}
 	bh := a.Batch * a.Hidden
@@ -775,6 +763,15 @@ func (c *checker) float(t DType) {
 	if t != Float32 && t != Float64 {
 		c.fail("DType %v is not Float32 or Float64", t)
 	}
+}
+
+// cell checks the type and shape of a recurrent cell kernel; false if
+// they are invalid.
+func (c *checker) cell(t DType, batch, hidden int) bool {
+	c.float(t)
+	c.positive("Batch", batch)
+	c.positive("Hidden", hidden)
+	return c.err == nil
 }
 
 func (c *checker) positive(name string, v int) {
