@@ -794,14 +794,22 @@ func (c *checker) atLeast(name string, v, min int) {
 
 // owned checks that b is a buffer of the checker's device.
 func (c *checker) owned(name string, b Buffer) {
-	if c.err != nil {
-		return
+	if c.err == nil {
+		c.err = CheckOwner(c.d, c.kernel, name, b.dev)
 	}
-	if b.dev == nil {
-		c.err = fmt.Errorf("device: %s: %s is the zero Buffer: %w", c.kernel, name, ErrForeignBuffer)
-	} else if b.dev != c.d {
-		c.err = fmt.Errorf("device: %s: %s belongs to %s, not %s: %w", c.kernel, name, b.dev.Name(), c.d.Name(), ErrForeignBuffer)
+}
+
+// CheckOwner is for device implementations: it returns an error matching
+// ErrForeignBuffer unless owner, the Device of a Buffer or HostBuffer
+// named name passed to call op, is d.
+func CheckOwner(d Device, op, name string, owner Device) error {
+	switch owner {
+	case d:
+		return nil
+	case nil:
+		return fmt.Errorf("device: %s: %s is the zero buffer: %w", op, name, ErrForeignBuffer)
 	}
+	return fmt.Errorf("device: %s: %s belongs to %s, not %s: %w", op, name, owner.Name(), d.Name(), ErrForeignBuffer)
 }
 
 // buf checks that b is a buffer of the device holding at least n elements

@@ -137,7 +137,7 @@ func (d *Device) Free(b device.Buffer) error {
 	if err := d.checkOpen("Free"); err != nil {
 		return err
 	}
-	if err := d.owns("Free", b); err != nil {
+	if err := device.CheckOwner(d, "Free", "the buffer", b.Device()); err != nil {
 		return err
 	}
 	if b.Len() == 0 {
@@ -149,23 +149,12 @@ func (d *Device) Free(b device.Buffer) error {
 	return nil
 }
 
-func (d *Device) owns(what string, b device.Buffer) error {
-	if b.Device() != device.Device(d) {
-		name := "no device"
-		if b.Device() != nil {
-			name = b.Device().Name()
-		}
-		return fmt.Errorf("cpu: %s: buffer of %s: %w", what, name, device.ErrForeignBuffer)
-	}
-	return nil
-}
-
 // Upload copies src into dst in stream order and waits for the copy.
 func (d *Device) Upload(dst device.Buffer, src []byte) error {
 	if err := d.checkOpen("Upload"); err != nil {
 		return err
 	}
-	if err := d.owns("Upload", dst); err != nil {
+	if err := device.CheckOwner(d, "Upload", "dst", dst.Device()); err != nil {
 		return err
 	}
 	if int64(len(src)) > dst.Len() {
@@ -183,7 +172,7 @@ func (d *Device) Download(dst []byte, src device.Buffer) error {
 	if err := d.checkOpen("Download"); err != nil {
 		return err
 	}
-	if err := d.owns("Download", src); err != nil {
+	if err := device.CheckOwner(d, "Download", "src", src.Device()); err != nil {
 		return err
 	}
 	if int64(len(dst)) > src.Len() {
@@ -268,8 +257,8 @@ func (d *Device) FreeStaging(h device.HostBuffer) error {
 	if err := d.checkOpen("FreeStaging"); err != nil {
 		return err
 	}
-	if h.Device() != device.Device(d) {
-		return fmt.Errorf("cpu: FreeStaging: buffer of another device: %w", device.ErrForeignBuffer)
+	if err := device.CheckOwner(d, "FreeStaging", "the buffer", h.Device()); err != nil {
+		return err
 	}
 	if err := d.staging.Free(h.Addr()); err != nil {
 		return fmt.Errorf("cpu: FreeStaging: %w", err)
@@ -279,11 +268,9 @@ func (d *Device) FreeStaging(h device.HostBuffer) error {
 
 // CopyToDevice queues the copy of src into dst on s.
 func (d *Device) CopyToDevice(dst device.Buffer, src device.HostBuffer, s device.Stream) (device.Event, error) {
-	if err := d.owns("CopyToDevice", dst); err != nil {
+	if err := errors.Join(device.CheckOwner(d, "CopyToDevice", "dst", dst.Device()),
+		device.CheckOwner(d, "CopyToDevice", "src", src.Device())); err != nil {
 		return nil, err
-	}
-	if src.Device() != device.Device(d) {
-		return nil, fmt.Errorf("cpu: CopyToDevice: staging buffer of another device: %w", device.ErrForeignBuffer)
 	}
 	if src.Len() > dst.Len() {
 		return nil, fmt.Errorf("cpu: CopyToDevice of %d bytes into a %d-byte buffer: %w", src.Len(), dst.Len(), device.ErrShape)
@@ -293,11 +280,9 @@ func (d *Device) CopyToDevice(dst device.Buffer, src device.HostBuffer, s device
 
 // CopyToHost queues the copy of src into dst on s.
 func (d *Device) CopyToHost(dst device.HostBuffer, src device.Buffer, s device.Stream) (device.Event, error) {
-	if err := d.owns("CopyToHost", src); err != nil {
+	if err := errors.Join(device.CheckOwner(d, "CopyToHost", "src", src.Device()),
+		device.CheckOwner(d, "CopyToHost", "dst", dst.Device())); err != nil {
 		return nil, err
-	}
-	if dst.Device() != device.Device(d) {
-		return nil, fmt.Errorf("cpu: CopyToHost: staging buffer of another device: %w", device.ErrForeignBuffer)
 	}
 	if dst.Len() > src.Len() {
 		return nil, fmt.Errorf("cpu: CopyToHost of %d bytes from a %d-byte buffer: %w", dst.Len(), src.Len(), device.ErrShape)

@@ -42,30 +42,16 @@ func (s *stream) exec(c *cmd) error {
 	case opEmbedding:
 		a := &c.emb
 		p.split(wg, c, a.N, a.Dim, pick(a.DType, embeddingPart[float32], embeddingPart[float64]))
-		if i := firstBad(c); i >= 0 {
-			id := elems[int32](a.IDs, a.N)[i]
-			return fmt.Errorf("cpu: Embedding: id %d at position %d is outside [0, %d): %w", id, i, a.Vocab, device.ErrIndex)
-		}
+		return badIndex(c, "Embedding: id", a.IDs, a.N, a.Vocab)
 	case opEmbeddingGrad:
 		a := &c.embGrad
 		p.split(wg, c, a.Dim, a.N, pick(a.DType, embeddingGradPart[float32], embeddingGradPart[float64]))
-		if i := firstBad(c); i >= 0 {
-			id := elems[int32](a.IDs, a.N)[i]
-			return fmt.Errorf("cpu: EmbeddingGrad: id %d at position %d is outside [0, %d): %w", id, i, a.Vocab, device.ErrIndex)
-		}
+		return badIndex(c, "EmbeddingGrad: id", a.IDs, a.N, a.Vocab)
 	case opSoftmaxCrossEntropy:
 		a := &c.sce
 		p.split(wg, c, a.N, 2*a.Classes, pick(a.DType, sceePart[float32], sceePart[float64]))
-		loss := sumPartials(c)
-		if a.DType == device.Float32 {
-			store[float32](a.Loss, loss, a.Accumulate)
-		} else {
-			store[float64](a.Loss, loss, a.Accumulate)
-		}
-		if i := firstBad(c); i >= 0 {
-			t := elems[int32](a.Targets, a.N)[i]
-			return fmt.Errorf("cpu: SoftmaxCrossEntropy: target %d at row %d is outside [0, %d): %w", t, i, a.Classes, device.ErrIndex)
-		}
+		store(a.DType, a.Loss, sumPartials(c), a.Accumulate)
+		return badIndex(c, "SoftmaxCrossEntropy: target", a.Targets, a.N, a.Classes)
 	case opSoftmax:
 		a := &c.softmax
 		p.split(wg, c, a.N, 2*a.Classes, pick(a.DType, softmaxPart[float32], softmaxPart[float64]))
@@ -103,12 +89,7 @@ func (s *stream) exec(c *cmd) error {
 		if a.N > 0 {
 			p.split(wg, c, a.N, 1, pick(a.DType, sumSquaresPart[float32], sumSquaresPart[float64]))
 		}
-		sum := sumPartials(c)
-		if a.DType == device.Float32 {
-			store[float32](a.Out, sum, a.Accumulate)
-		} else {
-			store[float64](a.Out, sum, a.Accumulate)
-		}
+		store(a.DType, a.Out, sumPartials(c), a.Accumulate)
 	case opSGD:
 		a := &c.sgd
 		p.split(wg, c, a.N, 4, pick(a.DType, sgdPart[float32], sgdPart[float64]))
@@ -157,16 +138,29 @@ func sumPartials(c *cmd) float64 {
 	return s
 }
 
-func firstBad(c *cmd) int {
+// badIndex reports the first out-of-range index the parts of c found, as
+// the stream error of kernel; ids holds the n indices, valid in [0, limit).
+func badIndex(c *cmd, what string, ids device.Buffer, n, limit int) error {
 	for i := range c.parts {
-		if c.bad[i] >= 0 {
-			return c.bad[i]
+		if j := c.bad[i]; j >= 0 {
+			return fmt.Errorf("cpu: %s %d at position %d is outside [0, %d): %w",
+				what, elems[int32](ids, n)[j], j, limit, device.ErrIndex)
 		}
 	}
-	return -1
+	return nil
 }
 
-func store[T kern.Float](b device.Buffer, v float64, accumulate bool) {
+// store writes (or with accumulate adds) a reduction's result v into the
+// one-element buffer b of type t.
+func store(t device.DType, b device.Buffer, v float64, accumulate bool) {
+	if t == device.Float32 {
+		storeAs[float32](b, v, accumulate)
+	} else {
+		storeAs[float64](b, v, accumulate)
+	}
+}
+
+func storeAs[T kern.Float](b device.Buffer, v float64, accumulate bool) {
 	out := elems[T](b, 1)
 	if accumulate {
 		out[0] += T(v)
