@@ -265,7 +265,9 @@ func (a GRUCell) Check(d Device) error {
 //
 // DXPre and DHPre are also the gradients of BiasIH and BiasHH. DHPrev is
 // only the direct part of the gradient with respect to hPrev; the layer
-// adds DHPre·W_hh to it (Gemm with Beta 1).
+// adds DHPre·W_hh to it (Gemm with Beta 1). With Accumulate, DH·z is added
+// into DHPrev, so a layer whose DHPrev already holds the gradient from the
+// layer above needs no separate add.
 type GRUCellGrad struct {
 	DType         DType
 	Batch, Hidden int
@@ -277,8 +279,10 @@ type GRUCellGrad struct {
 	// DXPre and DHPre are [Batch, 3·Hidden], the gradients with respect
 	// to XPre and HPre.
 	DXPre, DHPre Buffer
-	// DHPrev is [Batch, Hidden]. It may be DH.
+	// DHPrev is [Batch, Hidden]. It may be DH unless Accumulate is set.
 	DHPrev Buffer
+	// Accumulate adds DH·z to DHPrev instead of overwriting it.
+	Accumulate bool
 }
 
 // Check reports whether the arguments are valid for d.

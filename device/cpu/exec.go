@@ -194,7 +194,7 @@ func gruGradPart[T kern.Float](c *cmd, _, lo, hi int) {
 	a := &c.gruGrad
 	h := a.Hidden
 	kern.GRUCellGrad(h, rows[T](a.Act, lo, hi, 4*h), rows[T](a.HPrev, lo, hi, h), rows[T](a.DH, lo, hi, h),
-		rows[T](a.DXPre, lo, hi, 3*h), rows[T](a.DHPre, lo, hi, 3*h), rows[T](a.DHPrev, lo, hi, h))
+		rows[T](a.DXPre, lo, hi, 3*h), rows[T](a.DHPre, lo, hi, 3*h), rows[T](a.DHPrev, lo, hi, h), a.Accumulate)
 }
 
 func embeddingPart[T kern.Float](c *cmd, part, lo, hi int) {

@@ -349,16 +349,21 @@ func testGRUCellGrad(t *testing.T, open opener) {
 		type gradCase struct {
 			batch, hidden int
 			dhPrevIsDH    bool
+			accumulate    bool
 		}
 		var cs []gradCase
 		for _, s := range cellSizes {
-			cs = append(cs, gradCase{s[0], s[1], false})
+			cs = append(cs, gradCase{s[0], s[1], false, false})
 		}
-		cs = append(cs, gradCase{3, 5, true}, gradCase{64, 512, true})
+		cs = append(cs, gradCase{3, 5, true, false}, gradCase{64, 512, true, false},
+			gradCase{3, 5, false, true}, gradCase{64, 512, false, true})
 		for _, c := range cs {
 			name := fmt.Sprintf("%dx%d", c.batch, c.hidden)
 			if c.dhPrevIsDH {
 				name += "/DHPrevIsDH"
+			}
+			if c.accumulate {
+				name += "/Accumulate"
 			}
 			e.run(name, func(e *env) {
 				bh := c.batch * c.hidden
@@ -372,12 +377,21 @@ func testGRUCellGrad(t *testing.T, open opener) {
 				vAct, vHPrev, vDH := e.vec(act), e.vec(hPrev), e.vec(dh)
 				vDX, vDHP := e.vec(nans(3*bh)), e.vec(nans(3*bh))
 				vDHPrev := vDH
-				if !c.dhPrevIsDH {
+				var prior []float64 // what DHPrev holds before an accumulating call
+				switch {
+				case c.accumulate:
+					prior = e.uniform(bh, -1, 1)
+					vDHPrev = e.vec(prior)
+				case !c.dhPrevIsDH:
 					vDHPrev = e.vec(nans(bh))
 				}
 				e.launch(device.GRUCellGrad{DType: e.dt, Batch: c.batch, Hidden: c.hidden,
-					Act: vAct.buf, HPrev: vHPrev.buf, DH: vDH.buf, DXPre: vDX.buf, DHPre: vDHP.buf, DHPrev: vDHPrev.buf})
+					Act: vAct.buf, HPrev: vHPrev.buf, DH: vDH.buf, DXPre: vDX.buf, DHPre: vDHP.buf, DHPrev: vDHPrev.buf,
+					Accumulate: c.accumulate})
 				wantDX, wantDHP, wantDHPrev := refGRUCellGrad(c.batch, c.hidden, act, hPrev, dh)
+				for i, p := range prior {
+					wantDHPrev[i] += p
+				}
 				tol := PointwiseTolerance(e.dt)
 				checkClose(e.t, "DXPre", e.get("DXPre", vDX), wantDX, nil, tol)
 				checkClose(e.t, "DHPre", e.get("DHPre", vDHP), wantDHP, nil, tol)

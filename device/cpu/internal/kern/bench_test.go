@@ -99,7 +99,7 @@ func BenchmarkGRUCellGrad(b *testing.B) {
 			dxPre, dhPre, dhPrev := make([]float32, 3*bh), make([]float32, 3*bh), make([]float32, bh)
 			b.ReportAllocs()
 			for b.Loop() {
-				GRUCellGrad(s.hidden, act, hPrev, dh, dxPre, dhPre, dhPrev)
+				GRUCellGrad(s.hidden, act, hPrev, dh, dxPre, dhPre, dhPrev, false)
 			}
 			// read act, hPrev, dh; write dxPre, dhPre, dhPrev
 			reportGBs(b, 4*(4*bh+bh+bh+3*bh+3*bh+bh))

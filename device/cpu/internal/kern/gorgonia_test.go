@@ -160,7 +160,7 @@ func TestGRUCellAgainstGorgonia(t *testing.T) {
 			gh, act := make([]float64, B*H), make([]float64, 4*B*H)
 			GRUCell(H, xPre, hPre, bih, bhh, hPrev, gh, act)
 			dxPre, dhPre, dhPrev := make([]float64, 3*B*H), make([]float64, 3*B*H), make([]float64, B*H)
-			GRUCellGrad(H, act, hPrev, w, dxPre, dhPre, dhPrev)
+			GRUCellGrad(H, act, hPrev, w, dxPre, dhPre, dhPrev, false)
 			dBih, dBhh := make([]float64, 3*H), make([]float64, 3*H)
 			SumRows(3*H, 0, 3*H, dxPre, dBih, false)
 			SumRows(3*H, 0, 3*H, dhPre, dBhh, false)

@@ -100,7 +100,7 @@ func TestGRUCellGradFiniteDifference(t *testing.T) {
 
 			GRUCell(s.hidden, xPre, hPre, bih, bhh, hPrev, h, act)
 			dxPre, dhPre, dhPrev := make([]float64, 3*bh), make([]float64, 3*bh), make([]float64, bh)
-			GRUCellGrad(s.hidden, act, hPrev, w, dxPre, dhPre, dhPrev)
+			GRUCellGrad(s.hidden, act, hPrev, w, dxPre, dhPre, dhPrev, false)
 
 			fdCheck(t, "xPre", xPre, dxPre, loss)
 			fdCheck(t, "hPre", hPre, dhPre, loss)

@@ -201,10 +201,11 @@ func GRUCell[T Float](hidden int, xPre, hPre, bih, bhh, hPrev, h, act []T) {
 //	dxPre = [dr, dz, dn]   dhPre = [dr, dz, dn·r]   dhPrev = dh·z
 //
 // act is [rows, 4·hidden] as GRUCell wrote it; hPrev, dh and dhPrev are
-// [rows, hidden]; dxPre and dhPre are [rows, 3·hidden]. dhPrev may be dh.
-// dhPrev is only the direct part of the gradient with respect to hPrev.
+// [rows, hidden]; dxPre and dhPre are [rows, 3·hidden]. dhPrev may be dh
+// unless accumulate is set, which adds dh·z into dhPrev instead. dhPrev is
+// only the direct part of the gradient with respect to hPrev.
 // Computed in float64 and rounded once to T.
-func GRUCellGrad[T Float](hidden int, act, hPrev, dh, dxPre, dhPre, dhPrev []T) {
+func GRUCellGrad[T Float](hidden int, act, hPrev, dh, dxPre, dhPre, dhPrev []T, accumulate bool) {
 	rows := len(dh) / hidden
 	g3, g4 := 3*hidden, 4*hidden
 	for r := range rows {
@@ -223,7 +224,11 @@ func GRUCellGrad[T Float](hidden int, act, hPrev, dh, dxPre, dhPre, dhPrev []T) 
 			dr := dn * hn * (rg * (1 - rg))
 			dxr[k], dxz[k], dxn[k] = T(dr), T(dz), T(dn)
 			dyr[k], dyz[k], dyn[k] = T(dr), T(dz), T(dn*rg)
-			dhp[k] = T(d * z)
+			if accumulate {
+				dhp[k] = T(float64(dhp[k]) + d*z)
+			} else {
+				dhp[k] = T(d * z)
+			}
 		}
 	}
 }

@@ -239,7 +239,7 @@ func TestGRUCellGrad(t *testing.T) {
 
 			t.Run("float64", func(t *testing.T) {
 				dxPre, dhPre, dhPrev := make([]float64, 3*bh), make([]float64, 3*bh), make([]float64, bh)
-				GRUCellGrad(s.hidden, act, hPrev, dh, dxPre, dhPre, dhPrev)
+				GRUCellGrad(s.hidden, act, hPrev, dh, dxPre, dhPre, dhPrev, false)
 				wdx, wdh, wdhp := refGRUGrad(s.rows, s.hidden, act, hPrev, dh)
 				checkClose(t, "dxPre", dxPre, wdx, 1e-14, 1e-14)
 				checkClose(t, "dhPre", dhPre, wdh, 1e-14, 1e-14)
@@ -248,7 +248,7 @@ func TestGRUCellGrad(t *testing.T) {
 			t.Run("float32", func(t *testing.T) {
 				a32, hp32, dh32 := to[float32](act), to[float32](hPrev), to[float32](dh)
 				dxPre, dhPre, dhPrev := make([]float32, 3*bh), make([]float32, 3*bh), make([]float32, bh)
-				GRUCellGrad(s.hidden, a32, hp32, dh32, dxPre, dhPre, dhPrev)
+				GRUCellGrad(s.hidden, a32, hp32, dh32, dxPre, dhPre, dhPrev, false)
 				wdx, wdh, wdhp := refGRUGrad(s.rows, s.hidden, from(a32), from(hp32), from(dh32))
 				// Exact float32 inputs, float64 arithmetic, one rounding.
 				checkULP32(t, "dxPre", dxPre, wdx, 0.5, 1e-12)
@@ -307,9 +307,9 @@ func testCellAliasing[T Float](t *testing.T) {
 		_, a := refGRU(rows, hidden, uniform(rng, 3*bh, 3), uniform(rng, 3*bh, 3), nil, nil, hPrev)
 		act, hp, dh := to[T](a), to[T](hPrev), to[T](uniform(rng, bh, 1))
 		dx, dy, dhPrev := make([]T, 3*bh), make([]T, 3*bh), make([]T, bh)
-		GRUCellGrad(hidden, act, hp, dh, dx, dy, dhPrev)
+		GRUCellGrad(hidden, act, hp, dh, dx, dy, dhPrev, false)
 		dx2, dy2 := make([]T, 3*bh), make([]T, 3*bh)
-		GRUCellGrad(hidden, act, hp, dh, dx2, dy2, dh)
+		GRUCellGrad(hidden, act, hp, dh, dx2, dy2, dh, false)
 		checkEqual(t, "dhPrev", dh, dhPrev)
 		checkEqual(t, "dxPre", dx2, dx)
 		checkEqual(t, "dhPre", dy2, dy)
