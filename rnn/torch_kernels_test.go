@@ -35,6 +35,14 @@ type fixtureCase struct {
 	Out          tensorJSON            `json:"out"`
 	HN           tensorJSON            `json:"h_n"`
 	CN           *tensorJSON           `json:"c_n"`
+	WOut         tensorJSON            `json:"w_out"`
+	WH           tensorJSON            `json:"w_h"`
+	WC           *tensorJSON           `json:"w_c"`
+	Loss         float64               `json:"loss"`
+	GradX        tensorJSON            `json:"grad_x"`
+	GradParams   map[string]tensorJSON `json:"grad_params"`
+	GradH0       *tensorJSON           `json:"grad_h0"`
+	GradC0       *tensorJSON           `json:"grad_c0"`
 }
 
 func (c *fixtureCase) name() string {
@@ -49,6 +57,30 @@ func (c *fixtureCase) name() string {
 // gate semantics of device.LSTMCell and device.GRUCell to PyTorch before
 // the layers are built on them.
 func TestKernelsAgreeWithTorchForward(t *testing.T) {
+	cases := torchCases(t)
+	d, err := cpu.Open(cpu.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, c := range cases {
+		t.Run(c.name(), func(t *testing.T) {
+			out, hn, cn := forward(t, d, &c)
+			// Float64 throughout; PyTorch and we differ only in summation
+			// order, so agreement is near 1e-15 relative to values of order 1.
+			const tol = 1e-12
+			compare(t, "out", out, c.Out.Data, tol)
+			compare(t, "h_n", hn, c.HN.Data, tol)
+			if c.CN != nil {
+				compare(t, "c_n", cn, c.CN.Data, tol)
+			}
+		})
+	}
+}
+
+// torchCases reads the PyTorch fixtures.
+func torchCases(t *testing.T) []fixtureCase {
+	t.Helper()
 	raw, err := os.ReadFile("testdata/torch_rnn.json")
 	if err != nil {
 		t.Fatal(err)
@@ -62,24 +94,7 @@ func TestKernelsAgreeWithTorchForward(t *testing.T) {
 	if len(fx.Cases) != 24 { // 2 cells × 3 depths × bias on/off × initial state on/off
 		t.Fatalf("%d fixture cases, want 24", len(fx.Cases))
 	}
-	d, err := cpu.Open(cpu.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	for _, c := range fx.Cases {
-		t.Run(c.name(), func(t *testing.T) {
-			out, hn, cn := forward(t, d, &c)
-			// Float64 throughout; PyTorch and we differ only in summation
-			// order, so agreement is near 1e-15 relative to values of order 1.
-			const tol = 1e-12
-			compare(t, "out", out, c.Out.Data, tol)
-			compare(t, "h_n", hn, c.HN.Data, tol)
-			if c.CN != nil {
-				compare(t, "c_n", cn, c.CN.Data, tol)
-			}
-		})
-	}
+	return fx.Cases
 }
 
 // forward computes the stacked layer's output [T, B, H] and final states

@@ -1,0 +1,142 @@
+package rnn
+
+import (
+	"fmt"
+
+	"github.com/gocurrent/gocurrent/device"
+)
+
+// EmbeddingConfig describes an embedding table, as PyTorch's
+// nn.Embedding(Vocab, Dim).
+type EmbeddingConfig struct {
+	Vocab, Dim int
+	// DType is Float32 (the default) or Float64.
+	DType device.DType
+	// Seed draws the initial table from N(0, 1), as PyTorch's.
+	Seed uint64
+}
+
+// Embedding maps token ids to rows of a table, parameter "weight"
+// [Vocab, Dim]. It is not safe for concurrent use.
+type Embedding struct {
+	dev    device.Device
+	cfg    EmbeddingConfig
+	params *Params
+	out    scratch
+	ids    scratch // the ids of the saved training forward
+	n      int     // rows saved, 0 when none
+	spent  bool
+}
+
+// NewEmbedding allocates an embedding table on d and initialises it.
+func NewEmbedding(d device.Device, c EmbeddingConfig) (*Embedding, error) {
+	if d == nil {
+		return nil, fmt.Errorf("rnn: NewEmbedding: no device")
+	}
+	dt, err := floatType(c.DType)
+	if err != nil {
+		return nil, err
+	}
+	c.DType = dt
+	if c.Vocab <= 0 || c.Dim <= 0 {
+		return nil, fmt.Errorf("rnn: NewEmbedding: vocab %d, dim %d: each must be positive: %w", c.Vocab, c.Dim, device.ErrShape)
+	}
+	p, err := newParams(d, dt, c.Seed, []paramSpec{{name: "weight", shape: []int{c.Vocab, c.Dim}, normal: true}})
+	if err != nil {
+		return nil, err
+	}
+	return &Embedding{dev: d, cfg: c, params: p}, nil
+}
+
+// Config returns the configuration, with defaults filled in.
+func (e *Embedding) Config() EmbeddingConfig { return e.cfg }
+
+// Params returns the table.
+func (e *Embedding) Params() *Params { return e.params }
+
+// Forward looks up n ids (Int32, in [0, Vocab)) and returns their rows,
+// [n, Dim], valid until the next Forward of the same mode. An id outside
+// the vocabulary gives a zero row and device.ErrIndex, naming the id and
+// its position, from the next synchronisation of the compute stream. In
+// Train mode the ids are copied for Backward.
+func (e *Embedding) Forward(mode Mode, ids device.Buffer, n int) (device.Buffer, error) {
+	const op = "Embedding.Forward"
+	if err := checkMode(op, mode); err != nil {
+		return device.Buffer{}, err
+	}
+	if err := positive(op, []string{"n"}, n); err != nil {
+		return device.Buffer{}, err
+	}
+	if err := input(op, "ids", e.dev, ids, device.Int32, n, "n"); err != nil {
+		return device.Buffer{}, err
+	}
+	dt, k := e.cfg.DType, e.dev.Kernels()
+	out, err := e.out.get(e.dev, int64(n*e.cfg.Dim)*dt.Size())
+	if err != nil {
+		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
+	}
+	ids = ids.Slice(0, int64(n)*4)
+	table, _ := e.params.Flat()
+	var q queue
+	q.add(k.Embedding(device.Embedding{DType: dt, N: n, Dim: e.cfg.Dim, Vocab: e.cfg.Vocab, Table: table, IDs: ids, Out: out}))
+	if mode == Train {
+		e.n, e.spent = 0, false
+		saved, err := e.ids.get(e.dev, int64(n)*4)
+		if err != nil {
+			return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
+		}
+		q.add(k.Copy(device.Copy{Dst: saved, Src: ids}))
+		if q.err == nil {
+			e.n = n
+		}
+	}
+	if q.err != nil {
+		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, q.err)
+	}
+	return out, nil
+}
+
+// Backward adds the gradient of the table, given dOut [n, Dim] for the
+// saved training forward, into the "weight" gradient (a deterministic
+// scatter-add). Ids carry no gradient. Calling it without a training
+// forward, or twice for one, returns ErrNoForward.
+func (e *Embedding) Backward(dOut device.Buffer) error {
+	const op = "Embedding.Backward"
+	if e.n == 0 {
+		return noForward(op, e.spent)
+	}
+	n, dt := e.n, e.cfg.DType
+	if err := input(op, "dOut", e.dev, dOut, dt, n*e.cfg.Dim, fmt.Sprintf("n·dim = %d·%d", n, e.cfg.Dim)); err != nil {
+		return err
+	}
+	e.n, e.spent = 0, true
+	_, grad := e.params.Flat()
+	err := e.dev.Kernels().EmbeddingGrad(device.EmbeddingGrad{DType: dt, N: n, Dim: e.cfg.Dim, Vocab: e.cfg.Vocab,
+		IDs: e.ids.buf, DOut: dOut, DTable: grad})
+	if err != nil {
+		return fmt.Errorf("rnn: %s: %w", op, err)
+	}
+	return nil
+}
+
+// Close frees the table and the layer's buffers.
+func (e *Embedding) Close() error {
+	var q queue
+	q.add(e.out.free(e.dev))
+	q.add(e.ids.free(e.dev))
+	if e.params != nil {
+		q.add(e.params.free())
+		e.params = nil
+	}
+	return q.err
+}
+
+// noForward is the error of a Backward with nothing saved to consume.
+func noForward(op string, spent bool) error {
+	if spent {
+		return fmt.Errorf("%w: %s called twice for one training forward; the first call consumed "+
+			"what the forward saved: run Forward with Train again", ErrNoForward, op)
+	}
+	return fmt.Errorf("%w: %s without a training forward to differentiate: "+
+		"run Forward with Train first (a NoGrad forward saves nothing)", ErrNoForward, op)
+}

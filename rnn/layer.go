@@ -1,0 +1,142 @@
+package rnn
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gocurrent/gocurrent/device"
+)
+
+// Mode says what a forward pass is for.
+type Mode uint8
+
+const (
+	// Train saves what Backward needs (overwriting what the previous
+	// training forward of the layer saved) and applies dropout.
+	Train Mode = 1 + iota
+	// NoGrad saves nothing and applies no dropout: evaluation and
+	// sampling. Its memory does not depend on how many calls were made.
+	NoGrad
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Train:
+		return "Train"
+	case NoGrad:
+		return "NoGrad"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// ErrNoForward is returned by Backward when there is no training forward
+// to differentiate: none was run, the last one was NoGrad, or Backward
+// already consumed it.
+var ErrNoForward = errors.New("rnn: no saved training forward")
+
+// scratch is device memory a layer owns and reuses across calls: it grows
+// when a call needs more and never shrinks, so repeated calls of one shape
+// allocate nothing. Buffers handed out are valid until the next get.
+type scratch struct {
+	buf device.Buffer
+}
+
+func (s *scratch) get(d device.Device, bytes int64) (device.Buffer, error) {
+	if s.buf.IsZero() || s.buf.Len() < bytes {
+		if err := s.free(d); err != nil {
+			return device.Buffer{}, err
+		}
+		b, err := d.Alloc(bytes)
+		if err != nil {
+			return device.Buffer{}, err
+		}
+		s.buf = b
+	}
+	return s.buf.Slice(0, bytes), nil
+}
+
+func (s *scratch) free(d device.Device) error {
+	if s.buf.IsZero() {
+		return nil
+	}
+	err := d.Free(s.buf)
+	s.buf = device.Buffer{}
+	return err
+}
+
+// arena hands out consecutive, aligned element ranges of one buffer.
+type arena struct {
+	dt  device.DType
+	buf device.Buffer // zero while sizing
+	off int
+}
+
+// arenaAlign keeps every region at a 256-byte boundary (64 float32s),
+// the alignment a GPU wants for coalesced access.
+const arenaAlign = 64
+
+func (a *arena) take(n int) device.Buffer {
+	var b device.Buffer
+	if !a.buf.IsZero() {
+		b = a.buf.Elems(a.dt, a.off, n)
+	}
+	a.off += (n + arenaAlign - 1) / arenaAlign * arenaAlign
+	return b
+}
+
+// input checks that a caller's buffer is on the layer's device and holds at
+// least n elements of dt, and names it in the error otherwise.
+func input(op, name string, d device.Device, b device.Buffer, dt device.DType, n int, shape string) error {
+	if b.IsZero() {
+		return fmt.Errorf("rnn: %s: %s is missing (want %s = %d %v values): %w", op, name, shape, n, dt, device.ErrShape)
+	}
+	if b.Device() != d {
+		return fmt.Errorf("rnn: %s: %s is on device %s, the layer on %s: %w",
+			op, name, b.Device().Name(), d.Name(), device.ErrForeignBuffer)
+	}
+	if have := b.Len() / dt.Size(); have < int64(n) {
+		return fmt.Errorf("rnn: %s: %s holds %d %v values, want %s = %d: %w", op, name, have, dt, shape, n, device.ErrShape)
+	}
+	return nil
+}
+
+// positive checks sizes given to a call.
+func positive(op string, names []string, vals ...int) error {
+	for i, v := range vals {
+		if v <= 0 {
+			return fmt.Errorf("rnn: %s: %s = %d, want > 0: %w", op, names[i], v, device.ErrShape)
+		}
+	}
+	return nil
+}
+
+// checkMode rejects a Mode that is neither Train nor NoGrad.
+func checkMode(op string, m Mode) error {
+	if m != Train && m != NoGrad {
+		return fmt.Errorf("rnn: %s: %v is neither Train nor NoGrad", op, m)
+	}
+	return nil
+}
+
+// floatType resolves a configured element type: zero means Float32.
+func floatType(dt device.DType) (device.DType, error) {
+	switch dt {
+	case 0:
+		return device.Float32, nil
+	case device.Float32, device.Float64:
+		return dt, nil
+	}
+	return 0, fmt.Errorf("rnn: element type %v, want float32 or float64", dt)
+}
+
+// queue records the first error of a sequence of kernel calls, so a
+// layer's passes read as the list of kernels they queue. Calls after a
+// failed one still run their checks but change nothing the caller sees: the
+// error is returned and the layer's saved state is dropped.
+type queue struct{ err error }
+
+func (q *queue) add(err error) {
+	if q.err == nil {
+		q.err = err
+	}
+}

@@ -1,0 +1,155 @@
+package rnn
+
+import (
+	"fmt"
+
+	"github.com/gocurrent/gocurrent/device"
+)
+
+// LinearConfig describes an affine layer, as PyTorch's nn.Linear(In, Out,
+// bias=!NoBias).
+type LinearConfig struct {
+	In, Out int
+	NoBias  bool
+	// DType is Float32 (the default) or Float64.
+	DType device.DType
+	// Seed draws the initial parameters from U(-1/sqrt(In), 1/sqrt(In)),
+	// PyTorch's default bound for weight and bias.
+	Seed uint64
+}
+
+// Linear computes y = x·Wᵀ + b over rows, parameters "weight" [Out, In]
+// and "bias" [Out]. It is not safe for concurrent use.
+type Linear struct {
+	dev     device.Device
+	cfg     LinearConfig
+	params  *Params
+	w, b    device.Buffer
+	gw, gb  device.Buffer
+	out, dx scratch
+	x       scratch // the input of the saved training forward
+	rows    int     // rows saved, 0 when none
+	spent   bool
+}
+
+// NewLinear allocates a linear layer on d and initialises it.
+func NewLinear(d device.Device, c LinearConfig) (*Linear, error) {
+	if d == nil {
+		return nil, fmt.Errorf("rnn: NewLinear: no device")
+	}
+	dt, err := floatType(c.DType)
+	if err != nil {
+		return nil, err
+	}
+	c.DType = dt
+	if c.In <= 0 || c.Out <= 0 {
+		return nil, fmt.Errorf("rnn: NewLinear: in %d, out %d: each must be positive: %w", c.In, c.Out, device.ErrShape)
+	}
+	bound := uniformBound(c.In)
+	specs := []paramSpec{{name: "weight", shape: []int{c.Out, c.In}, bound: bound}}
+	if !c.NoBias {
+		specs = append(specs, paramSpec{name: "bias", shape: []int{c.Out}, bound: bound})
+	}
+	p, err := newParams(d, dt, c.Seed, specs)
+	if err != nil {
+		return nil, err
+	}
+	l := &Linear{dev: d, cfg: c, params: p}
+	w, _ := p.Lookup("weight")
+	b, _ := p.Lookup("bias")
+	l.w, l.gw, l.b, l.gb = w.Value, w.Grad, b.Value, b.Grad
+	return l, nil
+}
+
+// Config returns the configuration, with defaults filled in.
+func (l *Linear) Config() LinearConfig { return l.cfg }
+
+// Params returns the weight and bias.
+func (l *Linear) Params() *Params { return l.params }
+
+// Forward computes y [rows, Out] from x [rows, In]; y is valid until the
+// next Forward of the same mode. In Train mode x is copied for Backward.
+func (l *Linear) Forward(mode Mode, x device.Buffer, rows int) (device.Buffer, error) {
+	const op = "Linear.Forward"
+	if err := checkMode(op, mode); err != nil {
+		return device.Buffer{}, err
+	}
+	if err := positive(op, []string{"rows"}, rows); err != nil {
+		return device.Buffer{}, err
+	}
+	c, dt := l.cfg, l.cfg.DType
+	if err := input(op, "x", l.dev, x, dt, rows*c.In, fmt.Sprintf("rows·in = %d·%d", rows, c.In)); err != nil {
+		return device.Buffer{}, err
+	}
+	y, err := l.out.get(l.dev, int64(rows*c.Out)*dt.Size())
+	if err != nil {
+		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
+	}
+	x = x.Slice(0, int64(rows*c.In)*dt.Size())
+	k := l.dev.Kernels()
+	var q queue
+	if mode == Train {
+		l.rows, l.spent = 0, false
+		saved, err := l.x.get(l.dev, x.Len())
+		if err != nil {
+			return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
+		}
+		q.add(k.Copy(device.Copy{Dst: saved, Src: x}))
+		x = saved
+	}
+	q.add(k.Gemm(device.Gemm{DType: dt, TransB: true, M: rows, N: c.Out, K: c.In, Alpha: 1, A: x, B: l.w, C: y}))
+	if !c.NoBias {
+		q.add(k.AddBias(device.AddBias{DType: dt, Rows: rows, Cols: c.Out, Bias: l.b, Y: y}))
+	}
+	if q.err != nil {
+		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, q.err)
+	}
+	if mode == Train {
+		l.rows = rows
+	}
+	return y, nil
+}
+
+// Backward adds the weight and bias gradients, given dy [rows, Out] for
+// the saved training forward, and returns the gradient with respect to x,
+// [rows, In], valid until the next Backward. Calling it without a training
+// forward, or twice for one, returns ErrNoForward.
+func (l *Linear) Backward(dy device.Buffer) (device.Buffer, error) {
+	const op = "Linear.Backward"
+	if l.rows == 0 {
+		return device.Buffer{}, noForward(op, l.spent)
+	}
+	c, dt, rows := l.cfg, l.cfg.DType, l.rows
+	if err := input(op, "dy", l.dev, dy, dt, rows*c.Out, fmt.Sprintf("rows·out = %d·%d", rows, c.Out)); err != nil {
+		return device.Buffer{}, err
+	}
+	l.rows, l.spent = 0, true
+	dx, err := l.dx.get(l.dev, int64(rows*c.In)*dt.Size())
+	if err != nil {
+		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
+	}
+	k := l.dev.Kernels()
+	var q queue
+	q.add(k.Gemm(device.Gemm{DType: dt, TransA: true, M: c.Out, N: c.In, K: rows, Alpha: 1, Beta: 1, A: dy, B: l.x.buf, C: l.gw}))
+	if !c.NoBias {
+		q.add(k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: c.Out, X: dy, Out: l.gb, Accumulate: true}))
+	}
+	q.add(k.Gemm(device.Gemm{DType: dt, M: rows, N: c.In, K: c.Out, Alpha: 1, A: dy, B: l.w, C: dx}))
+	if q.err != nil {
+		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, q.err)
+	}
+	return dx, nil
+}
+
+// Close frees the parameters and the layer's buffers.
+func (l *Linear) Close() error {
+	var q queue
+	for _, s := range []*scratch{&l.out, &l.dx, &l.x} {
+		q.add(s.free(l.dev))
+	}
+	if l.params != nil {
+		q.add(l.params.free())
+		l.params = nil
+	}
+	return q.err
+}

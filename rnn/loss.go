@@ -1,0 +1,134 @@
+package rnn
+
+import (
+	"fmt"
+
+	"github.com/gocurrent/gocurrent/device"
+)
+
+// CrossEntropy is softmax cross-entropy over rows of logits, as PyTorch's
+// nn.CrossEntropyLoss with mean reduction. Each Forward adds its loss to a
+// running total on the device, so a step of several micro-batches (or an
+// evaluation over many batches) needs one synchronisation to read it. It is
+// not safe for concurrent use.
+type CrossEntropy struct {
+	dev     device.Device
+	dtype   device.DType
+	classes int
+	total   device.Buffer // one element: the running loss
+	dLogits scratch
+	rows    int // rows of the saved training forward, 0 when none
+	spent   bool
+}
+
+// NewCrossEntropy makes a loss over classes classes, with values of type
+// dt (0 means Float32), and a zero running total.
+func NewCrossEntropy(d device.Device, classes int, dt device.DType) (*CrossEntropy, error) {
+	if d == nil {
+		return nil, fmt.Errorf("rnn: NewCrossEntropy: no device")
+	}
+	dt, err := floatType(dt)
+	if err != nil {
+		return nil, err
+	}
+	if classes <= 0 {
+		return nil, fmt.Errorf("rnn: NewCrossEntropy: classes %d, want > 0: %w", classes, device.ErrShape)
+	}
+	total, err := d.Alloc(dt.Size())
+	if err != nil {
+		return nil, fmt.Errorf("rnn: NewCrossEntropy: %w", err)
+	}
+	c := &CrossEntropy{dev: d, dtype: dt, classes: classes, total: total}
+	if err := c.ResetLoss(); err != nil {
+		d.Free(total)
+		return nil, err
+	}
+	return c, nil
+}
+
+// Forward adds scale · mean over the rows of -log softmax(logits)[target]
+// to the running total: logits [rows, classes], targets [rows] of Int32 in
+// [0, classes). Scale 0 means 1; a trainer accumulating K micro-batches
+// passes 1/K so that the total and the gradients are those of the mean
+// over the whole step. In Train mode it also computes the gradient with
+// respect to the logits, which Backward returns. A target outside
+// [0, classes) adds nothing and raises device.ErrIndex, naming the target
+// and its position, at the next synchronisation.
+func (c *CrossEntropy) Forward(mode Mode, logits, targets device.Buffer, rows int, scale float64) error {
+	const op = "CrossEntropy.Forward"
+	if err := checkMode(op, mode); err != nil {
+		return err
+	}
+	if err := positive(op, []string{"rows"}, rows); err != nil {
+		return err
+	}
+	if err := input(op, "logits", c.dev, logits, c.dtype, rows*c.classes, fmt.Sprintf("rows·classes = %d·%d", rows, c.classes)); err != nil {
+		return err
+	}
+	if err := input(op, "targets", c.dev, targets, device.Int32, rows, "rows"); err != nil {
+		return err
+	}
+	if scale == 0 {
+		scale = 1
+	}
+	a := device.SoftmaxCrossEntropy{DType: c.dtype, N: rows, Classes: c.classes, Logits: logits, Targets: targets,
+		Scale: scale / float64(rows), Loss: c.total, Accumulate: true}
+	if mode == Train {
+		c.rows, c.spent = 0, false
+		var err error
+		if a.DLogits, err = c.dLogits.get(c.dev, int64(rows*c.classes)*c.dtype.Size()); err != nil {
+			return fmt.Errorf("rnn: %s: %w", op, err)
+		}
+	}
+	if err := c.dev.Kernels().SoftmaxCrossEntropy(a); err != nil {
+		return fmt.Errorf("rnn: %s: %w", op, err)
+	}
+	if mode == Train {
+		c.rows = rows
+	}
+	return nil
+}
+
+// Backward returns the gradient of the saved training forward's loss with
+// respect to its logits, [rows, classes], valid until the next training
+// Forward. Calling it without a training forward, or twice for one,
+// returns ErrNoForward.
+func (c *CrossEntropy) Backward() (device.Buffer, error) {
+	if c.rows == 0 {
+		return device.Buffer{}, noForward("CrossEntropy.Backward", c.spent)
+	}
+	n := c.rows
+	c.rows, c.spent = 0, true
+	return c.dLogits.buf.Elems(c.dtype, 0, n*c.classes), nil
+}
+
+// Loss waits for the queued work and returns the running total.
+func (c *CrossEntropy) Loss() (float64, error) {
+	if c.dtype == device.Float64 {
+		v := make([]float64, 1)
+		err := device.DownloadSlice(c.dev, v, c.total)
+		return v[0], err
+	}
+	v := make([]float32, 1)
+	err := device.DownloadSlice(c.dev, v, c.total)
+	return float64(v[0]), err
+}
+
+// Total is the one-element device buffer holding the running total.
+func (c *CrossEntropy) Total() device.Buffer { return c.total }
+
+// ResetLoss queues zeroing the running total.
+func (c *CrossEntropy) ResetLoss() error {
+	return c.dev.Kernels().Fill(device.Fill{DType: c.dtype, N: 1, X: c.total})
+}
+
+// Close frees the loss's buffers.
+func (c *CrossEntropy) Close() error {
+	var q queue
+	q.add(c.dLogits.free(c.dev))
+	if !c.total.IsZero() {
+		q.add(c.dev.Free(c.total))
+		c.total = device.Buffer{}
+	}
+	return q.err
+}

@@ -1,0 +1,265 @@
+package rnn
+
+import (
+	"errors"
+	"fmt"
+	"iter"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+
+	"gorgonia.org/tensor"
+
+	"github.com/gocurrent/gocurrent/device"
+)
+
+// Param is one named parameter of a layer: views of its values and of its
+// gradient in the layer's two flat buffers.
+type Param struct {
+	// Name is PyTorch's name within the module, e.g. "weight_ih_l0".
+	Name string
+	// Shape is PyTorch's shape, row-major.
+	Shape []int
+	// Value and Grad are on the layer's device. Backward adds into Grad.
+	Value, Grad device.Buffer
+}
+
+// Len is the number of elements.
+func (p Param) Len() int {
+	n := 1
+	for _, s := range p.Shape {
+		n *= s
+	}
+	return n
+}
+
+// Params are the parameters of one layer, held in one flat buffer of values
+// and one of gradients (so an optimizer or a norm can treat a layer in one
+// kernel), with a named view for each parameter in PyTorch's order.
+// Gradients start at zero and are added into by Backward until ZeroGrad.
+type Params struct {
+	dev         device.Device
+	dtype       device.DType
+	value, grad device.Buffer
+	n           int
+	list        []Param
+}
+
+// paramSpec describes one parameter and its initial distribution,
+// U(-bound, bound), or N(0, 1) when normal is set.
+type paramSpec struct {
+	name   string
+	shape  []int
+	bound  float64
+	normal bool
+}
+
+// newParams allocates the flat buffers for specs, initialises the values
+// from seed and zeroes the gradients.
+func newParams(d device.Device, dt device.DType, seed uint64, specs []paramSpec) (*Params, error) {
+	p := &Params{dev: d, dtype: dt}
+	for _, s := range specs {
+		p.n += Param{Shape: s.shape}.Len()
+	}
+	var err error
+	if p.value, err = d.Alloc(int64(p.n) * dt.Size()); err != nil {
+		return nil, fmt.Errorf("rnn: parameters: %w", err)
+	}
+	if p.grad, err = d.Alloc(int64(p.n) * dt.Size()); err != nil {
+		d.Free(p.value)
+		return nil, fmt.Errorf("rnn: parameter gradients: %w", err)
+	}
+	// The generator's second word is fixed so that a seed alone names
+	// the initial values; "gocurren" in ASCII.
+	rng := rand.New(rand.NewPCG(seed, 0x676f63757272656e))
+	host := make([]float64, p.n)
+	off := 0
+	for _, s := range specs {
+		q := Param{Name: s.name, Shape: s.shape}
+		n := q.Len()
+		for i := range n {
+			if s.normal {
+				host[off+i] = rng.NormFloat64()
+			} else {
+				host[off+i] = (2*rng.Float64() - 1) * s.bound
+			}
+		}
+		q.Value = p.value.Elems(dt, off, n)
+		q.Grad = p.grad.Elems(dt, off, n)
+		p.list = append(p.list, q)
+		off += n
+	}
+	if err := upload(d, dt, p.value, host); err == nil {
+		err = p.ZeroGrad()
+	}
+	if err != nil {
+		p.free()
+		return nil, fmt.Errorf("rnn: initialising parameters: %w", err)
+	}
+	return p, nil
+}
+
+// All visits every parameter in PyTorch's order.
+func (p *Params) All() iter.Seq[Param] {
+	return func(yield func(Param) bool) {
+		for _, q := range p.list {
+			if !yield(q) {
+				return
+			}
+		}
+	}
+}
+
+// Flat returns the whole value and gradient buffers, Len elements each, in
+// which every Param is a view.
+func (p *Params) Flat() (value, grad device.Buffer) { return p.value, p.grad }
+
+// Len is the total number of elements over all parameters.
+func (p *Params) Len() int { return p.n }
+
+// DType is the element type of values and gradients.
+func (p *Params) DType() device.DType { return p.dtype }
+
+// Lookup returns the parameter called name.
+func (p *Params) Lookup(name string) (Param, bool) {
+	for _, q := range p.list {
+		if q.Name == name {
+			return q, true
+		}
+	}
+	return Param{}, false
+}
+
+// ZeroGrad queues zeroing every gradient.
+func (p *Params) ZeroGrad() error {
+	return p.dev.Kernels().Fill(device.Fill{DType: p.dtype, N: p.n, X: p.grad})
+}
+
+// Value copies the values of the parameter called name to the host, as a
+// tensor of PyTorch's shape and the layer's element type. It waits for the
+// work queued before it.
+func (p *Params) Value(name string) (*tensor.Dense, error) { return p.get(name, false) }
+
+// Grad copies the gradient of the parameter called name to the host, as
+// Value does.
+func (p *Params) Grad(name string) (*tensor.Dense, error) { return p.get(name, true) }
+
+// SetValue copies t, of the parameter's shape and of type float32 or
+// float64 (converted to the layer's type), into the parameter called name.
+// It returns once the values are on the device.
+func (p *Params) SetValue(name string, t *tensor.Dense) error { return p.set(name, t, false) }
+
+// SetGrad copies t into the gradient of the parameter called name, as
+// SetValue does.
+func (p *Params) SetGrad(name string, t *tensor.Dense) error { return p.set(name, t, true) }
+
+func (p *Params) find(name string) (Param, error) {
+	if q, ok := p.Lookup(name); ok {
+		return q, nil
+	}
+	names := make([]string, len(p.list))
+	for i, q := range p.list {
+		names[i] = q.Name
+	}
+	return Param{}, fmt.Errorf("rnn: no parameter %q (have %s)", name, strings.Join(names, ", "))
+}
+
+func (p *Params) get(name string, grad bool) (*tensor.Dense, error) {
+	q, err := p.find(name)
+	if err != nil {
+		return nil, err
+	}
+	b := q.Value
+	if grad {
+		b = q.Grad
+	}
+	switch p.dtype {
+	case device.Float64:
+		v := make([]float64, q.Len())
+		if err := device.DownloadSlice(p.dev, v, b); err != nil {
+			return nil, fmt.Errorf("rnn: reading %s: %w", name, err)
+		}
+		return tensor.New(tensor.WithShape(q.Shape...), tensor.WithBacking(v)), nil
+	default:
+		v := make([]float32, q.Len())
+		if err := device.DownloadSlice(p.dev, v, b); err != nil {
+			return nil, fmt.Errorf("rnn: reading %s: %w", name, err)
+		}
+		return tensor.New(tensor.WithShape(q.Shape...), tensor.WithBacking(v)), nil
+	}
+}
+
+func (p *Params) set(name string, t *tensor.Dense, grad bool) error {
+	q, err := p.find(name)
+	if err != nil {
+		return err
+	}
+	if t == nil {
+		return fmt.Errorf("rnn: setting %s: nil tensor: %w", name, device.ErrShape)
+	}
+	if got := []int(t.Shape()); !slices.Equal(got, q.Shape) {
+		return fmt.Errorf("rnn: setting %s: tensor of shape %v, want %v: %w", name, got, q.Shape, device.ErrShape)
+	}
+	host, err := float64s(t)
+	if err != nil {
+		return fmt.Errorf("rnn: setting %s: %w", name, err)
+	}
+	if len(host) != q.Len() {
+		return fmt.Errorf("rnn: setting %s: tensor holds %d values, want %d: %w", name, len(host), q.Len(), device.ErrShape)
+	}
+	b := q.Value
+	if grad {
+		b = q.Grad
+	}
+	if err := upload(p.dev, p.dtype, b, host); err != nil {
+		return fmt.Errorf("rnn: setting %s: %w", name, err)
+	}
+	return nil
+}
+
+func (p *Params) free() error {
+	return errors.Join(p.dev.Free(p.value), p.dev.Free(p.grad))
+}
+
+// float64s returns the values of a float32 or float64 tensor in row-major
+// order, converted to float64.
+func float64s(t *tensor.Dense) ([]float64, error) {
+	if !t.IsMaterializable() && !t.IsNativelyAccessible() {
+		return nil, errors.New("tensor memory is not accessible from the host")
+	}
+	if t.IsView() {
+		t = t.Materialize().(*tensor.Dense)
+	}
+	switch v := t.Data().(type) {
+	case []float64:
+		return v, nil
+	case []float32:
+		out := make([]float64, len(v))
+		for i, x := range v {
+			out[i] = float64(x)
+		}
+		return out, nil
+	case float64:
+		return []float64{v}, nil
+	case float32:
+		return []float64{float64(v)}, nil
+	}
+	return nil, fmt.Errorf("tensor of type %v, want float32 or float64: %w", t.Dtype(), device.ErrShape)
+}
+
+// upload copies host values, converted to dt, into b.
+func upload(d device.Device, dt device.DType, b device.Buffer, host []float64) error {
+	if dt == device.Float64 {
+		return device.UploadSlice(d, b, host)
+	}
+	v := make([]float32, len(host))
+	for i, x := range host {
+		v[i] = float32(x)
+	}
+	return device.UploadSlice(d, b, v)
+}
+
+// uniformBound is PyTorch's default initialisation bound for recurrent
+// and linear layers: 1/sqrt(fan), fan the hidden size or input features.
+func uniformBound(fan int) float64 { return 1 / math.Sqrt(float64(fan)) }

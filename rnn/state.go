@@ -1,0 +1,144 @@
+package rnn
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gocurrent/gocurrent/device"
+)
+
+// State is the recurrent state of a stack for one batch: h, and c for an
+// LSTM, each [Layers, Batch, Hidden], with a gradient buffer of the same
+// shape for each. The caller owns it (make one with LSTM.NewState or
+// GRU.NewState, free it with Free) and passes it to Forward, which reads it
+// as the initial state and overwrites it with the final state.
+//
+// A training forward ties the state to itself: the state then carries the
+// gradient path back into that forward, and its gradient buffers start at
+// zero. The caller may write the gradient of the loss with respect to the
+// final state there; Backward replaces it with the gradient with respect to
+// the initial state. Detach cuts the tie: the values stay, so the next
+// window starts where this one ended, but no gradient flows back through
+// them. That is truncated backpropagation through time, and a training
+// forward refuses a state still tied to an earlier training forward, whose
+// saved activations it is about to overwrite.
+type State struct {
+	dev                   device.Device
+	dtype                 device.DType
+	lstm                  bool
+	layers, batch, hidden int
+	h, c, dh, dc          device.Buffer
+	all                   device.Buffer // the one allocation holding the four
+	// tie is the training forward that produced the values, until Detach.
+	tie *record
+}
+
+func newState(d device.Device, dt device.DType, lstm bool, layers, batch, hidden int) (*State, error) {
+	if batch <= 0 {
+		return nil, fmt.Errorf("rnn: NewState: batch = %d, want > 0: %w", batch, device.ErrShape)
+	}
+	s := &State{dev: d, dtype: dt, lstm: lstm, layers: layers, batch: batch, hidden: hidden}
+	n := int64(layers * batch * hidden)
+	parts := 2
+	if lstm {
+		parts = 4
+	}
+	all, err := d.Alloc(int64(parts) * n * dt.Size())
+	if err != nil {
+		return nil, fmt.Errorf("rnn: NewState: %w", err)
+	}
+	b := n * dt.Size()
+	s.all = all
+	s.h, s.dh = all.Slice(0, b), all.Slice(b, b)
+	if lstm {
+		s.c, s.dc = all.Slice(2*b, b), all.Slice(3*b, b)
+	}
+	if err := d.Kernels().Fill(device.Fill{DType: dt, N: parts * int(n), X: all}); err != nil {
+		d.Free(all)
+		return nil, fmt.Errorf("rnn: NewState: %w", err)
+	}
+	return s, nil
+}
+
+// H is the hidden state, [Layers, Batch, Hidden] (PyTorch's h_n layout).
+func (s *State) H() device.Buffer { return s.h }
+
+// C is the cell state of an LSTM, [Layers, Batch, Hidden]; none for a GRU.
+func (s *State) C() device.Buffer { return s.c }
+
+// GradH is the gradient with respect to H: of the final state after a
+// training forward (zero unless the caller writes it), of the initial state
+// after Backward.
+func (s *State) GradH() device.Buffer { return s.dh }
+
+// GradC is GradH for the cell state of an LSTM; none for a GRU.
+func (s *State) GradC() device.Buffer { return s.dc }
+
+// Batch is the number of sequences the state is for.
+func (s *State) Batch() int { return s.batch }
+
+// Detach keeps the values and cuts the gradient path back into the forward
+// that produced them. It allocates nothing and queues nothing.
+func (s *State) Detach() { s.tie = nil }
+
+// Reset queues zeroing the values and gradients and detaches the state, as
+// for the start of a new sequence.
+func (s *State) Reset() error {
+	s.tie = nil
+	k, n := s.dev.Kernels(), s.layers*s.batch*s.hidden
+	var q queue
+	for _, b := range []device.Buffer{s.h, s.dh, s.c, s.dc} {
+		if !b.IsZero() {
+			q.add(k.Fill(device.Fill{DType: s.dtype, N: n, X: b}))
+		}
+	}
+	return q.err
+}
+
+// Free returns the state's memory to the device. The state must not be
+// used afterwards.
+func (s *State) Free() error {
+	s.tie = nil
+	if s.all.IsZero() {
+		return nil
+	}
+	all := s.all
+	s.h, s.c, s.dh, s.dc, s.all = device.Buffer{}, device.Buffer{}, device.Buffer{}, device.Buffer{}, device.Buffer{}
+	if err := s.dev.Free(all); err != nil {
+		return fmt.Errorf("rnn: State.Free: %w", err)
+	}
+	return nil
+}
+
+// check reports whether s fits a stack's forward over batch sequences.
+func (s *State) check(op string, d device.Device, dt device.DType, lstm bool, layers, batch, hidden int) error {
+	if s.all.IsZero() {
+		return fmt.Errorf("rnn: %s: the state was freed", op)
+	}
+	if s.dev != d {
+		return fmt.Errorf("rnn: %s: the state is on device %s, the layer on %s: %w", op, s.dev.Name(), d.Name(), device.ErrForeignBuffer)
+	}
+	kind := func(l bool) string {
+		if l {
+			return "LSTM"
+		}
+		return "GRU"
+	}
+	var problems []string
+	if s.lstm != lstm {
+		problems = append(problems, fmt.Sprintf("a %s state, want a %s one", kind(s.lstm), kind(lstm)))
+	}
+	if s.dtype != dt {
+		problems = append(problems, fmt.Sprintf("element type %v, want %v", s.dtype, dt))
+	}
+	if s.layers != layers || s.hidden != hidden {
+		problems = append(problems, fmt.Sprintf("%d layers of hidden size %d, want %d of %d", s.layers, s.hidden, layers, hidden))
+	}
+	if s.batch != batch {
+		problems = append(problems, fmt.Sprintf("batch %d, want %d", s.batch, batch))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("rnn: %s: the state does not fit the layer: %s: %w", op, strings.Join(problems, "; "), device.ErrShape)
+	}
+	return nil
+}

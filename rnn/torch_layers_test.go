@@ -1,0 +1,82 @@
+package rnn_test
+
+import (
+	"testing"
+
+	"gorgonia.org/tensor"
+
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/rnn"
+)
+
+// TestLayersAgreeWithTorch runs LSTM and GRU (1-3 layers, with and without
+// bias and initial state) on PyTorch's parameters and inputs from
+// testdata/torch_rnn.json, in float64, and compares the output, the final
+// state and every gradient of the fixture's loss
+// L = Σ out·w_out + Σ h_n·w_h (+ Σ c_n·w_c) with PyTorch's.
+func TestLayersAgreeWithTorch(t *testing.T) {
+	d := openCPU(t)
+	for _, c := range torchCases(t) {
+		t.Run(c.name(), func(t *testing.T) {
+			T, B, H := c.Seq, c.Batch, c.Hidden
+			r := newRecurrent(t, d, c.Cell, rnn.Config{Input: c.Input, Hidden: H, Layers: c.Layers, NoBias: !c.Bias, DType: device.Float64})
+			p := r.Params()
+			n := 0
+			for q := range p.All() {
+				v, found := c.Params[q.Name]
+				if !found {
+					t.Fatalf("parameter %s is not in the fixture", q.Name)
+				}
+				ok(t, p.SetValue(q.Name, tensor.New(tensor.WithShape(v.Shape...), tensor.WithBacking(v.Data))))
+				n++
+			}
+			if n != len(c.Params) {
+				t.Fatalf("the layer has %d parameters, PyTorch %d", n, len(c.Params))
+			}
+			x := upload(t, d, c.X.Data)
+			st, err := r.NewState(B)
+			ok(t, err)
+			defer st.Free()
+			if c.InitialState {
+				put(t, d, st.H(), c.H0.Data)
+				if c.C0 != nil {
+					put(t, d, st.C(), c.C0.Data)
+				}
+			} else {
+				// Without PyTorch's h0 a nil state must give the same
+				// output as the zero state used below.
+				out, err := r.Forward(rnn.NoGrad, x, T, B, nil)
+				ok(t, err)
+				compare(t, "out (nil state)", download(t, d, out, T*B*H), c.Out.Data, 1e-12)
+			}
+			out, err := r.Forward(rnn.Train, x, T, B, st)
+			ok(t, err)
+			// Float64 throughout; PyTorch and we differ only in summation
+			// order, so agreement is near 1e-15 relative to values of order 1.
+			const tol = 1e-12
+			compare(t, "out", download(t, d, out, T*B*H), c.Out.Data, tol)
+			compare(t, "h_n", download(t, d, st.H(), len(c.HN.Data)), c.HN.Data, tol)
+			if c.CN != nil {
+				compare(t, "c_n", download(t, d, st.C(), len(c.CN.Data)), c.CN.Data, tol)
+			}
+
+			put(t, d, st.GradH(), c.WH.Data)
+			if c.WC != nil {
+				put(t, d, st.GradC(), c.WC.Data)
+			}
+			dx, err := r.Backward(upload(t, d, c.WOut.Data))
+			ok(t, err)
+			compare(t, "grad x", download(t, d, dx, len(c.GradX.Data)), c.GradX.Data, tol)
+			for name, want := range c.GradParams {
+				got, err := p.Grad(name)
+				compare(t, "grad "+name, hostData(t, got, err), want.Data, tol)
+			}
+			if c.GradH0 != nil {
+				compare(t, "grad h0", download(t, d, st.GradH(), len(c.GradH0.Data)), c.GradH0.Data, tol)
+			}
+			if c.GradC0 != nil {
+				compare(t, "grad c0", download(t, d, st.GradC(), len(c.GradC0.Data)), c.GradC0.Data, tol)
+			}
+		})
+	}
+}
