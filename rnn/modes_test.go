@@ -1,0 +1,234 @@
+package rnn_test
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/rnn"
+)
+
+func randoms(r *rand.Rand, n int) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = 2*r.Float64() - 1
+	}
+	return v
+}
+
+// TestNoGradEqualsTrain: the two modes run the same kernels, so without
+// dropout their outputs and final states are bit for bit equal. With
+// dropout, NoGrad applies none (equal to a model without dropout) and Train
+// does (different).
+func TestNoGradEqualsTrain(t *testing.T) {
+	const T, B, I, H, L = 7, 3, 5, 8, 3
+	d := openCPU(t)
+	for _, cell := range []string{"lstm", "gru"} {
+		t.Run(cell, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(1, 1))
+			x := upload(t, d, randoms(r, T*B*I))
+			h0 := randoms(r, L*B*H)
+			run := func(m recurrent, mode rnn.Mode) (out, hn []float64) {
+				st, err := m.NewState(B)
+				ok(t, err)
+				defer st.Free()
+				put(t, d, st.H(), h0)
+				y, err := m.Forward(mode, x, T, B, st)
+				ok(t, err)
+				return download(t, d, y, T*B*H), download(t, d, st.H(), L*B*H)
+			}
+			plain := newRecurrent(t, d, cell, rnn.Config{Input: I, Hidden: H, Layers: L, DType: device.Float64, Seed: 3})
+			trainOut, trainH := run(plain, rnn.Train)
+			inferOut, inferH := run(plain, rnn.NoGrad)
+			if !slices.Equal(trainOut, inferOut) || !slices.Equal(trainH, inferH) {
+				t.Errorf("NoGrad differs from Train without dropout")
+			}
+			dropped := newRecurrent(t, d, cell, rnn.Config{Input: I, Hidden: H, Layers: L, Dropout: 0.5, DType: device.Float64, Seed: 3})
+			if out, _ := run(dropped, rnn.NoGrad); !slices.Equal(out, inferOut) {
+				t.Errorf("NoGrad applied dropout")
+			}
+			if out, _ := run(dropped, rnn.Train); slices.Equal(out, trainOut) {
+				t.Errorf("Train with dropout 0.5 gave the output without dropout")
+			}
+		})
+	}
+}
+
+// TestDetach: Detach keeps the values, allocates nothing, and cuts the
+// gradient path, so the gradients of the next window are those of a fresh
+// state holding the same values; a training forward refuses a state still
+// tied to the previous one.
+func TestDetach(t *testing.T) {
+	const T, B, I, H, L = 4, 2, 3, 5, 2
+	d := openCPU(t)
+	for _, cell := range []string{"lstm", "gru"} {
+		t.Run(cell, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(2, 2))
+			m := newRecurrent(t, d, cell, rnn.Config{Input: I, Hidden: H, Layers: L, DType: device.Float64, Seed: 5})
+			x1, x2 := upload(t, d, randoms(r, T*B*I)), upload(t, d, randoms(r, T*B*I))
+			dy := upload(t, d, randoms(r, T*B*H))
+			st, err := m.NewState(B)
+			ok(t, err)
+			defer st.Free()
+			_, err = m.Forward(rnn.Train, x1, T, B, st)
+			ok(t, err)
+			_, err = m.Backward(dy)
+			ok(t, err)
+
+			_, err = m.Forward(rnn.Train, x2, T, B, st)
+			if err == nil || !strings.Contains(err.Error(), "Detach") {
+				t.Fatalf("training forward from a tied state: error %v, want one that says to call Detach", err)
+			}
+			before := download(t, d, st.H(), L*B*H)
+			stats := d.MemStats()
+			st.Detach()
+			if got := download(t, d, st.H(), L*B*H); !slices.Equal(got, before) {
+				t.Errorf("Detach changed the state's values")
+			}
+			if after := d.MemStats(); after.DeviceAllocs != stats.DeviceAllocs ||
+				after.Allocation[alloc.AllPools].Allocated != stats.Allocation[alloc.AllPools].Allocated {
+				t.Errorf("Detach allocated: %d -> %d allocations", stats.Allocation[alloc.AllPools].Allocated, after.Allocation[alloc.AllPools].Allocated)
+			}
+
+			// Window 2 from the detached state, and from a fresh state
+			// holding the same values: the same gradients.
+			grads := func(st *rnn.State) ([]float64, []float64) {
+				ok(t, m.Params().ZeroGrad())
+				_, err := m.Forward(rnn.Train, x2, T, B, st)
+				ok(t, err)
+				dx, err := m.Backward(dy)
+				ok(t, err)
+				_, g := m.Params().Flat()
+				return download(t, d, dx, T*B*I), download(t, d, g, m.Params().Len())
+			}
+			dx1, g1 := grads(st)
+			fresh, err := m.NewState(B)
+			ok(t, err)
+			defer fresh.Free()
+			put(t, d, fresh.H(), before)
+			if cell == "lstm" {
+				st2, err := m.NewState(B) // c of window 1's end, recomputed
+				ok(t, err)
+				defer st2.Free()
+				_, err = m.Forward(rnn.NoGrad, x1, T, B, st2)
+				ok(t, err)
+				put(t, d, fresh.C(), download(t, d, st2.C(), L*B*H))
+			}
+			dx2, g2 := grads(fresh)
+			if !slices.Equal(dx1, dx2) || !slices.Equal(g1, g2) {
+				t.Errorf("gradients after Detach differ from those of a fresh state with the same values")
+			}
+		})
+	}
+}
+
+// TestBackwardNeedsATrainingForward: Backward without a training forward,
+// after a NoGrad one, or twice for one, is ErrNoForward with a message that
+// says what to do; for every layer.
+func TestBackwardNeedsATrainingForward(t *testing.T) {
+	d := openCPU(t)
+	const n = 6
+	ids := uploadInt32(t, d, []int32{0, 1, 2, 3, 0, 1})
+	emb, err := rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: 4, Dim: 3, DType: device.Float64})
+	ok(t, err)
+	defer emb.Close()
+	lin, err := rnn.NewLinear(d, rnn.LinearConfig{In: 3, Out: 4, DType: device.Float64})
+	ok(t, err)
+	defer lin.Close()
+	lstm := newRecurrent(t, d, "lstm", rnn.Config{Input: 3, Hidden: 3, DType: device.Float64})
+	ce, err := rnn.NewCrossEntropy(d, 4, device.Float64)
+	ok(t, err)
+	defer ce.Close()
+	g := upload(t, d, make([]float64, n*4))
+
+	layers := []struct {
+		name     string
+		forward  func(rnn.Mode) error
+		backward func() error
+	}{
+		{"Embedding", func(m rnn.Mode) error { _, err := emb.Forward(m, ids, n); return err }, func() error { return emb.Backward(g) }},
+		{"Linear", func(m rnn.Mode) error { _, err := lin.Forward(m, g, n); return err }, func() error { _, err := lin.Backward(g); return err }},
+		{"LSTM", func(m rnn.Mode) error { _, err := lstm.Forward(m, g, 2, 3, nil); return err }, func() error { _, err := lstm.Backward(g); return err }},
+		{"CrossEntropy", func(m rnn.Mode) error { return ce.Forward(m, g, ids, n, 1) }, func() error { _, err := ce.Backward(); return err }},
+	}
+	for _, l := range layers {
+		t.Run(l.name, func(t *testing.T) {
+			expect := func(when, want string) {
+				t.Helper()
+				err := l.backward()
+				if !errors.Is(err, rnn.ErrNoForward) || !strings.Contains(err.Error(), want) {
+					t.Errorf("Backward %s: %v, want ErrNoForward saying %q", when, err, want)
+				}
+			}
+			expect("first", "run Forward with Train first")
+			ok(t, l.forward(rnn.NoGrad))
+			expect("after NoGrad", "run Forward with Train first")
+			ok(t, l.forward(rnn.Train))
+			ok(t, l.backward())
+			expect("twice", "twice")
+			if err := l.forward(rnn.Mode(0)); err == nil {
+				t.Errorf("Forward with Mode(0) succeeded")
+			}
+		})
+	}
+}
+
+// TestNoGradMemoryIsConstant samples 10,000 tokens one step at a time
+// (embedding, 2-layer LSTM and GRU, linear head, softmax) and finds the
+// device's memory figures after 10,000 steps equal to those after 10.
+func TestNoGradMemoryIsConstant(t *testing.T) {
+	const V, E, H, L = 11, 8, 16, 2
+	for _, cell := range []string{"lstm", "gru"} {
+		t.Run(cell, func(t *testing.T) {
+			d := openCPU(t)
+			emb, err := rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: V, Dim: E})
+			ok(t, err)
+			defer emb.Close()
+			m := newRecurrent(t, d, cell, rnn.Config{Input: E, Hidden: H, Layers: L, Dropout: 0.2})
+			lin, err := rnn.NewLinear(d, rnn.LinearConfig{In: H, Out: V})
+			ok(t, err)
+			defer lin.Close()
+			st, err := m.NewState(1)
+			ok(t, err)
+			defer st.Free()
+			id := uploadInt32(t, d, []int32{0})
+			probs := make([]float32, V)
+			k := d.Kernels()
+			step := func() {
+				x, err := emb.Forward(rnn.NoGrad, id, 1)
+				ok(t, err)
+				y, err := m.Forward(rnn.NoGrad, x, 1, 1, st)
+				ok(t, err)
+				logits, err := lin.Forward(rnn.NoGrad, y, 1)
+				ok(t, err)
+				ok(t, k.Softmax(device.Softmax{DType: device.Float32, N: 1, Classes: V, Logits: logits, Probs: logits}))
+				ok(t, device.DownloadSlice(d, probs, logits))
+				next := int32(slices.Index(probs, slices.Max(probs)))
+				ok(t, device.UploadSlice(d, id, []int32{next}))
+			}
+			figures := func() [5]int64 {
+				s := d.MemStats()
+				return [5]int64{s.AllocatedBytes[alloc.AllPools].Current, s.ReservedBytes[alloc.AllPools].Current,
+					s.AllocatedBytes[alloc.AllPools].Peak, s.ReservedBytes[alloc.AllPools].Peak, s.DeviceAllocs}
+			}
+			for range 10 {
+				step()
+			}
+			after10 := figures()
+			for range 10_000 - 10 {
+				step()
+			}
+			if after := figures(); after != after10 {
+				t.Errorf("memory figures [allocated, reserved, peak allocated, peak reserved, device allocs]: %v after 10,000 steps, %v after 10", after, after10)
+			}
+			if math.IsNaN(float64(probs[0])) {
+				t.Errorf("sampling produced NaN")
+			}
+		})
+	}
+}
