@@ -1,0 +1,263 @@
+package rnn_test
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"gorgonia.org/tensor"
+
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/rnn"
+)
+
+// TestInputMismatches: shapes, devices, states and ids that do not match a
+// layer are errors that match a sentinel and name the mismatch.
+func TestInputMismatches(t *testing.T) {
+	d := openCPU(t)
+	other := openCPU(t)
+	const T, B, I, H = 3, 2, 4, 5
+	lstm := newRecurrent(t, d, "lstm", rnn.Config{Input: I, Hidden: H, Layers: 2})
+	gru := newRecurrent(t, d, "gru", rnn.Config{Input: I, Hidden: H, Layers: 2})
+	alloc := func(dev device.Device, n int) device.Buffer {
+		b, err := dev.Alloc(int64(n) * 4)
+		ok(t, err)
+		return b
+	}
+	x := alloc(d, T*B*I)
+	lstmState, err := lstm.NewState(B)
+	ok(t, err)
+	defer lstmState.Free()
+	wrongBatch, err := lstm.NewState(B + 1)
+	ok(t, err)
+	defer wrongBatch.Free()
+	emb, err := rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: 5, Dim: I})
+	ok(t, err)
+	defer emb.Close()
+	lin, err := rnn.NewLinear(d, rnn.LinearConfig{In: H, Out: 5})
+	ok(t, err)
+	defer lin.Close()
+	ce, err := rnn.NewCrossEntropy(d, 5, device.Float32)
+	ok(t, err)
+	defer ce.Close()
+
+	for _, c := range []struct {
+		name  string
+		call  func() error
+		is    error
+		words []string
+	}{
+		{"short x", func() error { _, err := lstm.Forward(rnn.Train, x, T+1, B, nil); return err },
+			device.ErrShape, []string{"LSTM.Forward", "x holds 24", "4·2·4 = 32"}},
+		{"x on another device", func() error { _, err := lstm.Forward(rnn.Train, alloc(other, T*B*I), T, B, nil); return err },
+			device.ErrForeignBuffer, []string{"x is on device"}},
+		{"missing x", func() error { _, err := gru.Forward(rnn.NoGrad, device.Buffer{}, T, B, nil); return err },
+			device.ErrShape, []string{"GRU.Forward", "x is missing"}},
+		{"zero seq", func() error { _, err := lstm.Forward(rnn.Train, x, 0, B, nil); return err },
+			device.ErrShape, []string{"seq = 0"}},
+		{"state batch", func() error { _, err := lstm.Forward(rnn.Train, x, T, B, wrongBatch); return err },
+			device.ErrShape, []string{"batch 3, want 2"}},
+		{"LSTM state in a GRU", func() error { _, err := gru.Forward(rnn.Train, x, T, B, lstmState); return err },
+			device.ErrShape, []string{"a LSTM state, want a GRU one"}},
+		{"short dy", func() error {
+			_, err := lstm.Forward(rnn.Train, x, T, B, nil)
+			ok(t, err)
+			_, err = lstm.Backward(alloc(d, T*B*H-1))
+			return err
+		}, device.ErrShape, []string{"LSTM.Backward", "dy holds 29", "= 30"}},
+		{"ids of float type size", func() error { _, err := emb.Forward(rnn.Train, alloc(d, 2), 3); return err },
+			device.ErrShape, []string{"ids holds 2 int32 values, want n = 3"}},
+		{"linear input width", func() error { _, err := lin.Forward(rnn.NoGrad, alloc(d, 4*H-1), 4); return err },
+			device.ErrShape, []string{"Linear.Forward", "rows·in = 4·5"}},
+		{"targets on another device", func() error { return ce.Forward(rnn.NoGrad, alloc(d, 10), alloc(other, 2), 2, 1) },
+			device.ErrForeignBuffer, []string{"targets is on device"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.call()
+			if !errors.Is(err, c.is) {
+				t.Fatalf("error %v, want %v", err, c.is)
+			}
+			for _, w := range c.words {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+
+	// An id outside the vocabulary is found by the kernel and reported,
+	// with the id and its position, at the next synchronisation.
+	bad := uploadInt32(t, d, []int32{1, 7, 2})
+	if _, err := emb.Forward(rnn.NoGrad, bad, 3); err != nil {
+		t.Fatal(err)
+	}
+	err = d.Synchronize()
+	if !errors.Is(err, device.ErrIndex) || !strings.Contains(err.Error(), "7 at position 1") {
+		t.Errorf("id 7 of vocabulary 5: %v, want ErrIndex naming id 7 at position 1", err)
+	}
+}
+
+// TestConfigErrors: configurations no layer can have are errors.
+func TestConfigErrors(t *testing.T) {
+	d := openCPU(t)
+	for _, c := range []struct {
+		name string
+		make func() error
+	}{
+		{"hidden 0", func() error { _, err := rnn.NewLSTM(d, rnn.Config{Input: 3}); return err }},
+		{"negative layers", func() error { _, err := rnn.NewGRU(d, rnn.Config{Input: 3, Hidden: 2, Layers: -1}); return err }},
+		{"dropout 1", func() error { _, err := rnn.NewLSTM(d, rnn.Config{Input: 3, Hidden: 2, Dropout: 1}); return err }},
+		{"dropout NaN", func() error { _, err := rnn.NewLSTM(d, rnn.Config{Input: 3, Hidden: 2, Dropout: math.NaN()}); return err }},
+		{"int32 parameters", func() error {
+			_, err := rnn.NewGRU(d, rnn.Config{Input: 3, Hidden: 2, DType: device.Int32})
+			return err
+		}},
+		{"no device", func() error { _, err := rnn.NewLSTM(nil, rnn.Config{Input: 3, Hidden: 2}); return err }},
+		{"vocab 0", func() error { _, err := rnn.NewEmbedding(d, rnn.EmbeddingConfig{Dim: 3}); return err }},
+		{"linear out 0", func() error { _, err := rnn.NewLinear(d, rnn.LinearConfig{In: 3}); return err }},
+		{"classes 0", func() error { _, err := rnn.NewCrossEntropy(d, 0, 0); return err }},
+	} {
+		if err := c.make(); err == nil || !strings.HasPrefix(err.Error(), "rnn: ") {
+			t.Errorf("%s: error %v, want one starting with \"rnn: \"", c.name, err)
+		}
+	}
+}
+
+// TestParamsMatchPyTorch: names, order and shapes are nn.LSTM's and
+// nn.GRU's (from the fixture script's modules), and the initial values
+// follow PyTorch's distributions, reproducibly from the seed.
+func TestParamsMatchPyTorch(t *testing.T) {
+	d := openCPU(t)
+	const I, H = 3, 16
+	for _, c := range []struct {
+		cell  string
+		gates int
+	}{{"lstm", 4}, {"gru", 3}} {
+		m := newRecurrent(t, d, c.cell, rnn.Config{Input: I, Hidden: H, Layers: 2, DType: device.Float64, Seed: 9})
+		var names []string
+		var shapes [][]int
+		for p := range m.Params().All() {
+			names = append(names, p.Name)
+			shapes = append(shapes, p.Shape)
+		}
+		G := c.gates * H
+		wantNames := []string{"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_ih_l1", "weight_hh_l1", "bias_ih_l1", "bias_hh_l1"}
+		wantShapes := [][]int{{G, I}, {G, H}, {G}, {G}, {G, H}, {G, H}, {G}, {G}}
+		if !slices.Equal(names, wantNames) || !slices.EqualFunc(shapes, wantShapes, slices.Equal) {
+			t.Errorf("%s: parameters %v %v, want %v %v", c.cell, names, shapes, wantNames, wantShapes)
+		}
+		// U(-1/sqrt(H), 1/sqrt(H)): every value inside, and the extremes
+		// near the bounds (over 4·16·(3+16+2)·2 values).
+		values, _ := m.Params().Flat()
+		all := download(t, d, values, m.Params().Len())
+		bound := 1 / math.Sqrt(H)
+		lo, hi := slices.Min(all), slices.Max(all)
+		if lo < -bound || hi > bound || lo > -0.95*bound || hi < 0.95*bound {
+			t.Errorf("%s: initial values in [%v, %v], want U(-%v, %v)", c.cell, lo, hi, bound, bound)
+		}
+		same := newRecurrent(t, d, c.cell, rnn.Config{Input: I, Hidden: H, Layers: 2, DType: device.Float64, Seed: 9})
+		differ := newRecurrent(t, d, c.cell, rnn.Config{Input: I, Hidden: H, Layers: 2, DType: device.Float64, Seed: 10})
+		v1, _ := same.Params().Flat()
+		v2, _ := differ.Params().Flat()
+		if !slices.Equal(download(t, d, v1, len(all)), all) || slices.Equal(download(t, d, v2, len(all)), all) {
+			t.Errorf("%s: initial values are not a function of the seed", c.cell)
+		}
+	}
+	noBias := newRecurrent(t, d, "gru", rnn.Config{Input: I, Hidden: H, NoBias: true})
+	if n := noBias.Params().Len(); n != 3*H*(I+H) {
+		t.Errorf("GRU without bias: %d parameters, want %d", n, 3*H*(I+H))
+	}
+
+	emb, err := rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: 100, Dim: 50, DType: device.Float64, Seed: 1})
+	ok(t, err)
+	defer emb.Close()
+	w, err := emb.Params().Value("weight")
+	v := hostData(t, w, err)
+	mean, sq := 0.0, 0.0
+	for _, x := range v {
+		mean += x / float64(len(v))
+		sq += x * x / float64(len(v))
+	}
+	// N(0, 1) over 5,000 draws: the mean's standard error is 0.014.
+	if math.Abs(mean) > 0.06 || math.Abs(math.Sqrt(sq-mean*mean)-1) > 0.06 {
+		t.Errorf("embedding: mean %v, std %v, want N(0, 1)", mean, math.Sqrt(sq-mean*mean))
+	}
+}
+
+// TestParamsHostAccess: values and gradients go to and from host tensors
+// by name, converting float32 and float64, and bad names and shapes are
+// errors that say what is there.
+func TestParamsHostAccess(t *testing.T) {
+	d := openCPU(t)
+	lin, err := rnn.NewLinear(d, rnn.LinearConfig{In: 3, Out: 2})
+	ok(t, err)
+	defer lin.Close()
+	p := lin.Params()
+	w64 := []float64{1, 2, 3, 4, 5, 6.5}
+	ok(t, p.SetValue("weight", tensor.New(tensor.WithShape(2, 3), tensor.WithBacking(w64))))
+	got, err := p.Value("weight")
+	ok(t, err)
+	if v, isF32 := got.Data().([]float32); !isF32 || !slices.Equal(v, []float32{1, 2, 3, 4, 5, 6.5}) || !slices.Equal(got.Shape(), tensor.Shape{2, 3}) {
+		t.Errorf("weight after SetValue: %v %v, want float32 1..6.5 of shape (2, 3)", got.Shape(), got.Data())
+	}
+	ok(t, p.SetGrad("bias", tensor.New(tensor.WithShape(2), tensor.WithBacking([]float32{-1, 0.25}))))
+	g, err := p.Grad("bias")
+	ok(t, err)
+	if v := g.Data().([]float32); !slices.Equal(v, []float32{-1, 0.25}) {
+		t.Errorf("bias gradient %v, want [-1 0.25]", v)
+	}
+	ok(t, p.ZeroGrad())
+	g, err = p.Grad("bias")
+	ok(t, err)
+	if v := g.Data().([]float32); !slices.Equal(v, []float32{0, 0}) {
+		t.Errorf("bias gradient after ZeroGrad %v, want zeros", v)
+	}
+
+	err = p.SetValue("weight", tensor.New(tensor.WithShape(3, 2), tensor.WithBacking(w64)))
+	if !errors.Is(err, device.ErrShape) || !strings.Contains(err.Error(), "shape [3 2], want [2 3]") {
+		t.Errorf("transposed weight: %v, want ErrShape naming both shapes", err)
+	}
+	if _, err := p.Value("weights"); err == nil || !strings.Contains(err.Error(), "have weight, bias") {
+		t.Errorf("unknown name: %v, want an error listing the names", err)
+	}
+	err = p.SetValue("bias", tensor.New(tensor.WithShape(2), tensor.WithBacking([]int{1, 2})))
+	if !errors.Is(err, device.ErrShape) {
+		t.Errorf("int tensor: %v, want ErrShape", err)
+	}
+}
+
+// TestGradientsAccumulate: Backward adds into the gradients, so two
+// identical forward/backward passes give twice the gradients of one. Not
+// bit for bit: a GEMM with Beta 1 sums into C term by term, so the second
+// pass rounds differently; float64 agreement to 1e-14 is what is left.
+func TestGradientsAccumulate(t *testing.T) {
+	d := openCPU(t)
+	const T, B, I, H = 4, 3, 2, 5
+	for _, cell := range []string{"lstm", "gru"} {
+		m := newRecurrent(t, d, cell, rnn.Config{Input: I, Hidden: H, Layers: 2, DType: device.Float64})
+		x := upload(t, d, make([]float64, T*B*I))
+		put(t, d, x, []float64{0.5, -1, 0.25, 2})
+		dy := upload(t, d, slices.Repeat([]float64{0.3, -0.7}, T*B*H/2))
+		pass := func() {
+			_, err := m.Forward(rnn.Train, x, T, B, nil)
+			ok(t, err)
+			_, err = m.Backward(dy)
+			ok(t, err)
+		}
+		_, g := m.Params().Flat()
+		pass()
+		once := download(t, d, g, m.Params().Len())
+		pass()
+		twice := download(t, d, g, m.Params().Len())
+		for i := range once {
+			if math.Abs(twice[i]-2*once[i]) > 1e-14*math.Max(1, math.Abs(once[i])) {
+				t.Fatalf("%s: gradient %d after two passes %v, want 2·%v", cell, i, twice[i], once[i])
+			}
+		}
+		if slices.Max(once) == 0 {
+			t.Fatalf("%s: zero gradients", cell)
+		}
+	}
+}
