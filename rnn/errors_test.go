@@ -109,7 +109,10 @@ func TestConfigErrors(t *testing.T) {
 		{"hidden 0", func() error { _, err := rnn.NewLSTM(d, rnn.Config{Input: 3}); return err }},
 		{"negative layers", func() error { _, err := rnn.NewGRU(d, rnn.Config{Input: 3, Hidden: 2, Layers: -1}); return err }},
 		{"dropout 1", func() error { _, err := rnn.NewLSTM(d, rnn.Config{Input: 3, Hidden: 2, Dropout: 1}); return err }},
-		{"dropout NaN", func() error { _, err := rnn.NewLSTM(d, rnn.Config{Input: 3, Hidden: 2, Dropout: math.NaN()}); return err }},
+		{"dropout NaN", func() error {
+			_, err := rnn.NewLSTM(d, rnn.Config{Input: 3, Hidden: 2, Dropout: math.NaN()})
+			return err
+		}},
 		{"int32 parameters", func() error {
 			_, err := rnn.NewGRU(d, rnn.Config{Input: 3, Hidden: 2, DType: device.Int32})
 			return err
