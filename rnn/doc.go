@@ -1,13 +1,62 @@
-// Package rnn holds the recurrent layers: Embedding, LSTM and GRU (several
-// layers, fused over the sequence in cuDNN's style: one GEMM for the input
-// projection of all time steps, then per step one recurrent GEMM and one
-// fused pointwise kernel), Linear and softmax cross-entropy, with PyTorch's
-// parameter names, layouts and initialisation. State (h, and c for LSTM)
-// belongs to the caller and Detach cuts its gradient path for truncated
-// backpropagation through time. Layers run in training mode, which saves
-// what backward needs, or in no-grad mode, which saves nothing so that
-// memory stays constant in the sequence length.
+// Package rnn holds the layers of a recurrent language model: LSTM and GRU
+// stacks, Embedding, Linear and softmax CrossEntropy, with PyTorch's
+// equations, parameter names, shapes, gate orders and initialisation, so
+// weights move between the two without conversion. The layers are written
+// against device.Device alone and run unchanged on every device.
 //
-// The layers are written against device.Device only, so they run on the CPU
-// and CUDA devices alike. They arrive with issue 4.
+// # Fused execution
+//
+// A stack runs layer by layer, as cuDNN does. For each layer, one GEMM
+// projects the inputs of all time steps at once; then each step is one
+// recurrent GEMM and one fused pointwise kernel (device.LSTMCell or
+// device.GRUCell), which adds both biases, applies the gates and writes the
+// new state. Backward walks the steps in reverse with one fused pointwise
+// kernel and one GEMM per step, then does three large GEMMs per layer: the
+// gradients of both weight matrices over all steps, and the gradient with
+// respect to the layer's input. Gradients are added into the gradient
+// buffers, never overwritten, so gradient accumulation over micro-batches
+// costs nothing: zero them (Params.ZeroGrad) once per optimizer step.
+//
+// # Modes and memory
+//
+// Forward takes a Mode. Train saves what Backward needs in a reserve
+// buffer the layer reuses from call to call, and applies dropout between
+// layers; NoGrad saves nothing and applies no dropout, so the memory of
+// evaluation and sampling does not grow with the number of steps or calls.
+// Each layer keeps its outputs and temporaries in buffers it owns, grown
+// when a call needs more and reused otherwise: a result is valid until the
+// layer's next call of the same kind, and steady-state training allocates
+// nothing. Backward consumes what the training forward saved; calling it
+// without one, or twice, is ErrNoForward with a message saying what to do.
+//
+// # State and truncated backpropagation
+//
+// A State holds h (and c for an LSTM) for a batch of sequences and belongs
+// to the caller. Forward reads it as the initial state and leaves the
+// final state in it, so the next window continues where this one ended.
+// State.Detach keeps the values and cuts the gradient path into the
+// forward that produced them, which is truncated backpropagation through
+// time; a training forward refuses a state that was not detached.
+//
+// # Data
+//
+// Sequences are [seq, batch, features] (PyTorch's default layout, not
+// batch_first), token ids and targets are device.Int32, parameters and
+// activations Float32 by default or Float64 for gradient checks. Params
+// gives every parameter by name, as device views for optimizers and
+// clipping, and as host *tensor.Dense values for checkpoints and users.
+//
+// # Errors
+//
+// Inputs whose shapes, devices or states do not match a layer are errors
+// that name the mismatch and match device.ErrShape or
+// device.ErrForeignBuffer. Ids and targets are read on the device: one
+// outside the vocabulary is reported, with its value and position, as
+// device.ErrIndex by the next synchronisation of the compute stream.
+//
+// # Concurrency
+//
+// Layers and states are not safe for concurrent use. All work is queued on
+// the device's compute stream in call order; a nil error means the work was
+// queued, and device errors surface at the next synchronisation.
 package rnn

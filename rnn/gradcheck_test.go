@@ -11,8 +11,9 @@ import (
 )
 
 // The finite-difference checks run in float64 on tiny shapes. Central
-// differences with step 1e-6 have truncation error ~1e-12 times the third derivative and
-// rounding error ~1e-16/1e-6 = 1e-10 relative to the loss, so a gradient
+// differences with step 1e-6 have truncation error ~1e-12 times the third
+// derivative and rounding error ~1e-16/1e-6 = 1e-10 relative to the loss,
+// so a gradient
 // within 1e-6 (relative to max(1, |g|)) is right and a wrong term, of order
 // the gradient itself, is far outside.
 const (

@@ -68,7 +68,7 @@ func (l *Linear) Config() LinearConfig { return l.cfg }
 func (l *Linear) Params() *Params { return l.params }
 
 // Forward computes y [rows, Out] from x [rows, In]; y is valid until the
-// next Forward of the same mode. In Train mode x is copied for Backward.
+// next Forward. In Train mode x is copied for Backward.
 func (l *Linear) Forward(mode Mode, x device.Buffer, rows int) (device.Buffer, error) {
 	const op = "Linear.Forward"
 	if err := checkMode(op, mode); err != nil {

@@ -279,9 +279,9 @@ func (s *stack) layout(train bool, T, B int) (pass, error) {
 // In NoGrad mode nothing is saved and the saved training forward, if any,
 // is left for Backward.
 //
-// The output belongs to the stack: it is valid until the next Forward of
-// the same mode, and must not be written while a training forward waits for
-// its Backward. The work is queued on the compute stream.
+// The output belongs to the stack: it is valid until the stack's next
+// Forward, and must not be written while a training forward waits for its
+// Backward. The work is queued on the compute stream.
 func (s *stack) Forward(mode Mode, x device.Buffer, seq, batch int, st *State) (device.Buffer, error) {
 	op := s.name + ".Forward"
 	if err := checkMode(op, mode); err != nil {
