@@ -1,12 +1,54 @@
-// Package loader turns text on disk into batches resident on a device
-// without holding the corpus in memory and without making the device wait:
-// corpus files are streamed and tokenized into characters, cut into
-// contiguous streams read by independent cursors (or into shuffled windows),
-// packed into a fixed ring of staging buffers by producer goroutines, and
-// copied to the device on a copy stream whose events the compute stream
-// waits on. Batches are delivered as an iter.Seq2[Batch, error]; a context
-// cancels; closing leaves no goroutine behind.
+// Package loader turns text on disk into batches resident on a device,
+// without holding the corpus in memory and without making the device wait.
 //
-// The loader imports device only (never cuda, never rnn). It arrives with
-// issue 5.
+// # Corpus, vocabulary, text
+//
+// A Corpus is a file, a directory tree (regular files in lexical order of
+// their paths, read as one continuous stream) or any io.ReaderAt. Tokenize
+// reads it once, in chunks: it validates UTF-8, builds the vocabulary (the
+// distinct characters sorted by code point) or checks the characters
+// against a given one, counts the tokens and keeps a sparse index (the byte
+// offset of every 1024th token). The resulting Text reads any token range
+// by seeking to the nearest indexed token, so memory is a few bytes per
+// thousand tokens whatever the corpus size. Text.Split keeps the end of the
+// text for validation.
+//
+// # Batches
+//
+// A Loader cuts a Text into batches by the Mode of its Config. In Streams
+// mode (the char-RNN contract) the text is cut into Batch·Accum contiguous
+// streams read by windows of Seq inputs and Seq targets, in order, for
+// truncated backpropagation through time; micro-batch j of a step holds
+// streams j·Batch .. (j+1)·Batch-1. In Windows mode windows start every
+// Stride tokens and are shuffled each epoch from a seed. A Position (epoch
+// and batch index) says where an iteration starts, so a run resumes exactly
+// where a checkpoint left it.
+//
+// # Pipeline
+//
+// New allocates a ring of Prefetch+1 staging buffers (device.Staging:
+// pinned on CUDA) and as many device batches, once. While the consumer
+// works on one batch, producer goroutines fill the next slots from the
+// text and copy each to its device batch on a copy stream; the compute
+// stream waits on the copy's event, never the host. A staging buffer is
+// refilled only after its copy completed, and a device batch is
+// overwritten only after the compute stream passed the point where the
+// consumer returned it. Stats reports what the consumer waited.
+//
+// # Ownership and concurrency
+//
+// Batches is an iter.Seq2[Batch, error]; a Batch's device buffers are valid
+// in the loop body that receives it, for kernels queued on the compute
+// stream there. One iteration runs at a time. Cancelling the context ends
+// it with the context's error, Close with ErrClosed; either way every
+// goroutine has ended when the loop does. A Text is safe for concurrent use.
+//
+// # Errors
+//
+// Invalid UTF-8 and characters outside a given vocabulary are *DataError
+// naming the file and byte offset (or are mapped to an unknown token when
+// TokenizeConfig.Unknown asks for that); an empty corpus is ErrEmpty, a text
+// too short for one batch ErrTooShort.
+//
+// The loader imports device only (never cuda, never rnn).
 package loader

@@ -1,0 +1,427 @@
+package loader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/gocurrent/gocurrent/device"
+)
+
+// ErrClosed is returned by a Loader used after Close, and by an iteration
+// that Close ended.
+var ErrClosed = errors.New("loader: closed")
+
+// Batch is one batch resident on the device.
+//
+// Inputs and Targets belong to the loader. They are valid from the moment
+// the loop body receives the batch until it returns: the loader has made
+// the device's compute stream wait for their copy, so kernels the body
+// queues on the compute stream may read them, and it reuses their memory
+// only after the compute stream has passed the point where the body
+// returned. Keep nothing past the loop body.
+type Batch struct {
+	// Inputs and Targets are [Seq, Rows] device.Int32, time-major: the
+	// token of row r at step t is element t·Rows+r; Targets are the
+	// inputs shifted by one token.
+	Inputs, Targets device.Buffer
+	Seq, Rows       int
+	// Epoch and Index place the batch: its index within the epoch.
+	Epoch int
+	Index int64
+	// Step is the optimizer step within the epoch the batch belongs to
+	// (Streams: the window; Windows: Index), and Group its micro-batch
+	// within the step (Streams; 0 in Windows mode).
+	Step  int64
+	Group int
+	// Reset marks the first window of an epoch in Streams mode: the
+	// group's state starts from zeros.
+	Reset bool
+	// Next is the position after this batch.
+	Next Position
+}
+
+// Stats are a loader's figures.
+type Stats struct {
+	// BytesRead is the corpus bytes read for batches, by every loader of
+	// the same tokenized corpus.
+	BytesRead int64
+	// Batches and Tokens count the batches delivered and their input
+	// tokens.
+	Batches, Tokens int64
+	// Wait is the time the consumer spent waiting for a batch that was not
+	// ready; Wait over the consumer's wall time is its data-wait fraction.
+	Wait time.Duration
+	// StagingBytes and DeviceBytes are the memory the ring holds.
+	StagingBytes, DeviceBytes int64
+}
+
+// Loader delivers the batches of a tokenized text to a device. Its ring of
+// staging buffers and device batches is allocated once, by New; one
+// iteration (Batches) runs at a time. Close may be called from any
+// goroutine.
+type Loader struct {
+	dev   device.Device
+	text  *Text
+	cfg   Config
+	plan  plan
+	copy  device.Stream // the copy stream
+	slots []slot
+
+	batches, tokens, waitNS atomic.Int64
+
+	mu      sync.Mutex
+	running bool
+	closed  bool
+	stop    context.CancelFunc // ends the running iteration
+}
+
+// slot is one staging buffer and its device batch.
+type slot struct {
+	host device.HostBuffer // inputs then targets, 2·Seq·Rows int32
+	dev  device.Buffer     // the same on the device
+	// copied is the event of the last copy out of host; released is the
+	// compute stream's event after the consumer returned the batch.
+	copied, released device.Event
+	ready            chan result // the producer's report for the slot's batch
+}
+
+// result is a filled and copied slot, or why it failed.
+type result struct {
+	pos    Position
+	copied device.Event
+	err    error
+}
+
+// New makes a loader of text's batches onto d, allocating its staging ring
+// and a copy stream.
+func New(d device.Device, text *Text, cfg Config) (*Loader, error) {
+	if d == nil || text == nil {
+		return nil, errors.New("loader: New needs a device and a text")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	p, err := newPlan(cfg, text.Len())
+	if err != nil {
+		return nil, err
+	}
+	l := &Loader{dev: d, text: text, cfg: cfg, plan: p}
+	if l.copy, err = d.NewStream(); err != nil {
+		return nil, fmt.Errorf("loader: copy stream: %w", err)
+	}
+	bytes := int64(2*cfg.Seq*cfg.Batch) * 4
+	for range cfg.Prefetch + 1 {
+		var s slot
+		if s.host, err = d.Staging(bytes); err == nil {
+			if s.dev, err = d.Alloc(bytes); err != nil {
+				d.FreeStaging(s.host)
+			}
+		}
+		if err != nil {
+			l.free()
+			return nil, fmt.Errorf("loader: staging ring: %w", err)
+		}
+		s.ready = make(chan result, 1)
+		l.slots = append(l.slots, s)
+	}
+	return l, nil
+}
+
+// PerEpoch is the number of batches in an epoch.
+func (l *Loader) PerEpoch() int64 { return l.plan.perEpoch }
+
+// Config returns the configuration, with defaults filled in.
+func (l *Loader) Config() Config { return l.cfg }
+
+// Stats returns the loader's figures so far.
+func (l *Loader) Stats() Stats {
+	s := Stats{BytesRead: l.text.BytesRead(), Batches: l.batches.Load(), Tokens: l.tokens.Load(),
+		Wait: time.Duration(l.waitNS.Load())}
+	for _, sl := range l.slots {
+		s.StagingBytes += sl.host.Len()
+		s.DeviceBytes += sl.dev.Len()
+	}
+	return s
+}
+
+// Batches iterates over the batches from position from (the zero Position
+// is the start) to the end of the configured epochs, or until the consumer
+// stops, ctx is cancelled (the last pair carries ctx's error) or the loader
+// is closed (ErrClosed). Producer goroutines fill the staging ring ahead of
+// the consumer and copy each batch to the device on the copy stream; every
+// goroutine has ended when the iteration returns. A failed read ends the
+// iteration with its error.
+func (l *Loader) Batches(ctx context.Context, from Position) iter.Seq2[Batch, error] {
+	return func(yield func(Batch, error) bool) {
+		if from.Epoch < 0 || from.Batch < 0 || from.Batch >= l.plan.perEpoch {
+			yield(Batch{}, fmt.Errorf("loader: position %+v is outside an epoch of %d batches", from, l.plan.perEpoch))
+			return
+		}
+		run, err := l.begin(ctx)
+		if err != nil {
+			yield(Batch{}, err)
+			return
+		}
+		defer l.end(run)
+		l.consume(run, from, yield)
+	}
+}
+
+// iteration is one running Batches.
+type iteration struct {
+	ctx   context.Context
+	order chan orderEntry // slots in delivery order
+	free  chan int        // slots the consumer returned
+	wg    sync.WaitGroup
+}
+
+type orderEntry struct {
+	slot int
+	pos  Position
+}
+
+type job struct {
+	slot int
+	pos  Position
+	perm []int32
+}
+
+func (l *Loader) begin(ctx context.Context) (*iteration, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.closed:
+		return nil, ErrClosed
+	case l.running:
+		return nil, errors.New("loader: Batches is already running; one iteration at a time")
+	}
+	run := &iteration{order: make(chan orderEntry, len(l.slots)), free: make(chan int, len(l.slots))}
+	run.ctx, l.stop = context.WithCancel(ctx)
+	l.running = true
+	for i := range l.slots {
+		run.free <- i
+	}
+	return run, nil
+}
+
+// end stops the iteration's goroutines, waits for them and for the copies
+// in flight, and frees the ring if Close came meanwhile.
+func (l *Loader) end(run *iteration) {
+	l.mu.Lock()
+	l.stop()
+	l.mu.Unlock()
+	run.wg.Wait()
+	for i := range l.slots {
+		if ev := l.slots[i].copied; ev != nil {
+			ev.Wait()
+		}
+		// Results the consumer never took.
+		select {
+		case <-l.slots[i].ready:
+		default:
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.running = false
+	if l.closed {
+		l.free()
+	}
+}
+
+func (l *Loader) consume(run *iteration, from Position, yield func(Batch, error) bool) {
+	jobs := make(chan job)
+	run.wg.Add(1 + l.cfg.Workers)
+	go l.dispatch(run, from, jobs)
+	for range l.cfg.Workers {
+		go l.produce(run, jobs)
+	}
+	compute := l.dev.Stream()
+	rows, seq := l.cfg.Batch, l.cfg.Seq
+	half := int64(seq*rows) * 4
+	for {
+		start := time.Now()
+		var e orderEntry
+		var r result
+		var open bool
+		select {
+		case e, open = <-run.order:
+			if !open {
+				return // the configured epochs are done
+			}
+		case <-run.ctx.Done():
+			l.stopped(run, yield)
+			return
+		}
+		s := &l.slots[e.slot]
+		select {
+		case r = <-s.ready:
+		case <-run.ctx.Done():
+			l.stopped(run, yield)
+			return
+		}
+		l.waitNS.Add(int64(time.Since(start)))
+		if r.err == nil {
+			r.err = compute.Wait(r.copied)
+		}
+		if r.err != nil {
+			yield(Batch{}, r.err)
+			return
+		}
+		b := Batch{Inputs: s.dev.Slice(0, half), Targets: s.dev.Slice(half, half), Seq: seq, Rows: rows,
+			Epoch: r.pos.Epoch, Index: r.pos.Batch, Step: r.pos.Batch, Next: l.plan.next(r.pos)}
+		if l.cfg.Mode == Streams {
+			b.Step, b.Group = r.pos.Batch/int64(l.cfg.Accum), int(r.pos.Batch%int64(l.cfg.Accum))
+			b.Reset = b.Step == 0
+		}
+		l.batches.Add(1)
+		l.tokens.Add(int64(seq * rows))
+		more := yield(b, nil)
+		released, err := compute.Record()
+		if err != nil {
+			if more {
+				yield(Batch{}, fmt.Errorf("loader: releasing a batch: %w", err))
+			}
+			return
+		}
+		s.released = released
+		run.free <- e.slot
+		if !more {
+			return
+		}
+	}
+}
+
+// stopped reports why a cancelled iteration ended: Close or ctx.
+func (l *Loader) stopped(run *iteration, yield func(Batch, error) bool) {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		yield(Batch{}, ErrClosed)
+		return
+	}
+	yield(Batch{}, run.ctx.Err())
+}
+
+// dispatch hands out slots in delivery order, one batch position each.
+func (l *Loader) dispatch(run *iteration, pos Position, jobs chan<- job) {
+	defer run.wg.Done()
+	defer close(jobs)
+	defer close(run.order)
+	var perm []int32
+	permEpoch := -1
+	for ; !l.plan.done(pos); pos = l.plan.next(pos) {
+		var slot int
+		select {
+		case slot = <-run.free:
+		case <-run.ctx.Done():
+			return
+		}
+		if pos.Epoch != permEpoch {
+			perm, permEpoch = l.plan.order(pos.Epoch), pos.Epoch
+		}
+		// order has room for every slot, so this never blocks.
+		run.order <- orderEntry{slot: slot, pos: pos}
+		select {
+		case jobs <- job{slot: slot, pos: pos, perm: perm}:
+		case <-run.ctx.Done():
+			return
+		}
+	}
+}
+
+// produce fills slots: waits until the slot's previous copy has left the
+// staging buffer, reads the batch's tokens into it and copies it to the
+// device once the compute stream has released the device batch.
+func (l *Loader) produce(run *iteration, jobs <-chan job) {
+	defer run.wg.Done()
+	window := make([]int32, l.cfg.Seq+1)
+	for j := range jobs {
+		s := &l.slots[j.slot]
+		r := result{pos: j.pos}
+		r.err = l.fill(s, j, window)
+		if r.err == nil && s.released != nil {
+			r.err = l.copy.Wait(s.released)
+		}
+		if r.err == nil {
+			r.copied, r.err = l.dev.CopyToDevice(s.dev, s.host, l.copy)
+		}
+		if r.err != nil {
+			r.err = fmt.Errorf("loader: batch %d of epoch %d: %w", j.pos.Batch, j.pos.Epoch, r.err)
+		}
+		s.copied = r.copied
+		s.ready <- r
+		if run.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// fill writes the batch at j.pos into the slot's staging buffer.
+func (l *Loader) fill(s *slot, j job, window []int32) error {
+	if s.copied != nil {
+		if err := s.copied.Wait(); err != nil {
+			return err
+		}
+	}
+	seq, rows := l.cfg.Seq, l.cfg.Batch
+	host := s.host.Bytes()
+	ids := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(host))), 2*seq*rows)
+	inputs, targets := ids[:seq*rows], ids[seq*rows:]
+	for r := range rows {
+		if err := l.text.Read(l.plan.rowStart(j.pos, r, j.perm), window); err != nil {
+			return err
+		}
+		for t := range seq {
+			inputs[t*rows+r] = window[t]
+			targets[t*rows+r] = window[t+1]
+		}
+	}
+	return nil
+}
+
+// Close ends a running iteration (its consumer sees ErrClosed), and frees
+// the ring and the copy stream once no iteration runs.
+func (l *Loader) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	if l.running {
+		l.stop()
+		return nil
+	}
+	return l.free()
+}
+
+// free returns the ring's memory and closes the copy stream.
+func (l *Loader) free() error {
+	var errs []error
+	for _, s := range l.slots {
+		if s.copied != nil {
+			errs = append(errs, s.copied.Wait())
+		}
+		if !s.dev.IsZero() {
+			errs = append(errs, l.dev.Free(s.dev))
+		}
+		if s.host.Len() > 0 {
+			errs = append(errs, l.dev.FreeStaging(s.host))
+		}
+	}
+	l.slots = nil
+	if l.copy != nil {
+		errs = append(errs, l.copy.Close())
+		l.copy = nil
+	}
+	return errors.Join(errs...)
+}

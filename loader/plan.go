@@ -1,0 +1,195 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+)
+
+// Mode says how a text is cut into batches.
+type Mode uint8
+
+const (
+	// Streams is the char-RNN contract: the text is cut into Batch·Accum
+	// contiguous streams of floor(Len/(Batch·Accum)) tokens (the tail is
+	// dropped), read in order by windows of Seq inputs and Seq targets
+	// (the inputs shifted by one) that advance by Seq along every stream.
+	// An optimizer step is Accum micro-batches; micro-batch j holds
+	// streams j·Batch .. (j+1)·Batch-1 and carries its own hidden state,
+	// which starts from zeros at the first window of each epoch.
+	Streams Mode = iota
+	// Windows cuts the text into windows of Seq inputs and Seq targets
+	// starting every Stride tokens, shuffled each epoch from Seed, Batch
+	// windows to a batch (the last partial batch is dropped). No state is
+	// carried between batches.
+	Windows
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Streams:
+		return "streams"
+	case Windows:
+		return "windows"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// ErrTooShort is returned when a text cannot fill one batch.
+var ErrTooShort = errors.New("loader: text too short for one batch")
+
+// Config describes how batches are cut and delivered. The zero value of
+// every field but the text works.
+type Config struct {
+	Mode Mode
+	// Batch is the number of sequences in a batch (rows); 0 means 32.
+	Batch int
+	// Seq is the number of input tokens of a window; 0 means 64.
+	Seq int
+	// Accum is the number of micro-batches per optimizer step in Streams
+	// mode; 0 means 1.
+	Accum int
+	// Stride is the distance between window starts in Windows mode, in
+	// tokens; 0 means Seq.
+	Stride int
+	// Seed draws the Windows mode order of each epoch.
+	Seed uint64
+	// Epochs is the number of passes over the text; 0 means no end (the
+	// consumer stops when it has had enough).
+	Epochs int
+	// Prefetch is the number of batches prepared ahead of the one the
+	// consumer holds; 0 means 2. It fixes the staging ring: Prefetch+1
+	// slots, allocated once.
+	Prefetch int
+	// Workers is the number of producer goroutines filling slots; 0
+	// means 2.
+	Workers int
+}
+
+func (c Config) withDefaults() Config {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.Batch, 32)
+	def(&c.Seq, 64)
+	def(&c.Accum, 1)
+	def(&c.Stride, c.Seq)
+	def(&c.Prefetch, 2)
+	def(&c.Workers, 2)
+	return c
+}
+
+func (c Config) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"Batch", c.Batch}, {"Seq", c.Seq}, {"Accum", c.Accum}, {"Stride", c.Stride}, {"Prefetch", c.Prefetch}, {"Workers", c.Workers}} {
+		if f.v <= 0 {
+			return fmt.Errorf("loader: %s = %d, want > 0", f.name, f.v)
+		}
+	}
+	switch {
+	case c.Epochs < 0:
+		return fmt.Errorf("loader: Epochs = %d, want >= 0", c.Epochs)
+	case c.Mode != Streams && c.Mode != Windows:
+		return fmt.Errorf("loader: unknown mode %v", c.Mode)
+	case c.Mode == Windows && c.Accum != 1:
+		return fmt.Errorf("loader: Accum = %d applies to Streams mode only", c.Accum)
+	}
+	return nil
+}
+
+// Position is where an iteration starts: the epoch and the index of the
+// next batch within it. Batch.Next is the position after a batch, which a
+// checkpoint saves to resume exactly there.
+type Position struct {
+	Epoch int
+	Batch int64
+}
+
+// plan maps batch positions to token ranges.
+type plan struct {
+	cfg    Config
+	tokens int64
+	// Streams: streams of length streamLen, windows of them per epoch.
+	streamLen, windows int64
+	// Windows: starts of windows per epoch.
+	starts int64
+	// perEpoch is the number of batches in an epoch.
+	perEpoch int64
+}
+
+func newPlan(cfg Config, tokens int64) (plan, error) {
+	p := plan{cfg: cfg, tokens: tokens}
+	seq, rows := int64(cfg.Seq), int64(cfg.Batch)
+	switch cfg.Mode {
+	case Streams:
+		streams := rows * int64(cfg.Accum)
+		p.streamLen = tokens / streams
+		if p.streamLen > 0 {
+			// Window w reads tokens [w·Seq, w·Seq+Seq] of a stream.
+			p.windows = (p.streamLen - 1) / seq
+		}
+		p.perEpoch = p.windows * int64(cfg.Accum)
+		if p.perEpoch == 0 {
+			return p, fmt.Errorf("loader: %d tokens cut into %d streams (batch %d × accum %d) leave %d per stream; "+
+				"one window of %d inputs and its targets needs %d per stream, %d in all: %w",
+				tokens, streams, cfg.Batch, cfg.Accum, p.streamLen, seq, seq+1, streams*(seq+1), ErrTooShort)
+		}
+	case Windows:
+		if tokens >= seq+1 {
+			p.starts = (tokens-seq-1)/int64(cfg.Stride) + 1
+		}
+		if p.starts > math.MaxInt32 {
+			return p, fmt.Errorf("loader: %d windows (stride %d) are more than one epoch's order can hold; raise Stride", p.starts, cfg.Stride)
+		}
+		p.perEpoch = p.starts / rows
+		if p.perEpoch == 0 {
+			return p, fmt.Errorf("loader: %d tokens give %d windows of %d inputs (stride %d); a batch needs %d: %w",
+				tokens, p.starts, seq, cfg.Stride, rows, ErrTooShort)
+		}
+	}
+	return p, nil
+}
+
+// next is the position after pos.
+func (p *plan) next(pos Position) Position {
+	pos.Batch++
+	if pos.Batch == p.perEpoch {
+		pos.Epoch, pos.Batch = pos.Epoch+1, 0
+	}
+	return pos
+}
+
+// done reports whether pos is past the configured epochs.
+func (p *plan) done(pos Position) bool { return p.cfg.Epochs > 0 && pos.Epoch >= p.cfg.Epochs }
+
+// rowStart is the first token of row r of the batch at pos, whose epoch's
+// window order is perm (Windows mode).
+func (p *plan) rowStart(pos Position, r int, perm []int32) int64 {
+	seq, rows := int64(p.cfg.Seq), int64(p.cfg.Batch)
+	if p.cfg.Mode == Streams {
+		w, j := pos.Batch/int64(p.cfg.Accum), pos.Batch%int64(p.cfg.Accum)
+		stream := j*rows + int64(r)
+		return stream*p.streamLen + w*seq
+	}
+	return int64(perm[pos.Batch*rows+int64(r)]) * int64(p.cfg.Stride)
+}
+
+// order is the Windows mode window order of an epoch: a permutation of
+// the window indices drawn from (Seed, epoch).
+func (p *plan) order(epoch int) []int32 {
+	if p.cfg.Mode != Windows {
+		return nil
+	}
+	perm := make([]int32, p.starts)
+	for i := range perm {
+		perm[i] = int32(i)
+	}
+	r := rand.New(rand.NewPCG(p.cfg.Seed, uint64(epoch)))
+	r.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+	return perm
+}
