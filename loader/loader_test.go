@@ -437,3 +437,79 @@ func Example() {
 	// step 2 group 0 reset false: "k br", next {Epoch:0 Batch:5}
 	// step 2 group 1 reset false: "y do", next {Epoch:1 Batch:0}
 }
+
+// FuzzBatches cuts arbitrary text into batches of arbitrary shapes: either
+// New refuses it (too short, bad shape), or the first epoch of both modes
+// matches the reference cut computed here.
+func FuzzBatches(f *testing.F) {
+	f.Add([]byte("hello, world; hello again"), uint8(2), uint8(3), uint8(1), uint8(0))
+	f.Add([]byte("日本語のテキスト→ and ascii"), uint8(1), uint8(1), uint8(3), uint8(2))
+	f.Add([]byte("ab"), uint8(1), uint8(1), uint8(1), uint8(1))
+	d := openCPU(f)
+	f.Fuzz(func(t *testing.T, data []byte, batch, seq, accum, stride uint8) {
+		text, err := loader.Tokenize(context.Background(), loader.NewCorpus(strings.NewReader(string(data)), int64(len(data)), "fuzz"), loader.TokenizeConfig{})
+		if err != nil {
+			return // tokenizer errors are FuzzTokenize's subject
+		}
+		ref := tokens(string(data))
+		B, T, A, S := int(batch%8)+1, int(seq%16)+1, int(accum%4)+1, int(stride%8)+1
+		if l, err := loader.New(d, text, loader.Config{Batch: B, Seq: T, Accum: A, Epochs: 1, Workers: 2}); err != nil {
+			if L := len(ref) / (B * A); L >= T+1 || !errors.Is(err, loader.ErrTooShort) {
+				t.Fatalf("streams %d×%d×%d over %d tokens: %v", B, T, A, len(ref), err)
+			}
+		} else {
+			L := len(ref) / (B * A)
+			all := collect(t, d, l, loader.Position{}, 0)
+			if len(all) != (L-1)/T*A {
+				t.Fatalf("%d batches, want %d", len(all), (L-1)/T*A)
+			}
+			for i, g := range all {
+				w, j := i/A, i%A
+				for r := range B {
+					for k := range T {
+						at := (j*B+r)*L + w*T + k
+						if g.inputs[k*B+r] != ref[at] || g.targets[k*B+r] != ref[at+1] {
+							t.Fatalf("streams: batch %d row %d step %d differs from the reference", i, r, k)
+						}
+					}
+				}
+			}
+			l.Close()
+		}
+		l, err := loader.New(d, text, loader.Config{Mode: loader.Windows, Batch: B, Seq: T, Stride: S, Epochs: 1, Seed: 1})
+		starts := 0
+		if len(ref) >= T+1 {
+			starts = (len(ref)-T-1)/S + 1
+		}
+		if err != nil {
+			if starts >= B || !errors.Is(err, loader.ErrTooShort) {
+				t.Fatalf("windows %d×%d stride %d over %d tokens: %v", B, T, S, len(ref), err)
+			}
+			return
+		}
+		defer l.Close()
+		all := collect(t, d, l, loader.Position{}, 0)
+		if len(all) != starts/B {
+			t.Fatalf("%d window batches, want %d", len(all), starts/B)
+		}
+		for i, g := range all {
+			for r := range B {
+				// Every row is some window: its tokens appear at a start
+				// that is a multiple of the stride.
+				found := false
+				for k := 0; k < starts && !found; k++ {
+					found = true
+					for s := range T {
+						if g.inputs[s*B+r] != ref[k*S+s] || g.targets[s*B+r] != ref[k*S+s+1] {
+							found = false
+							break
+						}
+					}
+				}
+				if !found {
+					t.Fatalf("windows: batch %d row %d is no window of the text", i, r)
+				}
+			}
+		}
+	})
+}
