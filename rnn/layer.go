@@ -130,9 +130,10 @@ func floatType(dt device.DType) (device.DType, error) {
 }
 
 // queue records the first error of a sequence of kernel calls, so a
-// layer's passes read as the list of kernels they queue. Calls after a
-// failed one still run their checks but change nothing the caller sees: the
-// error is returned and the layer's saved state is dropped.
+// layer's passes read as the list of kernels they queue. The calls after a
+// failed one are still made (each checks its own arguments); since a pass
+// validates its inputs first, a failure there means the device failed or
+// closed. The pass returns the first error and saves nothing for Backward.
 type queue struct{ err error }
 
 func (q *queue) add(err error) {

@@ -225,7 +225,7 @@ func (p *Params) free() error {
 // float64s returns the values of a float32 or float64 tensor in row-major
 // order, converted to float64.
 func float64s(t *tensor.Dense) ([]float64, error) {
-	if !t.IsMaterializable() && !t.IsNativelyAccessible() {
+	if !t.IsNativelyAccessible() {
 		return nil, errors.New("tensor memory is not accessible from the host")
 	}
 	if t.IsView() {
