@@ -66,7 +66,12 @@ type corpusPart struct {
 // process's file descriptor limit. A single file is opened at once, so Open
 // reports a file that cannot be read. The caller closes the corpus with
 // Close.
-func Open(path string) (*Corpus, error) {
+func Open(path string) (*Corpus, error) { return OpenFunc(path, nil) }
+
+// OpenFunc is Open for a directory whose files are chosen by keep, called
+// with each regular file's slash-separated path relative to path (keep nil
+// takes every file). A file given as path is always taken.
+func OpenFunc(path string, keep func(rel string) bool) (*Corpus, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("loader: open corpus: %w", err)
@@ -91,7 +96,7 @@ func Open(path string) (*Corpus, error) {
 		}
 		slices.SortFunc(found, func(a, b corpusFound) int { return strings.Compare(a.rel, b.rel) })
 		for _, f := range found {
-			if f.size == 0 {
+			if f.size == 0 || (keep != nil && !keep(f.rel)) {
 				continue
 			}
 			c.parts = append(c.parts, corpusPart{

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -341,5 +342,33 @@ func TestOpenManyFiles(t *testing.T) {
 	}
 	if got := c.files.openCount(); got != 0 {
 		t.Errorf("open files after Close: got %d, want 0", got)
+	}
+}
+
+func TestOpenFunc(t *testing.T) {
+	root := writeTree(t, map[string]string{
+		"a.go":            "[a.go]",
+		"a.txt":           "[a.txt]",
+		"x/b.go":          "[x/b.go]",
+		"x/testdata/c.go": "[x/testdata/c.go]",
+	})
+	var asked []string
+	c, err := OpenFunc(root, func(rel string) bool {
+		asked = append(asked, rel)
+		return strings.HasSuffix(rel, ".go") && !strings.Contains(rel, "testdata/")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got := make([]byte, c.Size())
+	if _, err := c.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if want := "[a.go][x/b.go]"; string(got) != want {
+		t.Errorf("corpus %q, want %q", got, want)
+	}
+	if want := []string{"a.go", "a.txt", "x/b.go", "x/testdata/c.go"}; !slices.Equal(asked, want) {
+		t.Errorf("keep was asked about %q, want %q", asked, want)
 	}
 }

@@ -183,6 +183,16 @@ func (s *stack) Config() Config { return s.cfg }
 // Params returns the parameters.
 func (s *stack) Params() *Params { return s.params }
 
+// DropoutOffset is how many dropout mask elements the stack has drawn from
+// its Seed so far: where its next training forward's masks start. Only
+// training forwards with Dropout > 0 advance it. A checkpoint records it so
+// that a resumed run draws the masks an uninterrupted one would.
+func (s *stack) DropoutOffset() uint64 { return s.drawn }
+
+// SetDropoutOffset sets where the next training forward's dropout masks
+// start (a value DropoutOffset returned).
+func (s *stack) SetDropoutOffset(n uint64) { s.drawn = n }
+
 // NewState allocates a zero state for batch sequences.
 func (s *stack) NewState(batch int) (*State, error) {
 	return newState(s.dev, s.cfg.DType, s.lstm, s.cfg.Layers, batch, s.cfg.Hidden)

@@ -77,6 +77,9 @@ func (s *State) GradC() device.Buffer { return s.dc }
 // Batch is the number of sequences the state is for.
 func (s *State) Batch() int { return s.batch }
 
+// DType is the element type of the state's buffers (the stack's).
+func (s *State) DType() device.DType { return s.dtype }
+
 // Detach keeps the values and cuts the gradient path back into the forward
 // that produced them. It allocates nothing and queues nothing.
 func (s *State) Detach() { s.tie = nil }

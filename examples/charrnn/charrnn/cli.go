@@ -1,0 +1,226 @@
+package charrnn
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/cuda"
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/device/cpu"
+	"github.com/gocurrent/gocurrent/loader"
+)
+
+// Env is what a command uses besides its arguments.
+type Env struct {
+	// Stdout receives results (and every line with -json); Stderr
+	// receives progress and warnings.
+	Stdout, Stderr io.Writer
+	// Live says Stderr is a terminal: training progress is redrawn in
+	// place instead of printed as lines.
+	Live bool
+	// GOROOT locates the default corpus, GOROOT/src; "" asks `go env
+	// GOROOT`, then runtime.GOROOT().
+	GOROOT string
+}
+
+// ErrUsage is wrapped by errors in the command line.
+var ErrUsage = errors.New("usage")
+
+// Run runs the command args[0] ("train", "sample", "eval" or "bench") with
+// the flags that follow. Cancelling ctx (the main program does on Ctrl-C)
+// stops training after the step under way and saves the checkpoint.
+func Run(ctx context.Context, args []string, env Env) error {
+	if env.Stdout == nil {
+		env.Stdout = io.Discard
+	}
+	if env.Stderr == nil {
+		env.Stderr = io.Discard
+	}
+	if len(args) == 0 {
+		fmt.Fprint(env.Stderr, usage)
+		return fmt.Errorf("%w: no command", ErrUsage)
+	}
+	cmds := map[string]func(context.Context, []string, Env) error{
+		"train": trainCommand, "sample": sampleCommand, "eval": evalCommand, "bench": benchCommand,
+	}
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		if args[0] == "help" || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+			fmt.Fprint(env.Stdout, usage)
+			return nil
+		}
+		fmt.Fprint(env.Stderr, usage)
+		return fmt.Errorf("%w: unknown command %q", ErrUsage, args[0])
+	}
+	return cmd(ctx, args[1:], env)
+}
+
+const usage = `usage: charrnn <command> [flags]
+
+commands:
+  train   train a character-level LSTM or GRU (default data: the Go standard library's source)
+  sample  generate text from a checkpoint
+  eval    loss and bits per character of a checkpoint on a text
+  bench   training and sampling tokens/s on the workload of shared/bench/torch_charrnn.py
+
+Run charrnn <command> -h for a command's flags.
+`
+
+// parse parses a command's flags; -h prints them and is not an error.
+func parse(fs *flag.FlagSet, args []string, env Env) error {
+	fs.SetOutput(env.Stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
+	}
+	return nil
+}
+
+// errHelp ends a command that printed its flags.
+var errHelp = errors.New("help")
+
+// OpenDevice opens "cpu", "cuda" (the first GPU), "cuda:N", or "auto" (the
+// first GPU if one can be used, else the CPU).
+func OpenDevice(spec string) (device.Device, error) {
+	switch {
+	case spec == "cpu":
+		return openCPU()
+	case spec == "auto":
+		d, err := cuda.Open(0)
+		if errors.Is(err, device.ErrUnavailable) {
+			return openCPU()
+		}
+		return d, err
+	case spec == "cuda":
+		return cuda.Open(0)
+	case strings.HasPrefix(spec, "cuda:"):
+		n, err := strconv.Atoi(spec[len("cuda:"):])
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%w: device %q: want cuda:N with N a GPU ordinal", ErrUsage, spec)
+		}
+		return cuda.Open(n)
+	}
+	return nil, fmt.Errorf("%w: unknown device %q (want auto, cpu, cuda or cuda:N)", ErrUsage, spec)
+}
+
+func openCPU() (device.Device, error) {
+	d, err := cpu.Open(cpu.Config{})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// printer writes a command's output: a line of text, or with -json the
+// same event as one JSON object per line.
+type printer struct {
+	mu   sync.Mutex
+	w    io.Writer
+	json bool
+}
+
+// emit writes event (a struct or map with an "event" field) as JSON, or
+// text as it is.
+func (p *printer) emit(event any, text string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.json {
+		b, err := json.Marshal(event)
+		if err != nil {
+			b, _ = json.Marshal(map[string]string{"event": "error", "error": err.Error()})
+		}
+		p.w.Write(append(b, '\n'))
+		return
+	}
+	io.WriteString(p.w, text)
+}
+
+// memStats is the -memstats line: the allocator's figures, PyTorch's names.
+type memStats struct {
+	Event              string `json:"event"`
+	Device             string `json:"device"`
+	AllocatedBytes     int64  `json:"allocated_bytes"`
+	ReservedBytes      int64  `json:"reserved_bytes"`
+	PeakAllocatedBytes int64  `json:"peak_allocated_bytes"`
+	PeakReservedBytes  int64  `json:"peak_reserved_bytes"`
+	DeviceAllocs       int64  `json:"device_allocs"`
+	DeviceFrees        int64  `json:"device_frees"`
+	AllocRetries       int64  `json:"alloc_retries"`
+	OOMs               int64  `json:"ooms"`
+}
+
+func printMemStats(p *printer, d device.Device) {
+	s := d.MemStats()
+	m := memStats{Event: "memstats", Device: d.Name(),
+		AllocatedBytes: s.AllocatedBytes[alloc.AllPools].Current, ReservedBytes: s.ReservedBytes[alloc.AllPools].Current,
+		PeakAllocatedBytes: s.AllocatedBytes[alloc.AllPools].Peak, PeakReservedBytes: s.ReservedBytes[alloc.AllPools].Peak,
+		DeviceAllocs: s.DeviceAllocs, DeviceFrees: s.DeviceFrees, AllocRetries: s.AllocRetries, OOMs: s.OOMs}
+	p.emit(m, fmt.Sprintf("memstats: allocated_bytes %d  reserved_bytes %d  peak_allocated_bytes %d  peak_reserved_bytes %d  device_allocs %d  device_frees %d  alloc_retries %d  ooms %d\n",
+		m.AllocatedBytes, m.ReservedBytes, m.PeakAllocatedBytes, m.PeakReservedBytes, m.DeviceAllocs, m.DeviceFrees, m.AllocRetries, m.OOMs))
+}
+
+// DefaultCorpus is the directory the default corpus is read from:
+// GOROOT/src.
+func DefaultCorpus(goroot string) (string, error) {
+	if goroot == "" {
+		if out, err := exec.Command("go", "env", "GOROOT").Output(); err == nil {
+			goroot = strings.TrimSpace(string(out))
+		}
+	}
+	if goroot == "" {
+		goroot = runtime.GOROOT()
+	}
+	if goroot == "" {
+		return "", errors.New("charrnn: no Go installation found for the default corpus; pass -data FILE_OR_DIR")
+	}
+	dir := goroot + string(os.PathSeparator) + "src"
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("charrnn: the default corpus %s is not a directory; pass -data FILE_OR_DIR", dir)
+	}
+	return dir, nil
+}
+
+// openCorpus opens -data, or with "" the default corpus: the Go files of
+// GOROOT/src outside testdata directories that are plain ASCII (most of
+// them; the few with other characters would take the vocabulary from
+// about 100 characters to 1,600).
+func openCorpus(data string, env Env) (*loader.Corpus, error) {
+	if data != "" {
+		return loader.Open(data)
+	}
+	dir, err := DefaultCorpus(env.GOROOT)
+	if err != nil {
+		return nil, err
+	}
+	return loader.OpenFunc(dir, func(rel string) bool {
+		if !strings.HasSuffix(rel, ".go") || strings.HasPrefix(rel, "testdata/") || strings.Contains(rel, "/testdata/") {
+			return false
+		}
+		b, err := os.ReadFile(dir + string(os.PathSeparator) + rel)
+		if err != nil {
+			return true // the corpus reports the error when it reads the file
+		}
+		for _, c := range b {
+			if c >= 0x80 {
+				return false
+			}
+		}
+		return true
+	})
+}

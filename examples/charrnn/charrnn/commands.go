@@ -1,0 +1,300 @@
+package charrnn
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/gocurrent/gocurrent/loader"
+	"github.com/gocurrent/gocurrent/train"
+)
+
+// SampleFlags are the sample command's settings.
+type SampleFlags struct {
+	Checkpoint  string
+	N           int
+	Temperature float64
+	TopK        int
+	Prime       string
+	Seed        uint64
+	Device      string
+	MemStats    bool
+	JSON        bool
+}
+
+func sampleCommand(ctx context.Context, args []string, env Env) error {
+	var f SampleFlags
+	fs := flag.NewFlagSet("sample", flag.ContinueOnError)
+	fs.StringVar(&f.Checkpoint, "checkpoint", "charrnn.safetensors", "checkpoint to sample from")
+	fs.IntVar(&f.N, "n", 500, "characters to generate")
+	fs.Float64Var(&f.Temperature, "temperature", 1, "softmax temperature (0: always the most likely character)")
+	fs.IntVar(&f.TopK, "top-k", 0, "draw among the k most likely characters only (0: all)")
+	fs.StringVar(&f.Prime, "prime", "", "text to start from (default: a newline)")
+	fs.Uint64Var(&f.Seed, "seed", 1, "seed of the draws")
+	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
+	fs.BoolVar(&f.MemStats, "memstats", false, "print the device allocator's figures at the end")
+	fs.BoolVar(&f.JSON, "json", false, "print the sample (and figures) as JSON objects, one per line")
+	if err := parse(fs, args, env); err != nil {
+		if errors.Is(err, errHelp) {
+			return nil
+		}
+		return err
+	}
+	return Sample(ctx, f, env)
+}
+
+// Sample runs the sample command: the text goes to Stdout as it is drawn
+// (with -json, as one object at the end).
+func Sample(ctx context.Context, f SampleFlags, env Env) (err error) {
+	d, err := OpenDevice(f.Device)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, d.Close()) }()
+	m, _, err := Load(d, f.Checkpoint)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, m.Close()) }()
+	prime := f.Prime
+	if prime == "" {
+		prime = defaultPrime(m.Vocab())
+	}
+	ids, err := m.Vocab().Encode(prime)
+	if err != nil {
+		return fmt.Errorf("charrnn: -prime: %w", err)
+	}
+	p := &printer{w: env.Stdout, json: f.JSON}
+	var text bytes.Buffer
+	out := bufio.NewWriter(env.Stdout)
+	if !f.JSON {
+		out.WriteString(prime)
+	}
+	start := time.Now()
+	err = train.Sample(ctx, d, m, train.SampleConfig{N: f.N, Temperature: f.Temperature, TopK: f.TopK, Prime: ids, Seed: f.Seed},
+		func(id int32) error {
+			r := m.Vocab().Rune(id)
+			if f.JSON {
+				text.WriteRune(r)
+				return nil
+			}
+			out.WriteRune(r)
+			if r == '\n' {
+				return out.Flush()
+			}
+			return nil
+		})
+	elapsed := time.Since(start)
+	if !f.JSON {
+		out.WriteString("\n")
+		err = errors.Join(err, out.Flush())
+	}
+	if err != nil {
+		return err
+	}
+	if f.JSON {
+		p.emit(map[string]any{"event": "sample", "prime": prime, "text": text.String(), "temperature": f.Temperature,
+			"tokens_per_s": float64(f.N) / elapsed.Seconds()}, "")
+	}
+	if f.MemStats {
+		printMemStats(p, d)
+	}
+	return nil
+}
+
+// EvalFlags are the eval command's settings.
+type EvalFlags struct {
+	Checkpoint, Data, Device string
+	Batch, Seq               int
+	JSON                     bool
+}
+
+func evalCommand(ctx context.Context, args []string, env Env) error {
+	var f EvalFlags
+	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
+	fs.StringVar(&f.Checkpoint, "checkpoint", "charrnn.safetensors", "checkpoint to evaluate")
+	fs.StringVar(&f.Data, "data", "", "text to evaluate on, a file or a directory tree (default: the Go standard library's source)")
+	fs.IntVar(&f.Batch, "batch", 32, "streams per batch")
+	fs.IntVar(&f.Seq, "seq", 64, "characters per window")
+	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
+	fs.BoolVar(&f.JSON, "json", false, "print the result as one JSON object")
+	if err := parse(fs, args, env); err != nil {
+		if errors.Is(err, errHelp) {
+			return nil
+		}
+		return err
+	}
+	_, err := Eval(ctx, f, env)
+	return err
+}
+
+// Eval runs the eval command: the checkpoint's mean loss over the text,
+// cut as training cuts it, without gradients.
+func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err error) {
+	d, err := OpenDevice(f.Device)
+	if err != nil {
+		return ev, err
+	}
+	defer func() { err = errors.Join(err, d.Close()) }()
+	m, _, err := Load(d, f.Checkpoint)
+	if err != nil {
+		return ev, err
+	}
+	defer func() { err = errors.Join(err, m.Close()) }()
+	corpus, err := openCorpus(f.Data, env)
+	if err != nil {
+		return ev, err
+	}
+	defer corpus.Close()
+	text, err := loader.Tokenize(ctx, corpus, loader.TokenizeConfig{Vocab: m.Vocab()})
+	if err != nil {
+		return ev, fmt.Errorf("charrnn: %w", err)
+	}
+	data, err := loader.New(d, text, loader.Config{Batch: f.Batch, Seq: f.Seq})
+	if err != nil {
+		return ev, fmt.Errorf("charrnn: %w", err)
+	}
+	defer func() { err = errors.Join(err, data.Close()) }()
+	if ev, err = train.Evaluate(ctx, d, m, data); err != nil {
+		return ev, err
+	}
+	p := &printer{w: env.Stdout, json: f.JSON}
+	p.emit(evalEvent{Event: "eval", Loss: ev.Loss, BitsPerChar: ev.BitsPerToken, Tokens: ev.Tokens},
+		fmt.Sprintf("loss %.4f nats/char, %.4f bits/char over %d characters\n", ev.Loss, ev.BitsPerToken, ev.Tokens))
+	return ev, nil
+}
+
+// BenchFlags are the bench command's settings: the workload of
+// ../shared/bench/torch_charrnn.py (vocabulary 65, embedding 64, Adam at
+// 2e-3, clipping at global norm 5, random tokens; sampling at batch 1 with
+// temperature 0.8).
+type BenchFlags struct {
+	Cell                 string
+	Hidden, Layers       int
+	Batch, Seq, Steps, N int
+	Device               string
+	MemStats, JSON       bool
+}
+
+// BenchResult is what bench measures.
+type BenchResult struct {
+	TrainTokensPerSecond  float64 `json:"train_tokens_per_s"`
+	SampleTokensPerSecond float64 `json:"sample_tokens_per_s"`
+}
+
+func benchCommand(ctx context.Context, args []string, env Env) error {
+	var f BenchFlags
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&f.Cell, "cell", "lstm", "lstm or gru")
+	fs.IntVar(&f.Hidden, "hidden", 256, "hidden size")
+	fs.IntVar(&f.Layers, "layers", 2, "layers")
+	fs.IntVar(&f.Batch, "batch", 32, "batch")
+	fs.IntVar(&f.Seq, "seq", 64, "sequence length")
+	fs.IntVar(&f.Steps, "steps", 20, "timed training steps (after 3 untimed ones)")
+	fs.IntVar(&f.N, "n", 400, "timed sampled tokens (after 20 untimed ones)")
+	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
+	fs.BoolVar(&f.MemStats, "memstats", false, "print the device allocator's figures at the end")
+	fs.BoolVar(&f.JSON, "json", false, "print the result as one JSON object")
+	if err := parse(fs, args, env); err != nil {
+		if errors.Is(err, errHelp) {
+			return nil
+		}
+		return err
+	}
+	_, err := Bench(ctx, f, env)
+	return err
+}
+
+// benchVocab is torch_charrnn.py's vocabulary size.
+const benchVocab = 65
+
+// Bench runs the bench command. Training runs the real trainer on a
+// loader over a random text of 65 characters (PyTorch's script reuses one
+// random batch; streaming a text costs us the loader too); sampling is
+// train.Sample, one token at a time.
+func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err error) {
+	const warmSteps, warmTokens = 3, 20
+	if f.Steps <= 0 || f.N <= 0 {
+		return res, fmt.Errorf("%w: -steps %d and -n %d must be > 0", ErrUsage, f.Steps, f.N)
+	}
+	d, err := OpenDevice(f.Device)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, d.Close()) }()
+	chars := make([]string, benchVocab)
+	for i := range chars {
+		chars[i] = string(rune('0' + i)) // '0' .. 'p', printable ASCII
+	}
+	vocab, err := loader.NewVocab(chars)
+	if err != nil {
+		return res, err
+	}
+	m, err := NewModel(d, Config{Cell: f.Cell, Embed: 64, Hidden: f.Hidden, Layers: f.Layers}, vocab, 0)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, m.Close()) }()
+
+	steps := warmSteps + f.Steps
+	r := rand.New(rand.NewPCG(0, 0))
+	raw := make([]byte, f.Batch*(steps*f.Seq+1))
+	for i := range raw {
+		raw[i] = byte('0' + r.IntN(benchVocab))
+	}
+	text, err := loader.Tokenize(ctx, loader.NewCorpus(bytes.NewReader(raw), int64(len(raw)), "random"), loader.TokenizeConfig{Vocab: vocab})
+	if err != nil {
+		return res, err
+	}
+	data, err := loader.New(d, text, loader.Config{Batch: f.Batch, Seq: f.Seq})
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, data.Close()) }()
+	opt, _ := train.NewOptimizer(train.Adam, 2e-3)
+	var t0, t1 time.Time
+	tr, err := train.New(d, m, data, train.Config{Optimizer: opt, Steps: int64(steps), ClipNorm: 5,
+		OnStep: func(p train.Progress) {
+			if p.Step == warmSteps {
+				t0 = time.Now()
+			}
+			t1 = time.Now()
+		}})
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, tr.Close()) }()
+	if _, err := tr.Run(ctx); err != nil {
+		return res, err
+	}
+	res.TrainTokensPerSecond = float64(f.Steps*f.Batch*f.Seq) / t1.Sub(t0).Seconds()
+
+	n := 0
+	err = train.Sample(ctx, d, m, train.SampleConfig{N: warmTokens + f.N, Temperature: 0.8, Prime: []int32{0}, Seed: 1},
+		func(int32) error {
+			if n++; n == warmTokens {
+				t0 = time.Now()
+			}
+			t1 = time.Now()
+			return nil
+		})
+	if err != nil {
+		return res, err
+	}
+	res.SampleTokensPerSecond = float64(f.N) / t1.Sub(t0).Seconds()
+	p := &printer{w: env.Stdout, json: f.JSON}
+	p.emit(map[string]any{"event": "bench", "impl": "gocurrent", "device": d.Name(), "cell": f.Cell, "hidden": f.Hidden,
+		"layers": f.Layers, "batch": f.Batch, "seq": f.Seq,
+		"train_tokens_per_s": res.TrainTokensPerSecond, "sample_tokens_per_s": res.SampleTokensPerSecond},
+		fmt.Sprintf("%s %dx%d batch %d seq %d on %s: train_tokens_per_s %.0f  sample_tokens_per_s %.0f\n",
+			f.Cell, f.Layers, f.Hidden, f.Batch, f.Seq, d.Name(), res.TrainTokensPerSecond, res.SampleTokensPerSecond))
+	if f.MemStats {
+		printMemStats(p, d)
+	}
+	return res, nil
+}

@@ -1,0 +1,335 @@
+package train
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/loader"
+)
+
+// A checkpoint is one safetensors file (see ARCHITECTURE.md, "Public
+// contracts"). A model's tensors are named Group.Name + "." + parameter
+// name with PyTorch's shapes, in the parameters' type (F32 for float32
+// models); the trainer's tensors carry the "optim." prefix: optimizer slot
+// s of group g as "optim.g.s", value v of the state carried by micro-batch
+// group j as "optim.carry.j.v"; the trainer's counters and the loader's
+// configuration are the JSON of the "trainer" metadata key.
+
+// ErrMismatch is wrapped by the error of a checkpoint that is well formed
+// but does not fit the model or the trainer it is loaded into.
+var ErrMismatch = errors.New("train: checkpoint does not fit")
+
+// optimPrefix starts the name of every tensor that is not a model's.
+const optimPrefix = "optim."
+
+// Checkpoint is a checkpoint file read into memory.
+type Checkpoint struct {
+	path string
+	file *tensorFile
+}
+
+// ReadCheckpoint reads and validates the safetensors file at path. A file
+// that is not one (truncated, corrupt) gives an error wrapping ErrCorrupt.
+func ReadCheckpoint(path string) (*Checkpoint, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("train: reading checkpoint: %w", err)
+	}
+	f, err := decodeTensors(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &Checkpoint{path: path, file: f}, nil
+}
+
+// Path is the file the checkpoint was read from.
+func (c *Checkpoint) Path() string { return c.path }
+
+// Metadata returns a copy of the file's __metadata__.
+func (c *Checkpoint) Metadata() map[string]string { return maps.Clone(c.file.meta) }
+
+// Resumable reports whether the file holds a trainer's state (Save wrote
+// it) and not only weights.
+func (c *Checkpoint) Resumable() bool {
+	_, ok := c.file.meta[trainerKey]
+	return ok
+}
+
+// LoadWeights sets the parameters of groups from the checkpoint. Every
+// parameter must be there with its shape, as F32 or F64, and the file may
+// hold no other model tensor (a checkpoint of a bigger model does not
+// load into a smaller one). Nothing is changed unless everything fits.
+func (c *Checkpoint) LoadWeights(d device.Device, groups []Group) error {
+	type load struct {
+		dst device.Buffer
+		dt  device.DType
+		src tensorData
+	}
+	var loads []load
+	seen := map[string]bool{}
+	for _, g := range groups {
+		for p := range g.Params.All() {
+			name := g.Name + "." + p.Name
+			seen[name] = true
+			t, ok := c.file.tensors[name]
+			if !ok {
+				return c.mismatch("no tensor %q", name)
+			}
+			if !slices.Equal(t.shape, p.Shape) {
+				return c.mismatch("tensor %q has shape %v, the model's is %v", name, t.shape, p.Shape)
+			}
+			if t.dtype != "F32" && t.dtype != "F64" {
+				return c.mismatch("tensor %q is %s; want F32 or F64", name, t.dtype)
+			}
+			loads = append(loads, load{p.Value, g.Params.DType(), t})
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.file.tensors)) {
+		if !seen[name] && !strings.HasPrefix(name, optimPrefix) {
+			return c.mismatch("tensor %q is not a parameter of the model", name)
+		}
+	}
+	for _, l := range loads {
+		if err := d.Upload(l.dst, convert(l.src, l.dt)); err != nil {
+			return fmt.Errorf("train: loading %s: %w", c.path, err)
+		}
+	}
+	return nil
+}
+
+func (c *Checkpoint) mismatch(format string, args ...any) error {
+	return fmt.Errorf("%s: %w: %s", c.path, ErrMismatch, fmt.Sprintf(format, args...))
+}
+
+// convert returns t's elements as little-endian bytes of dt.
+func convert(t tensorData, dt device.DType) []byte {
+	if (t.dtype == "F32" && dt == device.Float32) || (t.dtype == "F64" && dt == device.Float64) {
+		return t.data
+	}
+	out := make([]byte, 0, len(t.data)/int(dtypeSize[t.dtype])*int(dt.Size()))
+	if t.dtype == "F32" {
+		for i := 0; i < len(t.data); i += 4 {
+			v := float64(math.Float32frombits(binary.LittleEndian.Uint32(t.data[i:])))
+			out = binary.LittleEndian.AppendUint64(out, math.Float64bits(v))
+		}
+		return out
+	}
+	for i := 0; i < len(t.data); i += 8 {
+		v := float32(math.Float64frombits(binary.LittleEndian.Uint64(t.data[i:])))
+		out = binary.LittleEndian.AppendUint32(out, math.Float32bits(v))
+	}
+	return out
+}
+
+// safeDType is the safetensors name of a float type.
+func safeDType(dt device.DType) string {
+	if dt == device.Float64 {
+		return "F64"
+	}
+	return "F32"
+}
+
+// downloadBytes reads a device buffer's bytes.
+func downloadBytes(d device.Device, b device.Buffer) ([]byte, error) {
+	out := make([]byte, b.Len())
+	return out, d.Download(out, b)
+}
+
+// addWeights adds the parameters of groups to f.
+func addWeights(d device.Device, f *tensorFile, groups []Group) error {
+	for _, g := range groups {
+		for p := range g.Params.All() {
+			b, err := downloadBytes(d, p.Value)
+			if err != nil {
+				return fmt.Errorf("train: reading %s.%s: %w", g.Name, p.Name, err)
+			}
+			f.tensors[g.Name+"."+p.Name] = tensorData{dtype: safeDType(g.Params.DType()), shape: slices.Clone(p.Shape), data: b}
+		}
+	}
+	return nil
+}
+
+// SaveWeights writes the parameters of groups, with meta as the file's
+// metadata, to path atomically: a crash leaves the old file or the new one.
+func SaveWeights(path string, d device.Device, groups []Group, meta map[string]string) error {
+	f := &tensorFile{meta: maps.Clone(meta), tensors: map[string]tensorData{}}
+	if err := addWeights(d, f, groups); err != nil {
+		return err
+	}
+	return writeFileAtomic(path, f.encode)
+}
+
+// trainerKey is the metadata key of the trainer's state.
+const trainerKey = "trainer"
+
+// trainerState is the JSON of the "trainer" metadata key.
+type trainerState struct {
+	Version   int             `json:"version"`
+	Step      int64           `json:"step"`
+	Skipped   int64           `json:"skipped"`
+	Epoch     int             `json:"epoch"`
+	Batch     int64           `json:"batch"`
+	Random    *uint64         `json:"random,omitempty"`
+	Optimizer Optimizer       `json:"optimizer"`
+	Loader    loaderSignature `json:"loader"`
+	Carried   int             `json:"carried"`
+}
+
+// loaderSignature is what must not change between a run and its resumption
+// for the data to continue where it stopped.
+type loaderSignature struct {
+	Mode     string `json:"mode"`
+	Batch    int    `json:"batch"`
+	Seq      int    `json:"seq"`
+	Accum    int    `json:"accum"`
+	Stride   int    `json:"stride"`
+	Seed     uint64 `json:"seed"`
+	PerEpoch int64  `json:"per_epoch"`
+}
+
+func signature(l *loader.Loader) loaderSignature {
+	c := l.Config()
+	return loaderSignature{Mode: c.Mode.String(), Batch: c.Batch, Seq: c.Seq, Accum: c.Accum, Stride: c.Stride, Seed: c.Seed, PerEpoch: l.PerEpoch()}
+}
+
+// Save writes a checkpoint of everything a run needs to continue exactly:
+// the weights, the optimizer state, the carried state, the step count, the
+// position in the data and the model's random state, plus
+// Config.Metadata. The file is written atomically.
+func (t *Trainer) Save(path string) error {
+	f := &tensorFile{meta: maps.Clone(t.cfg.Metadata), tensors: map[string]tensorData{}}
+	if f.meta == nil {
+		f.meta = map[string]string{}
+	}
+	if err := addWeights(t.dev, f, t.groups); err != nil {
+		return err
+	}
+	dt := safeDType(t.groups[0].Params.DType())
+	for i, g := range t.groups {
+		for s, name := range t.opt.names {
+			b, err := downloadBytes(t.dev, t.opt.state[i][s].Slice(0, int64(g.Params.Len())*g.Params.DType().Size()))
+			if err != nil {
+				return fmt.Errorf("train: saving: %w", err)
+			}
+			f.tensors[optimPrefix+g.Name+"."+name] = tensorData{dtype: dt, shape: []int{g.Params.Len()}, data: b}
+		}
+	}
+	for j, st := range t.states {
+		for _, c := range st.Carried() {
+			b, err := downloadBytes(t.dev, c.Buffer.Slice(0, int64(c.Len)*c.DType.Size()))
+			if err != nil {
+				return fmt.Errorf("train: saving: %w", err)
+			}
+			f.tensors[fmt.Sprintf("%scarry.%d.%s", optimPrefix, j, c.Name)] = tensorData{dtype: safeDType(c.DType), shape: []int{c.Len}, data: b}
+		}
+	}
+	ts := trainerState{Version: 1, Step: t.step, Skipped: t.skipped, Epoch: t.pos.Epoch, Batch: t.pos.Batch,
+		Optimizer: t.cfg.Optimizer, Loader: signature(t.data), Carried: len(t.states)}
+	if r, ok := t.model.(RandomModel); ok {
+		v := r.RandomState()
+		ts.Random = &v
+	}
+	js, err := json.Marshal(ts)
+	if err != nil {
+		return fmt.Errorf("train: saving: %w", err)
+	}
+	f.meta[trainerKey] = string(js)
+	err = writeFileAtomic(path, f.encode)
+	if err == nil && t.cfg.Logger != nil {
+		t.cfg.Logger.Info("train: checkpoint written", "path", path, "step", t.step)
+	}
+	return err
+}
+
+// Resume restores what Save wrote: the weights, the optimizer state, the
+// carried state, the step count, the position and the model's random
+// state, so the next Run continues as if the saved run had never stopped.
+// The loader must cut the data as the saved run's did and the optimizer
+// must be the same algorithm; any difference is an error wrapping
+// ErrMismatch, and nothing is changed unless everything fits.
+func (t *Trainer) Resume(c *Checkpoint) error {
+	js, ok := c.file.meta[trainerKey]
+	if !ok {
+		return c.mismatch("no trainer state (a weights-only checkpoint: load it with LoadWeights)")
+	}
+	var ts trainerState
+	if err := json.Unmarshal([]byte(js), &ts); err != nil {
+		return fmt.Errorf("%s: %w: trainer state: %v", c.path, ErrCorrupt, err)
+	}
+	switch {
+	case ts.Version != 1:
+		return c.mismatch("trainer state version %d, this trainer reads 1", ts.Version)
+	case ts.Step < 0 || ts.Skipped < 0 || ts.Epoch < 0 || ts.Batch < 0:
+		return fmt.Errorf("%s: %w: negative counters in the trainer state", c.path, ErrCorrupt)
+	case ts.Loader != signature(t.data):
+		return c.mismatch("the data was cut as %+v, this loader cuts it as %+v", ts.Loader, signature(t.data))
+	case ts.Optimizer.Algorithm != t.cfg.Optimizer.Algorithm || !slices.Equal(ts.Optimizer.slots(), t.opt.names):
+		return c.mismatch("optimizer %s with state %v, this trainer's is %s with %v",
+			ts.Optimizer.Algorithm, ts.Optimizer.slots(), t.cfg.Optimizer.Algorithm, t.opt.names)
+	case ts.Carried != len(t.states):
+		return c.mismatch("%d carried states, this trainer has %d", ts.Carried, len(t.states))
+	case ts.Batch%int64(max(t.data.Config().Accum, 1)) != 0:
+		return fmt.Errorf("%s: %w: position %d is inside a step", c.path, ErrCorrupt, ts.Batch)
+	}
+	_, random := t.model.(RandomModel)
+	if random != (ts.Random != nil) {
+		return c.mismatch("random state present: %v, the model draws random numbers: %v", ts.Random != nil, random)
+	}
+	// Check every tensor before changing anything.
+	type load struct {
+		dst device.Buffer
+		src []byte
+	}
+	var loads []load
+	take := func(name string, dt device.DType, n int, dst device.Buffer) error {
+		tn, ok := c.file.tensors[name]
+		if !ok {
+			return c.mismatch("no tensor %q", name)
+		}
+		if tn.dtype != safeDType(dt) || !slices.Equal(tn.shape, []int{n}) {
+			return c.mismatch("tensor %q is %s%v, want %s[%d]", name, tn.dtype, tn.shape, safeDType(dt), n)
+		}
+		loads = append(loads, load{dst.Slice(0, int64(n)*dt.Size()), tn.data})
+		return nil
+	}
+	for i, g := range t.groups {
+		for s, name := range t.opt.names {
+			if err := take(optimPrefix+g.Name+"."+name, g.Params.DType(), g.Params.Len(), t.opt.state[i][s]); err != nil {
+				return err
+			}
+		}
+	}
+	for j, st := range t.states {
+		for _, cv := range st.Carried() {
+			if err := take(fmt.Sprintf("%scarry.%d.%s", optimPrefix, j, cv.Name), cv.DType, cv.Len, cv.Buffer); err != nil {
+				return err
+			}
+		}
+	}
+	// LoadWeights validates the model's tensors before it writes any.
+	if err := c.LoadWeights(t.dev, t.groups); err != nil {
+		return err
+	}
+	for _, l := range loads {
+		if err := t.dev.Upload(l.dst, l.src); err != nil {
+			return fmt.Errorf("train: resuming from %s: %w", c.path, err)
+		}
+	}
+	for _, st := range t.states {
+		st.Detach()
+	}
+	t.step, t.skipped = ts.Step, ts.Skipped
+	t.pos = loader.Position{Epoch: ts.Epoch, Batch: ts.Batch}
+	if r, ok := t.model.(RandomModel); ok {
+		r.SetRandomState(*ts.Random)
+	}
+	return nil
+}

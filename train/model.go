@@ -1,0 +1,100 @@
+package train
+
+import (
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/rnn"
+)
+
+// Model is what the trainer trains, evaluates and samples from: a network
+// that maps windows of token ids to next-token logits. The char model
+// (Embedding, an LSTM or GRU stack, Linear) is one; the trainer knows
+// nothing more about a model than this.
+//
+// The trainer owns the loss (softmax cross-entropy over Classes), the
+// optimizer and the carried state; the model owns its parameters and what
+// its forward saves for its backward.
+type Model interface {
+	// Groups lists the parameters, in a fixed order. A checkpoint names a
+	// tensor Group.Name + "." + the parameter's name.
+	Groups() []Group
+	// Classes is the number of logits per position (the vocabulary).
+	Classes() int
+	// NewState returns the state carried from window to window for a
+	// batch of rows, starting at zeros; nil for a model that carries none.
+	NewState(rows int) (State, error)
+	// Forward queues the forward pass of a window: ids are [seq, rows]
+	// device.Int32, time-major; st (nil: zeros, nothing carried) is read
+	// as the initial state and left holding the final one. The logits,
+	// [seq·rows, Classes] in the parameters' DType, belong to the model and
+	// stay valid until its next Forward. In rnn.Train mode the model saves
+	// what Backward needs.
+	Forward(mode rnn.Mode, ids device.Buffer, seq, rows int, st State) (logits device.Buffer, err error)
+	// Backward queues the backward pass of the last training forward for
+	// the gradient of the loss with respect to its logits, adding the
+	// parameters' gradients into their gradient buffers.
+	Backward(dLogits device.Buffer) error
+}
+
+// Group is a named set of parameters, e.g. "emb", "rnn", "out".
+type Group struct {
+	Name   string
+	Params *rnn.Params
+}
+
+// State is the recurrent state a model carries between the windows of one
+// stream of batches (truncated backpropagation through time).
+type State interface {
+	// Detach keeps the values and cuts the gradient path into the window
+	// that produced them.
+	Detach()
+	// Reset sets the values to zeros.
+	Reset() error
+	// Carried lists the buffers that carry values from window to window,
+	// by name, so the trainer can checkpoint them and put them back when
+	// a step fails.
+	Carried() []Carried
+	// Free releases the state's memory.
+	Free() error
+}
+
+// Carried is one buffer of a State: Len elements of DType.
+type Carried struct {
+	Name   string
+	DType  device.DType
+	Len    int
+	Buffer device.Buffer
+}
+
+// RandomModel is a model that draws random numbers in training (dropout
+// masks). A checkpoint records RandomState and resuming restores it, so a
+// resumed run draws what an uninterrupted one would.
+type RandomModel interface {
+	Model
+	RandomState() uint64
+	SetRandomState(uint64)
+}
+
+// RecurrentState adapts an rnn.State to State: it carries h (and c for an
+// LSTM). Models built from rnn stacks return one from NewState and take
+// the rnn.State back with Unwrap.
+type RecurrentState struct{ S *rnn.State }
+
+// Detach implements State.
+func (r RecurrentState) Detach() { r.S.Detach() }
+
+// Reset implements State.
+func (r RecurrentState) Reset() error { return r.S.Reset() }
+
+// Free implements State.
+func (r RecurrentState) Free() error { return r.S.Free() }
+
+// Carried implements State: "h", and "c" when the stack is an LSTM.
+func (r RecurrentState) Carried() []Carried {
+	h, dt := r.S.H(), r.S.DType()
+	n := int(h.Len() / dt.Size())
+	out := []Carried{{Name: "h", DType: dt, Len: n, Buffer: h}}
+	if c := r.S.C(); !c.IsZero() {
+		out = append(out, Carried{Name: "c", DType: dt, Len: n, Buffer: c})
+	}
+	return out
+}

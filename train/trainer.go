@@ -1,0 +1,530 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/loader"
+	"github.com/gocurrent/gocurrent/rnn"
+)
+
+// ErrNonFinite is wrapped by the error of a step whose loss or gradient is
+// NaN or infinite.
+var ErrNonFinite = errors.New("train: non-finite loss or gradient")
+
+// Config configures a Trainer. The zero value trains with Adam at 2e-3,
+// a constant rate and no clipping until the loader's epochs end.
+type Config struct {
+	// Optimizer is the update; a zero Algorithm means NewOptimizer(Adam,
+	// 2e-3).
+	Optimizer Optimizer
+	// Schedule scales the learning rate per step.
+	Schedule Schedule
+	// Steps is the number of optimizer steps to reach, counting the steps
+	// of the run a Resume continues; 0 means until the loader's epochs end
+	// (the loader then needs Epochs > 0).
+	Steps int64
+	// ClipNorm rescales the gradient when its global L2 norm exceeds it,
+	// as torch.nn.utils.clip_grad_norm_ does; 0 means off.
+	ClipNorm float64
+	// ClipValue clamps every gradient element to [-ClipValue, ClipValue]
+	// after any norm clipping (char-rnn's clipping); 0 means off.
+	ClipValue float64
+	// SkipNonFinite skips a step whose loss or gradient is not finite
+	// (counted in Progress.Skipped) instead of returning an error; either
+	// way the parameters, optimizer state and carried state stay as they
+	// were before the step.
+	SkipNonFinite bool
+
+	// Validation, when set, is evaluated every EvalEvery steps (0: only
+	// when the run ends) and reported to OnEval.
+	Validation *loader.Loader
+	EvalEvery  int64
+
+	// Checkpoint, when set, is the file the trainer saves to every
+	// CheckpointEvery steps (0: never on a schedule), when the run ends,
+	// and when it is cancelled. Metadata is added to every checkpoint's
+	// metadata (a model's format, configuration, vocabulary).
+	Checkpoint      string
+	CheckpointEvery int64
+	Metadata        map[string]string
+
+	// OnStep is called after every optimizer step and OnEval after every
+	// validation, on the goroutine that called Run.
+	OnStep func(Progress)
+	OnEval func(Evaluation)
+	// Logger receives diagnostics (checkpoints written, skipped steps);
+	// nil means none.
+	Logger *slog.Logger
+}
+
+// Progress describes the trainer after an optimizer step.
+type Progress struct {
+	// Step is the number of optimizer steps taken, and Steps the target
+	// (0 when the loader's epochs decide).
+	Step, Steps int64
+	// Position is where in the data the next step starts.
+	Position loader.Position
+	// Loss is the step's mean cross-entropy in nats per token.
+	Loss float64
+	// GradNorm is the gradient's global L2 norm before clipping.
+	GradNorm float64
+	// LR is the learning rate the step used.
+	LR float64
+	// Skipped counts the steps skipped for a non-finite loss or gradient.
+	Skipped int64
+	// Tokens is the number of tokens trained on in this run, Elapsed the
+	// run's wall time, TokensPerSecond their ratio.
+	Tokens          int64
+	Elapsed         time.Duration
+	TokensPerSecond float64
+	// DataWait is the fraction of Elapsed spent waiting for batches.
+	DataWait float64
+	// Memory is the device allocator's figures.
+	Memory alloc.Stats
+}
+
+// Summary is what a run did.
+type Summary struct {
+	Steps, Skipped int64 // the trainer's totals
+	Tokens         int64 // trained on in this run
+	Elapsed        time.Duration
+	Loss           float64 // the last step's, NaN if none
+	// Validation is the last validation, nil if none ran.
+	Validation *Evaluation
+}
+
+// Trainer trains a model on the batches of a loader. It keeps the
+// optimizer state, the state carried between windows (one per micro-batch
+// group of a step) and the position in the data, so Run can be called
+// again to continue, and Save and Resume make the continuation exact
+// across processes. A Trainer is used by one goroutine at a time.
+type Trainer struct {
+	dev    device.Device
+	model  Model
+	data   *loader.Loader
+	cfg    Config
+	groups []Group
+
+	opt    *optimizer
+	ce     *rnn.CrossEntropy
+	norm   device.Buffer // one element: the gradient's squared norm
+	states []State       // one per micro-batch group; nil in Windows mode
+	backup [][]device.Buffer
+
+	step, skipped int64
+	pos           loader.Position
+}
+
+// New returns a trainer of m on the batches of data, allocating the
+// optimizer state and one carried state per micro-batch group on d.
+func New(d device.Device, m Model, data *loader.Loader, cfg Config) (*Trainer, error) {
+	if cfg.Optimizer.Algorithm == "" {
+		cfg.Optimizer, _ = NewOptimizer(Adam, 2e-3)
+	}
+	if err := cfg.validate(data); err != nil {
+		return nil, err
+	}
+	t := &Trainer{dev: d, model: m, data: data, cfg: cfg, groups: m.Groups()}
+	if len(t.groups) == 0 {
+		return nil, errors.New("train: the model has no parameters")
+	}
+	dt := t.groups[0].Params.DType()
+	for _, g := range t.groups {
+		if g.Params.DType() != dt {
+			return nil, fmt.Errorf("train: parameter groups of types %v and %v; one type per model", dt, g.Params.DType())
+		}
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			t.Close()
+		}
+	}()
+	var err error
+	if t.opt, err = newOptimizer(d, cfg.Optimizer, t.groups); err != nil {
+		return nil, err
+	}
+	if t.ce, err = rnn.NewCrossEntropy(d, m.Classes(), dt); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	if t.norm, err = d.Alloc(dt.Size()); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	lc := data.Config()
+	if lc.Mode == loader.Streams {
+		for range lc.Accum {
+			st, err := m.NewState(lc.Batch)
+			if err != nil {
+				return nil, fmt.Errorf("train: carried state: %w", err)
+			}
+			if st == nil {
+				break
+			}
+			t.states = append(t.states, st)
+			var bufs []device.Buffer
+			for _, c := range st.Carried() {
+				b, err := d.Alloc(int64(c.Len) * c.DType.Size())
+				if err != nil {
+					return nil, fmt.Errorf("train: carried state: %w", err)
+				}
+				bufs = append(bufs, b)
+			}
+			t.backup = append(t.backup, bufs)
+		}
+	}
+	ok = true
+	return t, nil
+}
+
+func (c Config) validate(data *loader.Loader) error {
+	if err := c.Optimizer.validate(); err != nil {
+		return err
+	}
+	if err := c.Schedule.validate(c.Steps); err != nil {
+		return err
+	}
+	bad := func(v float64) bool { return v < 0 || math.IsNaN(v) || math.IsInf(v, 0) }
+	switch {
+	case data == nil:
+		return errors.New("train: no loader")
+	case c.Steps < 0 || c.EvalEvery < 0 || c.CheckpointEvery < 0:
+		return fmt.Errorf("train: Steps %d, EvalEvery %d, CheckpointEvery %d; none may be negative", c.Steps, c.EvalEvery, c.CheckpointEvery)
+	case c.Steps == 0 && data.Config().Epochs == 0:
+		return errors.New("train: neither Steps nor the loader's Epochs say when to stop")
+	case bad(c.ClipNorm) || bad(c.ClipValue):
+		return fmt.Errorf("train: ClipNorm %v, ClipValue %v; want finite and >= 0", c.ClipNorm, c.ClipValue)
+	}
+	return nil
+}
+
+// Step is the number of optimizer steps taken.
+func (t *Trainer) Step() int64 { return t.step }
+
+// Position is where in the data the next step starts.
+func (t *Trainer) Position() loader.Position { return t.pos }
+
+// Skipped is the number of steps skipped for a non-finite loss or gradient.
+func (t *Trainer) Skipped() int64 { return t.skipped }
+
+// Run trains until Config.Steps steps are taken or the loader's epochs
+// end. A cancelled ctx is noticed between steps: the step under way
+// completes, the checkpoint is written if Config.Checkpoint is set, and Run
+// returns an error wrapping ctx.Err(). A failed step (a data error, a
+// device error, a non-finite loss or gradient) leaves the parameters,
+// optimizer state, carried state and position as they were before it.
+func (t *Trainer) Run(ctx context.Context) (Summary, error) {
+	sum := Summary{Loss: math.NaN()}
+	start := time.Now()
+	wait0 := t.data.Stats().Wait
+	lc := t.data.Config()
+	accum := 1
+	if lc.Mode == loader.Streams {
+		accum = lc.Accum
+	}
+	finish := func(err error) (Summary, error) {
+		sum.Steps, sum.Skipped, sum.Elapsed = t.step, t.skipped, time.Since(start)
+		if err == nil && t.cfg.Validation != nil && (sum.Validation == nil || sum.Validation.Step != t.step) {
+			var ev Evaluation
+			if ev, err = t.validate(ctx); err == nil {
+				sum.Validation = &ev
+			}
+		}
+		if t.cfg.Checkpoint != "" && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+			if serr := t.Save(t.cfg.Checkpoint); serr != nil {
+				err = errors.Join(err, serr)
+			}
+		}
+		return sum, err
+	}
+	if t.cfg.Steps > 0 && t.step >= t.cfg.Steps {
+		return finish(nil)
+	}
+	if err := ctx.Err(); err != nil {
+		return finish(fmt.Errorf("train: stopped before step %d: %w", t.step+1, err))
+	}
+
+	// The loader does not see ctx: a cancellation ends the run between
+	// steps, so a step never stops halfway.
+	var tokens int64
+	inStep := false
+	for b, err := range t.data.Batches(context.WithoutCancel(ctx), t.pos) {
+		if err == nil && !inStep && b.Group != 0 {
+			err = fmt.Errorf("train: the loader started at micro-batch %d of a step", b.Group)
+		}
+		if err == nil && !inStep {
+			err = t.beginStep()
+			inStep = err == nil
+		}
+		if err == nil {
+			err = t.microBatch(b, accum)
+			tokens += int64(b.Seq * b.Rows)
+		}
+		if err != nil {
+			if inStep {
+				err = errors.Join(err, t.rollBack())
+			}
+			return finish(err)
+		}
+		if b.Group != accum-1 {
+			continue
+		}
+		inStep = false
+		p, err := t.endStep(b.Next)
+		if err != nil {
+			return finish(err)
+		}
+		if p == nil { // skipped
+			continue
+		}
+		elapsed := time.Since(start)
+		p.Tokens, p.Elapsed = tokens, elapsed
+		p.TokensPerSecond = float64(tokens) / elapsed.Seconds()
+		p.DataWait = float64(t.data.Stats().Wait-wait0) / float64(elapsed)
+		sum.Loss, sum.Tokens = p.Loss, tokens
+		if t.cfg.OnStep != nil {
+			t.cfg.OnStep(*p)
+		}
+		if t.cfg.Validation != nil && t.cfg.EvalEvery > 0 && t.step%t.cfg.EvalEvery == 0 {
+			ev, err := t.validate(ctx)
+			if err != nil {
+				return finish(err)
+			}
+			sum.Validation = &ev
+		}
+		if t.cfg.Checkpoint != "" && t.cfg.CheckpointEvery > 0 && t.step%t.cfg.CheckpointEvery == 0 {
+			if err := t.Save(t.cfg.Checkpoint); err != nil {
+				return finish(err)
+			}
+		}
+		if t.cfg.Steps > 0 && t.step >= t.cfg.Steps {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return finish(fmt.Errorf("train: stopped after step %d: %w", t.step, err))
+		}
+	}
+	sum.Tokens = tokens
+	return finish(nil)
+}
+
+// beginStep zeroes the gradients and the loss and copies the carried state
+// aside, so a failed step can put it back.
+func (t *Trainer) beginStep() error {
+	for _, g := range t.groups {
+		if err := g.Params.ZeroGrad(); err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
+	}
+	if err := t.ce.ResetLoss(); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	k := t.dev.Kernels()
+	for i, st := range t.states {
+		for j, c := range st.Carried() {
+			if err := k.Copy(device.Copy{Dst: t.backup[i][j], Src: c.Buffer}); err != nil {
+				return fmt.Errorf("train: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// rollBack puts the carried state back as beginStep found it.
+func (t *Trainer) rollBack() error {
+	k := t.dev.Kernels()
+	for i, st := range t.states {
+		st.Detach()
+		for j, c := range st.Carried() {
+			if err := k.Copy(device.Copy{Dst: c.Buffer, Src: t.backup[i][j]}); err != nil {
+				return fmt.Errorf("train: restoring the carried state: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// microBatch runs the forward and backward of one micro-batch of a step of
+// accum, its loss weighted 1/accum so the step's gradient is that of the
+// mean over all its positions.
+func (t *Trainer) microBatch(b loader.Batch, accum int) error {
+	var st State
+	if t.states != nil {
+		st = t.states[b.Group]
+		if b.Reset {
+			if err := st.Reset(); err != nil {
+				return fmt.Errorf("train: %w", err)
+			}
+		}
+	}
+	n := b.Seq * b.Rows
+	logits, err := t.model.Forward(rnn.Train, b.Inputs, b.Seq, b.Rows, st)
+	if err != nil {
+		return fmt.Errorf("train: forward: %w", err)
+	}
+	if err := t.ce.Forward(rnn.Train, logits, b.Targets, n, 1/float64(accum)); err != nil {
+		return fmt.Errorf("train: loss: %w", err)
+	}
+	dl, err := t.ce.Backward()
+	if err != nil {
+		return fmt.Errorf("train: loss: %w", err)
+	}
+	if err := t.model.Backward(dl); err != nil {
+		return fmt.Errorf("train: backward: %w", err)
+	}
+	if st != nil {
+		st.Detach()
+	}
+	return nil
+}
+
+// endStep checks the loss and the gradient, clips and updates. It returns
+// nil Progress for a skipped step.
+func (t *Trainer) endStep(next loader.Position) (*Progress, error) {
+	norm, err := t.gradNorm()
+	var loss float64
+	if err == nil {
+		loss, err = t.ce.Loss()
+	}
+	if err == nil && (!finite(loss) || !finite(norm)) {
+		err = &NonFiniteError{Step: t.step + 1, Loss: loss, GradNorm: norm}
+		if t.cfg.SkipNonFinite {
+			if err := t.rollBack(); err != nil {
+				return nil, err
+			}
+			t.skipped++
+			t.pos = next
+			if t.cfg.Logger != nil {
+				t.cfg.Logger.Warn("train: skipped a step", "error", err, "skipped", t.skipped)
+			}
+			return nil, nil
+		}
+	}
+	if err == nil {
+		err = t.clip(norm)
+	}
+	lr := t.cfg.Schedule.Rate(t.cfg.Optimizer.LR, t.step, t.cfg.Steps)
+	if err == nil {
+		err = t.opt.step(t.dev, t.groups, lr, int(t.step+1))
+	}
+	if err != nil {
+		return nil, errors.Join(err, t.rollBack())
+	}
+	t.step++
+	t.pos = next
+	return &Progress{Step: t.step, Steps: t.cfg.Steps, Position: next, Loss: loss, GradNorm: norm, LR: lr,
+		Skipped: t.skipped, Memory: t.dev.MemStats()}, nil
+}
+
+// gradNorm is the global L2 norm of every gradient.
+func (t *Trainer) gradNorm() (float64, error) {
+	k := t.dev.Kernels()
+	dt := t.groups[0].Params.DType()
+	for i, g := range t.groups {
+		_, grad := g.Params.Flat()
+		if err := k.SumSquares(device.SumSquares{DType: dt, N: g.Params.Len(), X: grad, Out: t.norm, Accumulate: i > 0}); err != nil {
+			return 0, fmt.Errorf("train: gradient norm: %w", err)
+		}
+	}
+	sq, err := readScalar(t.dev, dt, t.norm)
+	if err != nil {
+		return 0, fmt.Errorf("train: gradient norm: %w", err)
+	}
+	return math.Sqrt(sq), nil
+}
+
+// clip applies ClipNorm (PyTorch's coefficient max/(norm+1e-6), applied
+// only when below 1) and ClipValue to the gradients.
+func (t *Trainer) clip(norm float64) error {
+	k := t.dev.Kernels()
+	dt := t.groups[0].Params.DType()
+	if c := t.cfg.ClipNorm; c > 0 {
+		if coef := c / (norm + 1e-6); coef < 1 {
+			for _, g := range t.groups {
+				_, grad := g.Params.Flat()
+				if err := k.Axpby(device.Axpby{DType: dt, N: g.Params.Len(), Alpha: coef, X: grad, Y: grad}); err != nil {
+					return fmt.Errorf("train: clipping: %w", err)
+				}
+			}
+		}
+	}
+	if c := t.cfg.ClipValue; c > 0 {
+		for _, g := range t.groups {
+			_, grad := g.Params.Flat()
+			if err := k.Clamp(device.Clamp{DType: dt, N: g.Params.Len(), Min: -c, Max: c, X: grad}); err != nil {
+				return fmt.Errorf("train: clipping: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+func (t *Trainer) validate(ctx context.Context) (Evaluation, error) {
+	ev, err := Evaluate(ctx, t.dev, t.model, t.cfg.Validation)
+	if err != nil {
+		return ev, fmt.Errorf("train: validation after step %d: %w", t.step, err)
+	}
+	ev.Step = t.step
+	if t.cfg.OnEval != nil {
+		t.cfg.OnEval(ev)
+	}
+	return ev, nil
+}
+
+// Close frees the trainer's device memory (not the model's or the
+// loader's).
+func (t *Trainer) Close() error {
+	var errs []error
+	if t.opt != nil {
+		t.opt.free(t.dev)
+	}
+	if t.ce != nil {
+		errs = append(errs, t.ce.Close())
+		t.ce = nil
+	}
+	if !t.norm.IsZero() {
+		t.dev.Free(t.norm)
+		t.norm = device.Buffer{}
+	}
+	for i, st := range t.states {
+		errs = append(errs, st.Free())
+		for _, b := range t.backup[i] {
+			t.dev.Free(b)
+		}
+	}
+	t.states, t.backup = nil, nil
+	return errors.Join(errs...)
+}
+
+// NonFiniteError reports a step whose loss or gradient norm is NaN or
+// infinite. It wraps ErrNonFinite.
+type NonFiniteError struct {
+	Step           int64
+	Loss, GradNorm float64
+}
+
+func (e *NonFiniteError) Error() string {
+	return fmt.Sprintf("train: step %d: loss %v, gradient norm %v (the step was not applied)", e.Step, e.Loss, e.GradNorm)
+}
+
+func (e *NonFiniteError) Unwrap() error { return ErrNonFinite }
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// readScalar downloads one element of dt.
+func readScalar(d device.Device, dt device.DType, b device.Buffer) (float64, error) {
+	if dt == device.Float64 {
+		v := []float64{0}
+		err := device.DownloadSlice(d, v, b.Slice(0, 8))
+		return v[0], err
+	}
+	v := []float32{0}
+	err := device.DownloadSlice(d, v, b.Slice(0, 4))
+	return float64(v[0]), err
+}
