@@ -144,7 +144,8 @@ func (l *Loader) Config() Config { return l.cfg }
 func (l *Loader) Stats() Stats {
 	s := Stats{BytesRead: l.text.BytesRead(), Batches: l.batches.Load(), Tokens: l.tokens.Load(),
 		Wait: time.Duration(l.waitNS.Load())}
-	for _, sl := range l.slots {
+	for i := range l.slots { // not a copy of the slot: producers write its events
+		sl := &l.slots[i]
 		s.StagingBytes += sl.host.Len()
 		s.DeviceBytes += sl.dev.Len()
 	}

@@ -77,6 +77,7 @@ type stack struct {
 	// in Backward; dx the gradient with respect to the input.
 	reserve, work, grads, dx scratch
 	lay                      []layerBufs // reused views, one per layer
+	dropSeed                 uint64      // the seed of the dropout masks
 	drawn                    uint64      // dropout mask elements drawn so far
 }
 
@@ -116,7 +117,7 @@ type pass struct {
 }
 
 func newStack(d device.Device, c Config, lstm bool) (*stack, error) {
-	s := &stack{dev: d, lstm: lstm, name: "GRU", gates: 3}
+	s := &stack{dev: d, lstm: lstm, name: "GRU", gates: 3, dropSeed: c.Seed}
 	if lstm {
 		s.name, s.gates = "LSTM", 4
 	}
@@ -183,15 +184,16 @@ func (s *stack) Config() Config { return s.cfg }
 // Params returns the parameters.
 func (s *stack) Params() *Params { return s.params }
 
-// DropoutOffset is how many dropout mask elements the stack has drawn from
-// its Seed so far: where its next training forward's masks start. Only
-// training forwards with Dropout > 0 advance it. A checkpoint records it so
-// that a resumed run draws the masks an uninterrupted one would.
-func (s *stack) DropoutOffset() uint64 { return s.drawn }
+// DropoutState is where the stack's dropout masks come from: the seed they
+// are drawn with (Config.Seed at first) and how many mask elements have
+// been drawn so far, so where the next training forward's masks start.
+// Only training forwards with Dropout > 0 advance it. A checkpoint records
+// it so that a resumed run draws the masks an uninterrupted one would.
+func (s *stack) DropoutState() (seed, offset uint64) { return s.dropSeed, s.drawn }
 
-// SetDropoutOffset sets where the next training forward's dropout masks
-// start (a value DropoutOffset returned).
-func (s *stack) SetDropoutOffset(n uint64) { s.drawn = n }
+// SetDropoutState sets the seed and offset of the next training forward's
+// dropout masks (values DropoutState returned).
+func (s *stack) SetDropoutState(seed, offset uint64) { s.dropSeed, s.drawn = seed, offset }
 
 // NewState allocates a zero state for batch sequences.
 func (s *stack) NewState(batch int) (*State, error) {
@@ -381,7 +383,7 @@ func (s *stack) Forward(mode Mode, x device.Buffer, seq, batch int, st *State) (
 		}
 		in, inW = b.hseq.Elems(dt, BH, T*BH), H
 		if !b.drop.IsZero() {
-			q.add(k.Dropout(device.Dropout{DType: dt, N: T * BH, P: c.Dropout, Seed: c.Seed, Offset: s.drawn,
+			q.add(k.Dropout(device.Dropout{DType: dt, N: T * BH, P: c.Dropout, Seed: s.dropSeed, Offset: s.drawn,
 				X: in, Y: b.drop, Mask: b.mask}))
 			s.drawn += uint64(T * BH)
 			in = b.drop

@@ -177,7 +177,7 @@ type trainerState struct {
 	Skipped   int64           `json:"skipped"`
 	Epoch     int             `json:"epoch"`
 	Batch     int64           `json:"batch"`
-	Random    *uint64         `json:"random,omitempty"`
+	Random    []uint64        `json:"random,omitempty"`
 	Optimizer Optimizer       `json:"optimizer"`
 	Loader    loaderSignature `json:"loader"`
 	Carried   int             `json:"carried"`
@@ -234,8 +234,7 @@ func (t *Trainer) Save(path string) error {
 	ts := trainerState{Version: 1, Step: t.step, Skipped: t.skipped, Epoch: t.pos.Epoch, Batch: t.pos.Batch,
 		Optimizer: t.cfg.Optimizer, Loader: signature(t.data), Carried: len(t.states)}
 	if r, ok := t.model.(RandomModel); ok {
-		v := r.RandomState()
-		ts.Random = &v
+		ts.Random = r.RandomState()
 	}
 	js, err := json.Marshal(ts)
 	if err != nil {
@@ -279,9 +278,14 @@ func (t *Trainer) Resume(c *Checkpoint) error {
 	case ts.Batch%int64(max(t.data.Config().Accum, 1)) != 0:
 		return fmt.Errorf("%s: %w: position %d is inside a step", c.path, ErrCorrupt, ts.Batch)
 	}
-	_, random := t.model.(RandomModel)
+	r, random := t.model.(RandomModel)
 	if random != (ts.Random != nil) {
 		return c.mismatch("random state present: %v, the model draws random numbers: %v", ts.Random != nil, random)
+	}
+	if random {
+		if want := len(r.RandomState()); len(ts.Random) != want {
+			return c.mismatch("random state of %d numbers, the model's has %d", len(ts.Random), want)
+		}
 	}
 	// Check every tensor before changing anything.
 	type load struct {
@@ -328,8 +332,10 @@ func (t *Trainer) Resume(c *Checkpoint) error {
 	}
 	t.step, t.skipped = ts.Step, ts.Skipped
 	t.pos = loader.Position{Epoch: ts.Epoch, Batch: ts.Batch}
-	if r, ok := t.model.(RandomModel); ok {
-		r.SetRandomState(*ts.Random)
+	if random {
+		if err := r.SetRandomState(ts.Random); err != nil {
+			return fmt.Errorf("train: resuming from %s: %w", c.path, err)
+		}
 	}
 	return nil
 }

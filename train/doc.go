@@ -1,10 +1,71 @@
 // Package train is the trainer a training service embeds: optimizers with
 // their state on the device, learning-rate schedules, gradient accumulation
-// over micro-batches, global-norm clipping, truncated backpropagation
-// through time (state carried across windows and detached between them),
-// no-grad evaluation and sampling, atomic safetensors checkpoints with exact
-// resume, cancellation through a context, and progress callbacks.
+// over micro-batches, global-norm and element-wise clipping, truncated
+// backpropagation through time, no-grad evaluation and sampling, atomic
+// safetensors checkpoints with exact resume, cancellation through a
+// context, and progress callbacks.
 //
-// The trainer imports rnn, loader and device, never cuda. It arrives with
-// issue 6.
+// # The model
+//
+// A Model maps windows of token ids to next-token logits and back-propagates
+// a gradient of the logits into its parameters; the trainer owns the loss
+// (softmax cross-entropy), the optimizer, the carried State and the
+// position in the data. The char-RNN of examples/charrnn (Embedding, an
+// LSTM or GRU stack, Linear) is one Model; nothing here is specific to it.
+//
+// # A step
+//
+// With a loader in Streams mode and Accum = K, a step is K micro-batches;
+// micro-batch j reads streams j·Batch..(j+1)·Batch-1 and carries its own
+// state, which starts at zeros at each epoch and is detached after every
+// window (truncated BPTT: values kept, gradient path cut). Each
+// micro-batch's loss is weighted 1/K, so the step's gradient is that of the
+// mean over all its positions and K micro-batches of B streams make the
+// update of one batch of K·B streams. Then the gradient's global norm is
+// computed (one small device-to-host read, which is also where a NaN or
+// infinite loss or gradient is caught), clipped as
+// torch.nn.utils.clip_grad_norm_ does, optionally clamped element-wise, and
+// the optimizer updates the parameters with the schedule's rate.
+//
+// A step that fails (a non-finite loss or gradient, a data or device error)
+// changes nothing: the carried state is copied aside when a step begins and
+// put back, the parameters and optimizer state are only written by the
+// update, and the position moves only when the step completes. With
+// Config.SkipNonFinite a non-finite step is skipped (its data consumed) and
+// counted instead of ending the run.
+//
+// # Checkpoints
+//
+// A checkpoint is one safetensors file: the model's tensors under PyTorch's
+// names (Group.Name + "." + parameter name), and with Trainer.Save the
+// optimizer's state ("optim.<group>.<slot>", PyTorch's slot names such as
+// exp_avg), the carried states ("optim.carry.<j>.h", ".c") and, in the
+// "trainer" metadata key, the step, the position, the model's random state
+// and how the loader cut the data. Files are written to a temporary file,
+// synced and renamed, so a crash leaves the old file or the new one.
+// Trainer.Resume continues bit for bit as if the run had not stopped; a file
+// that does not fit (another model shape, another batch cut, another
+// optimizer) is an error wrapping ErrMismatch and a damaged one wraps
+// ErrCorrupt; neither changes anything.
+//
+// # Concurrency
+//
+// A Trainer is used by one goroutine. Run's ctx is checked between steps:
+// cancelling it lets the step under way finish, writes the checkpoint if
+// Config.Checkpoint is set and returns an error wrapping ctx.Err(). OnStep
+// and OnEval run on Run's goroutine after the step's figures are known
+// (Progress: loss, gradient norm, rate, tokens/s, data-wait fraction,
+// allocator figures).
+//
+// # Example
+//
+//	tr, err := train.New(d, model, batches, train.Config{
+//		Optimizer: opt,                   // train.NewOptimizer(train.Adam, 2e-3)
+//		Steps:     1000, ClipNorm: 5,
+//		Checkpoint: "run.safetensors", CheckpointEvery: 200,
+//		OnStep: func(p train.Progress) { log.Printf("step %d loss %.3f", p.Step, p.Loss) },
+//	})
+//	if err != nil { ... }
+//	defer tr.Close()
+//	summary, err := tr.Run(ctx)
 package train

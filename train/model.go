@@ -66,12 +66,13 @@ type Carried struct {
 }
 
 // RandomModel is a model that draws random numbers in training (dropout
-// masks). A checkpoint records RandomState and resuming restores it, so a
-// resumed run draws what an uninterrupted one would.
+// masks). A checkpoint records RandomState and resuming restores it with
+// SetRandomState, so a resumed run draws what an uninterrupted one would,
+// whatever seed the resumed model was built with.
 type RandomModel interface {
 	Model
-	RandomState() uint64
-	SetRandomState(uint64)
+	RandomState() []uint64
+	SetRandomState([]uint64) error
 }
 
 // RecurrentState adapts an rnn.State to State: it carries h (and c for an

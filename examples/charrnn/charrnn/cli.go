@@ -34,6 +34,17 @@ type Env struct {
 	GOROOT string
 }
 
+// withDefaults discards the output of writers left nil.
+func (e Env) withDefaults() Env {
+	if e.Stdout == nil {
+		e.Stdout = io.Discard
+	}
+	if e.Stderr == nil {
+		e.Stderr = io.Discard
+	}
+	return e
+}
+
 // ErrUsage is wrapped by errors in the command line.
 var ErrUsage = errors.New("usage")
 
@@ -41,12 +52,7 @@ var ErrUsage = errors.New("usage")
 // the flags that follow. Cancelling ctx (the main program does on Ctrl-C)
 // stops training after the step under way and saves the checkpoint.
 func Run(ctx context.Context, args []string, env Env) error {
-	if env.Stdout == nil {
-		env.Stdout = io.Discard
-	}
-	if env.Stderr == nil {
-		env.Stderr = io.Discard
-	}
+	env = env.withDefaults()
 	if len(args) == 0 {
 		fmt.Fprint(env.Stderr, usage)
 		return fmt.Errorf("%w: no command", ErrUsage)

@@ -51,6 +51,7 @@ func sampleCommand(ctx context.Context, args []string, env Env) error {
 // Sample runs the sample command: the text goes to Stdout as it is drawn
 // (with -json, as one object at the end).
 func Sample(ctx context.Context, f SampleFlags, env Env) (err error) {
+	env = env.withDefaults()
 	d, err := OpenDevice(f.Device)
 	if err != nil {
 		return err
@@ -136,6 +137,7 @@ func evalCommand(ctx context.Context, args []string, env Env) error {
 // Eval runs the eval command: the checkpoint's mean loss over the text,
 // cut as training cuts it, without gradients.
 func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err error) {
+	env = env.withDefaults()
 	d, err := OpenDevice(f.Device)
 	if err != nil {
 		return ev, err
@@ -218,6 +220,7 @@ const benchVocab = 65
 // random batch; streaming a text costs us the loader too); sampling is
 // train.Sample, one token at a time.
 func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err error) {
+	env = env.withDefaults()
 	const warmSteps, warmTokens = 3, 20
 	if f.Steps <= 0 || f.N <= 0 {
 		return res, fmt.Errorf("%w: -steps %d and -n %d must be > 0", ErrUsage, f.Steps, f.N)

@@ -1,8 +1,28 @@
 // Package charrnn is the character-level RNN example, the first thing a
-// newcomer runs: train, sample, eval and bench commands over the layers,
-// loader and trainer, with the command line and checkpoint format of the
-// architecture's public contracts. It is importable; a thin main wraps it.
-// It is the only package, with tests, that imports cuda.
+// newcomer runs (go run ./examples/charrnn train), importable so a service
+// or a test can drive the same code: Model (Embedding, an LSTM or GRU stack,
+// Linear, a train.Model whose checkpoints carry PyTorch's names), Load
+// (a model from a checkpoint, including one PyTorch wrote), and the four
+// commands with the command line of the architecture's public contract:
 //
-// It arrives with issue 6.
+//   - train: -data (default: the Go standard library's source under
+//     $(go env GOROOT)/src, its ASCII Go files outside testdata, streamed
+//     from disk), -cell, -embed, -hidden, -layers, -dropout, -batch, -seq,
+//     -accum, -optimizer, -lr, -clip, -steps or -epochs, -val-frac,
+//     -device, -seed, -init, -resume, -checkpoint, -plot, -memstats, -json;
+//     and -schedule, -warmup, -val-tokens, -eval-every, -log-every,
+//     -checkpoint-every, -sample, -temperature, -prime. A progress bar on a
+//     terminal, plain lines otherwise; Ctrl-C (a cancelled context) ends
+//     the run after the step under way and saves the checkpoint.
+//   - sample: -checkpoint, -n, -temperature (0: argmax), -top-k, -prime,
+//     -seed, -device, -memstats, -json.
+//   - eval: -checkpoint, -data, -batch, -seq, -device, -json: loss in
+//     nats/char and bits/char, cut into streams as training cuts them.
+//   - bench: the workload of shared/bench/torch_charrnn.py; prints
+//     train_tokens_per_s and sample_tokens_per_s.
+//
+// -json makes every line of standard output one JSON object with an
+// "event" field. It is the only package, with tests, that imports cuda;
+// -device auto takes the first GPU if cuda.Open succeeds and the CPU
+// otherwise.
 package charrnn

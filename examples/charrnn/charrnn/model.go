@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/loader"
@@ -44,8 +43,8 @@ type recurrent interface {
 	Backward(dy device.Buffer) (device.Buffer, error)
 	NewState(batch int) (*rnn.State, error)
 	Params() *rnn.Params
-	DropoutOffset() uint64
-	SetDropoutOffset(uint64)
+	DropoutState() (seed, offset uint64)
+	SetDropoutState(seed, offset uint64)
 	Close() error
 }
 
@@ -54,7 +53,6 @@ type recurrent interface {
 // "rnn" and "out", so its checkpoint tensors carry PyTorch's names.
 type Model struct {
 	cfg   Config
-	seed  uint64
 	vocab *loader.Vocab
 	emb   *rnn.Embedding
 	rnn   recurrent
@@ -72,7 +70,7 @@ func NewModel(d device.Device, cfg Config, vocab *loader.Vocab, seed uint64) (_ 
 	if vocab == nil || vocab.Len() == 0 {
 		return nil, errors.New("charrnn: empty vocabulary")
 	}
-	m := &Model{cfg: cfg, vocab: vocab, seed: seed}
+	m := &Model{cfg: cfg, vocab: vocab}
 	defer func() {
 		if err != nil {
 			m.Close()
@@ -155,18 +153,28 @@ func (m *Model) Backward(dLogits device.Buffer) error {
 	return m.emb.Backward(dx)
 }
 
-// RandomState implements train.RandomModel: where the dropout masks are.
-func (m *Model) RandomState() uint64 { return m.rnn.DropoutOffset() }
+// RandomState implements train.RandomModel: the seed and offset of the
+// dropout masks.
+func (m *Model) RandomState() []uint64 {
+	seed, off := m.rnn.DropoutState()
+	return []uint64{seed, off}
+}
 
 // SetRandomState implements train.RandomModel.
-func (m *Model) SetRandomState(n uint64) { m.rnn.SetDropoutOffset(n) }
+func (m *Model) SetRandomState(v []uint64) error {
+	if len(v) != 2 {
+		return fmt.Errorf("charrnn: random state of %d numbers, want 2 (seed, offset)", len(v))
+	}
+	m.rnn.SetDropoutState(v[0], v[1])
+	return nil
+}
 
 // Metadata is the checkpoint metadata that describes the model: format,
-// config and vocabulary, and the seed its dropout masks are drawn from.
+// config and vocabulary.
 func (m *Model) Metadata() map[string]string {
 	cfg, _ := json.Marshal(m.cfg)
 	vocab, _ := json.Marshal(m.vocab.Strings())
-	return map[string]string{"format": Format, "config": string(cfg), "vocab": string(vocab), "seed": strconv.FormatUint(m.seed, 10)}
+	return map[string]string{"format": Format, "config": string(cfg), "vocab": string(vocab)}
 }
 
 // Close frees the model's device memory.
@@ -196,15 +204,7 @@ func Load(d device.Device, path string) (*Model, *train.Checkpoint, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	// The seed draws the dropout masks of a resumed run; a file without
-	// one (PyTorch's) gets 0.
-	var seed uint64
-	if s, ok := ck.Metadata()["seed"]; ok {
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			return nil, nil, fmt.Errorf("charrnn: %s: %w: seed metadata %q", path, train.ErrCorrupt, s)
-		}
-	}
-	m, err := NewModel(d, cfg, vocab, seed)
+	m, err := NewModel(d, cfg, vocab, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("charrnn: %s: %w", path, err)
 	}

@@ -59,7 +59,7 @@ func (f *TrainFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.Steps, "steps", 0, "optimizer steps to reach, counting resumed ones (0: -epochs decides; both 0: 1000 steps)")
 	fs.IntVar(&f.Epochs, "epochs", 0, "passes over the training text (0: -steps decides)")
 	fs.Float64Var(&f.ValFrac, "val-frac", 0.05, "fraction of the text, at its end, held out for validation")
-	fs.Int64Var(&f.ValTokens, "val-tokens", 1<<18, "validate on at most this many characters of the held-out text (0: all)")
+	fs.Int64Var(&f.ValTokens, "val-tokens", 1<<18, "validate on at most this many characters, the last, of the held-out text (0: all)")
 	fs.Int64Var(&f.EvalEvery, "eval-every", 200, "validate every this many steps (0: at the end only)")
 	fs.Int64Var(&f.LogEvery, "log-every", 100, "with -json or without a terminal, report every this many steps")
 	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
@@ -114,6 +114,7 @@ type evalEvent struct {
 
 // Train runs the train command.
 func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
+	env = env.withDefaults()
 	if f.Init != "" && f.Resume != "" {
 		return fmt.Errorf("%w: -init and -resume exclude each other", ErrUsage)
 	}
@@ -199,8 +200,10 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 	defer func() { err = errors.Join(err, data.Close()) }()
 	var val *loader.Loader
 	if valText.Len() > 0 {
-		if f.ValTokens > 0 && valText.Len() > f.ValTokens {
-			valText = valText.Slice(0, f.ValTokens)
+		// The cap keeps the end of the held-out text, the part furthest
+		// from the training text.
+		if n := valText.Len(); f.ValTokens > 0 && n > f.ValTokens {
+			valText = valText.Slice(n-f.ValTokens, n)
 		}
 		val, err = loader.New(d, valText, loader.Config{Batch: f.Batch, Seq: f.Seq})
 		switch {
@@ -293,7 +296,7 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 			runErr = errors.Join(runErr, err)
 		}
 	}
-	stopped := runErr != nil && ctx.Err() != nil && errors.Is(runErr, ctx.Err())
+	stopped := ctx.Err() != nil && onlyCancelled(runErr, ctx.Err())
 	if runErr != nil && !stopped {
 		return runErr
 	}
@@ -350,6 +353,29 @@ func sampleAfterTraining(ctx context.Context, d device.Device, m *Model, f Train
 	p.emit(map[string]any{"event": "sample", "temperature": f.SampleTemperature, "text": sb.String()},
 		fmt.Sprintf("--- sample (temperature %g) ---\n%s\n---\n", f.SampleTemperature, sb.String()))
 	return nil
+}
+
+// onlyCancelled reports whether err is cause and nothing else: a run that
+// stopped on Ctrl-C but failed to save its checkpoint has failed.
+func onlyCancelled(err, cause error) bool {
+	if err == nil {
+		return false
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !onlyCancelled(e, cause) {
+				return false
+			}
+		}
+		return true
+	}
+	if !errors.Is(err, cause) {
+		return false
+	}
+	if u := errors.Unwrap(err); u != nil && u != cause {
+		return onlyCancelled(u, cause)
+	}
+	return true
 }
 
 // defaultPrime is a newline, or the vocabulary's first character if it has

@@ -1,0 +1,127 @@
+package charrnn_test
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// sample runs the sample command on PyTorch's initial LSTM, whose
+// distribution over the 40 characters is close to uniform, so different
+// draws give different texts.
+func sample(t *testing.T, flags ...string) string {
+	t.Helper()
+	args := append([]string{"sample", "-device", "cpu", "-checkpoint", torchCheckpoint("lstm")}, flags...)
+	out, _, err := run(context.Background(), args...)
+	if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return out
+}
+
+func TestSampleSeed(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		a, b     []string
+		wantSame bool
+	}{
+		{"same seed", []string{"-n", "100", "-seed", "5"}, []string{"-n", "100", "-seed", "5"}, true},
+		// 100 draws near 1/40 each: two seeds agree by chance with
+		// probability about 40^-100.
+		{"other seed", []string{"-n", "100", "-seed", "5"}, []string{"-n", "100", "-seed", "6"}, false},
+		{"temperature 0 ignores the seed", []string{"-n", "100", "-seed", "5", "-temperature", "0"}, []string{"-n", "100", "-seed", "6", "-temperature", "0"}, true},
+		{"top-k 1 is argmax", []string{"-n", "100", "-seed", "5", "-top-k", "1"}, []string{"-n", "100", "-seed", "6", "-temperature", "0"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := sample(t, tc.a...), sample(t, tc.b...)
+			if got := a == b; got != tc.wantSame {
+				t.Errorf("texts the same: %v, want %v\n%v: %q\n%v: %q", got, tc.wantSame, tc.a, a, tc.b, b)
+			}
+		})
+	}
+}
+
+func TestSampleOutput(t *testing.T) {
+	const n, prime = 60, "The river "
+	t.Run("text", func(t *testing.T) {
+		out := sample(t, "-n", "60", "-prime", prime)
+		if !strings.HasPrefix(out, prime) {
+			t.Errorf("output %q, want it to start with the prime %q", out, prime)
+		}
+		// The prime, n characters and a final newline.
+		if got, want := utf8.RuneCountInString(out), len(prime)+n+1; got != want || !strings.HasSuffix(out, "\n") {
+			t.Errorf("output of %d characters %q, want %d ending in a newline", got, out, want)
+		}
+	})
+	t.Run("json", func(t *testing.T) {
+		evs := events(t, sample(t, "-n", "60", "-prime", prime, "-json"))
+		if len(evs) != 1 || evs[0]["event"] != "sample" {
+			t.Fatalf("events %v, want one sample event", evs)
+		}
+		text, _ := evs[0]["text"].(string)
+		if got := utf8.RuneCountInString(text); got != n {
+			t.Errorf("text %q of %d characters, want %d", text, got, n)
+		}
+		if evs[0]["prime"] != prime {
+			t.Errorf("prime %v, want %q", evs[0]["prime"], prime)
+		}
+	})
+	t.Run("json memstats", func(t *testing.T) {
+		evs := events(t, sample(t, "-n", "5", "-json", "-memstats"))
+		if len(evs) != 2 || evs[0]["event"] != "sample" || evs[1]["event"] != "memstats" {
+			t.Fatalf("events %v, want sample then memstats", evs)
+		}
+	})
+}
+
+// The eval command prints what Eval returns: nats and bits per character.
+func TestEvalCommand(t *testing.T) {
+	rep := readReport(t, "gru")
+	args := []string{"eval", "-device", "cpu", "-checkpoint", torchCheckpoint("gru"), "-data", corpusPath,
+		"-batch", strconv.Itoa(rep.Eval.Batch), "-seq", strconv.Itoa(rep.Eval.Seq)}
+	out, _, err := run(context.Background(), append(args, "-json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := events(t, out)
+	if len(evs) != 1 || evs[0]["event"] != "eval" {
+		t.Fatalf("events %v, want one eval event", evs)
+	}
+	loss, _ := evs[0]["loss"].(float64)
+	bits, _ := evs[0]["bits_per_char"].(float64)
+	if d := relDiff(loss, rep.Eval.Loss); !(d <= lossRelTol) {
+		t.Errorf("loss %v, want PyTorch's %v", loss, rep.Eval.Loss)
+	}
+	if d := relDiff(bits, loss/math.Ln2); !(d <= 1e-12) {
+		t.Errorf("bits per char %v, want loss/ln 2 = %v", bits, loss/math.Ln2)
+	}
+	text, _, err := run(context.Background(), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, "nats/char") || !strings.Contains(text, "bits/char") {
+		t.Errorf("output %q, want the loss in nats/char and bits/char", text)
+	}
+}
+
+// bench runs and reports both rates (a tiny workload; the numbers are not
+// checked beyond being positive and finite).
+func TestBenchCommand(t *testing.T) {
+	out, _, err := run(context.Background(), "bench", "-device", "cpu", "-hidden", "16", "-layers", "1", "-batch", "2", "-seq", "8",
+		"-steps", "2", "-n", "5", "-json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := events(t, out)
+	if len(evs) != 1 || evs[0]["event"] != "bench" {
+		t.Fatalf("events %v, want one bench event", evs)
+	}
+	for _, k := range []string{"train_tokens_per_s", "sample_tokens_per_s"} {
+		if v, ok := evs[0][k].(float64); !ok || !(v > 0) || math.IsInf(v, 0) {
+			t.Errorf("%s = %v, want > 0", k, evs[0][k])
+		}
+	}
+}

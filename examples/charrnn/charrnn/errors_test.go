@@ -1,0 +1,166 @@
+package charrnn_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
+	"github.com/gocurrent/gocurrent/loader"
+	"github.com/gocurrent/gocurrent/train"
+)
+
+func writeFile(t *testing.T, path string, b []byte) string {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Bad input gives an error a caller can match, and a failed training run
+// writes no checkpoint and leaves an existing one as it was.
+func TestBadInput(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	torchBytes, err := os.ReadFile(torchCheckpoint("lstm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		empty = writeFile(t, filepath.Join(dir, "empty.txt"), nil)
+		// 10 characters; one window of the default -seq 64 needs 65 per
+		// stream, of 32 streams.
+		short = writeFile(t, filepath.Join(dir, "short.txt"), []byte("abcdefghij"))
+		// '#' (byte 10) is not among the fixture corpus's 40 characters.
+		outside   = writeFile(t, filepath.Join(dir, "outside.txt"), []byte("The river #"))
+		truncated = writeFile(t, filepath.Join(dir, "truncated.safetensors"), torchBytes[:100])
+		missing   = filepath.Join(dir, "missing.safetensors")
+		wrongFmt  = filepath.Join(dir, "wrong-format.safetensors")
+	)
+	saveWeights(t, torchCheckpoint("lstm"), wrongFmt, map[string]string{"format": "someone.else/2"})
+
+	var dataErr *loader.DataError
+	for _, tc := range []struct {
+		name string
+		args []string
+		// The error wraps is, or is a *loader.DataError at byte dataAt
+		// when is is nil; it says substr.
+		is     error
+		dataAt int64
+		substr string
+	}{
+		{"no command", nil, charrnn.ErrUsage, 0, "no command"},
+		{"unknown command", []string{"frobnicate"}, charrnn.ErrUsage, 0, `"frobnicate"`},
+		{"unknown flag", []string{"train", "-frobnicate"}, charrnn.ErrUsage, 0, "frobnicate"},
+		{"bad flag value", []string{"train", "-batch", "many"}, charrnn.ErrUsage, 0, "many"},
+		{"stray argument", []string{"eval", "extra"}, charrnn.ErrUsage, 0, `"extra"`},
+		{"train unknown device", []string{"train", "-data", corpusPath, "-device", "tpu"}, charrnn.ErrUsage, 0, `"tpu"`},
+		{"sample unknown device", []string{"sample", "-checkpoint", torchCheckpoint("lstm"), "-device", "tpu"}, charrnn.ErrUsage, 0, `"tpu"`},
+		{"bad cuda ordinal", []string{"eval", "-device", "cuda:x"}, charrnn.ErrUsage, 0, "cuda:x"},
+		{"init and resume", []string{"train", "-data", corpusPath, "-init", torchCheckpoint("lstm"), "-resume", torchCheckpoint("lstm")}, charrnn.ErrUsage, 0, "-init and -resume"},
+		{"negative steps", []string{"train", "-data", corpusPath, "-device", "cpu", "-steps", "-1"}, charrnn.ErrUsage, 0, "-steps -1"},
+		{"negative epochs", []string{"train", "-data", corpusPath, "-device", "cpu", "-epochs", "-2"}, charrnn.ErrUsage, 0, "-epochs -2"},
+		{"val-frac 1", []string{"train", "-data", corpusPath, "-device", "cpu", "-val-frac", "1"}, charrnn.ErrUsage, 0, "-val-frac"},
+		{"unknown optimizer", []string{"train", "-data", corpusPath, "-device", "cpu", "-optimizer", "lion"}, charrnn.ErrUsage, 0, "lion"},
+		{"unknown schedule", []string{"train", "-data", corpusPath, "-device", "cpu", "-schedule", "step"}, charrnn.ErrUsage, 0, "step"},
+		{"bench no steps", []string{"bench", "-device", "cpu", "-steps", "0"}, charrnn.ErrUsage, 0, "-steps 0"},
+		{"missing data", []string{"train", "-data", filepath.Join(dir, "nothing.txt"), "-device", "cpu"}, fs.ErrNotExist, 0, "nothing.txt"},
+		{"empty corpus", []string{"train", "-data", empty, "-device", "cpu"}, loader.ErrEmpty, 0, "empty"},
+		{"corpus too short", []string{"train", "-data", short, "-device", "cpu"}, loader.ErrTooShort, 0, "too short"},
+		{"train init missing", []string{"train", "-data", corpusPath, "-device", "cpu", "-init", missing}, fs.ErrNotExist, 0, "missing.safetensors"},
+		{"train init truncated", []string{"train", "-data", corpusPath, "-device", "cpu", "-init", truncated}, train.ErrCorrupt, 0, "truncated.safetensors"},
+		{"train resume truncated", []string{"train", "-data", corpusPath, "-device", "cpu", "-resume", truncated}, train.ErrCorrupt, 0, "truncated.safetensors"},
+		{"train init wrong format", []string{"train", "-data", corpusPath, "-device", "cpu", "-init", wrongFmt}, train.ErrMismatch, 0, "someone.else/2"},
+		// Adam moves every weight by about lr in its first step: 1e30
+		// makes the second step's loss NaN.
+		{"non-finite loss", []string{"train", "-data", corpusPath, "-device", "cpu", "-embed", "8", "-hidden", "16", "-seq", "16", "-batch", "4",
+			"-val-frac", "0", "-steps", "3", "-lr", "1e30"}, train.ErrNonFinite, 0, "step 2"},
+		{"sample missing", []string{"sample", "-device", "cpu", "-checkpoint", missing}, fs.ErrNotExist, 0, "missing.safetensors"},
+		{"eval missing", []string{"eval", "-device", "cpu", "-data", corpusPath, "-checkpoint", missing}, fs.ErrNotExist, 0, "missing.safetensors"},
+		{"sample truncated", []string{"sample", "-device", "cpu", "-checkpoint", truncated}, train.ErrCorrupt, 0, "truncated.safetensors"},
+		{"eval truncated", []string{"eval", "-device", "cpu", "-data", corpusPath, "-checkpoint", truncated}, train.ErrCorrupt, 0, "truncated.safetensors"},
+		{"sample wrong format", []string{"sample", "-device", "cpu", "-checkpoint", wrongFmt}, train.ErrMismatch, 0, "someone.else/2"},
+		{"eval wrong format", []string{"eval", "-device", "cpu", "-data", corpusPath, "-checkpoint", wrongFmt}, train.ErrMismatch, 0, "someone.else/2"},
+		{"eval outside vocabulary", []string{"eval", "-device", "cpu", "-data", outside, "-checkpoint", torchCheckpoint("lstm"), "-batch", "1", "-seq", "4"}, nil, 10, "outside.txt"},
+		{"prime outside vocabulary", []string{"sample", "-device", "cpu", "-checkpoint", torchCheckpoint("lstm"), "-prime", "#"}, nil, -1, "-prime"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			isTrain := len(tc.args) > 0 && tc.args[0] == "train"
+			variants := []string{""}
+			if isTrain {
+				variants = []string{"new checkpoint", "existing checkpoint"}
+			}
+			for _, variant := range variants {
+				ckpt := filepath.Join(t.TempDir(), "run.safetensors")
+				args := tc.args
+				var before []byte
+				if isTrain {
+					args = append(append([]string(nil), args...), "-checkpoint", ckpt)
+					if variant == "existing checkpoint" {
+						writeFile(t, ckpt, torchBytes)
+						before = torchBytes
+					}
+				}
+				_, _, err := run(ctx, args...)
+				switch {
+				case err == nil:
+					t.Fatalf("%s: %v: no error", variant, tc.args)
+				case tc.is != nil && !errors.Is(err, tc.is):
+					t.Errorf("%s: error %q, want one wrapping %q", variant, err, tc.is)
+				case tc.is == nil && tc.dataAt >= 0 && !errors.As(err, &dataErr):
+					t.Errorf("%s: error %q (%T), want a *loader.DataError", variant, err, err)
+				case tc.is == nil && tc.dataAt >= 0 && dataErr.Offset != tc.dataAt:
+					t.Errorf("%s: error %q at byte %d, want byte %d", variant, err, dataErr.Offset, tc.dataAt)
+				}
+				if err != nil && !strings.Contains(err.Error(), tc.substr) {
+					t.Errorf("%s: error %q, want one saying %q", variant, err, tc.substr)
+				}
+				if !isTrain {
+					continue
+				}
+				after, rerr := os.ReadFile(ckpt)
+				switch {
+				case before == nil && !errors.Is(rerr, fs.ErrNotExist):
+					t.Errorf("%s: the failed run wrote %s (%d bytes, read error %v)", variant, ckpt, len(after), rerr)
+				case before != nil && !bytes.Equal(after, before):
+					t.Errorf("%s: the failed run changed %s: %d bytes, were %d (read error %v)", variant, ckpt, len(after), len(before), rerr)
+				}
+			}
+		})
+	}
+}
+
+// help and -h print usage and are not errors.
+func TestHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		stdout string // what stdout says, or "" for nothing
+		stderr string // what stderr says
+	}{
+		{[]string{"help"}, "usage: charrnn", ""},
+		{[]string{"-h"}, "usage: charrnn", ""},
+		{[]string{"train", "-h"}, "", "-checkpoint"},
+		{[]string{"sample", "-h"}, "", "-temperature"},
+		{[]string{"eval", "-h"}, "", "-data"},
+		{[]string{"bench", "-h"}, "", "-hidden"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			stdout, stderr, err := run(context.Background(), tc.args...)
+			if err != nil {
+				t.Fatalf("error %v, want none", err)
+			}
+			if tc.stdout == "" && stdout != "" || !strings.Contains(stdout, tc.stdout) {
+				t.Errorf("stdout %q, want %q", stdout, tc.stdout)
+			}
+			if !strings.Contains(stderr, tc.stderr) {
+				t.Errorf("stderr %q, want it to say %q", stderr, tc.stderr)
+			}
+		})
+	}
+}

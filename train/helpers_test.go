@@ -1,0 +1,232 @@
+package train_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/device/cpu"
+	"github.com/gocurrent/gocurrent/loader"
+	"github.com/gocurrent/gocurrent/rnn"
+	"github.com/gocurrent/gocurrent/train"
+)
+
+// lm is a small language model for the trainer's tests: Embedding, an LSTM
+// or GRU stack and Linear, the char model's layers (examples/charrnn holds
+// the real one; the trainer may not import it).
+type lm struct {
+	emb  *rnn.Embedding
+	lstm *rnn.LSTM
+	gru  *rnn.GRU
+	out  *rnn.Linear
+	v    int
+}
+
+type lmConfig struct {
+	vocab, embed, hidden, layers int
+	gru                          bool
+	dropout                      float64
+	dtype                        device.DType
+	seed                         uint64
+}
+
+func newLM(t testing.TB, d device.Device, c lmConfig) *lm {
+	t.Helper()
+	m := &lm{v: c.vocab}
+	var err error
+	m.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: c.vocab, Dim: c.embed, DType: c.dtype, Seed: c.seed})
+	check(t, err)
+	rc := rnn.Config{Input: c.embed, Hidden: c.hidden, Layers: c.layers, Dropout: c.dropout, DType: c.dtype, Seed: c.seed + 1}
+	if c.gru {
+		m.gru, err = rnn.NewGRU(d, rc)
+	} else {
+		m.lstm, err = rnn.NewLSTM(d, rc)
+	}
+	check(t, err)
+	m.out, err = rnn.NewLinear(d, rnn.LinearConfig{In: c.hidden, Out: c.vocab, DType: c.dtype, Seed: c.seed + 2})
+	check(t, err)
+	t.Cleanup(func() {
+		m.emb.Close()
+		m.out.Close()
+		if m.gru != nil {
+			m.gru.Close()
+		} else {
+			m.lstm.Close()
+		}
+	})
+	return m
+}
+
+func (m *lm) stackParams() *rnn.Params {
+	if m.gru != nil {
+		return m.gru.Params()
+	}
+	return m.lstm.Params()
+}
+
+func (m *lm) Groups() []train.Group {
+	return []train.Group{{Name: "emb", Params: m.emb.Params()}, {Name: "rnn", Params: m.stackParams()}, {Name: "out", Params: m.out.Params()}}
+}
+
+func (m *lm) Classes() int { return m.v }
+
+func (m *lm) NewState(rows int) (train.State, error) {
+	var s *rnn.State
+	var err error
+	if m.gru != nil {
+		s, err = m.gru.NewState(rows)
+	} else {
+		s, err = m.lstm.NewState(rows)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return train.RecurrentState{S: s}, nil
+}
+
+func (m *lm) Forward(mode rnn.Mode, ids device.Buffer, seq, rows int, st train.State) (device.Buffer, error) {
+	var rs *rnn.State
+	if st != nil {
+		rs = st.(train.RecurrentState).S
+	}
+	x, err := m.emb.Forward(mode, ids, seq*rows)
+	if err != nil {
+		return x, err
+	}
+	var y device.Buffer
+	if m.gru != nil {
+		y, err = m.gru.Forward(mode, x, seq, rows, rs)
+	} else {
+		y, err = m.lstm.Forward(mode, x, seq, rows, rs)
+	}
+	if err != nil {
+		return y, err
+	}
+	return m.out.Forward(mode, y, seq*rows)
+}
+
+func (m *lm) Backward(dl device.Buffer) error {
+	dy, err := m.out.Backward(dl)
+	if err != nil {
+		return err
+	}
+	var dx device.Buffer
+	if m.gru != nil {
+		dx, err = m.gru.Backward(dy)
+	} else {
+		dx, err = m.lstm.Backward(dy)
+	}
+	if err != nil {
+		return err
+	}
+	return m.emb.Backward(dx)
+}
+
+type dropoutStack interface {
+	DropoutState() (seed, offset uint64)
+	SetDropoutState(seed, offset uint64)
+}
+
+func (m *lm) stack() dropoutStack {
+	if m.gru != nil {
+		return m.gru
+	}
+	return m.lstm
+}
+
+func (m *lm) RandomState() []uint64 {
+	seed, off := m.stack().DropoutState()
+	return []uint64{seed, off}
+}
+
+func (m *lm) SetRandomState(v []uint64) error {
+	if len(v) != 2 {
+		return errors.New("want seed and offset")
+	}
+	m.stack().SetDropoutState(v[0], v[1])
+	return nil
+}
+
+var _ train.RandomModel = (*lm)(nil)
+
+func check(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func openCPU(t testing.TB) device.Device {
+	t.Helper()
+	d, err := cpu.Open(cpu.Config{})
+	check(t, err)
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// text is a tokenized text of n characters drawn from the first v
+// letters, with some structure (a character often repeats the one two
+// before it) so that training has something to learn.
+func text(t testing.TB, n, v int, seed uint64) *loader.Text {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	chars := make([]string, v)
+	for i := range chars {
+		chars[i] = string(rune('a' + i))
+	}
+	for i := range b {
+		if i >= 2 && r.IntN(3) > 0 {
+			b[i] = b[i-2]
+		} else {
+			b[i] = byte('a' + r.IntN(v))
+		}
+	}
+	vocab, err := loader.NewVocab(chars)
+	check(t, err)
+	txt, err := loader.Tokenize(context.Background(), loader.NewCorpus(bytes.NewReader(b), int64(n), "test"), loader.TokenizeConfig{Vocab: vocab})
+	check(t, err)
+	return txt
+}
+
+func newLoader(t testing.TB, d device.Device, txt *loader.Text, c loader.Config) *loader.Loader {
+	t.Helper()
+	l, err := loader.New(d, txt, c)
+	check(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func newTrainer(t testing.TB, d device.Device, m train.Model, l *loader.Loader, c train.Config) *train.Trainer {
+	t.Helper()
+	tr, err := train.New(d, m, l, c)
+	check(t, err)
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// values downloads every parameter, by checkpoint name, as float64.
+func values(t testing.TB, groups []train.Group) map[string][]float64 {
+	t.Helper()
+	out := map[string][]float64{}
+	for _, g := range groups {
+		for p := range g.Params.All() {
+			v, err := g.Params.Value(p.Name)
+			check(t, err)
+			switch data := v.Data().(type) {
+			case []float32:
+				f := make([]float64, len(data))
+				for i, x := range data {
+					f[i] = float64(x)
+				}
+				out[g.Name+"."+p.Name] = f
+			case []float64:
+				out[g.Name+"."+p.Name] = append([]float64(nil), data...)
+			}
+		}
+	}
+	return out
+}
