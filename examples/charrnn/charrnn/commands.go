@@ -62,13 +62,9 @@ func Sample(ctx context.Context, f SampleFlags, env Env) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, m.Close()) }()
-	prime := f.Prime
-	if prime == "" {
-		prime = defaultPrime(m.Vocab())
-	}
-	ids, err := m.Vocab().Encode(prime)
+	prime, ids, err := encodePrime(m.Vocab(), f.Prime)
 	if err != nil {
-		return fmt.Errorf("charrnn: -prime: %w", err)
+		return err
 	}
 	p := &printer{w: env.Stdout, json: f.JSON}
 	var text bytes.Buffer

@@ -332,13 +332,9 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 
 // sampleAfterTraining prints what the trained model writes.
 func sampleAfterTraining(ctx context.Context, d device.Device, m *Model, f TrainFlags, p *printer) error {
-	prime := f.SamplePrime
-	if prime == "" {
-		prime = defaultPrime(m.Vocab())
-	}
-	ids, err := m.Vocab().Encode(prime)
+	prime, ids, err := encodePrime(m.Vocab(), f.SamplePrime)
 	if err != nil {
-		return fmt.Errorf("charrnn: -prime: %w", err)
+		return err
 	}
 	var sb strings.Builder
 	sb.WriteString(prime)
@@ -378,13 +374,21 @@ func onlyCancelled(err, cause error) bool {
 	return true
 }
 
-// defaultPrime is a newline, or the vocabulary's first character if it has
-// none.
-func defaultPrime(v *loader.Vocab) string {
-	if _, ok := v.ID('\n'); ok {
-		return "\n"
+// encodePrime returns the text sampling starts from and its ids: prime, or
+// if it is empty a newline (the vocabulary's first character if it has no
+// newline).
+func encodePrime(v *loader.Vocab, prime string) (string, []int32, error) {
+	if prime == "" {
+		prime = string(v.Rune(0))
+		if _, ok := v.ID('\n'); ok {
+			prime = "\n"
+		}
 	}
-	return string(v.Rune(0))
+	ids, err := v.Encode(prime)
+	if err != nil {
+		return "", nil, fmt.Errorf("charrnn: -prime: %w", err)
+	}
+	return prime, ids, nil
 }
 
 // thousands formats v rounded, with commas: 12,345.
