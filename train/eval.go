@@ -42,14 +42,16 @@ func Evaluate(ctx context.Context, d device.Device, m Model, data *loader.Loader
 	if err != nil {
 		return ev, fmt.Errorf("train: Evaluate: %w", err)
 	}
-	var states []State
+	states, err := carriedStates(m, data.Config())
 	defer func() {
 		for _, st := range states {
 			err = errors.Join(err, st.Free())
 		}
 		err = errors.Join(err, ce.Close())
 	}()
-	lc := data.Config()
+	if err != nil {
+		return ev, fmt.Errorf("train: Evaluate: %w", err)
+	}
 	perEpoch := data.PerEpoch()
 	var sum float64
 	pending := 0
@@ -73,23 +75,11 @@ func Evaluate(ctx context.Context, d device.Device, m Model, data *loader.Loader
 			break
 		}
 		var st State
-		if lc.Mode == loader.Streams {
-			for len(states) <= b.Group {
-				s, err := m.NewState(b.Rows)
-				if err != nil {
+		if states != nil {
+			st = states[b.Group]
+			if b.Reset {
+				if err := st.Reset(); err != nil {
 					return ev, fmt.Errorf("train: Evaluate: %w", err)
-				}
-				if s == nil {
-					break
-				}
-				states = append(states, s)
-			}
-			if b.Group < len(states) {
-				st = states[b.Group]
-				if b.Reset {
-					if err := st.Reset(); err != nil {
-						return ev, fmt.Errorf("train: Evaluate: %w", err)
-					}
 				}
 			}
 		}

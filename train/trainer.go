@@ -157,30 +157,41 @@ func New(d device.Device, m Model, data *loader.Loader, cfg Config) (*Trainer, e
 	if t.norm, err = d.Alloc(dt.Size()); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
-	lc := data.Config()
-	if lc.Mode == loader.Streams {
-		for range lc.Accum {
-			st, err := m.NewState(lc.Batch)
+	t.states, err = carriedStates(m, data.Config())
+	if err != nil {
+		return nil, fmt.Errorf("train: carried state: %w", err)
+	}
+	t.backup = make([][]device.Buffer, len(t.states))
+	for i, st := range t.states {
+		for _, c := range st.Carried() {
+			b, err := d.Alloc(int64(c.Len) * c.DType.Size())
 			if err != nil {
 				return nil, fmt.Errorf("train: carried state: %w", err)
 			}
-			if st == nil {
-				break
-			}
-			t.states = append(t.states, st)
-			var bufs []device.Buffer
-			for _, c := range st.Carried() {
-				b, err := d.Alloc(int64(c.Len) * c.DType.Size())
-				if err != nil {
-					return nil, fmt.Errorf("train: carried state: %w", err)
-				}
-				bufs = append(bufs, b)
-			}
-			t.backup = append(t.backup, bufs)
+			t.backup[i] = append(t.backup[i], b)
 		}
 	}
 	ok = true
 	return t, nil
+}
+
+// carriedStates returns one state per micro-batch group of a loader in
+// Streams mode, nil in Windows mode (nothing is carried between its
+// batches) or for a model that carries no state. On error it returns the
+// states made so far, for the caller to free.
+func carriedStates(m Model, lc loader.Config) ([]State, error) {
+	if lc.Mode != loader.Streams {
+		return nil, nil
+	}
+	var states []State
+	for range lc.Accum {
+		st, err := m.NewState(lc.Batch)
+		if err != nil || st == nil {
+			return states, err
+		}
+		states = append(states, st)
+	}
+	return states, nil
 }
 
 func (c Config) validate(data *loader.Loader) error {
@@ -492,9 +503,11 @@ func (t *Trainer) Close() error {
 		t.dev.Free(t.norm)
 		t.norm = device.Buffer{}
 	}
-	for i, st := range t.states {
+	for _, st := range t.states {
 		errs = append(errs, st.Free())
-		for _, b := range t.backup[i] {
+	}
+	for _, bufs := range t.backup {
+		for _, b := range bufs {
 			t.dev.Free(b)
 		}
 	}

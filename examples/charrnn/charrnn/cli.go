@@ -126,6 +126,8 @@ func OpenDevice(spec string) (device.Device, error) {
 	return nil, fmt.Errorf("%w: unknown device %q (want auto, cpu, cuda or cuda:N)", ErrUsage, spec)
 }
 
+// openCPU returns the CPU device, or a nil interface (not a nil *cpu.Device)
+// with the error.
 func openCPU() (device.Device, error) {
 	d, err := cpu.Open(cpu.Config{})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/examples/charrnn/internal/plot"
 	"github.com/gocurrent/gocurrent/examples/charrnn/internal/progress"
@@ -245,7 +246,7 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 			if f.LogEvery > 0 && (pr.Step%f.LogEvery == 0 || pr.Step == 1) {
 				p.emit(stepEvent{Event: "step", Step: pr.Step, Steps: pr.Steps, Epoch: pr.Position.Epoch, Loss: pr.Loss, GradNorm: pr.GradNorm,
 					LR: pr.LR, TokensPerSec: pr.TokensPerSecond, DataWait: pr.DataWait, Skipped: pr.Skipped,
-					AllocBytes: pr.Memory.AllocatedBytes[0].Current},
+					AllocBytes: pr.Memory.AllocatedBytes[alloc.AllPools].Current},
 					fmt.Sprintf("step %d  epoch %d  loss %.4f  grad norm %.3f  lr %.2g  %s tok/s  data wait %.1f%%\n",
 						pr.Step, pr.Position.Epoch, pr.Loss, pr.GradNorm, pr.LR, thousands(pr.TokensPerSecond), 100*pr.DataWait))
 			}
