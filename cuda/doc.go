@@ -1,13 +1,78 @@
-// Package cuda is the CUDA device: device.Device on an NVIDIA GPU. It loads
-// the driver (libcuda.so.1) and cuBLAS (libcublas.so.13, .12 or .11) at run
-// time with dlopen, so a binary built here needs no CUDA installed, runs on
-// CUDA 11, 12 and 13 machines alike, and on a machine without a driver or
-// GPU gets an error matching device.ErrUnavailable from Open instead of an
-// exit. Its memory comes from alloc.Caching over cuMemAlloc and its staging
-// buffers from alloc.HostCache over pinned host memory; its kernels are
-// CUDA C compiled to PTX, embedded, and JIT-compiled by the driver.
+// Package cuda is the CUDA device: device.Device on an NVIDIA GPU.
 //
-// The device arrives with issue 7; until then this package holds only this
-// description, so that the layout and the import rules (cuda imports device
-// and alloc; only examples import cuda) are in place and tested.
+//	d, err := cuda.Open(cuda.Config{})
+//	if errors.Is(err, device.ErrUnavailable) {
+//		// no driver, no GPU, no cuBLAS, or a CGO_ENABLED=0 build: use the CPU
+//	}
+//
+// # How it finds the driver
+//
+// Nothing CUDA is linked: the binary's only dynamic dependency is libc, so
+// it builds on a machine without CUDA and runs on CUDA 11, 12 and 13
+// machines alike. Open loads the driver, libcuda.so.1 (or
+// Config.DriverLibrary), with dlopen, resolves the entry points it uses
+// with dlsym (the _v2 names cuda.h maps to), calls cuInit, and then loads
+// cuBLAS: Config.BLASLibrary if set, else libcublas.so.13, .12 and .11 in
+// turn, whichever the dynamic loader finds first. The library never reads
+// the environment; the char-RNN example passes GOCURRENT_CUBLAS and
+// GOCURRENT_CUDA_DRIVER through Config (PyTorch's pip wheels keep cuBLAS
+// under site-packages/nvidia/cublas/lib, off the loader's path).
+//
+// Everything that can be missing is an error matching
+// device.ErrUnavailable that says what was missing: the driver library, a
+// GPU (CUDA_ERROR_NO_DEVICE), the ordinal, a GPU of compute capability 8.0
+// or later, cuBLAS, or cgo itself (a CGO_ENABLED=0 build compiles the same
+// API, and Open returns that error). Nothing exits or panics for it. The
+// cgo code is C declarations of our own for the handful of types used, and
+// includes only <dlfcn.h> and the C standard headers.
+//
+// # Contexts and threads
+//
+// The device works in the GPU's primary context, the one the CUDA runtime
+// (and so cuBLAS and PyTorch) uses. Every driver and cuBLAS call goes
+// through a small C function that makes that context current on the
+// calling OS thread, inside the same cgo call, when it is not already; so
+// no goroutine is ever pinned with runtime.LockOSThread, and the device is
+// safe for concurrent use from any goroutines. The cuBLAS handle, which
+// must not be used by two threads at once, is used under a lock.
+//
+// # Memory, streams and errors
+//
+// Device memory comes from alloc.Caching over cuMemAlloc/cuMemFree (with
+// cuMemGetInfo for the figures): after the first training step, steps
+// allocate from the cache and call cuMemAlloc no more. A
+// CUDA_ERROR_OUT_OF_MEMORY matches alloc.ErrOutOfMemory, which starts the
+// allocator's ladder (free cached blocks, retry, then an
+// *alloc.OutOfMemoryError with the figures). The cuBLAS workspace is taken
+// from the cache at Open (Config.BLASWorkspace). Staging buffers come from
+// alloc.HostCache over pinned, mapped host memory (cuMemHostAlloc), and
+// both allocators' RecordStream use real CUDA events.
+//
+// Kernels and cuBLAS run on the compute stream, a non-blocking stream of
+// the device's own. NewStream makes more, for copies: CopyToDevice and
+// CopyToHost queue cuMemcpy*Async on the stream given and return an
+// event, which the compute stream waits on (Stream.Wait queues
+// cuStreamWaitEvent, so neither the host nor the compute stream blocks
+// for a batch still in flight). No kernel synchronises. Errors found while
+// kernels run (a token id or class out of range) set a bit in a status
+// word in mapped host memory; Synchronize, Download and Event.Wait read it
+// and report device.ErrIndex. Every failed driver or cuBLAS call is an
+// *Error with the function, the code and its name.
+//
+// # Kernels
+//
+// The kernels are CUDA C in cuda/kernels/*.cu, with the calling
+// convention in cuda/kernels/ABI.md. `go generate ./cuda` compiles each
+// to PTX for compute_80 and compute_90 with nvcc (the Debian package
+// nvidia-cuda-toolkit, from non-free, gives nvcc 11.8); the PTX is
+// committed and embedded, each file records the SHA-256 of its sources,
+// and a test fails when a source changed without regenerating. The driver
+// JIT-compiles the newest PTX the GPU supports at Open. A test compiles
+// the same sources for the CPU with g++ against an emulation header
+// (cuda/kernels/emu) and checks every kernel against reference loops, so
+// their logic is tested on machines without a GPU.
+//
+// Gemm is cuBLAS (Sgemm, Dgemm, and their strided-batched forms), row-major
+// mapped to column-major by swapping the operands. Config.TF32 lets
+// float32 GEMMs use TF32 tensor cores, as PyTorch's allow_tf32 does.
 package cuda

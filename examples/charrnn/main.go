@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 
+	"github.com/gocurrent/gocurrent/cuda"
+
 	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
 	"github.com/gocurrent/gocurrent/examples/charrnn/internal/progress"
 )
@@ -24,6 +26,7 @@ func main() {
 	}()
 	err := charrnn.Run(ctx, os.Args[1:], charrnn.Env{
 		Stdout: os.Stdout, Stderr: os.Stderr, Live: progress.IsTerminal(os.Stderr), GOROOT: os.Getenv("GOROOT"),
+		CUDA: cuda.Config{BLASLibrary: os.Getenv("GOCURRENT_CUBLAS"), DriverLibrary: os.Getenv("GOCURRENT_CUDA_DRIVER")},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "charrnn:", err)

@@ -33,6 +33,11 @@ type Env struct {
 	// GOROOT locates the default corpus, GOROOT/src; "" asks `go env
 	// GOROOT`, then runtime.GOROOT().
 	GOROOT string
+	// CUDA configures the GPU for -device auto, cuda and cuda:N, apart
+	// from the ordinal, which the flag gives: the driver and cuBLAS
+	// libraries, TF32. main fills BLASLibrary from GOCURRENT_CUBLAS and
+	// DriverLibrary from GOCURRENT_CUDA_DRIVER.
+	CUDA cuda.Config
 }
 
 // withDefaults discards the output of writers left nil.
@@ -103,25 +108,34 @@ func parse(fs *flag.FlagSet, args []string, env Env) error {
 var errHelp = errors.New("help")
 
 // OpenDevice opens "cpu", "cuda" (the first GPU), "cuda:N", or "auto" (the
-// first GPU if one can be used, else the CPU).
-func OpenDevice(spec string) (device.Device, error) {
+// first GPU if one can be used, else the CPU). gpu configures a GPU; its
+// Ordinal is replaced by the one spec names.
+func OpenDevice(spec string, gpu cuda.Config) (device.Device, error) {
+	openGPU := func(n int) (device.Device, error) {
+		gpu.Ordinal = n
+		d, err := cuda.Open(gpu)
+		if err != nil {
+			return nil, err // a nil interface, not a nil *cuda.Device
+		}
+		return d, nil
+	}
 	switch {
 	case spec == "cpu":
 		return openCPU()
 	case spec == "auto":
-		d, err := cuda.Open(0)
+		d, err := openGPU(0)
 		if errors.Is(err, device.ErrUnavailable) {
 			return openCPU()
 		}
 		return d, err
 	case spec == "cuda":
-		return cuda.Open(0)
+		return openGPU(0)
 	case strings.HasPrefix(spec, "cuda:"):
 		n, err := strconv.Atoi(spec[len("cuda:"):])
 		if err != nil || n < 0 {
 			return nil, fmt.Errorf("%w: device %q: want cuda:N with N a GPU ordinal", ErrUsage, spec)
 		}
-		return cuda.Open(n)
+		return openGPU(n)
 	}
 	return nil, fmt.Errorf("%w: unknown device %q (want auto, cpu, cuda or cuda:N)", ErrUsage, spec)
 }

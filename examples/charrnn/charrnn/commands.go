@@ -52,7 +52,7 @@ func sampleCommand(ctx context.Context, args []string, env Env) error {
 // (with -json, as one object at the end).
 func Sample(ctx context.Context, f SampleFlags, env Env) (err error) {
 	env = env.withDefaults()
-	d, err := OpenDevice(f.Device)
+	d, err := OpenDevice(f.Device, env.CUDA)
 	if err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func evalCommand(ctx context.Context, args []string, env Env) error {
 // cut as training cuts it, without gradients.
 func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err error) {
 	env = env.withDefaults()
-	d, err := OpenDevice(f.Device)
+	d, err := OpenDevice(f.Device, env.CUDA)
 	if err != nil {
 		return ev, err
 	}
@@ -221,7 +221,7 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	if f.Steps <= 0 || f.N <= 0 {
 		return res, fmt.Errorf("%w: -steps %d and -n %d must be > 0", ErrUsage, f.Steps, f.N)
 	}
-	d, err := OpenDevice(f.Device)
+	d, err := OpenDevice(f.Device, env.CUDA)
 	if err != nil {
 		return res, err
 	}

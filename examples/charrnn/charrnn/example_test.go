@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/train"
@@ -14,7 +15,7 @@ import (
 // from the text, the last tenth of which is held out to validate on.
 func Example() {
 	ctx := context.Background()
-	d, err := charrnn.OpenDevice("cpu")
+	d, err := charrnn.OpenDevice("cpu", cuda.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
 	"github.com/gocurrent/gocurrent/train"
 )
@@ -231,7 +232,7 @@ func smallTrain(ckpt string, extra ...string) []string {
 // to, with the model's metadata changed by meta (a "" value deletes a key).
 func saveWeights(t *testing.T, from, to string, meta map[string]string) {
 	t.Helper()
-	d, err := charrnn.OpenDevice("cpu")
+	d, err := charrnn.OpenDevice("cpu", cuda.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

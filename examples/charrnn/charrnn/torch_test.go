@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/train"
@@ -58,7 +59,7 @@ func TestTrainMatchesTorch(t *testing.T) {
 	for _, cell := range cells {
 		t.Run(cell, func(t *testing.T) {
 			rep := readReport(t, cell)
-			d, err := charrnn.OpenDevice("cpu")
+			d, err := charrnn.OpenDevice("cpu", cuda.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -146,7 +146,7 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 	sched.Warmup = f.Warmup
 	p := &printer{w: env.Stdout, json: f.JSON}
 
-	d, err := OpenDevice(f.Device)
+	d, err := OpenDevice(f.Device, env.CUDA)
 	if err != nil {
 		return err
 	}

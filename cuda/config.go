@@ -1,0 +1,58 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/gocurrent/gocurrent/alloc"
+)
+
+// Config configures the CUDA device. The zero Config works: the first GPU,
+// the driver and cuBLAS found by the dynamic loader, FP32 GEMMs, PyTorch's
+// allocator defaults.
+type Config struct {
+	// Ordinal is the GPU to open, 0 for the first.
+	Ordinal int
+	// DriverLibrary is the CUDA driver's file name or path; "" means
+	// libcuda.so.1, found by the dynamic loader.
+	DriverLibrary string
+	// BLASLibrary is cuBLAS's file name or path; "" tries libcublas.so.13,
+	// .12 and .11 in that order. The library does not read the
+	// environment: a program that wants an override (the char-RNN example
+	// reads GOCURRENT_CUBLAS) passes it here.
+	BLASLibrary string
+	// TF32 lets cuBLAS run float32 GEMMs on tensor cores in TF32 (10-bit
+	// mantissa inputs, float32 accumulation), as PyTorch does with
+	// torch.backends.cuda.matmul.allow_tf32. Faster on Ampere and later;
+	// results then differ from float32 by about 1e-3 relative, so the
+	// conformance suite runs without it.
+	TF32 bool
+	// Memory configures the caching allocator (the zero value is
+	// PyTorch's default policy).
+	Memory alloc.Config
+	// BLASWorkspace is the cuBLAS workspace in bytes, taken from the
+	// caching allocator once at Open so that cuBLAS allocates nothing while
+	// training; 0 means 32 MiB (what PyTorch gives cuBLAS on Hopper), a
+	// negative value lets cuBLAS manage its own.
+	BLASWorkspace int64
+}
+
+// defaultBLASLibraries are the cuBLAS sonames tried in order: CUDA 13, 12
+// and 11 each ship one, and their GEMM entry points are the same.
+var defaultBLASLibraries = []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11"}
+
+const defaultBLASWorkspace = 32 << 20
+
+func (c Config) validate() error {
+	if c.Ordinal < 0 {
+		return fmt.Errorf("cuda: device ordinal %d is negative", c.Ordinal)
+	}
+	return nil
+}
+
+func (c Config) libraries() libraries {
+	l := libraries{driver: c.DriverLibrary, blas: defaultBLASLibraries}
+	if c.BLASLibrary != "" {
+		l.blas = []string{c.BLASLibrary}
+	}
+	return l
+}

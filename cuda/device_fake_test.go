@@ -1,0 +1,493 @@
+package cuda
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/device"
+)
+
+// openFake opens a device over f and closes it when the test ends.
+func openFake(t *testing.T, f *fakeAPI, cfg Config) *Device {
+	t.Helper()
+	d, err := open(f, cfg)
+	if err != nil {
+		t.Fatalf("open over the fake driver: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func TestOpenFakeReportsWhatIsMissing(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(f *fakeAPI, cfg *Config)
+		want  string
+	}{
+		{"no device", func(f *fakeAPI, _ *Config) { f.initErr = newError("cuInit", 100, "") }, "CUDA_ERROR_NO_DEVICE"},
+		{"stub driver", func(f *fakeAPI, _ *Config) { f.initErr = newError("cuInit", 34, "") }, "CUDA_ERROR_STUB_LIBRARY"},
+		{"ordinal", func(_ *fakeAPI, cfg *Config) { cfg.Ordinal = 1 }, "has 1 GPU(s)"},
+		{"old GPU", func(f *fakeAPI, _ *Config) { f.cc = [2]int{7, 5} }, "compute capability 7.5"},
+		{"no cuBLAS", func(f *fakeAPI, _ *Config) {
+			f.blasErr = errors.New("cuda: no usable cuBLAS (libcublas.so.13: cannot open)")
+		}, "libcublas.so.13"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAPI()
+			var cfg Config
+			tc.setup(f, &cfg)
+			d, err := open(f, cfg)
+			if err == nil {
+				d.Close()
+				t.Fatal("open succeeded")
+			}
+			if !errors.Is(err, device.ErrUnavailable) {
+				t.Errorf("open = %v, want an error matching device.ErrUnavailable", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("open = %q, want it to say %q", err, tc.want)
+			}
+			if f.ctxRetained != f.ctxReleased {
+				t.Errorf("primary context retained %d times, released %d", f.ctxRetained, f.ctxReleased)
+			}
+		})
+	}
+}
+
+func TestErrorMatching(t *testing.T) {
+	oom := newError("cuMemAlloc", 2, "")
+	if !errors.Is(oom, alloc.ErrOutOfMemory) || errors.Is(oom, device.ErrUnavailable) {
+		t.Errorf("%v: want it to match alloc.ErrOutOfMemory only", oom)
+	}
+	if got := oom.Error(); got != "cuda: cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (2)" {
+		t.Errorf("Error() = %q", got)
+	}
+	if e := newError("cuInit", 100, ""); !errors.Is(e, device.ErrUnavailable) || errors.Is(e, alloc.ErrOutOfMemory) {
+		t.Errorf("%v: want it to match device.ErrUnavailable only", e)
+	}
+	if e := newError("cuLaunchKernel", 700, ""); errors.Is(e, device.ErrUnavailable) || errors.Is(e, alloc.ErrOutOfMemory) ||
+		e.Name != "CUDA_ERROR_ILLEGAL_ADDRESS" {
+		t.Errorf("%v: want CUDA_ERROR_ILLEGAL_ADDRESS matching neither sentinel", e)
+	}
+	if e := newError("cuFoo", 12345, ""); e.Name != "CUDA_ERROR_12345" {
+		t.Errorf("unknown code named %q, want CUDA_ERROR_12345", e.Name)
+	}
+	if e := newBLASError("cublasSgemm", 3); !errors.Is(e, alloc.ErrOutOfMemory) || e.Name != "CUBLAS_STATUS_ALLOC_FAILED" {
+		t.Errorf("%v: want CUBLAS_STATUS_ALLOC_FAILED matching alloc.ErrOutOfMemory", e)
+	}
+}
+
+// TestFakeLifecycle runs memory, copies, staging and streams through the
+// device over the fake driver, then checks that Close gave back every
+// segment, pinned buffer, event, stream, module, cuBLAS handle and the
+// context.
+func TestFakeLifecycle(t *testing.T) {
+	f := newFakeAPI()
+	d, err := open(f, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.workspace == 0 || f.workspace != d.workspace {
+		t.Errorf("cuBLAS workspace %v, fake saw %v: want the workspace taken from the allocator", d.workspace, f.workspace)
+	}
+	want := bytes.Repeat([]byte("gocurrent"), 1000)
+	b, err := d.Alloc(int64(len(want)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Upload(b, want); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(want))
+	if err := d.Download(got, b); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Error("Download after Upload differs")
+	}
+
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := d.Staging(int64(len(want)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(h.Bytes(), bytes.ToUpper(want))
+	ev, err := d.CopyToDevice(b, h, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stream().Wait(ev); err != nil {
+		t.Fatal(err)
+	}
+	clear(h.Bytes())
+	ev, err = d.CopyToHost(h, b, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(h.Bytes(), bytes.ToUpper(want)) {
+		t.Error("CopyToHost after CopyToDevice differs")
+	}
+	if err := d.Kernels().Copy(device.Copy{Dst: b, Src: b.Slice(0, 9)}); err == nil {
+		// Overlapping ranges are the caller's error, not checked; the copy
+		// itself must reach the driver.
+		if err := d.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.FreeStaging(h); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); !errors.Is(err, device.ErrClosed) {
+		t.Errorf("second Stream.Close = %v, want ErrClosed", err)
+	}
+	if err := d.Stream().Close(); err == nil {
+		t.Error("closing the compute stream succeeded")
+	}
+	if _, err := d.NewStream(); err != nil { // left open: Close must destroy it
+		t.Fatal(err)
+	}
+	if _, err := d.Alloc(3 << 20); err != nil { // left allocated: Close must free it
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := d.Close(); err != nil {
+		t.Errorf("second Close = %v, want nil", err)
+	}
+	if _, err := d.Alloc(8); !errors.Is(err, device.ErrClosed) {
+		t.Errorf("Alloc after Close = %v, want ErrClosed", err)
+	}
+	if err := d.Synchronize(); !errors.Is(err, device.ErrClosed) {
+		t.Errorf("Synchronize after Close = %v, want ErrClosed", err)
+	}
+	for what, n := range map[string]int{
+		"device segments": len(f.sizes), "pinned segments": len(f.pinnedSizes), "events": len(f.events),
+		"streams": len(f.streams), "modules": len(f.modules), "cuBLAS handles": f.blasHandles,
+		"context references": f.ctxRetained - f.ctxReleased,
+	} {
+		if n != 0 {
+			t.Errorf("after Close, %d %s are still held", n, what)
+		}
+	}
+}
+
+func TestFakeOutOfMemory(t *testing.T) {
+	f := newFakeAPI()
+	d := openFake(t, f, Config{})
+	_, err := d.Alloc(2 << 30) // the fake GPU has 1 GiB
+	if !errors.Is(err, alloc.ErrOutOfMemory) {
+		t.Fatalf("Alloc beyond the GPU's memory = %v, want alloc.ErrOutOfMemory", err)
+	}
+	var oom *alloc.OutOfMemoryError
+	if !errors.As(err, &oom) {
+		t.Fatalf("Alloc beyond the GPU's memory = %v, want an *alloc.OutOfMemoryError with the figures", err)
+	}
+	// The ladder: cached blocks are released and the cuMemAlloc retried.
+	b, err := d.Alloc(600 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	b, err = d.Alloc(700 << 20) // fits only once the cached 600 MiB segment is given back
+	if err != nil {
+		t.Fatalf("Alloc that needs the cache emptied = %v", err)
+	}
+	if err := d.Free(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFakeSteadyState checks the property the trainer relies on: after
+// the first step, a step's allocations are served from the cache, with no
+// cuMemAlloc (the allocator's policy, seen through the device).
+func TestFakeSteadyState(t *testing.T) {
+	f := newFakeAPI()
+	d := openFake(t, f, Config{})
+	sizes := []int64{4 << 10, 1 << 20, 3 << 20, 12 << 10, 25 << 20, 512}
+	step := func() {
+		var live []device.Buffer
+		for _, n := range sizes {
+			b, err := d.Alloc(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			live = append(live, b)
+		}
+		for _, b := range live {
+			if err := d.Free(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	step()
+	after := f.memAllocs
+	for range 10 {
+		step()
+	}
+	if f.memAllocs != after {
+		t.Errorf("cuMemAlloc calls: %d after the first step, %d after 10 more; want none per step", after, f.memAllocs)
+	}
+}
+
+func TestFakeStatusWord(t *testing.T) {
+	f := newFakeAPI()
+	d := openFake(t, f, Config{})
+	// A kernel met a bad class: what gc_softmax_xent does on the GPU.
+	atomic.StoreUint32(d.status, statusSoftmaxCrossEntropy)
+	ev, err := d.Stream().Record()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.Wait(); !errors.Is(err, device.ErrIndex) || !strings.Contains(err.Error(), "SoftmaxCrossEntropy") {
+		t.Errorf("Event.Wait = %v, want ErrIndex naming SoftmaxCrossEntropy", err)
+	}
+	if err := d.Synchronize(); !errors.Is(err, device.ErrIndex) {
+		t.Errorf("Synchronize = %v, want ErrIndex (Event.Wait does not clear it)", err)
+	}
+	if err := d.Synchronize(); err != nil {
+		t.Errorf("second Synchronize = %v, want nil: an error is reported once", err)
+	}
+	atomic.StoreUint32(d.status, statusEmbedding)
+	b, err := d.Alloc(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Download(make([]byte, 4), b); !errors.Is(err, device.ErrIndex) {
+		t.Errorf("Download = %v, want ErrIndex", err)
+	}
+}
+
+// TestFakeLaunches checks the launch shapes of the kernels whose shape
+// the ABI fixes, and that every kernel reaches the driver with the right
+// name and number of arguments.
+func TestFakeLaunches(t *testing.T) {
+	f := newFakeAPI()
+	d := openFake(t, f, Config{})
+	k := d.Kernels()
+	buf := func(n int) device.Buffer {
+		b, err := d.Alloc(int64(n) * 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	x, y, z, w := buf(1<<16), buf(1<<16), buf(1<<16), buf(1<<16)
+	one := buf(1)
+	ids := buf(1 << 16)
+	f32, f64 := device.Float32, device.Float64
+	for _, tc := range []struct {
+		run   func() error
+		names []string
+		nargs int
+		grid  [3]uint32
+		block [3]uint32
+	}{
+		{func() error {
+			return k.LSTMCell(device.LSTMCell{DType: f32, Batch: 3, Hidden: 37, Pre: x, CPrev: y, C: z, H: w})
+		}, []string{"gc_lstm_cell_f32"}, 9, [3]uint32{1, 1, 1}, block1},
+		{func() error {
+			return k.GRUCellGrad(device.GRUCellGrad{DType: f64, Batch: 16, Hidden: 512, Act: x, HPrev: y, DH: z, DXPre: w, DHPre: x, DHPrev: y})
+		}, []string{"gc_gru_cell_grad_f64"}, 9, [3]uint32{32, 1, 1}, block1},
+		{func() error {
+			return k.Axpby(device.Axpby{DType: f32, N: 1 << 16 * 2, X: x, Y: y})
+		}, []string{"gc_axpby_f32"}, 5, [3]uint32{512, 1, 1}, block1},
+		{func() error {
+			return k.SumRows(device.SumRows{DType: f32, Rows: 100, Cols: 1000, X: x, Out: y})
+		}, []string{"gc_sum_rows_f32"}, 5, [3]uint32{32, 1, 1}, [3]uint32{32, 8, 1}},
+		{func() error {
+			return k.EmbeddingGrad(device.EmbeddingGrad{DType: f32, N: 512, Dim: 200, Vocab: 97, IDs: ids, DOut: x, DTable: y})
+		}, []string{"gc_check_ids", "gc_embedding_grad_scan_f32"}, 6, [3]uint32{2, 97, 1}, [3]uint32{128, 1, 1}},
+		{func() error {
+			return k.EmbeddingGrad(device.EmbeddingGrad{DType: f32, N: 2048, Dim: 64, Vocab: 70000, IDs: ids, DOut: x, DTable: buf(70000 * 64)})
+		}, []string{"gc_check_ids", "gc_embedding_grad_seq_f32"}, 6, [3]uint32{1, 1, 1}, block1},
+		{func() error {
+			return k.SoftmaxCrossEntropy(device.SoftmaxCrossEntropy{DType: f32, N: 100, Classes: 97, Logits: x, Targets: ids, Loss: one, Scale: 0.01})
+		}, []string{"gc_softmax_xent_f32", "gc_sum_finish_f32"}, 5, [3]uint32{1, 1, 1}, block1},
+		{func() error {
+			return k.SumSquares(device.SumSquares{DType: f64, N: 1 << 16, X: x, Out: one, Accumulate: true})
+		}, []string{"gc_sum_squares_partial_f64", "gc_sum_finish_f64"}, 5, [3]uint32{1, 1, 1}, block1},
+		{func() error {
+			return k.Fill(device.Fill{DType: device.Int32, N: 10, X: ids, Value: -3.7})
+		}, []string{"gc_fill_i32"}, 3, [3]uint32{1, 1, 1}, block1},
+		{func() error {
+			return k.Adam(device.Adam{DType: f32, N: 10, LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1, Param: x, Grad: y, M: z, V: w})
+		}, []string{"gc_adam_f32"}, 14, [3]uint32{1, 1, 1}, block1},
+	} {
+		f.launches = nil
+		if err := tc.run(); err != nil {
+			t.Fatalf("%v: %v", tc.names, err)
+		}
+		if len(f.launches) != len(tc.names) {
+			t.Fatalf("%v: %d launches, want %d", tc.names, len(f.launches), len(tc.names))
+		}
+		for i, name := range tc.names {
+			if f.launches[i].name != name {
+				t.Errorf("launch %d = %s, want %s", i, f.launches[i].name, name)
+			}
+		}
+		last := f.launches[len(f.launches)-1]
+		if len(last.args) != tc.nargs || last.grid != tc.grid || last.block != tc.block {
+			t.Errorf("%s: %d args, grid %v, block %v; want %d, %v, %v",
+				last.name, len(last.args), last.grid, last.block, tc.nargs, tc.grid, tc.block)
+		}
+	}
+	// Adam's scalars are computed on the host in float64 (ABI.md).
+	f.launches = nil
+	if err := k.Adam(device.Adam{DType: f32, N: 10, LR: 0.1, Beta1: 0.9, Beta2: 0.99, Step: 2, WeightDecay: 0.5, Decoupled: true,
+		Param: x, Grad: y, M: z, V: w}); err != nil {
+		t.Fatal(err)
+	}
+	a := f.launches[0].args
+	for i, want := range map[int]float64{5: 0.1 / (1 - 0.81), 6: math.Sqrt(1 - 0.99*0.99), 11: 1 - 0.05} {
+		if got := math.Float64frombits(a[i]); math.Abs(got-want) > 1e-15 {
+			t.Errorf("Adam argument %d = %v, want %v", i, got, want)
+		}
+	}
+	if a[12] != 0 || a[13] != 1 {
+		t.Errorf("Adam coupled, shrink = %d, %d; want 0, 1 for AdamW", a[12], a[13])
+	}
+}
+
+// TestFakeGemm checks the row-major to column-major mapping of Gemm
+// against a row-major reference, through the fake cuBLAS (a naive
+// column-major GEMM): transposes, leading dimensions, batches, strides.
+func TestFakeGemm(t *testing.T) {
+	f := newFakeAPI()
+	d := openFake(t, f, Config{})
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, dt := range []device.DType{device.Float32, device.Float64} {
+		for _, c := range []device.Gemm{
+			{M: 3, N: 5, K: 4},
+			{M: 3, N: 5, K: 4, TransA: true},
+			{M: 3, N: 5, K: 4, TransB: true},
+			{M: 3, N: 5, K: 4, TransA: true, TransB: true, Alpha: -0.5, Beta: 2},
+			{M: 2, N: 3, K: 4, LdA: 6, LdB: 5, LdC: 7, Beta: 1},
+			{M: 2, N: 3, K: 4, Batch: 3, TransB: true},
+			{M: 2, N: 3, K: 4, Batch: 2, StrideA: 0, StrideB: 20, StrideC: 9},
+		} {
+			c.DType = dt
+			if c.Alpha == 0 {
+				c.Alpha = 1
+			}
+			w := c.WithDefaults()
+			ra, ca, rb, cb := c.M, c.K, c.K, c.N
+			if c.TransA {
+				ra, ca = ca, ra
+			}
+			if c.TransB {
+				rb, cb = cb, rb
+			}
+			na := (w.Batch-1)*w.StrideA + (ra-1)*w.LdA + ca
+			nb := (w.Batch-1)*w.StrideB + (rb-1)*w.LdB + cb
+			nc := (w.Batch-1)*w.StrideC + (c.M-1)*w.LdC + c.N
+			av, bv, cv := randSlice(rng, dt, na), randSlice(rng, dt, nb), randSlice(rng, dt, nc)
+			c.A, c.B, c.C = upload(t, d, dt, av), upload(t, d, dt, bv), upload(t, d, dt, cv)
+			if err := d.Kernels().Gemm(c); err != nil {
+				t.Fatal(err)
+			}
+			got := download(t, d, dt, c.C, nc)
+			want := append([]float64(nil), cv...)
+			for bi := range w.Batch {
+				for i := range c.M {
+					for j := range c.N {
+						var s float64
+						for l := range c.K {
+							var a, b float64
+							if c.TransA {
+								a = av[bi*w.StrideA+l*w.LdA+i]
+							} else {
+								a = av[bi*w.StrideA+i*w.LdA+l]
+							}
+							if c.TransB {
+								b = bv[bi*w.StrideB+j*w.LdB+l]
+							} else {
+								b = bv[bi*w.StrideB+l*w.LdB+j]
+							}
+							s += a * b
+						}
+						at := bi*w.StrideC + i*w.LdC + j
+						want[at] = c.Alpha*s + c.Beta*cv[at]
+					}
+				}
+			}
+			for i := range want {
+				if math.Abs(got[i]-want[i]) > 1e-5*(1+math.Abs(want[i])) {
+					t.Errorf("%v %+v: C[%d] = %v, want %v", dt, c, i, got[i], want[i])
+					break
+				}
+			}
+		}
+	}
+}
+
+func randSlice(r *rand.Rand, dt device.DType, n int) []float64 {
+	x := make([]float64, n)
+	for i := range x {
+		x[i] = r.Float64()*2 - 1
+		if dt == device.Float32 {
+			x[i] = float64(float32(x[i]))
+		}
+	}
+	return x
+}
+
+func upload(t *testing.T, d *Device, dt device.DType, x []float64) device.Buffer {
+	t.Helper()
+	b, err := d.Alloc(int64(len(x)) * dt.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dt == device.Float32 {
+		y := make([]float32, len(x))
+		for i, v := range x {
+			y[i] = float32(v)
+		}
+		err = device.UploadSlice(d, b, y)
+	} else {
+		err = device.UploadSlice(d, b, x)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func download(t *testing.T, d *Device, dt device.DType, b device.Buffer, n int) []float64 {
+	t.Helper()
+	x := make([]float64, n)
+	if dt == device.Float32 {
+		y := make([]float32, n)
+		if err := device.DownloadSlice(d, y, b); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range y {
+			x[i] = float64(v)
+		}
+		return x
+	}
+	if err := device.DownloadSlice(d, x, b); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}

@@ -1,0 +1,393 @@
+package cuda
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"regexp"
+	"sync"
+	"unsafe"
+
+	"github.com/gocurrent/gocurrent/alloc"
+)
+
+// fakeAPI is a simulated driver for testing the device's own logic on a
+// machine without a GPU: Open's checks, memory through the allocators,
+// copies, streams, events, the status word, launch shapes, GEMM's
+// row-major mapping, and that Close gives back everything. Device memory
+// is host memory (alloc.Host), so copies really copy; kernels do not run
+// (launches are recorded), and cuBLAS GEMMs are computed by a naive
+// column-major loop, which is what checks the operand swap in Gemm. It is
+// a test double only: the shipped path is api_cgo.go.
+type fakeAPI struct {
+	mu sync.Mutex
+
+	initErr     error
+	devices     int
+	cc          [2]int
+	blasErr     error
+	noWorkspace bool
+	allocFail   int // cuMemAlloc calls left before out of memory; <0 never
+
+	mem, pinned *alloc.Host
+	sizes       map[alloc.Ptr]int64
+	pinnedSizes map[alloc.Ptr]int64
+
+	ctxRetained, ctxReleased int
+	streams, events          map[uintptr]bool
+	next                     uintptr
+	modules                  map[cuModule][]byte
+	functions                map[cuFunction]string
+	launches                 []fakeLaunch
+	gemms                    []blasGemm
+	memAllocs, memFrees      int
+	blasHandles              int
+	workspace                alloc.Ptr
+}
+
+type fakeLaunch struct {
+	name        string
+	grid, block [3]uint32
+	args        []uint64
+}
+
+func newFakeAPI() *fakeAPI {
+	return &fakeAPI{
+		devices: 1, cc: [2]int{9, 0}, allocFail: -1,
+		mem: alloc.NewHost(1 << 30), pinned: alloc.NewHost(0),
+		sizes: map[alloc.Ptr]int64{}, pinnedSizes: map[alloc.Ptr]int64{},
+		streams: map[uintptr]bool{}, events: map[uintptr]bool{},
+		modules: map[cuModule][]byte{}, functions: map[cuFunction]string{},
+	}
+}
+
+var _ api = (*fakeAPI)(nil)
+
+func (f *fakeAPI) handle() uintptr { f.next++; return f.next }
+
+func (f *fakeAPI) Init() error                 { return f.initErr }
+func (f *fakeAPI) DriverVersion() (int, error) { return 12080, nil }
+func (f *fakeAPI) DeviceCount() (int, error)   { return f.devices, nil }
+func (f *fakeAPI) DeviceGet(ordinal int) (cuDevice, error) {
+	if ordinal >= f.devices {
+		return 0, newError("cuDeviceGet", 101, "")
+	}
+	return cuDevice(ordinal), nil
+}
+func (f *fakeAPI) DeviceName(cuDevice) (string, error) { return "Fake GPU", nil }
+func (f *fakeAPI) DeviceAttribute(_ cuDevice, attr int) (int, error) {
+	switch attr {
+	case attrComputeCapabilityMajor:
+		return f.cc[0], nil
+	case attrComputeCapabilityMinor:
+		return f.cc[1], nil
+	case attrMultiprocessorCount:
+		return 132, nil
+	}
+	return 0, newError("cuDeviceGetAttribute", 1, "")
+}
+func (f *fakeAPI) DeviceTotalMem(cuDevice) (int64, error) { return 1 << 30, nil }
+func (f *fakeAPI) PrimaryCtxRetain(cuDevice) (cuContext, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ctxRetained++
+	return cuContext(0xc0), nil
+}
+func (f *fakeAPI) PrimaryCtxRelease(cuDevice) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ctxReleased++
+	return nil
+}
+
+func (f *fakeAPI) CtxSynchronize(cuContext) error { return nil }
+func (f *fakeAPI) MemGetInfo(cuContext) (int64, int64, error) {
+	return f.mem.MemInfo()
+}
+
+func (f *fakeAPI) MemAlloc(_ cuContext, n int64) (alloc.Ptr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.allocFail == 0 {
+		return 0, newError("cuMemAlloc", 2, "")
+	}
+	if f.allocFail > 0 {
+		f.allocFail--
+	}
+	p, err := f.mem.Allocate(n)
+	if err != nil {
+		return 0, newError("cuMemAlloc", 2, "") // the host source's capacity is the GPU's memory
+	}
+	f.sizes[p] = n
+	f.memAllocs++
+	return p, nil
+}
+
+func (f *fakeAPI) MemFree(_ cuContext, p alloc.Ptr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, ok := f.sizes[p]
+	if !ok {
+		return newError("cuMemFree", 1, "")
+	}
+	delete(f.sizes, p)
+	f.memFrees++
+	return f.mem.Release(p, n)
+}
+
+func (f *fakeAPI) MemHostAlloc(_ cuContext, n int64) (unsafe.Pointer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, err := f.pinned.Allocate(n)
+	if err != nil {
+		return nil, newError("cuMemHostAlloc", 2, "")
+	}
+	f.pinnedSizes[p] = n
+	b, err := f.pinned.Bytes(p, n)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Pointer(unsafe.SliceData(b)), nil
+}
+
+func (f *fakeAPI) MemFreeHost(_ cuContext, p unsafe.Pointer) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ptr := alloc.Ptr(uintptr(p))
+	n, ok := f.pinnedSizes[ptr]
+	if !ok {
+		return newError("cuMemFreeHost", 1, "")
+	}
+	delete(f.pinnedSizes, ptr)
+	return f.pinned.Release(ptr, n)
+}
+
+func (f *fakeAPI) MemHostGetDevicePointer(_ cuContext, p unsafe.Pointer) (alloc.Ptr, error) {
+	return alloc.Ptr(uintptr(p)), nil // unified addressing: the same address
+}
+
+// devBytes is the device memory at p.
+func (f *fakeAPI) devBytes(p alloc.Ptr, n int64) ([]byte, error) {
+	b, err := f.mem.Bytes(p, n)
+	if err != nil {
+		return nil, newError("cuMemcpy", 1, "")
+	}
+	return b, nil
+}
+
+func (f *fakeAPI) MemcpyHtoDAsync(_ cuContext, dst alloc.Ptr, src unsafe.Pointer, n int64, _ cuStream) error {
+	b, err := f.devBytes(dst, n)
+	if err == nil {
+		copy(b, unsafe.Slice((*byte)(src), n))
+	}
+	return err
+}
+
+func (f *fakeAPI) MemcpyDtoHAsync(_ cuContext, dst unsafe.Pointer, src alloc.Ptr, n int64, _ cuStream) error {
+	b, err := f.devBytes(src, n)
+	if err == nil {
+		copy(unsafe.Slice((*byte)(dst), n), b)
+	}
+	return err
+}
+
+func (f *fakeAPI) MemcpyDtoDAsync(_ cuContext, dst, src alloc.Ptr, n int64, _ cuStream) error {
+	d, err := f.devBytes(dst, n)
+	if err != nil {
+		return err
+	}
+	s, err := f.devBytes(src, n)
+	if err == nil {
+		copy(d, s)
+	}
+	return err
+}
+
+func (f *fakeAPI) StreamCreate(cuContext) (cuStream, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := f.handle()
+	f.streams[h] = true
+	return cuStream(h), nil
+}
+
+func (f *fakeAPI) StreamDestroy(_ cuContext, s cuStream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.streams[uintptr(s)] {
+		return newError("cuStreamDestroy", 400, "")
+	}
+	delete(f.streams, uintptr(s))
+	return nil
+}
+
+func (f *fakeAPI) StreamSynchronize(cuContext, cuStream) error        { return nil }
+func (f *fakeAPI) StreamWaitEvent(cuContext, cuStream, cuEvent) error { return nil }
+
+func (f *fakeAPI) EventCreate(cuContext, bool) (cuEvent, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := f.handle()
+	f.events[h] = true
+	return cuEvent(h), nil
+}
+
+func (f *fakeAPI) EventDestroy(_ cuContext, e cuEvent) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.events[uintptr(e)] {
+		return newError("cuEventDestroy", 400, "")
+	}
+	delete(f.events, uintptr(e))
+	return nil
+}
+
+func (f *fakeAPI) EventRecord(cuContext, cuEvent, cuStream) error            { return nil }
+func (f *fakeAPI) EventQuery(cuContext, cuEvent) (bool, error)               { return true, nil }
+func (f *fakeAPI) EventSynchronize(cuContext, cuEvent) error                 { return nil }
+func (f *fakeAPI) EventElapsed(cuContext, cuEvent, cuEvent) (float32, error) { return 0, nil }
+
+func (f *fakeAPI) ModuleLoadData(_ cuContext, image []byte) (cuModule, error) {
+	if len(image) == 0 || image[len(image)-1] != 0 || !bytes.Contains(image, []byte(".entry")) {
+		return 0, newError("cuModuleLoadDataEx", 218, "") // CUDA_ERROR_INVALID_PTX
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := cuModule(f.handle())
+	f.modules[m] = image
+	return m, nil
+}
+
+func (f *fakeAPI) ModuleUnload(_ cuContext, m cuModule) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.modules[m]; !ok {
+		return newError("cuModuleUnload", 400, "")
+	}
+	delete(f.modules, m)
+	return nil
+}
+
+// ModuleGetFunction finds name only if the PTX declares it as an entry
+// point, so opening the fake device checks that every kernel of the ABI
+// is in the embedded PTX.
+func (f *fakeAPI) ModuleGetFunction(_ cuContext, m cuModule, name string) (cuFunction, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	entry := regexp.MustCompile(`\.entry\s+` + regexp.QuoteMeta(name) + `\s*\(`)
+	if !entry.Match(f.modules[m]) {
+		return 0, newError("cuModuleGetFunction", 500, "") // CUDA_ERROR_NOT_FOUND
+	}
+	h := cuFunction(f.handle())
+	f.functions[h] = name
+	return h, nil
+}
+
+func (f *fakeAPI) Launch(_ cuContext, fn cuFunction, grid, block [3]uint32, _ uint32, _ cuStream, args []uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name, ok := f.functions[fn]
+	if !ok {
+		return newError("cuLaunchKernel", 400, "")
+	}
+	f.launches = append(f.launches, fakeLaunch{name: name, grid: grid, block: block, args: append([]uint64(nil), args...)})
+	return nil
+}
+
+func (f *fakeAPI) BLASVersion() (int, error) {
+	if f.blasErr != nil {
+		return 0, f.blasErr
+	}
+	return 120804, nil
+}
+
+func (f *fakeAPI) BLASCreate(cuContext) (blasHandle, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.blasHandles++
+	return blasHandle(f.handle()), nil
+}
+
+func (f *fakeAPI) BLASDestroy(cuContext, blasHandle) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.blasHandles--
+	return nil
+}
+
+func (f *fakeAPI) BLASSetStream(cuContext, blasHandle, cuStream) error { return nil }
+func (f *fakeAPI) BLASSetMathMode(cuContext, blasHandle, int) error    { return nil }
+func (f *fakeAPI) BLASSetWorkspace(_ cuContext, _ blasHandle, p alloc.Ptr, _ int64) (bool, error) {
+	if f.noWorkspace {
+		return false, nil
+	}
+	f.workspace = p
+	return true, nil
+}
+
+// BLASGemm computes the column-major GEMM with a naive loop, as cuBLAS's
+// reference documentation defines it.
+func (f *fakeAPI) BLASGemm(_ cuContext, _ blasHandle, g blasGemm) error {
+	f.mu.Lock()
+	f.gemms = append(f.gemms, g)
+	f.mu.Unlock()
+	size := int64(4)
+	if g.Double {
+		size = 8
+	}
+	load := func(p alloc.Ptr, i int64) float64 {
+		b, err := f.mem.Bytes(p+alloc.Ptr(i*size), size)
+		if err != nil {
+			panic(fmt.Sprintf("fake cuBLAS: read outside device memory at %v+%d", p, i))
+		}
+		if g.Double {
+			return *(*float64)(unsafe.Pointer(&b[0]))
+		}
+		return float64(*(*float32)(unsafe.Pointer(&b[0])))
+	}
+	store := func(p alloc.Ptr, i int64, v float64) {
+		b, err := f.mem.Bytes(p+alloc.Ptr(i*size), size)
+		if err != nil {
+			panic(fmt.Sprintf("fake cuBLAS: write outside device memory at %v+%d", p, i))
+		}
+		if g.Double {
+			*(*float64)(unsafe.Pointer(&b[0])) = v
+		} else {
+			*(*float32)(unsafe.Pointer(&b[0])) = float32(v)
+		}
+	}
+	batch := max(g.Batch, 1)
+	for bi := range int64(batch) {
+		for j := range int64(g.N) {
+			for i := range int64(g.M) {
+				var s float64
+				for l := range int64(g.K) {
+					// Column-major: element (r, c) of a matrix with leading
+					// dimension ld is at r + c·ld.
+					var a, b float64
+					if g.TransA {
+						a = load(g.A, bi*g.StrideA+l+i*int64(g.LdA))
+					} else {
+						a = load(g.A, bi*g.StrideA+i+l*int64(g.LdA))
+					}
+					if g.TransB {
+						b = load(g.B, bi*g.StrideB+j+l*int64(g.LdB))
+					} else {
+						b = load(g.B, bi*g.StrideB+l+j*int64(g.LdB))
+					}
+					s += a * b
+				}
+				at := bi*g.StrideC + i + j*int64(g.LdC)
+				v := g.Alpha * s
+				if g.Beta != 0 {
+					v += g.Beta * load(g.C, at)
+				}
+				if math.IsNaN(v) && g.Beta == 0 && !math.IsNaN(s) {
+					panic("fake cuBLAS: NaN from C with beta 0")
+				}
+				store(g.C, at, v)
+			}
+		}
+	}
+	return nil
+}

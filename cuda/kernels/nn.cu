@@ -1,0 +1,177 @@
+// Embedding and its backward, the softmax cross-entropy, the softmax and
+// dropout (device.Embedding, EmbeddingGrad, SoftmaxCrossEntropy, Softmax,
+// Dropout). Rows of logits are handled one warp per row: 32 lanes stride
+// over the classes, so loads are coalesced, and the row's max and sum are
+// warp shuffles, in a fixed order.
+#include "common.cuh"
+
+template <typename T>
+__device__ void embedding(const T* table, const int* ids, T* out, long long n, long long dim,
+                          long long vocab, unsigned int* status) {
+  GC_FOR(e, n * dim) {
+    long long i = e / dim, d = e - i * dim;
+    int id = ids[i];
+    if (id < 0 || id >= vocab) {
+      out[e] = T(0);
+      if (d == 0) atomicOr(status, GC_STATUS_EMBEDDING);
+    } else {
+      out[e] = table[(long long)id * dim + d];
+    }
+  }
+}
+
+extern "C" __global__ void gc_check_ids(const int* ids, long long n, long long limit,
+                                        unsigned int* status, long long bit) {
+  GC_FOR(i, n) {
+    int id = ids[i];
+    if (id < 0 || id >= limit) atomicOr(status, (unsigned int)bit);
+  }
+}
+
+// Block (x, v) owns columns x·128 .. x·128+127 of table row v and adds to
+// them, in order of i, every dout row whose id is v. The ids are staged
+// through shared memory a tile at a time, loaded by the whole block.
+#define GC_SCAN_TILE 1024
+template <typename T>
+__device__ void embedding_grad_scan(const int* ids, const T* dout, T* dtable, long long n,
+                                    long long dim, long long vocab, int* tile) {
+  long long d = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  int v = blockIdx.y;
+  T acc = T(0);
+  for (long long t0 = 0; t0 < n; t0 += GC_SCAN_TILE) {
+    long long m = n - t0 < GC_SCAN_TILE ? n - t0 : GC_SCAN_TILE;
+    for (long long k = threadIdx.x; k < m; k += blockDim.x) tile[k] = ids[t0 + k];
+    __syncthreads();
+    if (d < dim) {
+      for (long long k = 0; k < m; k++) {
+        if (tile[k] == v) acc += dout[(t0 + k) * dim + d];
+      }
+    }
+    __syncthreads();
+  }
+  if (d < dim) dtable[(long long)v * dim + d] += acc;
+}
+
+template <typename T>
+__device__ void embedding_grad_seq(const int* ids, const T* dout, T* dtable, long long n,
+                                   long long dim, long long vocab) {
+  GC_FOR(d, dim) {
+    for (long long i = 0; i < n; i++) {
+      int id = ids[i];
+      if (id >= 0 && id < vocab) dtable[(long long)id * dim + d] += dout[i * dim + d];
+    }
+  }
+}
+
+// The warp of this thread and its row stride: all lanes of a warp share
+// the row, so they leave the loop together and every shuffle is full.
+#define GC_WARP_ROWS(row, n)                                                                  \
+  for (long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; row < (n);   \
+       row += (long long)gridDim.x * blockDim.x / 32)
+
+template <typename T>
+__device__ void softmax_xent(const T* logits, const int* targets, long long n,
+                             long long classes, double scale, T* dlogits, double* rowloss,
+                             unsigned int* status) {
+  int lane = threadIdx.x & 31;
+  GC_WARP_ROWS(row, n) {
+    const T* x = logits + row * classes;
+    int target = targets[row];
+    bool bad = target < 0 || target >= classes;
+    // Read before the shuffles below: with dlogits = logits another lane
+    // may overwrite the target's logit once the warp has synchronised.
+    double xt = bad ? 0.0 : (double)x[target];
+    double m = -INFINITY;
+    for (long long j = lane; j < classes; j += 32) m = fmax(m, (double)x[j]);
+    m = gc_warp_max(m);
+    double s = 0;
+    for (long long j = lane; j < classes; j += 32) s += (double)gc_exp((T)((double)x[j] - m));
+    s = gc_warp_sum(s);
+    if (lane == 0) {
+      if (bad) {
+        rowloss[row] = 0;
+        atomicOr(status, GC_STATUS_SOFTMAX_XENT);
+      } else {
+        rowloss[row] = log(s) - (xt - m);
+      }
+    }
+    if (dlogits) {
+      T* y = dlogits + row * classes;
+      for (long long j = lane; j < classes; j += 32) {
+        if (bad) {
+          y[j] = T(0);
+        } else {
+          double p = (double)gc_exp((T)((double)x[j] - m)) / s;
+          y[j] = (T)(scale * (p - (j == target ? 1.0 : 0.0)));
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+__device__ void softmax(const T* logits, T* probs, long long n, long long classes,
+                        double inv_temp) {
+  int lane = threadIdx.x & 31;
+  GC_WARP_ROWS(row, n) {
+    const T* x = logits + row * classes;
+    double m = -INFINITY;
+    for (long long j = lane; j < classes; j += 32) m = fmax(m, (double)x[j] * inv_temp);
+    m = gc_warp_max(m);
+    double s = 0;
+    for (long long j = lane; j < classes; j += 32) s += (double)gc_exp((T)((double)x[j] * inv_temp - m));
+    s = gc_warp_sum(s);
+    // Every lane has read its own classes for both passes before writing
+    // them, so probs may be logits.
+    T* y = probs + row * classes;
+    for (long long j = lane; j < classes; j += 32)
+      y[j] = (T)((double)gc_exp((T)((double)x[j] * inv_temp - m)) / s);
+  }
+}
+
+template <typename T>
+__device__ void dropout(const T* x, T* y, T* mask, long long n, double p,
+                        unsigned long long seed, unsigned long long offset) {
+  T keep = (T)(1.0 / (1.0 - p));
+  GC_FOR(i, n) {
+    T m = gc_dropout_keep(seed, offset + (unsigned long long)i, p) ? keep : T(0);
+    mask[i] = m;
+    y[i] = x[i] * m;
+  }
+}
+
+#define GC_NN(T, S)                                                                           \
+  extern "C" __global__ void gc_embedding_##S(const T* table, const int* ids, T* out,         \
+                                              long long n, long long dim, long long vocab,    \
+                                              unsigned int* status) {                         \
+    embedding(table, ids, out, n, dim, vocab, status);                                        \
+  }                                                                                           \
+  extern "C" __global__ void gc_embedding_grad_scan_##S(const int* ids, const T* dout,        \
+                                                        T* dtable, long long n, long long dim,\
+                                                        long long vocab) {                    \
+    GC_SHARED(int, tile, GC_SCAN_TILE);                                                       \
+    embedding_grad_scan(ids, dout, dtable, n, dim, vocab, tile);                              \
+  }                                                                                           \
+  extern "C" __global__ void gc_embedding_grad_seq_##S(const int* ids, const T* dout,         \
+                                                       T* dtable, long long n, long long dim, \
+                                                       long long vocab) {                     \
+    embedding_grad_seq(ids, dout, dtable, n, dim, vocab);                                     \
+  }                                                                                           \
+  extern "C" __global__ void gc_softmax_xent_##S(const T* logits, const int* targets,         \
+                                                 long long n, long long classes,              \
+                                                 double scale, T* dlogits, double* rowloss,   \
+                                                 unsigned int* status) {                      \
+    softmax_xent(logits, targets, n, classes, scale, dlogits, rowloss, status);               \
+  }                                                                                           \
+  extern "C" __global__ void gc_softmax_##S(const T* logits, T* probs, long long n,           \
+                                            long long classes, double inv_temp) {             \
+    softmax(logits, probs, n, classes, inv_temp);                                             \
+  }                                                                                           \
+  extern "C" __global__ void gc_dropout_##S(const T* x, T* y, T* mask, long long n, double p, \
+                                            unsigned long long seed,                          \
+                                            unsigned long long offset) {                      \
+    dropout(x, y, mask, n, p, seed, offset);                                                  \
+  }
+
+GC_NN(float, f32)
+GC_NN(double, f64)

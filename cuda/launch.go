@@ -1,0 +1,390 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gocurrent/gocurrent/device"
+)
+
+// kernel names a typed kernel of cuda/kernels (ABI.md): gc_<name>_f32 and
+// gc_<name>_f64.
+type kernel int
+
+const (
+	kLSTMCell kernel = iota
+	kLSTMCellGrad
+	kGRUCell
+	kGRUCellGrad
+	kEmbedding
+	kEmbeddingGradScan
+	kEmbeddingGradSeq
+	kSoftmaxXent
+	kSoftmax
+	kDropout
+	kSumSquaresPartial
+	kSumFinish
+	kSumRows
+	kAddBias
+	kFill
+	kAxpby
+	kMul
+	kClamp
+	kSGD
+	kAdam
+	kRMSprop
+	numKernels
+)
+
+var kernelNames = [numKernels]string{
+	kLSTMCell:          "lstm_cell",
+	kLSTMCellGrad:      "lstm_cell_grad",
+	kGRUCell:           "gru_cell",
+	kGRUCellGrad:       "gru_cell_grad",
+	kEmbedding:         "embedding",
+	kEmbeddingGradScan: "embedding_grad_scan",
+	kEmbeddingGradSeq:  "embedding_grad_seq",
+	kSoftmaxXent:       "softmax_xent",
+	kSoftmax:           "softmax",
+	kDropout:           "dropout",
+	kSumSquaresPartial: "sum_squares_partial",
+	kSumFinish:         "sum_finish",
+	kSumRows:           "sum_rows",
+	kAddBias:           "add_bias",
+	kFill:              "fill",
+	kAxpby:             "axpby",
+	kMul:               "mul",
+	kClamp:             "clamp",
+	kSGD:               "sgd",
+	kAdam:              "adam",
+	kRMSprop:           "rmsprop",
+}
+
+// Launch shapes (ABI.md).
+const (
+	blockSize   = 256  // threads per block of the 1-D kernels
+	maxBlocks   = 4096 // grid-stride kernels loop past this many blocks
+	rowsPerBlk  = blockSize / 32
+	scanBlock   = 128     // gc_embedding_grad_scan's block
+	scanMaxWork = 1 << 26 // vocab·n up to which the scan is used
+	maxGridY    = 65535
+	maxParts    = 1024 // gc_sum_squares_partial's most blocks
+	partWork    = 2048 // elements per block it aims for
+)
+
+// grid1 is the grid of a 1-D grid-stride kernel over n elements.
+func grid1(n int) [3]uint32 {
+	b := (n + blockSize - 1) / blockSize
+	return [3]uint32{uint32(max(1, min(b, maxBlocks))), 1, 1}
+}
+
+var block1 = [3]uint32{blockSize, 1, 1}
+
+// Argument slots (ABI.md: every parameter is 8 bytes).
+func ptr(b device.Buffer) uint64 { return uint64(b.Addr()) } // the zero Buffer is NULL
+func i64(n int) uint64           { return uint64(int64(n)) }
+func f64(x float64) uint64       { return math.Float64bits(x) }
+func flag(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// typ is the index of dt's variant in Device.fn.
+func typ(dt device.DType) int {
+	if dt == device.Float64 {
+		return 1
+	}
+	return 0
+}
+
+// launch queues f on the compute stream.
+func (d *Device) launchFn(f cuFunction, grid, block [3]uint32, args ...uint64) error {
+	d.launchMu.Lock()
+	n := copy(d.args[:], args)
+	err := d.api.Launch(d.ctx, f, grid, block, 0, d.compute.s, d.args[:n])
+	d.launchMu.Unlock()
+	return err
+}
+
+func (d *Device) launch(k kernel, dt device.DType, grid, block [3]uint32, args ...uint64) error {
+	return d.launchFn(d.fn[k][typ(dt)], grid, block, args...)
+}
+
+// kernels is device.Kernels on the compute stream.
+type kernels struct{ d *Device }
+
+var _ device.Kernels = kernels{}
+
+// check is every kernel's prologue: an open device and valid arguments.
+func (k kernels) check(name string, a interface{ Check(device.Device) error }) error {
+	if err := k.d.checkOpen(name); err != nil {
+		return err
+	}
+	return a.Check(k.d)
+}
+
+func (k kernels) Gemm(a device.Gemm) error {
+	if err := k.check("Gemm", a); err != nil {
+		return err
+	}
+	w := a.WithDefaults()
+	for _, v := range []int{w.M, w.N, w.K, w.LdA, w.LdB, w.LdC, w.Batch} {
+		if v > math.MaxInt32 {
+			return fmt.Errorf("cuda: Gemm: a size or leading dimension of %d exceeds cuBLAS's 32-bit int: %w", v, device.ErrShape)
+		}
+	}
+	// Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ, and a
+	// row-major matrix read column-major is its transpose: so cuBLAS gets
+	// B as its first operand and A as its second, with the same transpose
+	// flags, and m and n swapped.
+	g := blasGemm{
+		Double: a.DType == device.Float64,
+		TransA: w.TransB, TransB: w.TransA,
+		M: w.N, N: w.M, K: w.K,
+		Alpha: w.Alpha, Beta: w.Beta,
+		A: w.B.Addr(), LdA: w.LdB, StrideA: int64(w.StrideB),
+		B: w.A.Addr(), LdB: w.LdA, StrideB: int64(w.StrideA),
+		C: w.C.Addr(), LdC: w.LdC, StrideC: int64(w.StrideC),
+		Batch: w.Batch,
+	}
+	d := k.d
+	d.blasMu.Lock()
+	defer d.blasMu.Unlock()
+	return d.api.BLASGemm(d.ctx, d.blas, g)
+}
+
+func (k kernels) LSTMCell(a device.LSTMCell) error {
+	if err := k.check("LSTMCell", a); err != nil {
+		return err
+	}
+	return k.d.launch(kLSTMCell, a.DType, grid1(a.Batch*a.Hidden), block1,
+		ptr(a.Pre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.CPrev), ptr(a.C), ptr(a.H), ptr(a.Act), i64(a.Batch), i64(a.Hidden))
+}
+
+func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error {
+	if err := k.check("LSTMCellGrad", a); err != nil {
+		return err
+	}
+	return k.d.launch(kLSTMCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
+		ptr(a.Act), ptr(a.CPrev), ptr(a.C), ptr(a.DH), ptr(a.DC), ptr(a.DPre), ptr(a.DCPrev), i64(a.Batch), i64(a.Hidden))
+}
+
+func (k kernels) GRUCell(a device.GRUCell) error {
+	if err := k.check("GRUCell", a); err != nil {
+		return err
+	}
+	return k.d.launch(kGRUCell, a.DType, grid1(a.Batch*a.Hidden), block1,
+		ptr(a.XPre), ptr(a.HPre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.HPrev), ptr(a.H), ptr(a.Act), i64(a.Batch), i64(a.Hidden))
+}
+
+func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
+	if err := k.check("GRUCellGrad", a); err != nil {
+		return err
+	}
+	return k.d.launch(kGRUCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
+		ptr(a.Act), ptr(a.HPrev), ptr(a.DH), ptr(a.DXPre), ptr(a.DHPre), ptr(a.DHPrev), flag(a.Accumulate), i64(a.Batch), i64(a.Hidden))
+}
+
+func (k kernels) Embedding(a device.Embedding) error {
+	if err := k.check("Embedding", a); err != nil || a.N == 0 {
+		return err
+	}
+	d := k.d
+	return d.launch(kEmbedding, a.DType, grid1(a.N*a.Dim), block1,
+		ptr(a.Table), ptr(a.IDs), ptr(a.Out), i64(a.N), i64(a.Dim), i64(a.Vocab), uint64(d.statusDev))
+}
+
+func (k kernels) EmbeddingGrad(a device.EmbeddingGrad) error {
+	if err := k.check("EmbeddingGrad", a); err != nil || a.N == 0 {
+		return err
+	}
+	d := k.d
+	if err := d.launchFn(d.checkID, grid1(a.N), block1,
+		ptr(a.IDs), i64(a.N), i64(a.Vocab), uint64(d.statusDev), statusEmbeddingGrad); err != nil {
+		return err
+	}
+	// Deterministic either way: the scan sums each table row's gradients
+	// in order of i, in parallel over rows and columns; for vocabularies
+	// too large to scan, the sequential kernel walks the ids in order,
+	// in parallel over columns only.
+	if a.Vocab <= maxGridY && int64(a.Vocab)*int64(a.N) <= scanMaxWork {
+		grid := [3]uint32{uint32((a.Dim + scanBlock - 1) / scanBlock), uint32(a.Vocab), 1}
+		return d.launch(kEmbeddingGradScan, a.DType, grid, [3]uint32{scanBlock, 1, 1},
+			ptr(a.IDs), ptr(a.DOut), ptr(a.DTable), i64(a.N), i64(a.Dim), i64(a.Vocab))
+	}
+	return d.launch(kEmbeddingGradSeq, a.DType, grid1(a.Dim), block1,
+		ptr(a.IDs), ptr(a.DOut), ptr(a.DTable), i64(a.N), i64(a.Dim), i64(a.Vocab))
+}
+
+// rowGrid is the grid of the warp-per-row kernels over n rows.
+func rowGrid(n int) [3]uint32 {
+	b := (n + rowsPerBlk - 1) / rowsPerBlk
+	return [3]uint32{uint32(max(1, min(b, maxBlocks))), 1, 1}
+}
+
+func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) error {
+	if err := k.check("SoftmaxCrossEntropy", a); err != nil {
+		return err
+	}
+	d := k.d
+	// The row losses go through a temporary of N doubles, summed by one
+	// block in a fixed order: deterministic, unlike atomics. Freed at once:
+	// the cache hands it out again only to work queued after these
+	// kernels.
+	rows, err := d.mem.Alloc(int64(a.N)*8, 0)
+	if err != nil {
+		return fmt.Errorf("%s: SoftmaxCrossEntropy: %w", d.name, err)
+	}
+	defer d.mem.Free(rows)
+	if err := d.launch(kSoftmaxXent, a.DType, rowGrid(a.N), block1,
+		ptr(a.Logits), ptr(a.Targets), i64(a.N), i64(a.Classes), f64(a.Scale), ptr(a.DLogits), uint64(rows), uint64(d.statusDev)); err != nil {
+		return err
+	}
+	return d.launch(kSumFinish, a.DType, [3]uint32{1, 1, 1}, block1,
+		uint64(rows), i64(a.N), ptr(a.Loss), f64(a.Scale), flag(a.Accumulate))
+}
+
+func (k kernels) Softmax(a device.Softmax) error {
+	if err := k.check("Softmax", a); err != nil {
+		return err
+	}
+	t := a.Temperature
+	if t == 0 {
+		t = 1
+	}
+	return k.d.launch(kSoftmax, a.DType, rowGrid(a.N), block1,
+		ptr(a.Logits), ptr(a.Probs), i64(a.N), i64(a.Classes), f64(1/t))
+}
+
+func (k kernels) Dropout(a device.Dropout) error {
+	if err := k.check("Dropout", a); err != nil || a.N == 0 {
+		return err
+	}
+	return k.d.launch(kDropout, a.DType, grid1(a.N), block1,
+		ptr(a.X), ptr(a.Y), ptr(a.Mask), i64(a.N), f64(a.P), a.Seed, a.Offset)
+}
+
+func (k kernels) AddBias(a device.AddBias) error {
+	if err := k.check("AddBias", a); err != nil {
+		return err
+	}
+	return k.d.launch(kAddBias, a.DType, grid1(a.Rows*a.Cols), block1,
+		ptr(a.Bias), ptr(a.Y), i64(a.Rows), i64(a.Cols))
+}
+
+func (k kernels) SumRows(a device.SumRows) error {
+	if err := k.check("SumRows", a); err != nil {
+		return err
+	}
+	grid := [3]uint32{uint32((a.Cols + 31) / 32), 1, 1}
+	return k.d.launch(kSumRows, a.DType, grid, [3]uint32{32, 8, 1},
+		ptr(a.X), ptr(a.Out), i64(a.Rows), i64(a.Cols), flag(a.Accumulate))
+}
+
+func (k kernels) Fill(a device.Fill) error {
+	if err := k.check("Fill", a); err != nil || a.N == 0 {
+		return err
+	}
+	d := k.d
+	args := []uint64{ptr(a.X), i64(a.N), f64(a.Value)}
+	if a.DType == device.Int32 {
+		return d.launchFn(d.fillI32, grid1(a.N), block1, args...)
+	}
+	return d.launch(kFill, a.DType, grid1(a.N), block1, args...)
+}
+
+func (k kernels) Copy(a device.Copy) error {
+	if err := k.check("Copy", a); err != nil || a.Src.Len() == 0 {
+		return err
+	}
+	d := k.d
+	return d.api.MemcpyDtoDAsync(d.ctx, a.Dst.Addr(), a.Src.Addr(), a.Src.Len(), d.compute.s)
+}
+
+func (k kernels) Axpby(a device.Axpby) error {
+	if err := k.check("Axpby", a); err != nil || a.N == 0 {
+		return err
+	}
+	return k.d.launch(kAxpby, a.DType, grid1(a.N), block1, ptr(a.X), ptr(a.Y), i64(a.N), f64(a.Alpha), f64(a.Beta))
+}
+
+func (k kernels) Mul(a device.Mul) error {
+	if err := k.check("Mul", a); err != nil || a.N == 0 {
+		return err
+	}
+	return k.d.launch(kMul, a.DType, grid1(a.N), block1, ptr(a.X), ptr(a.Y), ptr(a.Z), i64(a.N))
+}
+
+func (k kernels) Clamp(a device.Clamp) error {
+	if err := k.check("Clamp", a); err != nil || a.N == 0 {
+		return err
+	}
+	return k.d.launch(kClamp, a.DType, grid1(a.N), block1, ptr(a.X), i64(a.N), f64(a.Min), f64(a.Max))
+}
+
+func (k kernels) SumSquares(a device.SumSquares) error {
+	if err := k.check("SumSquares", a); err != nil {
+		return err
+	}
+	d := k.d
+	// Two passes with a fixed number of blocks for a given N, so the order
+	// of the sum, and the result, never vary between runs.
+	parts := max(1, min((a.N+partWork-1)/partWork, maxParts))
+	partial, err := d.mem.Alloc(int64(parts)*8, 0)
+	if err != nil {
+		return fmt.Errorf("%s: SumSquares: %w", d.name, err)
+	}
+	defer d.mem.Free(partial)
+	if err := d.launch(kSumSquaresPartial, a.DType, [3]uint32{uint32(parts), 1, 1}, block1,
+		ptr(a.X), i64(a.N), uint64(partial)); err != nil {
+		return err
+	}
+	return d.launch(kSumFinish, a.DType, [3]uint32{1, 1, 1}, block1,
+		uint64(partial), i64(parts), ptr(a.Out), f64(1), flag(a.Accumulate))
+}
+
+func (k kernels) SGD(a device.SGD) error {
+	if err := k.check("SGD", a); err != nil || a.N == 0 {
+		return err
+	}
+	var velocity device.Buffer
+	if a.Momentum != 0 {
+		velocity = a.Velocity
+	}
+	return k.d.launch(kSGD, a.DType, grid1(a.N), block1,
+		ptr(a.Param), ptr(a.Grad), ptr(velocity), i64(a.N), f64(a.LR), f64(a.Momentum), f64(a.Dampening),
+		f64(a.WeightDecay), flag(a.Nesterov), flag(a.Step == 1))
+}
+
+func (k kernels) Adam(a device.Adam) error {
+	if err := k.check("Adam", a); err != nil || a.N == 0 {
+		return err
+	}
+	t := float64(a.Step)
+	stepSize := a.LR / (1 - math.Pow(a.Beta1, t))
+	bc2Sqrt := math.Sqrt(1 - math.Pow(a.Beta2, t))
+	decay := 1 - a.LR*a.WeightDecay
+	coupled := a.WeightDecay != 0 && !a.Decoupled
+	shrink := a.WeightDecay != 0 && a.Decoupled
+	return k.d.launch(kAdam, a.DType, grid1(a.N), block1,
+		ptr(a.Param), ptr(a.Grad), ptr(a.M), ptr(a.V), i64(a.N), f64(stepSize), f64(bc2Sqrt),
+		f64(a.Beta1), f64(a.Beta2), f64(a.Eps), f64(a.WeightDecay), f64(decay), flag(coupled), flag(shrink))
+}
+
+func (k kernels) RMSprop(a device.RMSprop) error {
+	if err := k.check("RMSprop", a); err != nil || a.N == 0 {
+		return err
+	}
+	var gradAvg, velocity device.Buffer
+	if a.Centered {
+		gradAvg = a.GradAvg
+	}
+	if a.Momentum != 0 {
+		velocity = a.Velocity
+	}
+	return k.d.launch(kRMSprop, a.DType, grid1(a.N), block1,
+		ptr(a.Param), ptr(a.Grad), ptr(a.SquareAvg), ptr(gradAvg), ptr(velocity), i64(a.N), f64(a.LR), f64(a.Alpha),
+		f64(a.Eps), f64(a.WeightDecay), f64(a.Momentum), flag(a.Centered))
+}
