@@ -40,9 +40,14 @@ func (s *deviceSource) Allocate(size int64) (alloc.Ptr, error) {
 	return p, nil
 }
 
-// Release frees a segment. cuMemFree waits for the work of the context
-// that may still use it, so a segment is never freed under a kernel.
+// Release frees a segment. Its blocks are free, but kernels queued before
+// they were freed may still be using them, so it waits for the context's
+// work first (cudaFree does the same). The allocator releases segments
+// only to empty its cache or on the out-of-memory ladder, never per step.
 func (s *deviceSource) Release(p alloc.Ptr, size int64) error {
+	if err := s.d.api.CtxSynchronize(s.d.ctx); err != nil {
+		return err
+	}
 	return s.d.api.MemFree(s.d.ctx, p)
 }
 

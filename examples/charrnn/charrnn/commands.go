@@ -176,13 +176,22 @@ type BenchFlags struct {
 	Hidden, Layers       int
 	Batch, Seq, Steps, N int
 	Device               string
-	MemStats, JSON       bool
+	// TF32 lets a GPU's float32 GEMMs use TF32 tensor cores (cuda.Config.TF32).
+	TF32           bool
+	MemStats, JSON bool
 }
 
 // BenchResult is what bench measures.
 type BenchResult struct {
 	TrainTokensPerSecond  float64 `json:"train_tokens_per_s"`
 	SampleTokensPerSecond float64 `json:"sample_tokens_per_s"`
+	// SegmentAllocs counts the segments the device allocator got from
+	// the device (cuMemAlloc on a GPU) during the timed training steps:
+	// 0 once the first steps have filled the cache.
+	SegmentAllocs int64 `json:"segment_allocs"`
+	// DataWait is the fraction of the training run spent waiting for a
+	// batch.
+	DataWait float64 `json:"data_wait"`
 }
 
 func benchCommand(ctx context.Context, args []string, env Env) error {
@@ -196,6 +205,7 @@ func benchCommand(ctx context.Context, args []string, env Env) error {
 	fs.IntVar(&f.Steps, "steps", 20, "timed training steps (after 3 untimed ones)")
 	fs.IntVar(&f.N, "n", 400, "timed sampled tokens (after 20 untimed ones)")
 	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
+	fs.BoolVar(&f.TF32, "tf32", false, "let float32 GEMMs on a GPU use TF32 tensor cores")
 	fs.BoolVar(&f.MemStats, "memstats", false, "print the device allocator's figures at the end")
 	fs.BoolVar(&f.JSON, "json", false, "print the result as one JSON object")
 	if err := parse(fs, args, env); err != nil {
@@ -217,6 +227,7 @@ const benchVocab = 65
 // train.Sample, one token at a time.
 func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err error) {
 	env = env.withDefaults()
+	env.CUDA.TF32 = env.CUDA.TF32 || f.TF32
 	const warmSteps, warmTokens = 3, 20
 	if f.Steps <= 0 || f.N <= 0 {
 		return res, fmt.Errorf("%w: -steps %d and -n %d must be > 0", ErrUsage, f.Steps, f.N)
@@ -257,12 +268,16 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	defer func() { err = errors.Join(err, data.Close()) }()
 	opt, _ := train.NewOptimizer(train.Adam, 2e-3)
 	var t0, t1 time.Time
+	var allocs0 int64
 	tr, err := train.New(d, m, data, train.Config{Optimizer: opt, Steps: int64(steps), ClipNorm: 5,
 		OnStep: func(p train.Progress) {
 			if p.Step == warmSteps {
 				t0 = time.Now()
+				allocs0 = p.Memory.DeviceAllocs
 			}
 			t1 = time.Now()
+			res.SegmentAllocs = p.Memory.DeviceAllocs - allocs0
+			res.DataWait = p.DataWait
 		}})
 	if err != nil {
 		return res, err
@@ -289,9 +304,11 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	p := &printer{w: env.Stdout, json: f.JSON}
 	p.emit(map[string]any{"event": "bench", "impl": "gocurrent", "device": d.Name(), "cell": f.Cell, "hidden": f.Hidden,
 		"layers": f.Layers, "batch": f.Batch, "seq": f.Seq,
-		"train_tokens_per_s": res.TrainTokensPerSecond, "sample_tokens_per_s": res.SampleTokensPerSecond},
-		fmt.Sprintf("%s %dx%d batch %d seq %d on %s: train_tokens_per_s %.0f  sample_tokens_per_s %.0f\n",
-			f.Cell, f.Layers, f.Hidden, f.Batch, f.Seq, d.Name(), res.TrainTokensPerSecond, res.SampleTokensPerSecond))
+		"train_tokens_per_s": res.TrainTokensPerSecond, "sample_tokens_per_s": res.SampleTokensPerSecond,
+		"segment_allocs": res.SegmentAllocs, "data_wait": res.DataWait},
+		fmt.Sprintf("%s %dx%d batch %d seq %d on %s: train_tokens_per_s %.0f  sample_tokens_per_s %.0f  segment_allocs %d  data_wait %.1f%%\n",
+			f.Cell, f.Layers, f.Hidden, f.Batch, f.Seq, d.Name(), res.TrainTokensPerSecond, res.SampleTokensPerSecond,
+			res.SegmentAllocs, 100*res.DataWait))
 	if f.MemStats {
 		printMemStats(p, d)
 	}

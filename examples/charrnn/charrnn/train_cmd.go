@@ -32,6 +32,7 @@ type TrainFlags struct {
 	ValTokens                int64
 	EvalEvery, LogEvery      int64
 	Device                   string
+	TF32                     bool // cuda.Config.TF32
 	Seed                     uint64
 	Init, Resume, Checkpoint string
 	CheckpointEvery          int64
@@ -64,6 +65,7 @@ func (f *TrainFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.EvalEvery, "eval-every", 200, "validate every this many steps (0: at the end only)")
 	fs.Int64Var(&f.LogEvery, "log-every", 100, "with -json or without a terminal, report every this many steps")
 	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
+	fs.BoolVar(&f.TF32, "tf32", false, "let float32 GEMMs on a GPU use TF32 tensor cores")
 	fs.Uint64Var(&f.Seed, "seed", 1, "seed of the initial weights and dropout")
 	fs.StringVar(&f.Init, "init", "", "start from this checkpoint's weights (and its model shape and vocabulary)")
 	fs.StringVar(&f.Resume, "resume", "", "continue the run this checkpoint saved, exactly")
@@ -146,7 +148,9 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 	sched.Warmup = f.Warmup
 	p := &printer{w: env.Stdout, json: f.JSON}
 
-	d, err := OpenDevice(f.Device, env.CUDA)
+	gpu := env.CUDA
+	gpu.TF32 = gpu.TF32 || f.TF32
+	d, err := OpenDevice(f.Device, gpu)
 	if err != nil {
 		return err
 	}
