@@ -69,8 +69,9 @@
 // and a test fails when a source changed without regenerating. The driver
 // JIT-compiles the newest PTX the GPU supports at Open. A test compiles
 // the same sources for the CPU with g++ against an emulation header
-// (cuda/kernels/emu) and checks every kernel against reference loops, so
-// their logic is tested on machines without a GPU.
+// (cuda/internal/emu) and runs the conformance suite on them, through the
+// device's real launch code over a simulated driver, so the kernels' logic
+// is tested on machines without a GPU.
 //
 // Gemm is cuBLAS (Sgemm, Dgemm, and their strided-batched forms), row-major
 // mapped to column-major by swapping the operands. Config.TF32 lets
