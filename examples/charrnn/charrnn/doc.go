@@ -11,7 +11,7 @@
 //     -accum, -optimizer, -lr, -clip, -steps or -epochs, -val-frac,
 //     -device, -seed, -init, -resume, -checkpoint, -plot, -memstats, -json;
 //     and -schedule, -warmup, -val-tokens, -eval-every, -log-every,
-//     -checkpoint-every, -sample, -temperature, -prime. A progress bar on a
+//     -checkpoint-every, -sample, -temperature, -prime, -tf32. A progress bar on a
 //     terminal, plain lines otherwise; Ctrl-C (a cancelled context) ends
 //     the run after the step under way and saves the checkpoint.
 //   - sample: -checkpoint, -n, -temperature (0: argmax), -top-k, -prime,
@@ -19,10 +19,12 @@
 //   - eval: -checkpoint, -data, -batch, -seq, -device, -json: loss in
 //     nats/char and bits/char, cut into streams as training cuts them.
 //   - bench: the workload of shared/bench/torch_charrnn.py; prints
-//     train_tokens_per_s and sample_tokens_per_s.
+//     train_tokens_per_s, sample_tokens_per_s, segment_allocs (device
+//     allocations during the timed steps) and data_wait; -tf32 on a GPU.
 //
 // -json makes every line of standard output one JSON object with an
 // "event" field. It is the only package, with tests, that imports cuda;
 // -device auto takes the first GPU if cuda.Open succeeds and the CPU
-// otherwise.
+// otherwise; Env.CUDA carries the GPU's libraries (main reads
+// GOCURRENT_CUBLAS and GOCURRENT_CUDA_DRIVER) and -tf32 sets its TF32.
 package charrnn
