@@ -67,11 +67,16 @@
 // nvidia-cuda-toolkit, from non-free, gives nvcc 11.8); the PTX is
 // committed and embedded, each file records the SHA-256 of its sources,
 // and a test fails when a source changed without regenerating. The driver
-// JIT-compiles the newest PTX the GPU supports at Open. A test compiles
-// the same sources for the CPU with g++ against an emulation header
-// (cuda/internal/emu) and runs the conformance suite on them, through the
-// device's real launch code over a simulated driver, so the kernels' logic
-// is tested on machines without a GPU.
+// JIT-compiles the newest PTX the GPU supports at Open.
+//
+// The kernels' logic is tested on machines without a GPU twice over, on
+// the CPU: TestEmulatedConformance compiles the sources with g++ against
+// a fiber-based emulation header (cuda/internal/emu) and runs the whole
+// conformance suite through the device's real launch code over a
+// simulated driver; TestKernelsEmulated (cuda/kernels/emu, threads and
+// barriers) checks each kernel on its edge cases: strides past the grid,
+// every aliasing the ABI allows, NULL optional buffers, bad ids, NaNs,
+// determinism. Only a GPU run shows what the driver, the JIT and cuBLAS do.
 //
 // Gemm is cuBLAS (Sgemm, Dgemm, and their strided-batched forms), row-major
 // mapped to column-major by swapping the operands. Config.TF32 lets

@@ -15,7 +15,7 @@ template <typename T> __device__ void fill(T* x, long long n, double value) {
 template <typename T>
 __device__ void axpby(const T* x, T* y, long long n, double alpha, double beta) {
   T a = (T)alpha, b = (T)beta;
-  if (beta == 0) {
+  if (b == T(0)) {
     GC_FOR(i, n) y[i] = a * x[i]; // y is not read: NaNs in it do not propagate
   } else {
     GC_FOR(i, n) y[i] = a * x[i] + b * y[i];

@@ -4,9 +4,9 @@
 // cuda/emu_test.go).
 //
 // A launch runs the grid's blocks one after another; the block's threads
-// are real std::threads, one per CUDA thread, created once per launch and
-// reused for every block. What the kernels rely on is emulated with the
-// same guarantees CUDA gives, no more:
+// are real std::threads, one per CUDA thread (thread t of every block runs
+// on worker t of a pool that outlives launches). What the kernels rely on
+// is emulated with the same guarantees CUDA gives, no more:
 //   - __syncthreads() is a std::barrier over the block's threads;
 //   - warp shuffles exchange values through a per-warp array between two
 //     waits on a per-warp barrier, so all 32 lanes must take part (as
@@ -29,7 +29,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -133,6 +135,66 @@ T exchange(unsigned mask, T v, int src) {
     return r;
 }
 
+// Pool holds the worker threads: worker t runs CUDA thread t of every
+// block of a launch. The workers are created when a launch first needs
+// them and kept for later launches (creating 256 threads per launch would
+// cost more than the kernels).
+class Pool {
+   public:
+    // run calls job(t) on worker t for t < n, and returns when all are done.
+    void run(int n, std::function<void(int)> job) {
+        std::unique_lock<std::mutex> lock(mu_);
+        while ((int)workers_.size() < n) {
+            const int id = (int)workers_.size();
+            workers_.emplace_back([this, id] { work(id); });
+        }
+        job_ = std::move(job);
+        active_ = n;
+        remaining_ = n;
+        ++generation_;
+        wake_.notify_all();
+        done_.wait(lock, [this] { return remaining_ == 0; });
+        job_ = nullptr;
+    }
+
+    ~Pool() {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            stop_ = true;
+        }
+        wake_.notify_all();
+        for (auto& w : workers_) w.join();
+    }
+
+   private:
+    void work(int id) {
+        unsigned long long seen = 0;
+        for (;;) {
+            std::function<void(int)>* job;
+            {
+                std::unique_lock<std::mutex> lock(mu_);
+                wake_.wait(lock, [&] { return stop_ || (generation_ != seen && id < active_); });
+                if (stop_) return;
+                seen = generation_;
+                job = &job_;
+            }
+            (*job)(id);
+            std::lock_guard<std::mutex> lock(mu_);
+            if (--remaining_ == 0) done_.notify_one();
+        }
+    }
+
+    std::mutex mu_;
+    std::condition_variable wake_, done_;
+    std::vector<std::thread> workers_;
+    std::function<void(int)> job_;
+    unsigned long long generation_ = 0;
+    int active_ = 0, remaining_ = 0;
+    bool stop_ = false;
+};
+
+inline Pool pool;
+
 // launch runs kernel k over the grid, like k<<<grid, block>>>(args...)
 // followed by a synchronisation. Every parameter of a gocurrent kernel is 8
 // bytes (ABI.md); launch checks that too.
@@ -157,26 +219,21 @@ void launch(void (*k)(P...), dim3 grid, dim3 blk, A... args) {
     };
     std::barrier<decltype(between)> gate(threads, between);
 
-    std::vector<std::thread> pool;
-    pool.reserve(threads);
-    for (long long t = 0; t < threads; ++t) {
-        pool.emplace_back([&, t] {
-            block = &ctx;
-            linear = int(t);
-            blockDim = blk;
-            gridDim = grid;
-            threadIdx = {unsigned(t % blk.x), unsigned(t / blk.x % blk.y),
-                         unsigned(t / ((long long)blk.x * blk.y))};
-            for (long long b = 0; b < blocks; ++b) {
-                blockIdx = {unsigned(b % grid.x), unsigned(b / grid.x % grid.y),
-                            unsigned(b / ((long long)grid.x * grid.y))};
-                std::apply(k, params);
-                gate.arrive_and_wait();  // the block is done; the next may start
-            }
-            block = nullptr;
-        });
-    }
-    for (auto& th : pool) th.join();
+    pool.run(int(threads), [&](int t) {
+        block = &ctx;
+        linear = t;
+        blockDim = blk;
+        gridDim = grid;
+        threadIdx = {unsigned(t % blk.x), unsigned(t / blk.x % blk.y),
+                     unsigned(t / ((long long)blk.x * blk.y))};
+        for (long long b = 0; b < blocks; ++b) {
+            blockIdx = {unsigned(b % grid.x), unsigned(b / grid.x % grid.y),
+                        unsigned(b / ((long long)grid.x * grid.y))};
+            std::apply(k, params);
+            gate.arrive_and_wait();  // the block is done; the next may start
+        }
+        block = nullptr;
+    });
 }
 
 }  // namespace emu

@@ -4,7 +4,7 @@
 // ABI.md, rounding to T where the CPU device (device/cpu/internal/kern)
 // rounds. It prints one line per check and exits 1 on any failure.
 //
-// Build and run: run.sh, or cuda/emu_test.go (go test ./cuda -run Emulated).
+// Build and run: run.sh, or go test ./cuda -run KernelsEmulated (cuda/emu_test.go).
 #include "cuda_emu.h"
 
 #include "../cells.cu"
