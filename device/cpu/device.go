@@ -237,19 +237,7 @@ func (d *Device) Staging(bytes int64) (device.HostBuffer, error) {
 	if err := d.checkOpen("Staging"); err != nil {
 		return device.HostBuffer{}, err
 	}
-	if bytes <= 0 {
-		return device.HostBuffer{}, fmt.Errorf("cpu: Staging of %d bytes: %w", bytes, device.ErrShape)
-	}
-	p, err := d.staging.Alloc(bytes)
-	if err != nil {
-		return device.HostBuffer{}, fmt.Errorf("cpu: Staging: %w", err)
-	}
-	mem, err := d.staging.Bytes(p)
-	if err != nil {
-		_ = d.staging.Free(p)
-		return device.HostBuffer{}, fmt.Errorf("cpu: Staging: %w", err)
-	}
-	return device.NewHostBuffer(d, p, mem[:bytes:bytes]), nil
+	return device.AllocStaging(d, d.staging, bytes)
 }
 
 // FreeStaging returns a staging buffer.
@@ -257,35 +245,21 @@ func (d *Device) FreeStaging(h device.HostBuffer) error {
 	if err := d.checkOpen("FreeStaging"); err != nil {
 		return err
 	}
-	if err := device.CheckOwner(d, "FreeStaging", "the buffer", h.Device()); err != nil {
-		return err
-	}
-	if err := d.staging.Free(h.Addr()); err != nil {
-		return fmt.Errorf("cpu: FreeStaging: %w", err)
-	}
-	return nil
+	return device.FreeStaging(d, d.staging, h)
 }
 
 // CopyToDevice queues the copy of src into dst on s.
 func (d *Device) CopyToDevice(dst device.Buffer, src device.HostBuffer, s device.Stream) (device.Event, error) {
-	if err := errors.Join(device.CheckOwner(d, "CopyToDevice", "dst", dst.Device()),
-		device.CheckOwner(d, "CopyToDevice", "src", src.Device())); err != nil {
+	if err := device.CheckCopyToDevice(d, dst, src); err != nil {
 		return nil, err
-	}
-	if src.Len() > dst.Len() {
-		return nil, fmt.Errorf("cpu: CopyToDevice of %d bytes into a %d-byte buffer: %w", src.Len(), dst.Len(), device.ErrShape)
 	}
 	return d.copyAsync("CopyToDevice", s, copyCmd{dst: dst.Host(), src: unsafe.Pointer(unsafe.SliceData(src.Bytes())), n: src.Len()})
 }
 
 // CopyToHost queues the copy of src into dst on s.
 func (d *Device) CopyToHost(dst device.HostBuffer, src device.Buffer, s device.Stream) (device.Event, error) {
-	if err := errors.Join(device.CheckOwner(d, "CopyToHost", "src", src.Device()),
-		device.CheckOwner(d, "CopyToHost", "dst", dst.Device())); err != nil {
+	if err := device.CheckCopyToHost(d, dst, src); err != nil {
 		return nil, err
-	}
-	if dst.Len() > src.Len() {
-		return nil, fmt.Errorf("cpu: CopyToHost of %d bytes from a %d-byte buffer: %w", dst.Len(), src.Len(), device.ErrShape)
 	}
 	return d.copyAsync("CopyToHost", s, copyCmd{dst: unsafe.Pointer(unsafe.SliceData(dst.Bytes())), src: src.Host(), n: dst.Len()})
 }
