@@ -81,6 +81,8 @@ type api interface {
 	// BLASVersion is cuBLAS's version (e.g. 120804), or an error saying
 	// why cuBLAS could not be loaded.
 	BLASVersion() (int, error)
+	// BLASLibrary is the name cuBLAS was loaded under, "" if it was not.
+	BLASLibrary() string
 	BLASCreate(c cuContext) (blasHandle, error)
 	BLASDestroy(c cuContext, h blasHandle) error
 	BLASSetStream(c cuContext, h blasHandle, s cuStream) error
@@ -124,6 +126,4 @@ const (
 	attrMultiprocessorCount    = 16
 	attrComputeCapabilityMajor = 75
 	attrComputeCapabilityMinor = 76
-	attrUnifiedAddressing      = 41
-	attrCanMapHostMemory       = 19
 )

@@ -607,6 +607,8 @@ func (a *cgoAPI) BLASVersion() (int, error) {
 	return int(v), nil
 }
 
+func (a *cgoAPI) BLASLibrary() string { return a.blasPath }
+
 func (a *cgoAPI) BLASCreate(c cuContext) (blasHandle, error) {
 	if a.blas == nil {
 		return 0, a.blasErr

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -162,9 +163,7 @@ func (d *Device) readInfo() error {
 	if info.DriverVersion, err = a.DriverVersion(); err != nil {
 		return unavailable(ord, "reading the driver version", err)
 	}
-	if p, ok := a.(interface{ blasLibrary() string }); ok {
-		info.BLASLibrary = p.blasLibrary()
-	}
+	info.BLASLibrary = a.BLASLibrary()
 	d.info = info
 	return nil
 }
@@ -573,5 +572,5 @@ func (d *Device) report(clear bool) error {
 			names = append(names, k.name)
 		}
 	}
-	return fmt.Errorf("%s: %v was out of range: %w", d.name, names, device.ErrIndex)
+	return fmt.Errorf("%s: %s out of range: %w", d.name, strings.Join(names, ", "), device.ErrIndex)
 }

@@ -93,6 +93,9 @@ func TestFakeLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if d.Info().BLASLibrary != "libcublas.so.fake" {
+		t.Errorf("Info().BLASLibrary = %q, want the library the driver layer loaded", d.Info().BLASLibrary)
+	}
 	if d.workspace == 0 || f.workspace != d.workspace {
 		t.Errorf("cuBLAS workspace %v, fake saw %v: want the workspace taken from the allocator", d.workspace, f.workspace)
 	}
@@ -139,12 +142,21 @@ func TestFakeLifecycle(t *testing.T) {
 	if !bytes.Equal(h.Bytes(), bytes.ToUpper(want)) {
 		t.Error("CopyToHost after CopyToDevice differs")
 	}
-	if err := d.Kernels().Copy(device.Copy{Dst: b, Src: b.Slice(0, 9)}); err == nil {
-		// Overlapping ranges are the caller's error, not checked; the copy
-		// itself must reach the driver.
-		if err := d.Synchronize(); err != nil {
-			t.Fatal(err)
-		}
+	c, err := d.Alloc(b.Len())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Kernels().Copy(device.Copy{Dst: c, Src: b}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Download(got, c); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, bytes.ToUpper(want)) {
+		t.Error("Download after a device-to-device Copy differs")
+	}
+	if err := d.Free(c); err != nil {
+		t.Fatal(err)
 	}
 	if err := d.FreeStaging(h); err != nil {
 		t.Fatal(err)

@@ -24,12 +24,10 @@ import (
 type fakeAPI struct {
 	mu sync.Mutex
 
-	initErr     error
-	devices     int
-	cc          [2]int
-	blasErr     error
-	noWorkspace bool
-	allocFail   int // cuMemAlloc calls left before out of memory; <0 never
+	initErr error
+	devices int
+	cc      [2]int
+	blasErr error
 
 	mem, pinned *alloc.Host
 	sizes       map[alloc.Ptr]int64
@@ -42,7 +40,7 @@ type fakeAPI struct {
 	functions                map[cuFunction]string
 	launches                 []fakeLaunch
 	gemms                    []blasGemm
-	memAllocs, memFrees      int
+	memAllocs                int
 	// emu, when set, runs the launched kernels on the CPU.
 	emu         *emu.Lib
 	blasHandles int
@@ -57,7 +55,7 @@ type fakeLaunch struct {
 
 func newFakeAPI() *fakeAPI {
 	return &fakeAPI{
-		devices: 1, cc: [2]int{9, 0}, allocFail: -1,
+		devices: 1, cc: [2]int{9, 0},
 		mem: alloc.NewHost(1 << 30), pinned: alloc.NewHost(0),
 		sizes: map[alloc.Ptr]int64{}, pinnedSizes: map[alloc.Ptr]int64{},
 		streams: map[uintptr]bool{}, events: map[uintptr]bool{},
@@ -112,12 +110,6 @@ func (f *fakeAPI) MemGetInfo(cuContext) (int64, int64, error) {
 func (f *fakeAPI) MemAlloc(_ cuContext, n int64) (alloc.Ptr, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.allocFail == 0 {
-		return 0, newError("cuMemAlloc", 2, "")
-	}
-	if f.allocFail > 0 {
-		f.allocFail--
-	}
 	p, err := f.mem.Allocate(n)
 	if err != nil {
 		return 0, newError("cuMemAlloc", 2, "") // the host source's capacity is the GPU's memory
@@ -135,7 +127,6 @@ func (f *fakeAPI) MemFree(_ cuContext, p alloc.Ptr) error {
 		return newError("cuMemFree", 1, "")
 	}
 	delete(f.sizes, p)
-	f.memFrees++
 	return f.mem.Release(p, n)
 }
 
@@ -308,6 +299,8 @@ func (f *fakeAPI) BLASVersion() (int, error) {
 	return 120804, nil
 }
 
+func (f *fakeAPI) BLASLibrary() string { return "libcublas.so.fake" }
+
 func (f *fakeAPI) BLASCreate(cuContext) (blasHandle, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -325,9 +318,6 @@ func (f *fakeAPI) BLASDestroy(cuContext, blasHandle) error {
 func (f *fakeAPI) BLASSetStream(cuContext, blasHandle, cuStream) error { return nil }
 func (f *fakeAPI) BLASSetMathMode(cuContext, blasHandle, int) error    { return nil }
 func (f *fakeAPI) BLASSetWorkspace(_ cuContext, _ blasHandle, p alloc.Ptr, _ int64) (bool, error) {
-	if f.noWorkspace {
-		return false, nil
-	}
 	f.workspace = p
 	return true, nil
 }

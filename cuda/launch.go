@@ -99,7 +99,7 @@ func typ(dt device.DType) int {
 	return 0
 }
 
-// launch queues f on the compute stream.
+// launchFn queues f on the compute stream with args in its 8-byte slots.
 func (d *Device) launchFn(f cuFunction, grid, block [3]uint32, args ...uint64) error {
 	d.launchMu.Lock()
 	n := copy(d.args[:], args)
@@ -108,6 +108,7 @@ func (d *Device) launchFn(f cuFunction, grid, block [3]uint32, args ...uint64) e
 	return err
 }
 
+// launch queues kernel k's variant for dt.
 func (d *Device) launch(k kernel, dt device.DType, grid, block [3]uint32, args ...uint64) error {
 	return d.launchFn(d.fn[k][typ(dt)], grid, block, args...)
 }
