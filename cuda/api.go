@@ -51,6 +51,8 @@ type api interface {
 	MemcpyHtoDAsync(c cuContext, dst alloc.Ptr, src unsafe.Pointer, n int64, s cuStream) error
 	MemcpyDtoHAsync(c cuContext, dst unsafe.Pointer, src alloc.Ptr, n int64, s cuStream) error
 	MemcpyDtoDAsync(c cuContext, dst, src alloc.Ptr, n int64, s cuStream) error
+	// MemsetD32Async sets n 32-bit words at dst to v, in order on s.
+	MemsetD32Async(c cuContext, dst alloc.Ptr, v uint32, n int64, s cuStream) error
 
 	// StreamCreate makes a non-blocking stream (it does not synchronise
 	// with the legacy default stream).

@@ -42,6 +42,7 @@ typedef struct {
 	gcResult (*cuMemcpyHtoDAsync)(gcDevPtr, const void*, size_t, gcPtr);
 	gcResult (*cuMemcpyDtoHAsync)(void*, gcDevPtr, size_t, gcPtr);
 	gcResult (*cuMemcpyDtoDAsync)(gcDevPtr, gcDevPtr, size_t, gcPtr);
+	gcResult (*cuMemsetD32Async)(gcDevPtr, unsigned int, size_t, gcPtr);
 	gcResult (*cuStreamCreate)(gcPtr*, unsigned int);
 	gcResult (*cuStreamDestroy)(gcPtr);
 	gcResult (*cuStreamSynchronize)(gcPtr);
@@ -114,6 +115,7 @@ static const char* gc_load_driver(void* lib, gcDriver* d) {
 	GC_SYM(lib, d, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
 	GC_SYM(lib, d, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
 	GC_SYM(lib, d, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+	GC_SYM(lib, d, cuMemsetD32Async, "cuMemsetD32Async"); // no _v2: cuda.h maps only the synchronous memsets
 	GC_SYM(lib, d, cuStreamCreate, "cuStreamCreate");
 	GC_SYM(lib, d, cuStreamDestroy, "cuStreamDestroy_v2");
 	GC_SYM(lib, d, cuStreamSynchronize, "cuStreamSynchronize");
@@ -196,6 +198,10 @@ static gcResult gc_memcpy_dtoh(gcDriver* d, gcPtr ctx, void* dst, gcDevPtr src, 
 static gcResult gc_memcpy_dtod(gcDriver* d, gcPtr ctx, gcDevPtr dst, gcDevPtr src, size_t n, gcPtr s) {
 	GC_IN(d, ctx);
 	return d->cuMemcpyDtoDAsync(dst, src, n, s);
+}
+static gcResult gc_memset_d32(gcDriver* d, gcPtr ctx, gcDevPtr dst, unsigned int v, size_t n, gcPtr s) {
+	GC_IN(d, ctx);
+	return d->cuMemsetD32Async(dst, v, n, s);
 }
 static gcResult gc_stream_create(gcDriver* d, gcPtr ctx, gcPtr* s) {
 	GC_IN(d, ctx);
@@ -497,6 +503,10 @@ func (a *cgoAPI) MemcpyDtoHAsync(c cuContext, dst unsafe.Pointer, src alloc.Ptr,
 
 func (a *cgoAPI) MemcpyDtoDAsync(c cuContext, dst, src alloc.Ptr, n int64, s cuStream) error {
 	return a.check("cuMemcpyDtoDAsync", C.gc_memcpy_dtod(a.drv, ctxOf(c), C.gcDevPtr(dst), C.gcDevPtr(src), C.size_t(n), ptrOf(uintptr(s))))
+}
+
+func (a *cgoAPI) MemsetD32Async(c cuContext, dst alloc.Ptr, v uint32, n int64, s cuStream) error {
+	return a.check("cuMemsetD32Async", C.gc_memset_d32(a.drv, ctxOf(c), C.gcDevPtr(dst), C.uint(v), C.size_t(n), ptrOf(uintptr(s))))
 }
 
 func (a *cgoAPI) StreamCreate(c cuContext) (cuStream, error) {

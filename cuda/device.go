@@ -56,12 +56,16 @@ type Device struct {
 	checkID cuFunction
 	fillI32 cuFunction
 
-	// status is the word kernels raise index errors in (statusIndex*
-	// bits): pinned host memory mapped into the device at statusDev, so
-	// the host reads it after a synchronisation without a copy.
-	status    *uint32
-	statusMem unsafe.Pointer
-	statusDev alloc.Ptr
+	// statusDev is the word in device memory that kernels raise index
+	// errors in (status* bits, with a device-scope atomicOr). The host
+	// learns it at the synchronisation points: a 4-byte copy into
+	// statusHost, pinned, queued before the wait (see readStatus). Device
+	// memory rather than mapped host memory, because atomics from the GPU
+	// into host memory over PCIe are not something every platform offers.
+	statusDev    alloc.Ptr
+	statusHost   unsafe.Pointer
+	statusStream cuStream   // reads the word without waiting for the compute stream
+	statusMu     sync.Mutex // one status read at a time: they share statusHost
 
 	launchMu sync.Mutex // guards args
 	args     [32]uint64
@@ -179,13 +183,8 @@ func (d *Device) start(cc int) error {
 	}
 	d.compute = &stream{d: d, s: s, id: 0, compute: true}
 
-	if d.statusMem, err = a.MemHostAlloc(c, 4); err != nil {
-		return fmt.Errorf("allocating the status word: %w", err)
-	}
-	d.status = (*uint32)(d.statusMem)
-	atomic.StoreUint32(d.status, 0)
-	if d.statusDev, err = a.MemHostGetDevicePointer(c, d.statusMem); err != nil {
-		return fmt.Errorf("mapping the status word: %w", err)
+	if err := d.startStatus(); err != nil {
+		return err
 	}
 
 	if err := d.loadKernels(cc); err != nil {
@@ -257,10 +256,7 @@ func (d *Device) release() error {
 		keep(a.ModuleUnload(c, m))
 	}
 	d.modules = nil
-	if d.statusMem != nil {
-		keep(a.MemFreeHost(c, d.statusMem))
-		d.statusMem, d.status = nil, nil
-	}
+	keep(d.releaseStatus())
 	keep(d.events.drain(a, c))
 	if d.compute != nil {
 		keep(a.StreamDestroy(c, d.compute.s))
@@ -519,8 +515,7 @@ func (d *Device) Close() error {
 	var errs []error
 	if err := d.api.CtxSynchronize(d.ctx); err != nil {
 		errs = append(errs, err)
-	}
-	if err := d.report(false); err != nil {
+	} else if err := d.report(); err != nil {
 		errs = append(errs, err)
 	}
 	for _, s := range streams {
@@ -546,19 +541,88 @@ const (
 	statusSoftmaxCrossEntropy = 4
 )
 
-// report returns the index errors raised by kernels since the last report
-// as an error matching device.ErrIndex, clearing them when clear is set.
-// Call it after the compute stream's work completed.
-func (d *Device) report(clear bool) error {
-	if d.status == nil {
-		return nil
+// startStatus makes the status word, zeroed, and what reads it back.
+func (d *Device) startStatus() error {
+	a, c := d.api, d.ctx
+	var err error
+	if d.statusDev, err = a.MemAlloc(c, 4); err != nil {
+		return fmt.Errorf("allocating the status word: %w", err)
 	}
-	var bits uint32
-	if clear {
-		bits = atomic.SwapUint32(d.status, 0)
-	} else {
-		bits = atomic.LoadUint32(d.status)
+	if d.statusHost, err = a.MemHostAlloc(c, 4); err != nil {
+		return fmt.Errorf("allocating the status word's host copy: %w", err)
 	}
+	if d.statusStream, err = a.StreamCreate(c); err != nil {
+		return fmt.Errorf("creating the status stream: %w", err)
+	}
+	if err := a.MemsetD32Async(c, d.statusDev, 0, 1, d.compute.s); err != nil {
+		return fmt.Errorf("zeroing the status word: %w", err)
+	}
+	return a.StreamSynchronize(c, d.compute.s)
+}
+
+// releaseStatus frees what startStatus made, tolerating a partial start.
+func (d *Device) releaseStatus() error {
+	a, c := d.api, d.ctx
+	var errs []error
+	if d.statusStream != 0 {
+		errs = append(errs, a.StreamDestroy(c, d.statusStream))
+		d.statusStream = 0
+	}
+	if d.statusHost != nil {
+		errs = append(errs, a.MemFreeHost(c, d.statusHost))
+		d.statusHost = nil
+	}
+	if d.statusDev != 0 {
+		errs = append(errs, a.MemFree(c, d.statusDev))
+		d.statusDev = 0
+	}
+	return errors.Join(errs...)
+}
+
+// syncCompute waits for the compute stream's work and returns the index
+// errors its kernels raised since the last time, clearing them. The copy
+// of the status word and its reset are queued on the compute stream
+// itself, after the work being waited for and before any queued later:
+// a bit is reported exactly once, by the first synchronisation after the
+// kernel that raised it.
+func (d *Device) syncCompute() error {
+	a, c, s := d.api, d.ctx, d.compute.s
+	d.statusMu.Lock()
+	defer d.statusMu.Unlock()
+	if err := a.MemcpyDtoHAsync(c, d.statusHost, d.statusDev, 4, s); err != nil {
+		return err
+	}
+	if err := a.MemsetD32Async(c, d.statusDev, 0, 1, s); err != nil {
+		return err
+	}
+	if err := a.StreamSynchronize(c, s); err != nil {
+		return err
+	}
+	return d.indexError(atomic.LoadUint32((*uint32)(d.statusHost)))
+}
+
+// report returns the index errors raised so far without clearing them:
+// the compute stream's next synchronisation reports them again. It reads
+// the word on a stream of its own, so it waits for nothing queued on the
+// compute stream; call it once the work whose errors it should see has
+// completed (an event of the compute stream waited for, the context
+// synchronised).
+func (d *Device) report() error {
+	a, c := d.api, d.ctx
+	d.statusMu.Lock()
+	defer d.statusMu.Unlock()
+	if err := a.MemcpyDtoHAsync(c, d.statusHost, d.statusDev, 4, d.statusStream); err != nil {
+		return err
+	}
+	if err := a.StreamSynchronize(c, d.statusStream); err != nil {
+		return err
+	}
+	return d.indexError(atomic.LoadUint32((*uint32)(d.statusHost)))
+}
+
+// indexError names the kernels whose bits are set, as an error matching
+// device.ErrIndex; nil when none is.
+func (d *Device) indexError(bits uint32) error {
 	if bits == 0 {
 		return nil
 	}

@@ -2,11 +2,13 @@ package cuda
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/gocurrent/gocurrent/alloc"
@@ -265,28 +267,55 @@ func TestFakeSteadyState(t *testing.T) {
 func TestFakeStatusWord(t *testing.T) {
 	f := newFakeAPI()
 	d := openFake(t, f, Config{})
-	// A kernel met a bad class: what gc_softmax_xent does on the GPU.
-	atomic.StoreUint32(d.status, statusSoftmaxCrossEntropy)
+	// raise is what a kernel that met a bad id does on the GPU: an
+	// atomicOr into the word in device memory.
+	raise := func(bit uint32) {
+		b, err := f.devBytes(d.statusDev, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		binary.LittleEndian.PutUint32(b, binary.LittleEndian.Uint32(b)|bit)
+	}
+	raise(statusSoftmaxCrossEntropy)
 	ev, err := d.Stream().Record()
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.logStatus = true
 	if err := ev.Wait(); !errors.Is(err, device.ErrIndex) || !strings.Contains(err.Error(), "SoftmaxCrossEntropy") {
 		t.Errorf("Event.Wait = %v, want ErrIndex naming SoftmaxCrossEntropy", err)
 	}
+	// Event.Wait reads the word on its own stream (not waiting for the
+	// compute stream) and leaves it set.
+	want := []string{fmt.Sprintf("copy %d", d.statusStream), fmt.Sprintf("sync %d", d.statusStream)}
+	if !slices.Equal(f.statusLog, want) {
+		t.Errorf("Event.Wait did %q, want %q", f.statusLog, want)
+	}
+	f.statusLog = nil
 	if err := d.Synchronize(); !errors.Is(err, device.ErrIndex) {
 		t.Errorf("Synchronize = %v, want ErrIndex (Event.Wait does not clear it)", err)
+	}
+	// Synchronize queues the copy and the reset on the compute stream,
+	// after the work it waits for, then waits.
+	cs := d.compute.s
+	want = []string{fmt.Sprintf("copy %d", cs), fmt.Sprintf("zero %d", cs), fmt.Sprintf("sync %d", cs)}
+	if !slices.Equal(f.statusLog, want) {
+		t.Errorf("Synchronize did %q, want %q", f.statusLog, want)
 	}
 	if err := d.Synchronize(); err != nil {
 		t.Errorf("second Synchronize = %v, want nil: an error is reported once", err)
 	}
-	atomic.StoreUint32(d.status, statusEmbedding)
+	raise(statusEmbedding)
 	b, err := d.Alloc(4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Download(make([]byte, 4), b); !errors.Is(err, device.ErrIndex) {
-		t.Errorf("Download = %v, want ErrIndex", err)
+	if err := d.Download(make([]byte, 4), b); !errors.Is(err, device.ErrIndex) || !strings.Contains(err.Error(), "Embedding: a token id") {
+		t.Errorf("Download = %v, want ErrIndex naming Embedding", err)
+	}
+	raise(statusEmbeddingGrad)
+	if err := d.Close(); !errors.Is(err, device.ErrIndex) {
+		t.Errorf("Close with an unreported index error = %v, want ErrIndex", err)
 	}
 }
 

@@ -55,9 +55,13 @@
 // cuStreamWaitEvent, so neither the host nor the compute stream blocks
 // for a batch still in flight). No kernel synchronises. Errors found while
 // kernels run (a token id or class out of range) set a bit in a status
-// word in mapped host memory; Synchronize, Download and Event.Wait read it
-// and report device.ErrIndex. Every failed driver or cuBLAS call is an
-// *Error with the function, the code and its name.
+// word in device memory (a device-scope atomicOr, which every GPU
+// supports; atomics into host memory over PCIe are not a given).
+// Synchronize and Download queue a 4-byte copy of it and its reset on the
+// compute stream before they wait, and Event.Wait reads it on a stream
+// of its own once the event completed; all three report device.ErrIndex.
+// Every failed driver or cuBLAS call is an *Error with the function, the
+// code and its name.
 //
 // # Kernels
 //

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"regexp"
@@ -45,6 +46,11 @@ type fakeAPI struct {
 	emu         *emu.Lib
 	blasHandles int
 	workspace   alloc.Ptr
+	// logStatus makes the calls that read and reset the status word (a
+	// 4-byte copy to the host, a one-word memset) and stream
+	// synchronisations append to statusLog, with their stream.
+	logStatus bool
+	statusLog []string
 }
 
 type fakeLaunch struct {
@@ -178,7 +184,18 @@ func (f *fakeAPI) MemcpyHtoDAsync(_ cuContext, dst alloc.Ptr, src unsafe.Pointer
 	return err
 }
 
-func (f *fakeAPI) MemcpyDtoHAsync(_ cuContext, dst unsafe.Pointer, src alloc.Ptr, n int64, _ cuStream) error {
+func (f *fakeAPI) log(op string, s cuStream) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.logStatus {
+		f.statusLog = append(f.statusLog, fmt.Sprintf("%s %d", op, s))
+	}
+}
+
+func (f *fakeAPI) MemcpyDtoHAsync(_ cuContext, dst unsafe.Pointer, src alloc.Ptr, n int64, s cuStream) error {
+	if n == 4 {
+		f.log("copy", s)
+	}
 	b, err := f.devBytes(src, n)
 	if err == nil {
 		copy(unsafe.Slice((*byte)(dst), n), b)
@@ -196,6 +213,18 @@ func (f *fakeAPI) MemcpyDtoDAsync(_ cuContext, dst, src alloc.Ptr, n int64, _ cu
 		copy(d, s)
 	}
 	return err
+}
+
+func (f *fakeAPI) MemsetD32Async(_ cuContext, dst alloc.Ptr, v uint32, n int64, s cuStream) error {
+	f.log("zero", s)
+	b, err := f.devBytes(dst, 4*n)
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		binary.LittleEndian.PutUint32(b[4*i:], v)
+	}
+	return nil
 }
 
 func (f *fakeAPI) StreamCreate(cuContext) (cuStream, error) {
@@ -216,7 +245,11 @@ func (f *fakeAPI) StreamDestroy(_ cuContext, s cuStream) error {
 	return nil
 }
 
-func (f *fakeAPI) StreamSynchronize(cuContext, cuStream) error        { return nil }
+func (f *fakeAPI) StreamSynchronize(_ cuContext, s cuStream) error {
+	f.log("sync", s)
+	return nil
+}
+
 func (f *fakeAPI) StreamWaitEvent(cuContext, cuStream, cuEvent) error { return nil }
 
 func (f *fakeAPI) EventCreate(cuContext, bool) (cuEvent, error) {

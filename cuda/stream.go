@@ -100,13 +100,10 @@ func (s *stream) Synchronize() error {
 	if s.isClosed() {
 		return s.closedErr("Synchronize")
 	}
-	if err := s.d.api.StreamSynchronize(s.d.ctx, s.s); err != nil {
-		return err
-	}
 	if s.compute {
-		return s.d.report(true)
+		return s.d.syncCompute()
 	}
-	return nil
+	return s.d.api.StreamSynchronize(s.d.ctx, s.s)
 }
 
 // Close waits for the stream's work and destroys it.
@@ -164,7 +161,7 @@ func (e *event) Wait() error {
 		return err
 	}
 	if e.s.compute {
-		return d.report(false)
+		return d.report()
 	}
 	return nil
 }
