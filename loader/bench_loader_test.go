@@ -37,10 +37,10 @@ func writeCorpus(b *testing.B, dir string, mb int) string {
 }
 
 // BenchmarkLoad measures tokens per second from a file on disk to device
-// batches on the CPU device (char-RNN shapes: batch 32, sequence 64), the
+// batches on the test device (the CPU unless GOCURRENT_TEST_DEVICE names another) (char-RNN shapes: batch 32, sequence 64), the
 // consumer doing nothing but take the batches.
 func BenchmarkLoad(b *testing.B) {
-	d := openCPU(b)
+	d := openDevice(b)
 	path := writeCorpus(b, b.TempDir(), 8)
 	c, err := loader.Open(path)
 	must(b, err)
@@ -71,7 +71,7 @@ func BenchmarkLoad(b *testing.B) {
 func BenchmarkPeakRSS(b *testing.B) {
 	for _, mb := range []int{30, 300} {
 		b.Run(strconv.Itoa(mb)+"MB", func(b *testing.B) {
-			d := openCPU(b)
+			d := openDevice(b)
 			path := writeCorpus(b, b.TempDir(), mb)
 			for b.Loop() {
 				c, err := loader.Open(path)

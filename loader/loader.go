@@ -131,6 +131,18 @@ func New(d device.Device, text *Text, cfg Config) (*Loader, error) {
 		s.ready = make(chan result, 1)
 		l.slots = append(l.slots, s)
 	}
+	// The device batches come from the compute stream's memory, and their
+	// blocks may have been freed by kernels still queued there: the first
+	// copy into each slot waits for the compute stream as the later ones
+	// wait for the batch's release.
+	created, err := d.Stream().Record()
+	if err != nil {
+		l.free()
+		return nil, fmt.Errorf("loader: staging ring: %w", err)
+	}
+	for i := range l.slots {
+		l.slots[i].released = created
+	}
 	return l, nil
 }
 

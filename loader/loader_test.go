@@ -14,6 +14,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/cpu"
+	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/loader"
 )
 
@@ -24,12 +25,11 @@ func must(t testing.TB, err error) {
 	}
 }
 
-func openCPU(t testing.TB) *cpu.Device {
+// openDevice opens the device the tests run on (GOCURRENT_TEST_DEVICE,
+// the CPU by default) and closes it when the test ends.
+func openDevice(t testing.TB) device.Device {
 	t.Helper()
-	d, err := cpu.Open(cpu.Config{})
-	must(t, err)
-	t.Cleanup(func() { d.Close() })
-	return d
+	return testdevice.Open(t)
 }
 
 // randomText is n characters from an alphabet with multi-byte runes.
@@ -102,7 +102,7 @@ func collect(t testing.TB, d device.Device, l *loader.Loader, pos loader.Positio
 // targets shifted by one, micro-batch j holding streams j·batch..,
 // the tail dropped, Reset at the first window of each epoch.
 func TestStreamBatches(t *testing.T) {
-	d := openCPU(t)
+	d := openDevice(t)
 	s := randomText(1, 1000)
 	ref := tokens(s)
 	for _, c := range []struct{ batch, seq, accum int }{{3, 5, 2}, {1, 1, 1}, {4, 7, 1}, {2, 3, 5}} {
@@ -141,7 +141,7 @@ func TestStreamBatches(t *testing.T) {
 // of a step hold, in order, the rows of the one batch of -batch 6 -accum 1
 // (the contract that makes both compute the same update).
 func TestAccumulationGroups(t *testing.T) {
-	d := openCPU(t)
+	d := openDevice(t)
 	s := randomText(2, 700)
 	split := collect(t, d, newLoader(t, d, tokenize(t, s), loader.Config{Batch: 2, Seq: 4, Accum: 3, Epochs: 1}), loader.Position{}, 0)
 	whole := collect(t, d, newLoader(t, d, tokenize(t, s), loader.Config{Batch: 6, Seq: 4, Epochs: 1}), loader.Position{}, 0)
@@ -166,7 +166,7 @@ func TestAccumulationGroups(t *testing.T) {
 // exactly the rest of an uninterrupted run, across epoch boundaries, in
 // both modes; a split's validation part is the end of the text.
 func TestResume(t *testing.T) {
-	d := openCPU(t)
+	d := openDevice(t)
 	s := randomText(3, 900)
 	train, val, err := tokenize(t, s).Split(0.1)
 	must(t, err)
@@ -206,7 +206,7 @@ func TestResume(t *testing.T) {
 // exactly once (the starts are a multiple of the batch here, so none is
 // dropped), in an order drawn from the seed and the epoch.
 func TestWindowsShuffle(t *testing.T) {
-	d := openCPU(t)
+	d := openDevice(t)
 	const seq, stride, batch = 4, 3, 4
 	// 99 windows would not divide; N = 3·(96-1)+4+1 gives 96 starts.
 	s := randomText(4, stride*(96-1)+seq+1)
@@ -264,7 +264,7 @@ func TestWindowsShuffle(t *testing.T) {
 // results are right only if the compute stream waits for the loader's copy
 // and the loader waits for the compute stream before reusing the memory.
 func TestComputeStreamOrdering(t *testing.T) {
-	d := openCPU(t)
+	d := openDevice(t)
 	s := randomText(5, 5000)
 	l := newLoader(t, d, tokenize(t, s), loader.Config{Batch: 4, Seq: 16, Epochs: 1, Prefetch: 1})
 	want := collect(t, d, l, loader.Position{}, 0)
@@ -291,7 +291,7 @@ func TestComputeStreamOrdering(t *testing.T) {
 }
 
 func TestStats(t *testing.T) {
-	d := openCPU(t)
+	d := openDevice(t)
 	l := newLoader(t, d, tokenize(t, randomText(6, 2000)), loader.Config{Batch: 4, Seq: 8, Prefetch: 2, Epochs: 1})
 	all := collect(t, d, l, loader.Position{}, 0)
 	st := l.Stats()
@@ -305,7 +305,7 @@ func TestStats(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	d := openCPU(t)
+	d := openDevice(t)
 	short := tokenize(t, "abcdefghij") // 10 tokens
 	for _, c := range []struct {
 		name string
@@ -349,7 +349,7 @@ func goroutines(t *testing.T, want int) {
 // context's error, Close ends it with ErrClosed, breaking out ends it
 // quietly; none leaves a goroutine behind.
 func TestCancelAndClose(t *testing.T) {
-	d := openCPU(t)
+	d := openDevice(t)
 	text := tokenize(t, randomText(7, 3000))
 	l := newLoader(t, d, text, loader.Config{Batch: 2, Seq: 4, Workers: 3})
 	before := runtime.NumGoroutine() // the device's and the loader's copy stream included
@@ -445,7 +445,7 @@ func FuzzBatches(f *testing.F) {
 	f.Add([]byte("hello, world; hello again"), uint8(2), uint8(3), uint8(1), uint8(0))
 	f.Add([]byte("日本語のテキスト→ and ascii"), uint8(1), uint8(1), uint8(3), uint8(2))
 	f.Add([]byte("ab"), uint8(1), uint8(1), uint8(1), uint8(1))
-	d := openCPU(f)
+	d := openDevice(f)
 	f.Fuzz(func(t *testing.T, data []byte, batch, seq, accum, stride uint8) {
 		text, err := loader.Tokenize(context.Background(), loader.NewCorpus(strings.NewReader(string(data)), int64(len(data)), "fuzz"), loader.TokenizeConfig{})
 		if err != nil {
