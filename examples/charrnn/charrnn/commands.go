@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/train"
 )
@@ -301,13 +302,20 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 		return res, err
 	}
 	res.SampleTokensPerSecond = float64(f.N) / t1.Sub(t0).Seconds()
+	// What the GEMMs ran in: TF32 only on a GPU opened with it (the CPU
+	// device's float32 GEMMs are IEEE float32), printed beside the PyTorch
+	// script's settings so a comparison says what it compares.
+	tf32, where := false, d.Name()
+	if g, ok := d.(*cuda.Device); ok {
+		tf32, where = g.Info().TF32, d.Name()+" ("+g.Info().Name+")"
+	}
 	p := &printer{w: env.Stdout, json: f.JSON}
-	p.emit(map[string]any{"event": "bench", "impl": "gocurrent", "device": d.Name(), "cell": f.Cell, "hidden": f.Hidden,
-		"layers": f.Layers, "batch": f.Batch, "seq": f.Seq,
+	p.emit(map[string]any{"event": "bench", "impl": "gocurrent", "device": d.Name(), "device_name": where, "cell": f.Cell,
+		"hidden": f.Hidden, "layers": f.Layers, "batch": f.Batch, "seq": f.Seq, "tf32": tf32,
 		"train_tokens_per_s": res.TrainTokensPerSecond, "sample_tokens_per_s": res.SampleTokensPerSecond,
 		"segment_allocs": res.SegmentAllocs, "data_wait": res.DataWait},
-		fmt.Sprintf("%s %dx%d batch %d seq %d on %s: train_tokens_per_s %.0f  sample_tokens_per_s %.0f  segment_allocs %d  data_wait %.1f%%\n",
-			f.Cell, f.Layers, f.Hidden, f.Batch, f.Seq, d.Name(), res.TrainTokensPerSecond, res.SampleTokensPerSecond,
+		fmt.Sprintf("%s %dx%d batch %d seq %d on %s, TF32 %v: train_tokens_per_s %.0f  sample_tokens_per_s %.0f  segment_allocs %d  data_wait %.1f%%\n",
+			f.Cell, f.Layers, f.Hidden, f.Batch, f.Seq, where, tf32, res.TrainTokensPerSecond, res.SampleTokensPerSecond,
 			res.SegmentAllocs, 100*res.DataWait))
 	if f.MemStats {
 		printMemStats(p, d)
