@@ -74,13 +74,17 @@
 // JIT-compiles the newest PTX the GPU supports at Open.
 //
 // The kernels' logic is tested on machines without a GPU twice over, on
-// the CPU: TestEmulatedConformance compiles the sources with g++ against
-// a fiber-based emulation header (cuda/internal/emu) and runs the whole
-// conformance suite through the device's real launch code over a
-// simulated driver; TestKernelsEmulated (cuda/kernels/emu, threads and
-// barriers) checks each kernel on its edge cases: strides past the grid,
-// every aliasing the ABI allows, NULL optional buffers, bad ids, NaNs,
-// determinism. Only a GPU run shows what the driver, the JIT and cuBLAS do.
+// the CPU: TestEmulatedConformance runs the whole conformance suite on
+// the device opened over an emulated driver and cuBLAS (internal/cudaemu:
+// a shared library built with g++ that exports the entry points this
+// package resolves and runs the real kernel sources on fibers), so
+// through the real cgo bindings and launch code; TestKernelsEmulated
+// (cuda/kernels/emu, threads and barriers) checks each kernel on its edge
+// cases: strides past the grid, every aliasing the ABI allows, NULL
+// optional buffers, bad ids, NaNs, determinism. Only a GPU run shows what
+// the real driver, the JIT and cuBLAS do, and whether streams are
+// synchronised where they must be (the emulator runs everything at
+// enqueue).
 //
 // Gemm is cuBLAS (Sgemm, Dgemm, and their strided-batched forms), row-major
 // mapped to column-major by swapping the operands. Config.TF32 lets

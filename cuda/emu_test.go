@@ -4,40 +4,231 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
-	"github.com/gocurrent/gocurrent/cuda/internal/emu"
+	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/devicetest"
+	"github.com/gocurrent/gocurrent/internal/cudaemu"
 )
 
-// TestEmulatedConformance runs the conformance suite on the device over
-// the simulated driver with the kernels emulated on the CPU: the real
-// kernel sources (compiled with g++ by package emu), the real launch code
-// and argument packing, the allocators, copies and the status word. Only
-// what the driver and cuBLAS do themselves is simulated. It skips where
-// g++ is missing. On a GPU, TestConformance runs the same suite for real.
-func TestEmulatedConformance(t *testing.T) {
-	lib, err := emu.Build("kernels", t.TempDir())
-	if errors.Is(err, exec.ErrNotFound) {
-		t.Skipf("no g++ to build the kernel emulator: %v", err)
+// openEmulated opens the device over the emulated driver and cuBLAS
+// (internal/cudaemu: the real kernel sources compiled with g++ for the
+// CPU behind a CPU implementation of the driver API and cuBLAS), through
+// the real cgo bindings, and closes it when the test ends. It skips where
+// the emulator cannot be built (no g++) or loaded (no cgo).
+func openEmulated(t testing.TB, cfg Config) *Device {
+	t.Helper()
+	lib, err := cudaemu.Cached()
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, errors.ErrUnsupported) {
+		t.Skipf("no CUDA emulator: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	devicetest.Run(t, func(t testing.TB) device.Device {
-		f := newFakeAPI()
-		f.emu = lib
-		d, err := open(f, Config{})
+	cfg.DriverLibrary, cfg.BLASLibrary = lib.Path(), lib.Path()
+	d, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("Open over the emulated driver: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// TestEmulatedConformance runs the conformance suite on the device opened
+// with Open over the emulated driver: the real cgo bindings (dlopen, the
+// _v2 entry points, the C wrappers, cuLaunchKernel's parameter packing,
+// the cuBLAS calls), the real kernel sources, the launch code, the
+// allocators, copies and the status word. Only what the driver and cuBLAS
+// do themselves is emulated. On a GPU, TestConformance runs the same
+// suite for real.
+func TestEmulatedConformance(t *testing.T) {
+	openEmulated(t, Config{}).Close() // skip the whole suite, once, where there is no emulator
+	devicetest.Run(t, func(t testing.TB) device.Device { return openEmulated(t, Config{}) })
+}
+
+// TestEmulatedDriver checks what the emulated driver adds to the
+// conformance suite's view: that it says it is an emulator, its memory
+// limit, its bounds checks, and TF32.
+func TestEmulatedDriver(t *testing.T) {
+	t.Run("Info", func(t *testing.T) {
+		t.Setenv("GOCURRENT_EMU_MEMORY", "") // the default capacity
+		info := openEmulated(t, Config{}).Info()
+		want := Info{
+			Name: "gocurrent CUDA emulator (CPU)", ComputeCapability: [2]int{9, 0}, Multiprocessors: 132,
+			TotalMemory: 4 << 30, DriverVersion: 13000, BLASVersion: 130000, BLASLibrary: info.BLASLibrary,
+			PTX: "compute_90",
+		}
+		if info != want {
+			t.Errorf("Info() = %+v, want %+v", info, want)
+		}
+	})
+	t.Run("OutOfMemory", func(t *testing.T) {
+		t.Setenv("GOCURRENT_EMU_MEMORY", fmt.Sprint(256<<20))
+		d := openEmulated(t, Config{})
+		if got := d.Info().TotalMemory; got != 256<<20 {
+			t.Errorf("TotalMemory = %d, want %d from GOCURRENT_EMU_MEMORY", got, 256<<20)
+		}
+		_, err := d.Alloc(240 << 20) // with the 32 MiB cuBLAS workspace, past the capacity
+		var oom *alloc.OutOfMemoryError
+		if !errors.Is(err, alloc.ErrOutOfMemory) || !errors.As(err, &oom) {
+			t.Fatalf("Alloc past the capacity = %v, want an *alloc.OutOfMemoryError", err)
+		}
+		b, err := d.Alloc(200 << 20)
+		if err != nil {
+			t.Fatalf("Alloc within the capacity: %v", err)
+		}
+		if err := d.Free(b); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("Bounds", func(t *testing.T) {
+		d := openEmulated(t, Config{})
+		a, c := d.api, d.ctx
+		const n = 4096
+		p, err := a.MemAlloc(c, n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return d
+		defer a.MemFree(c, p)
+		// cuMemAlloc does not zero memory; the emulator's is NaN bytes.
+		host := make([]byte, 64)
+		if err := a.MemcpyDtoHAsync(c, unsafe.Pointer(&host[0]), p, 64, 0); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(host, bytes.Repeat([]byte{0xff}, 64)) {
+			t.Errorf("new device memory = % x, want 0xff bytes", host[:8])
+		}
+		var e *Error
+		for name, err := range map[string]error{
+			"HtoD past the end":     a.MemcpyHtoDAsync(c, p+n-16, unsafe.Pointer(&host[0]), 64, 0),
+			"DtoH before the start": a.MemcpyDtoHAsync(c, unsafe.Pointer(&host[0]), p-16, 64, 0),
+			"DtoD past the end":     a.MemcpyDtoDAsync(c, p, p+64, n, 0),
+			"memset past the end":   a.MemsetD32Async(c, p, 0, n/4+1, 0),
+			"free inside":           a.MemFree(c, p+64),
+		} {
+			if !errors.As(err, &e) || e.Name != "CUDA_ERROR_INVALID_VALUE" {
+				t.Errorf("%s = %v, want CUDA_ERROR_INVALID_VALUE", name, err)
+			}
+		}
+		d.blasMu.Lock()
+		err = a.BLASGemm(c, d.blas, blasGemm{M: 16, N: 16, K: 16, Alpha: 1, A: p, B: p, C: p + n - 512, LdA: 16, LdB: 16, LdC: 16})
+		d.blasMu.Unlock()
+		if !errors.As(err, &e) || e.Name != "CUBLAS_STATUS_INVALID_VALUE" {
+			t.Errorf("cublasSgemm writing past the end = %v, want CUBLAS_STATUS_INVALID_VALUE", err)
+		}
 	})
+	t.Run("Handles", func(t *testing.T) {
+		d := openEmulated(t, Config{})
+		a, c := d.api, d.ctx
+		want := func(what string, err error, name string) {
+			t.Helper()
+			var e *Error
+			if !errors.As(err, &e) || e.Name != name {
+				t.Errorf("%s = %v, want %s", what, err, name)
+			}
+		}
+		start, err := a.EventCreate(c, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		untimed, err := a.EventCreate(c, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = a.EventElapsed(c, start, start)
+		want("cuEventElapsedTime before cuEventRecord", err, "CUDA_ERROR_INVALID_HANDLE")
+		for _, e := range []cuEvent{start, untimed} {
+			if err := a.EventRecord(c, e, d.compute.s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ms, err := a.EventElapsed(c, start, start); err != nil || ms != 0 {
+			t.Errorf("cuEventElapsedTime from an event to itself = %v, %v; want 0", ms, err)
+		}
+		_, err = a.EventElapsed(c, start, untimed)
+		want("cuEventElapsedTime of an event without timing", err, "CUDA_ERROR_INVALID_HANDLE")
+		for _, e := range []cuEvent{start, untimed} {
+			if err := a.EventDestroy(c, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want("cuEventDestroy twice", a.EventDestroy(c, start), "CUDA_ERROR_INVALID_HANDLE")
+		want("cuStreamDestroy of no stream", a.StreamDestroy(c, cuStream(start)), "CUDA_ERROR_INVALID_HANDLE")
+
+		_, err = a.ModuleLoadData(c, []byte("not PTX\x00"))
+		want("cuModuleLoadDataEx of no PTX", err, "CUDA_ERROR_INVALID_PTX")
+		if err == nil || !strings.Contains(err.Error(), ".entry") {
+			t.Errorf("cuModuleLoadDataEx of no PTX = %v, want the JIT log to say why", err)
+		}
+		m, err := a.ModuleLoadData(c, []byte(".visible .entry gc_fill_f32(\n.visible .entry gc_not_emulated(\x00"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.ModuleUnload(c, m)
+		if _, err := a.ModuleGetFunction(c, m, "gc_fill_f32"); err != nil {
+			t.Errorf("cuModuleGetFunction of a declared, emulated kernel: %v", err)
+		}
+		for _, name := range []string{"gc_not_emulated", "gc_fill_f64"} {
+			_, err := a.ModuleGetFunction(c, m, name)
+			want("cuModuleGetFunction "+name, err, "CUDA_ERROR_NOT_FOUND")
+		}
+	})
+	t.Run("TF32", func(t *testing.T) {
+		// Products of one term each (K = 1): in FP32 each is the float32
+		// rounding of a·b; in TF32 the inputs are first rounded to 10
+		// mantissa bits, which changes a product by up to about 2·2⁻¹¹
+		// ≈ 1e-3 relative.
+		const m, n = 16, 16
+		rng := rand.New(rand.NewPCG(3, 4))
+		av, bv := randSlice(rng, device.Float32, m), randSlice(rng, device.Float32, n)
+		for _, tf32 := range []bool{false, true} {
+			d := openEmulated(t, Config{TF32: tf32})
+			g := device.Gemm{DType: device.Float32, M: m, N: n, K: 1, Alpha: 1,
+				A: upload(t, d, device.Float32, av), B: upload(t, d, device.Float32, bv),
+				C: upload(t, d, device.Float32, make([]float64, m*n))}
+			if err := d.Kernels().Gemm(g); err != nil {
+				t.Fatal(err)
+			}
+			got := download(t, d, device.Float32, g.C, m*n)
+			var maxRel float64
+			for i := range m {
+				for j := range n {
+					a, b := float32(av[i]), float32(bv[j])
+					if tf32 {
+						a, b = roundTF32(a), roundTF32(b)
+					}
+					if want := float64(a * b); got[i*n+j] != want {
+						t.Fatalf("TF32 %v: C[%d,%d] = %v, want %v", tf32, i, j, got[i*n+j], want)
+					}
+					exact := av[i] * bv[j]
+					maxRel = max(maxRel, math.Abs(got[i*n+j]-exact)/math.Abs(exact))
+				}
+			}
+			if limit := 0x1p-24; !tf32 && maxRel > limit {
+				t.Errorf("FP32: largest relative error %.2g, want at most 2⁻²⁴ ≈ %.2g", maxRel, limit)
+			}
+			if tf32 && (maxRel < 1e-4 || maxRel > 0x1p-10) {
+				t.Errorf("TF32: largest relative change %.2g, want between 1e-4 and 2⁻¹⁰ ≈ %.2g", maxRel, 0x1p-10)
+			}
+			t.Logf("TF32 %v: largest relative difference from the exact products %.2g", tf32, maxRel)
+		}
+	})
+}
+
+// roundTF32 rounds x to TF32's 10 mantissa bits, to nearest even.
+func roundTF32(x float32) float32 {
+	u := math.Float32bits(x)
+	u += 0xfff + (u>>13)&1
+	return math.Float32frombits(u &^ 0x1fff)
 }
 
 // TestKernelsEmulated compiles the CUDA C kernels in kernels/ with g++

@@ -10,18 +10,18 @@ import (
 	"unsafe"
 
 	"github.com/gocurrent/gocurrent/alloc"
-	"github.com/gocurrent/gocurrent/cuda/internal/emu"
 )
 
 // fakeAPI is a simulated driver for testing the device's own logic on a
 // machine without a GPU: Open's checks, memory through the allocators,
 // copies, streams, events, the status word, launch shapes, GEMM's
-// row-major mapping, and that Close gives back everything. Device memory
-// is host memory (alloc.Host), so copies really copy; launches are
-// recorded, and run on the CPU when an emulator is set (emu, the real
-// kernel sources compiled with g++); cuBLAS GEMMs are computed by a naive
-// column-major loop, which is what checks the operand swap in Gemm. It is
-// a test double only: the shipped path is api_cgo.go.
+// row-major mapping, and that Close gives back everything, counting calls
+// and injecting errors. Device memory is host memory (alloc.Host), so
+// copies really copy; launches are recorded, not run (TestEmulatedDriver
+// and TestEmulatedConformance run the kernels, over the emulated driver of
+// internal/cudaemu); cuBLAS GEMMs are computed by a naive column-major
+// loop, which is what checks the operand swap in Gemm. It is a test
+// double only: the shipped path is api_cgo.go.
 type fakeAPI struct {
 	mu sync.Mutex
 
@@ -42,10 +42,8 @@ type fakeAPI struct {
 	launches                 []fakeLaunch
 	gemms                    []blasGemm
 	memAllocs                int
-	// emu, when set, runs the launched kernels on the CPU.
-	emu         *emu.Lib
-	blasHandles int
-	workspace   alloc.Ptr
+	blasHandles              int
+	workspace                alloc.Ptr
 	// logStatus makes the calls that read and reset the status word (a
 	// 4-byte copy to the host, a one-word memset) and stream
 	// synchronisations append to statusLog, with their stream.
@@ -319,9 +317,6 @@ func (f *fakeAPI) Launch(_ cuContext, fn cuFunction, grid, block [3]uint32, _ ui
 		return newError("cuLaunchKernel", 400, "")
 	}
 	f.launches = append(f.launches, fakeLaunch{name: name, grid: grid, block: block, args: append([]uint64(nil), args...)})
-	if f.emu != nil {
-		return f.emu.Launch(name, grid, block, args)
-	}
 	return nil
 }
 

@@ -1,0 +1,104 @@
+//go:build cgo
+
+package cudaemu
+
+import (
+	"errors"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"unsafe"
+)
+
+// lib returns the cached emulator or skips where it cannot be built or
+// loaded.
+func lib(t *testing.T) *Lib {
+	t.Helper()
+	l, err := Cached()
+	if errors.Is(err, exec.ErrNotFound) {
+		t.Skipf("no CUDA emulator: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestCached(t *testing.T) {
+	l := lib(t)
+	if !filepath.IsAbs(l.Path()) || filepath.Base(l.Path()) != "libgcemu.so" {
+		t.Errorf("Path() = %q, want an absolute path to libgcemu.so", l.Path())
+	}
+	if _, err := os.Stat(l.Path()); err != nil {
+		t.Error(err)
+	}
+	if again, err := Cached(); again != l || err != nil {
+		t.Errorf("second Cached() = %p, %v; want the first, %p", again, err, l)
+	}
+}
+
+// TestLaunch runs a kernel directly, without the emulated driver.
+func TestLaunch(t *testing.T) {
+	l := lib(t)
+	x := make([]float32, 100)
+	args := []uint64{uint64(uintptr(unsafe.Pointer(&x[0]))), uint64(len(x)) - 1, math.Float64bits(1.5)}
+	if err := l.Launch("gc_fill_f32", [3]uint32{3, 1, 1}, [3]uint32{32, 1, 1}, args); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range x {
+		if want := float32(1.5); i == len(x)-1 {
+			want = 0
+			if v != want {
+				t.Errorf("x[%d] = %v past n, want %v untouched", i, v, want)
+			}
+		} else if v != want {
+			t.Errorf("x[%d] = %v, want %v", i, v, want)
+		}
+	}
+	if err := l.Launch("gc_nonexistent", [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, nil); err == nil {
+		t.Error("launching an unknown kernel succeeded")
+	}
+	if err := l.Launch("gc_fill_f32", [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, args[:2]); err == nil {
+		t.Error("launching with too few arguments succeeded")
+	}
+}
+
+// TestCacheKey checks that the cache key covers every source: a change to
+// any file that goes into the library is a new build.
+func TestCacheKey(t *testing.T) {
+	gxx, err := compiler()
+	if err != nil {
+		t.Skip(err)
+	}
+	dir, kernels := t.TempDir(), t.TempDir()
+	files := []string{
+		filepath.Join(dir, "emu.cc.in"), filepath.Join(dir, "driver.cc.in"),
+		filepath.Join(kernels, "a.cu"), filepath.Join(kernels, "common.cuh"),
+	}
+	for _, f := range files {
+		if err := os.WriteFile(f, []byte("// "+f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base, err := cacheKey(gxx, dir, kernels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := cacheKey(gxx, dir, kernels); again != base {
+		t.Errorf("cacheKey changed between two calls: %s, %s", base, again)
+	}
+	for _, f := range files {
+		old, _ := os.ReadFile(f)
+		if err := os.WriteFile(f, append(old, ' '), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if k, _ := cacheKey(gxx, dir, kernels); k == base {
+			t.Errorf("cacheKey did not change with %s", filepath.Base(f))
+		}
+		if err := os.WriteFile(f, old, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,49 @@
+// Package cudaemu is a CUDA GPU emulated on the CPU, for gocurrent's tests
+// on machines without one: a shared library that exports the CUDA driver
+// API and cuBLAS entry points package cuda loads (the same names, the _v2
+// ones included, and the same C prototypes), with the real kernels of
+// cuda/kernels compiled for the CPU behind cuLaunchKernel. Opening the CUDA
+// device over it,
+//
+//	lib, err := cudaemu.Cached()
+//	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, errors.ErrUnsupported) {
+//		t.Skip(err) // no g++, or a CGO_ENABLED=0 build
+//	}
+//	d, err := cuda.Open(cuda.Config{DriverLibrary: lib.Path(), BLASLibrary: lib.Path()})
+//
+// runs the whole real device, cgo bindings included, with only the driver
+// and cuBLAS themselves emulated. It is a test tool, never the shipped
+// path. From a shell, `go run ./internal/cudaemu/cmd/cudaemu` prints the
+// library's path for GOCURRENT_CUDA_DRIVER and GOCURRENT_CUBLAS.
+//
+// # The emulated GPU
+//
+// The kernels (emu.cc.in, emu.h.in) run on the calling thread: the blocks
+// one after another, the threads of a block as fibers switched at every
+// __syncthreads and warp shuffle, so barriers and shuffles behave as on a
+// GPU for kernels whose barriers are block-uniform and shuffles
+// warp-uniform. The driver and cuBLAS (driver.cc.in) are one device named
+// "gocurrent CUDA emulator (CPU)" (so a test can tell it from a GPU), of
+// compute capability 9.0, whose memory is host memory with a capacity of
+// GOCURRENT_EMU_MEMORY bytes (read at each cuInit; 4 GiB by default).
+// Everything runs under one lock when it is enqueued, so it is slow, safe
+// for concurrent use, and blind to a missing wait between streams (only a
+// GPU shows those). What it does check is what a GPU would show later,
+// or not at all: new
+// device memory is NaN bytes (cuMemAlloc does not zero), copies, memsets
+// and GEMM operands must lie inside live allocations, calls need a current
+// context, and float32 GEMMs round in float32 (and to TF32 inputs in
+// CUBLAS_TF32_TENSOR_OP_MATH) rather than agreeing with a CPU to the bit.
+// Failures are the driver's CUresult and cuBLAS's status codes.
+//
+// # Building
+//
+// Build compiles the library with g++ into a directory of the caller's;
+// Cached builds it once per process, into the user's cache directory
+// under a name that is the SHA-256 of its sources and of g++'s version, so
+// test binaries share one build until a source changes. Both find the
+// sources next to this package's own, and so need the source tree the
+// binary was built from (not -trimpath). Without g++ they return an error
+// matching exec.ErrNotFound; in a CGO_ENABLED=0 build, which cannot load
+// the library, one matching errors.ErrUnsupported.
+package cudaemu
