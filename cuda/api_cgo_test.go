@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"unsafe"
 
@@ -15,11 +16,12 @@ import (
 // must come back as an *Error, never a crash, and its arguments must pass
 // cgo's pointer checks (the launch arguments live in a struct that also
 // holds Go pointers, as Device.args does). It skips where the driver is
-// missing, and where a GPU is present (the GPU tests cover that case).
+// missing (failing under GOCURRENT_REQUIRE_GPU=1), and where a GPU is
+// present (the GPU tests cover that case).
 func TestCgoCallsWithoutGPU(t *testing.T) {
-	a, err := loadAPI(Config{}.libraries())
+	a, err := loadAPI(gpuConfig().libraries())
 	if err != nil {
-		t.Skipf("no driver library: %v", err)
+		noGPU(t, fmt.Sprintf("no driver library: %v", err))
 	}
 	if err := a.Init(); err == nil {
 		t.Skip("cuInit succeeded: a GPU is present, and the GPU tests run instead")

@@ -1,27 +1,14 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
-	"os"
+	"math"
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/gocurrent/gocurrent/device"
 )
-
-// openBenchGPU opens the first GPU for a benchmark or skips it.
-func openBenchGPU(b *testing.B) *Device {
-	b.Helper()
-	d, err := Open(Config{BLASLibrary: os.Getenv("GOCURRENT_CUBLAS")})
-	if errors.Is(err, device.ErrUnavailable) {
-		b.Skipf("no usable GPU: %v", err)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { d.Close() })
-	return d
-}
 
 // BenchmarkAlloc compares an allocation served by the caching allocator
 // with a raw cuMemAlloc + cuMemFree of the same size (issue 7's latency
@@ -29,7 +16,7 @@ func openBenchGPU(b *testing.B) *Device {
 func BenchmarkAlloc(b *testing.B) {
 	for _, size := range []int64{4 << 10, 1 << 20, 64 << 20} {
 		b.Run(fmt.Sprintf("cached/%dKiB", size>>10), func(b *testing.B) {
-			d := openBenchGPU(b)
+			d := openGPU(b, gpuConfig())
 			b.ReportAllocs()
 			for b.Loop() {
 				buf, err := d.Alloc(size)
@@ -42,7 +29,7 @@ func BenchmarkAlloc(b *testing.B) {
 			}
 		})
 		b.Run(fmt.Sprintf("cuMemAlloc/%dKiB", size>>10), func(b *testing.B) {
-			d := openBenchGPU(b)
+			d := openGPU(b, gpuConfig())
 			for b.Loop() {
 				p, err := d.api.MemAlloc(d.ctx, size)
 				if err != nil {
@@ -63,7 +50,7 @@ func BenchmarkAlloc(b *testing.B) {
 // overlap = (compute + copy − both) / min(compute, copy): 1 when the
 // shorter one hides entirely under the longer, 0 when they serialise.
 func BenchmarkCopyOverlap(b *testing.B) {
-	d := openBenchGPU(b)
+	d := openGPU(b, gpuConfig())
 	const n, copies, copyBytes = 2048, 8, 64 << 20
 	mats := make([]device.Buffer, 3)
 	for i := range mats {
@@ -155,4 +142,164 @@ func BenchmarkCopyOverlap(b *testing.B) {
 	b.ReportMetric(both, "both-ms")
 	b.ReportMetric((compute+cp-both)/min(compute, cp), "overlap")
 	b.ReportMetric(float64(copies*copyBytes)/(cp/1e3)/1e9, "copy-GB/s")
+}
+
+// BenchmarkLaunch measures what one call costs, on the host and on the
+// GPU, for the calls a training step is made of: a trivial kernel (Fill
+// of one element), cuBLAS GEMMs at the shapes of a recurrent step
+// (32×1024×256: batch 32, hidden 256, four gates) and of a large one
+// (128×4096×1024), each in FP32 and TF32, and a 1 KiB device-to-device
+// copy. The cuda-review's performance model assumed these figures; this
+// measures them:
+//
+//	go test -run '^$' -bench Launch ./cuda      (.ci/gpu-run micro)
+//
+// Each iteration queues a chunk of calls behind blocker GEMMs long enough
+// that the GPU is still busy with them when the host has queued the last
+// call, so the calls run back to back: ns/op is the host's cost to queue
+// one call (Go, cgo, the driver or cuBLAS), gpu-ns/op the GPU's time per
+// call between two CUDA events around the chunk, with no gaps from the
+// host. Inputs are random, not zeros.
+func BenchmarkLaunch(b *testing.B) {
+	type op struct {
+		name   string
+		tf32   bool
+		flops  float64 // per call, 0 for none
+		call   func(k device.Kernels, bufs []device.Buffer) error
+		setups []int64 // the bytes of each buffer call uses
+	}
+	gemm := func(m, n, k int) (func(device.Kernels, []device.Buffer) error, []int64) {
+		return func(kk device.Kernels, bufs []device.Buffer) error {
+			return kk.Gemm(device.Gemm{DType: device.Float32, M: m, N: n, K: k, Alpha: 1, A: bufs[0], B: bufs[1], C: bufs[2]})
+		}, []int64{int64(m * k * 4), int64(k * n * 4), int64(m * n * 4)}
+	}
+	g1, s1 := gemm(32, 1024, 256)
+	g2, s2 := gemm(128, 4096, 1024)
+	ops := []op{
+		{name: "kernel-fill-1", call: func(k device.Kernels, bufs []device.Buffer) error {
+			return k.Fill(device.Fill{DType: device.Float32, N: 1, X: bufs[0], Value: 1})
+		}, setups: []int64{4}},
+		{name: "gemm-32x1024x256-fp32", flops: 2 * 32 * 1024 * 256, call: g1, setups: s1},
+		{name: "gemm-32x1024x256-tf32", tf32: true, flops: 2 * 32 * 1024 * 256, call: g1, setups: s1},
+		{name: "gemm-128x4096x1024-fp32", flops: 2 * 128 * 4096 * 1024, call: g2, setups: s2},
+		{name: "gemm-128x4096x1024-tf32", tf32: true, flops: 2 * 128 * 4096 * 1024, call: g2, setups: s2},
+		{name: "copy-dtod-1KiB", call: func(k device.Kernels, bufs []device.Buffer) error {
+			return k.Copy(device.Copy{Dst: bufs[0], Src: bufs[1]})
+		}, setups: []int64{1 << 10, 1 << 10}},
+	}
+	for _, o := range ops {
+		b.Run(o.name, func(b *testing.B) {
+			cfg := gpuConfig()
+			cfg.TF32 = o.tf32
+			d := openGPU(b, cfg)
+			r := rand.New(rand.NewPCG(1, 2))
+			bufs := make([]device.Buffer, len(o.setups))
+			for i, n := range o.setups {
+				bufs[i] = randomBuffer(b, d, r, n)
+			}
+			k := d.Kernels()
+			call := func() {
+				if err := o.call(k, bufs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			hostNS, gpuNS, calls := launchChunks(b, d, call)
+			b.ReportMetric(hostNS/float64(calls), "ns/op")
+			b.ReportMetric(gpuNS/float64(calls), "gpu-ns/op")
+			if o.flops > 0 {
+				b.ReportMetric(o.flops*float64(calls)/gpuNS/1e3, "gpu-TFLOP/s")
+			}
+		})
+	}
+}
+
+// randomBuffer is n bytes of device memory holding uniform float32s in
+// [-1, 1) (n rounded down to whole floats).
+func randomBuffer(b *testing.B, d *Device, r *rand.Rand, n int64) device.Buffer {
+	b.Helper()
+	buf, err := d.Alloc(n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	v := make([]float32, n/4)
+	for i := range v {
+		v[i] = 2*r.Float32() - 1
+	}
+	if err := device.UploadSlice(d, buf, v); err != nil {
+		b.Fatal(err)
+	}
+	return buf
+}
+
+// launchChunks runs call in chunks of launchChunk, one chunk per b.Loop
+// iteration, each queued behind enough blocker GEMMs to keep the GPU busy
+// until the host has queued the whole chunk. It returns the host time
+// spent queueing, the GPU time between events around the chunks, in
+// nanoseconds, and the number of calls.
+func launchChunks(b *testing.B, d *Device, call func()) (hostNS, gpuNS float64, calls int) {
+	const launchChunk = 256
+	a, c, s := d.api, d.ctx, d.compute.s
+	start, err := a.EventCreate(c, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.EventDestroy(c, start)
+	end, err := a.EventCreate(c, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.EventDestroy(c, end)
+	// The blocker: 1024³ GEMMs on buffers of their own, as many as the
+	// chunk's queueing time needs (measured on a warm-up chunk, ×3).
+	r := rand.New(rand.NewPCG(3, 4))
+	const bn = 1024
+	x, y, z := randomBuffer(b, d, r, bn*bn*4), randomBuffer(b, d, r, bn*bn*4), randomBuffer(b, d, r, bn*bn*4)
+	block := func() {
+		err := d.Kernels().Gemm(device.Gemm{DType: device.Float32, M: bn, N: bn, K: bn, Alpha: 1, A: x, B: y, C: z})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	timeGPU := func(queue func()) (host, gpu float64) {
+		if err := a.EventRecord(c, start, s); err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		queue()
+		host = float64(time.Since(t0).Nanoseconds())
+		if err := a.EventRecord(c, end, s); err != nil {
+			b.Fatal(err)
+		}
+		if err := a.EventSynchronize(c, end); err != nil {
+			b.Fatal(err)
+		}
+		ms, err := a.EventElapsed(c, start, end)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return host, float64(ms) * 1e6
+	}
+	chunk := func() {
+		for range launchChunk {
+			call()
+		}
+	}
+	timeGPU(chunk) // warm up: cuBLAS heuristics, the JIT cache, the allocator
+	_, perBlock := timeGPU(block)
+	host, _ := timeGPU(chunk)
+	blockers := max(1, int(math.Ceil(3*host/max(perBlock, 1))))
+	for b.Loop() {
+		for range blockers {
+			block()
+		}
+		h, g := timeGPU(chunk)
+		hostNS += h
+		gpuNS += g
+		calls += launchChunk
+	}
+	if err := d.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(blockers), "blockers")
+	return hostNS, gpuNS, calls
 }
