@@ -1,3 +1,13 @@
+// The trainer's tests run on the device internal/testdevice opens
+// (testdevice.Open: the CPU by default, the CUDA device with
+// GOCURRENT_TEST_DEVICE=cuda), so one test binary checks the trainer on
+// either. They read device memory only through Download and the host
+// accessors (Params.Value, Params.Grad), never a buffer's bytes, and they
+// compare memory figures as differences on one device. What is exact on
+// one device (a resumed run's bits, a sample's tokens for a seed) is held
+// exact; what compares different arithmetic says where its tolerance
+// comes from.
+
 package train_test
 
 import (
@@ -8,10 +18,10 @@ import (
 	"testing"
 
 	"github.com/gocurrent/gocurrent/device"
-	"github.com/gocurrent/gocurrent/device/cpu"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/rnn"
 	"github.com/gocurrent/gocurrent/train"
+	"gorgonia.org/tensor"
 )
 
 // lm is a small language model for the trainer's tests: Embedding, an LSTM
@@ -159,14 +169,6 @@ func check(t testing.TB, err error) {
 	}
 }
 
-func openCPU(t testing.TB) device.Device {
-	t.Helper()
-	d, err := cpu.Open(cpu.Config{})
-	check(t, err)
-	t.Cleanup(func() { d.Close() })
-	return d
-}
-
 // text is a tokenized text of n characters drawn from the first v
 // letters, with some structure (a character often repeats the one two
 // before it) so that training has something to learn.
@@ -211,10 +213,24 @@ func newTrainer(t testing.TB, d device.Device, m train.Model, l *loader.Loader, 
 // values downloads every parameter, by checkpoint name, as float64.
 func values(t testing.TB, groups []train.Group) map[string][]float64 {
 	t.Helper()
+	return download(t, groups, (*rnn.Params).Value)
+}
+
+// grads downloads every parameter's gradient, by checkpoint name, as
+// float64.
+func grads(t testing.TB, groups []train.Group) map[string][]float64 {
+	t.Helper()
+	return download(t, groups, (*rnn.Params).Grad)
+}
+
+// download reads every parameter of groups through get (the host
+// accessors, which work on any device), by checkpoint name, as float64.
+func download(t testing.TB, groups []train.Group, get func(*rnn.Params, string) (*tensor.Dense, error)) map[string][]float64 {
+	t.Helper()
 	out := map[string][]float64{}
 	for _, g := range groups {
 		for p := range g.Params.All() {
-			v, err := g.Params.Value(p.Name)
+			v, err := get(g.Params, p.Name)
 			check(t, err)
 			switch data := v.Data().(type) {
 			case []float32:
@@ -225,6 +241,8 @@ func values(t testing.TB, groups []train.Group) map[string][]float64 {
 				out[g.Name+"."+p.Name] = f
 			case []float64:
 				out[g.Name+"."+p.Name] = append([]float64(nil), data...)
+			default:
+				t.Fatalf("%s.%s holds %T", g.Name, p.Name, data)
 			}
 		}
 	}
