@@ -2,10 +2,13 @@ package testdevice
 
 import (
 	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/cudaemu"
 )
 
 func TestParse(t *testing.T) {
@@ -49,8 +52,9 @@ func TestNoSilentFallback(t *testing.T) {
 		d.Close()
 		t.Fatal("open(cuda) with a missing driver succeeded")
 	}
-	if !errors.Is(err, device.ErrUnavailable) || !strings.Contains(err.Error(), "there is none usable") ||
-		!strings.Contains(err.Error(), "/nonexistent/libcuda.so.1") {
+	// Which library is missing, or that the build has no cgo to load any.
+	missing := strings.Contains(err.Error(), "/nonexistent/libcuda.so.1") || strings.Contains(err.Error(), "CGO_ENABLED=0")
+	if !errors.Is(err, device.ErrUnavailable) || !strings.Contains(err.Error(), "there is none usable") || !missing {
 		t.Errorf("open(cuda) without a driver = %v, want ErrUnavailable saying no GPU is usable and which library is missing", err)
 	}
 	t.Setenv(EnvRequireGPU, "1")
@@ -69,4 +73,37 @@ func TestNoSilentFallback(t *testing.T) {
 		t.Errorf("open(cpu) opened %q", d.Name())
 	}
 	d.Close()
+}
+
+// TestEmulatedGPU opens "cuda" over the CUDA emulator, as a test binary
+// does when the environment points the driver and cuBLAS at it: the
+// device is the CUDA device, says it is the emulator, and is refused
+// under GOCURRENT_REQUIRE_GPU=1.
+func TestEmulatedGPU(t *testing.T) {
+	lib, err := cudaemu.Cached()
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, errors.ErrUnsupported) {
+		t.Skipf("no CUDA emulator here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvDriver, lib.Path())
+	t.Setenv(EnvCUBLAS, lib.Path())
+	t.Setenv(EnvRequireGPU, "")
+	d, err := open("cuda")
+	if err != nil {
+		t.Fatalf("open(cuda) over the emulator: %v", err)
+	}
+	desc := Describe(d)
+	d.Close()
+	if _, isCUDA := d.(*cuda.Device); !isCUDA || d.Name() != "cuda:0" || !strings.Contains(desc, "emulator") {
+		t.Errorf("open(cuda) gave %T %q described as %q, want the CUDA device cuda:0 on the emulator", d, d.Name(), desc)
+	}
+	t.Setenv(EnvRequireGPU, "1")
+	if d, err := open("cuda"); err == nil || !strings.Contains(err.Error(), "not a GPU") {
+		if d != nil {
+			d.Close()
+		}
+		t.Errorf("open(cuda) over the emulator under %s=1 = %v, want an error saying it is not a GPU", EnvRequireGPU, err)
+	}
 }
