@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/rnn"
 )
 
@@ -16,6 +17,12 @@ import (
 // projection and recurrent product, G = 4 for LSTM, 3 for GRU), and a
 // backward twice that (recurrent gradient, weight gradients of both
 // matrices, input gradient).
+//
+// The benchmarks run on the test device (GOCURRENT_TEST_DEVICE). Every
+// iteration waits for the device (a Synchronize, or the Download the step
+// itself needs: the gradient norm, the sampled token), so at most one
+// step's work is in flight and tokens/s and GFLOP/s measure the device,
+// not the rate at which work is queued.
 const (
 	benchBatch = 32
 	benchSeq   = 64
@@ -37,7 +44,7 @@ func BenchmarkRecurrent(b *testing.B) {
 }
 
 func benchRecurrent(b *testing.B, cell string, hidden int, backward bool) {
-	d := openCPU(b)
+	d := testdevice.Open(b)
 	m := newRecurrent(b, d, cell, rnn.Config{Input: benchInput, Hidden: hidden})
 	T, B := benchSeq, benchBatch
 	x := fill32(b, d, T*B*benchInput, 0.1)
@@ -100,7 +107,7 @@ type charRNN struct {
 
 func newCharRNN(b testing.TB, cell string, hidden, layers, batch, seq int) *charRNN {
 	const V, E = 65, 64
-	d := openCPU(b)
+	d := testdevice.Open(b)
 	c := &charRNN{d: d, T: seq, B: batch, V: V}
 	var err error
 	c.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: V, Dim: E, Seed: 1})

@@ -51,8 +51,10 @@
 // Inputs whose shapes, devices or states do not match a layer are errors
 // that name the mismatch and match device.ErrShape or
 // device.ErrForeignBuffer. Ids and targets are read on the device: one
-// outside the vocabulary is reported, with its value and position, as
-// device.ErrIndex by the next synchronisation of the compute stream.
+// outside the vocabulary is reported as device.ErrIndex by the next
+// synchronisation of the compute stream, with what the device can tell
+// (the CPU device names the value and its position, the CUDA device the
+// kernel that found it).
 //
 // # Concurrency
 //

@@ -56,9 +56,9 @@ func (e *Embedding) Params() *Params { return e.params }
 
 // Forward looks up n ids (Int32, in [0, Vocab)) and returns their rows,
 // [n, Dim], valid until the next Forward. An id outside the vocabulary
-// gives a zero row and device.ErrIndex, naming the id and its position,
-// from the next synchronisation of the compute stream. In
-// Train mode the ids are copied for Backward.
+// gives a zero row and device.ErrIndex from the next synchronisation of
+// the compute stream (naming the id and its position on the CPU device).
+// In Train mode the ids are copied for Backward.
 func (e *Embedding) Forward(mode Mode, ids device.Buffer, n int) (device.Buffer, error) {
 	const op = "Embedding.Forward"
 	if err := checkMode(op, mode); err != nil {

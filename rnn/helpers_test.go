@@ -1,3 +1,16 @@
+// The tests and benchmarks of rnn run on the device internal/testdevice
+// opens (testdevice.Open: the CPU by default, the CUDA device with
+// GOCURRENT_TEST_DEVICE=cuda), so one test binary checks the layers on
+// either. They read device memory only through Download and the host
+// accessors (Params.Value, Params.Grad), never a buffer's bytes; they fill
+// every buffer whose contents they read (a GPU does not zero fresh memory);
+// they compare memory figures as differences on one device. What is exact
+// on one device (NoGrad against Train, a rerun, Detach) is held exact, since
+// every device gives the same bits for the same calls; what compares
+// different arithmetic (PyTorch, gorgonia, a host reference) says where its
+// tolerance comes from. Only the Examples, whose output is documentation,
+// stay on the CPU.
+
 package rnn_test
 
 import (
@@ -6,7 +19,6 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/gocurrent/gocurrent/device"
-	"github.com/gocurrent/gocurrent/device/cpu"
 	"github.com/gocurrent/gocurrent/rnn"
 )
 
@@ -40,20 +52,6 @@ func newRecurrent(t testing.TB, d device.Device, cell string, c rnn.Config) recu
 		}
 	})
 	return r
-}
-
-func openCPU(t testing.TB) *cpu.Device {
-	t.Helper()
-	d, err := cpu.Open(cpu.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return d
 }
 
 func ok(t testing.TB, err error) {

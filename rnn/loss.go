@@ -52,8 +52,8 @@ func NewCrossEntropy(d device.Device, classes int, dt device.DType) (*CrossEntro
 // passes 1/K so that the total and the gradients are those of the mean
 // over the whole step. In Train mode it also computes the gradient with
 // respect to the logits, which Backward returns. A target outside
-// [0, classes) adds nothing and raises device.ErrIndex, naming the target
-// and its position, at the next synchronisation.
+// [0, classes) adds nothing and raises device.ErrIndex at the next
+// synchronisation (naming the target and its position on the CPU device).
 func (c *CrossEntropy) Forward(mode Mode, logits, targets device.Buffer, rows int, scale float64) error {
 	const op = "CrossEntropy.Forward"
 	if err := checkMode(op, mode); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/rnn"
 )
 
@@ -21,13 +22,15 @@ func randoms(r *rand.Rand, n int) []float64 {
 	return v
 }
 
-// TestNoGradEqualsTrain: the two modes run the same kernels, so without
-// dropout their outputs and final states are bit for bit equal. With
-// dropout, NoGrad applies none (equal to a model without dropout) and Train
-// does (different).
+// TestNoGradEqualsTrain: the two modes run the same kernels on the same
+// shapes (Train only also stores the activations), so without dropout
+// their outputs and final states are bit for bit equal, on every device:
+// a device gives the same bits for the same calls. With dropout, NoGrad
+// applies none (equal to a model without dropout) and Train does
+// (different).
 func TestNoGradEqualsTrain(t *testing.T) {
 	const T, B, I, H, L = 7, 3, 5, 8, 3
-	d := openCPU(t)
+	d := testdevice.Open(t)
 	for _, cell := range []string{"lstm", "gru"} {
 		t.Run(cell, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(1, 1))
@@ -61,11 +64,12 @@ func TestNoGradEqualsTrain(t *testing.T) {
 
 // TestDetach: Detach keeps the values, allocates nothing, and cuts the
 // gradient path, so the gradients of the next window are those of a fresh
-// state holding the same values; a training forward refuses a state still
-// tied to the previous one.
+// state holding the same values (bit for bit: the same calls on the same
+// values); a training forward refuses a state still tied to the previous
+// one.
 func TestDetach(t *testing.T) {
 	const T, B, I, H, L = 4, 2, 3, 5, 2
-	d := openCPU(t)
+	d := testdevice.Open(t)
 	for _, cell := range []string{"lstm", "gru"} {
 		t.Run(cell, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(2, 2))
@@ -131,7 +135,7 @@ func TestDetach(t *testing.T) {
 // after a NoGrad one, or twice for one, is ErrNoForward with a message that
 // says what to do; for every layer.
 func TestBackwardNeedsATrainingForward(t *testing.T) {
-	d := openCPU(t)
+	d := testdevice.Open(t)
 	const n = 6
 	ids := uploadInt32(t, d, []int32{0, 1, 2, 3, 0, 1})
 	emb, err := rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: 4, Dim: 3, DType: device.Float64})
@@ -180,12 +184,14 @@ func TestBackwardNeedsATrainingForward(t *testing.T) {
 
 // TestNoGradMemoryIsConstant samples 10,000 tokens one step at a time
 // (embedding, 2-layer LSTM and GRU, linear head, softmax) and finds the
-// device's memory figures after 10,000 steps equal to those after 10.
+// device's memory figures after 10,000 steps equal to those after 10: a
+// difference of zero, whatever the device held before the first step (the
+// CUDA device's cuBLAS workspace, say).
 func TestNoGradMemoryIsConstant(t *testing.T) {
 	const V, E, H, L = 11, 8, 16, 2
 	for _, cell := range []string{"lstm", "gru"} {
 		t.Run(cell, func(t *testing.T) {
-			d := openCPU(t)
+			d := testdevice.Open(t)
 			emb, err := rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: V, Dim: E})
 			ok(t, err)
 			defer emb.Close()

@@ -6,6 +6,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/rnn"
 )
 
@@ -13,9 +14,10 @@ import (
 // bias and initial state) on PyTorch's parameters and inputs from
 // testdata/torch_rnn.json, in float64, and compares the output, the final
 // state and every gradient of the fixture's loss
-// L = Σ out·w_out + Σ h_n·w_h (+ Σ c_n·w_c) with PyTorch's.
+// L = Σ out·w_out + Σ h_n·w_h (+ Σ c_n·w_c) with PyTorch's, within
+// torchTol.
 func TestLayersAgreeWithTorch(t *testing.T) {
-	d := openCPU(t)
+	d := testdevice.Open(t)
 	for _, c := range torchCases(t) {
 		t.Run(c.name(), func(t *testing.T) {
 			T, B, H := c.Seq, c.Batch, c.Hidden
@@ -47,17 +49,14 @@ func TestLayersAgreeWithTorch(t *testing.T) {
 				// output as the zero state used below.
 				out, err := r.Forward(rnn.NoGrad, x, T, B, nil)
 				ok(t, err)
-				compare(t, "out (nil state)", download(t, d, out, T*B*H), c.Out.Data, 1e-12)
+				compare(t, "out (nil state)", download(t, d, out, T*B*H), c.Out.Data, torchTol)
 			}
 			out, err := r.Forward(rnn.Train, x, T, B, st)
 			ok(t, err)
-			// Float64 throughout; PyTorch and we differ only in summation
-			// order, so agreement is near 1e-15 relative to values of order 1.
-			const tol = 1e-12
-			compare(t, "out", download(t, d, out, T*B*H), c.Out.Data, tol)
-			compare(t, "h_n", download(t, d, st.H(), len(c.HN.Data)), c.HN.Data, tol)
+			compare(t, "out", download(t, d, out, T*B*H), c.Out.Data, torchTol)
+			compare(t, "h_n", download(t, d, st.H(), len(c.HN.Data)), c.HN.Data, torchTol)
 			if c.CN != nil {
-				compare(t, "c_n", download(t, d, st.C(), len(c.CN.Data)), c.CN.Data, tol)
+				compare(t, "c_n", download(t, d, st.C(), len(c.CN.Data)), c.CN.Data, torchTol)
 			}
 
 			put(t, d, st.GradH(), c.WH.Data)
@@ -66,16 +65,16 @@ func TestLayersAgreeWithTorch(t *testing.T) {
 			}
 			dx, err := r.Backward(upload(t, d, c.WOut.Data))
 			ok(t, err)
-			compare(t, "grad x", download(t, d, dx, len(c.GradX.Data)), c.GradX.Data, tol)
+			compare(t, "grad x", download(t, d, dx, len(c.GradX.Data)), c.GradX.Data, torchTol)
 			for name, want := range c.GradParams {
 				got, err := p.Grad(name)
-				compare(t, "grad "+name, hostData(t, got, err), want.Data, tol)
+				compare(t, "grad "+name, hostData(t, got, err), want.Data, torchTol)
 			}
 			if c.GradH0 != nil {
-				compare(t, "grad h0", download(t, d, st.GradH(), len(c.GradH0.Data)), c.GradH0.Data, tol)
+				compare(t, "grad h0", download(t, d, st.GradH(), len(c.GradH0.Data)), c.GradH0.Data, torchTol)
 			}
 			if c.GradC0 != nil {
-				compare(t, "grad c0", download(t, d, st.GradC(), len(c.GradC0.Data)), c.GradC0.Data, tol)
+				compare(t, "grad c0", download(t, d, st.GradC(), len(c.GradC0.Data)), c.GradC0.Data, torchTol)
 			}
 		})
 	}
