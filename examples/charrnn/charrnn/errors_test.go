@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
+	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/train"
 )
@@ -28,6 +29,7 @@ func writeFile(t *testing.T, path string, b []byte) string {
 func TestBadInput(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
+	dev := testdevice.Spec(t)
 	torchBytes, err := os.ReadFile(torchCheckpoint("lstm"))
 	if err != nil {
 		t.Fatal(err)
@@ -64,31 +66,38 @@ func TestBadInput(t *testing.T) {
 		{"sample unknown device", []string{"sample", "-checkpoint", torchCheckpoint("lstm"), "-device", "tpu"}, charrnn.ErrUsage, 0, `"tpu"`},
 		{"bad cuda ordinal", []string{"eval", "-device", "cuda:x"}, charrnn.ErrUsage, 0, "cuda:x"},
 		{"init and resume", []string{"train", "-data", corpusPath, "-init", torchCheckpoint("lstm"), "-resume", torchCheckpoint("lstm")}, charrnn.ErrUsage, 0, "-init and -resume"},
-		{"negative steps", []string{"train", "-data", corpusPath, "-device", "cpu", "-steps", "-1"}, charrnn.ErrUsage, 0, "-steps -1"},
-		{"negative epochs", []string{"train", "-data", corpusPath, "-device", "cpu", "-epochs", "-2"}, charrnn.ErrUsage, 0, "-epochs -2"},
-		{"val-frac 1", []string{"train", "-data", corpusPath, "-device", "cpu", "-val-frac", "1"}, charrnn.ErrUsage, 0, "-val-frac"},
-		{"unknown optimizer", []string{"train", "-data", corpusPath, "-device", "cpu", "-optimizer", "lion"}, charrnn.ErrUsage, 0, "lion"},
-		{"unknown schedule", []string{"train", "-data", corpusPath, "-device", "cpu", "-schedule", "step"}, charrnn.ErrUsage, 0, "step"},
-		{"bench no steps", []string{"bench", "-device", "cpu", "-steps", "0"}, charrnn.ErrUsage, 0, "-steps 0"},
-		{"missing data", []string{"train", "-data", filepath.Join(dir, "nothing.txt"), "-device", "cpu"}, fs.ErrNotExist, 0, "nothing.txt"},
-		{"empty corpus", []string{"train", "-data", empty, "-device", "cpu"}, loader.ErrEmpty, 0, "empty"},
-		{"corpus too short", []string{"train", "-data", short, "-device", "cpu"}, loader.ErrTooShort, 0, "too short"},
-		{"train init missing", []string{"train", "-data", corpusPath, "-device", "cpu", "-init", missing}, fs.ErrNotExist, 0, "missing.safetensors"},
-		{"train init truncated", []string{"train", "-data", corpusPath, "-device", "cpu", "-init", truncated}, train.ErrCorrupt, 0, "truncated.safetensors"},
-		{"train resume truncated", []string{"train", "-data", corpusPath, "-device", "cpu", "-resume", truncated}, train.ErrCorrupt, 0, "truncated.safetensors"},
-		{"train init wrong format", []string{"train", "-data", corpusPath, "-device", "cpu", "-init", wrongFmt}, train.ErrMismatch, 0, "someone.else/2"},
-		// Adam moves every weight by about lr in its first step: 1e30
-		// makes the second step's loss NaN.
-		{"non-finite loss", []string{"train", "-data", corpusPath, "-device", "cpu", "-embed", "8", "-hidden", "16", "-seq", "16", "-batch", "4",
-			"-val-frac", "0", "-steps", "3", "-lr", "1e30"}, train.ErrNonFinite, 0, "step 2"},
-		{"sample missing", []string{"sample", "-device", "cpu", "-checkpoint", missing}, fs.ErrNotExist, 0, "missing.safetensors"},
-		{"eval missing", []string{"eval", "-device", "cpu", "-data", corpusPath, "-checkpoint", missing}, fs.ErrNotExist, 0, "missing.safetensors"},
-		{"sample truncated", []string{"sample", "-device", "cpu", "-checkpoint", truncated}, train.ErrCorrupt, 0, "truncated.safetensors"},
-		{"eval truncated", []string{"eval", "-device", "cpu", "-data", corpusPath, "-checkpoint", truncated}, train.ErrCorrupt, 0, "truncated.safetensors"},
-		{"sample wrong format", []string{"sample", "-device", "cpu", "-checkpoint", wrongFmt}, train.ErrMismatch, 0, "someone.else/2"},
-		{"eval wrong format", []string{"eval", "-device", "cpu", "-data", corpusPath, "-checkpoint", wrongFmt}, train.ErrMismatch, 0, "someone.else/2"},
-		{"eval outside vocabulary", []string{"eval", "-device", "cpu", "-data", outside, "-checkpoint", torchCheckpoint("lstm"), "-batch", "1", "-seq", "4"}, nil, 10, "outside.txt"},
-		{"prime outside vocabulary", []string{"sample", "-device", "cpu", "-checkpoint", torchCheckpoint("lstm"), "-prime", "#"}, nil, -1, "-prime"},
+		{"negative steps", []string{"train", "-data", corpusPath, "-device", dev, "-steps", "-1"}, charrnn.ErrUsage, 0, "-steps -1"},
+		{"negative epochs", []string{"train", "-data", corpusPath, "-device", dev, "-epochs", "-2"}, charrnn.ErrUsage, 0, "-epochs -2"},
+		{"val-frac 1", []string{"train", "-data", corpusPath, "-device", dev, "-val-frac", "1"}, charrnn.ErrUsage, 0, "-val-frac"},
+		{"unknown optimizer", []string{"train", "-data", corpusPath, "-device", dev, "-optimizer", "lion"}, charrnn.ErrUsage, 0, "lion"},
+		{"unknown schedule", []string{"train", "-data", corpusPath, "-device", dev, "-schedule", "step"}, charrnn.ErrUsage, 0, "step"},
+		{"bench no steps", []string{"bench", "-device", dev, "-steps", "0"}, charrnn.ErrUsage, 0, "-steps 0"},
+		{"missing data", []string{"train", "-data", filepath.Join(dir, "nothing.txt"), "-device", dev}, fs.ErrNotExist, 0, "nothing.txt"},
+		{"empty corpus", []string{"train", "-data", empty, "-device", dev}, loader.ErrEmpty, 0, "empty"},
+		{"corpus too short", []string{"train", "-data", short, "-device", dev}, loader.ErrTooShort, 0, "too short"},
+		{"train init missing", []string{"train", "-data", corpusPath, "-device", dev, "-init", missing}, fs.ErrNotExist, 0, "missing.safetensors"},
+		{"train init truncated", []string{"train", "-data", corpusPath, "-device", dev, "-init", truncated}, train.ErrCorrupt, 0, "truncated.safetensors"},
+		{"train resume truncated", []string{"train", "-data", corpusPath, "-device", dev, "-resume", truncated}, train.ErrCorrupt, 0, "truncated.safetensors"},
+		{"train init wrong format", []string{"train", "-data", corpusPath, "-device", dev, "-init", wrongFmt}, train.ErrMismatch, 0, "someone.else/2"},
+		// Adam moves every weight by about lr in its first step. An lr
+		// of 1e39 is above float32's largest value (3.4e38): it rounds
+		// to +Inf, so step 1 leaves every weight ±Inf (NaN where the
+		// gradient is 0: Inf·0), and step 2's loss is NaN on any IEEE
+		// device. (Finite weights of ±1e30 are not enough everywhere:
+		// only their products overflow, and whether +Inf and -Inf then
+		// meet in a sum (NaN) depends on the GEMM; a chain of fused
+		// multiply-adds, as cuBLAS computes a dot product, keeps the
+		// first Inf it reaches, and the loss stays finite, about 1e30.)
+		{"non-finite loss", []string{"train", "-data", corpusPath, "-device", dev, "-embed", "8", "-hidden", "16", "-seq", "16", "-batch", "4",
+			"-val-frac", "0", "-steps", "3", "-lr", "1e39"}, train.ErrNonFinite, 0, "step 2"},
+		{"sample missing", []string{"sample", "-device", dev, "-checkpoint", missing}, fs.ErrNotExist, 0, "missing.safetensors"},
+		{"eval missing", []string{"eval", "-device", dev, "-data", corpusPath, "-checkpoint", missing}, fs.ErrNotExist, 0, "missing.safetensors"},
+		{"sample truncated", []string{"sample", "-device", dev, "-checkpoint", truncated}, train.ErrCorrupt, 0, "truncated.safetensors"},
+		{"eval truncated", []string{"eval", "-device", dev, "-data", corpusPath, "-checkpoint", truncated}, train.ErrCorrupt, 0, "truncated.safetensors"},
+		{"sample wrong format", []string{"sample", "-device", dev, "-checkpoint", wrongFmt}, train.ErrMismatch, 0, "someone.else/2"},
+		{"eval wrong format", []string{"eval", "-device", dev, "-data", corpusPath, "-checkpoint", wrongFmt}, train.ErrMismatch, 0, "someone.else/2"},
+		{"eval outside vocabulary", []string{"eval", "-device", dev, "-data", outside, "-checkpoint", torchCheckpoint("lstm"), "-batch", "1", "-seq", "4"}, nil, 10, "outside.txt"},
+		{"prime outside vocabulary", []string{"sample", "-device", dev, "-checkpoint", torchCheckpoint("lstm"), "-prime", "#"}, nil, -1, "-prime"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			isTrain := len(tc.args) > 0 && tc.args[0] == "train"
@@ -107,7 +116,7 @@ func TestBadInput(t *testing.T) {
 						before = torchBytes
 					}
 				}
-				_, _, err := run(ctx, args...)
+				_, _, err := run(t, ctx, args...)
 				switch {
 				case err == nil:
 					t.Fatalf("%s: %v: no error", variant, tc.args)
@@ -151,7 +160,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"bench", "-h"}, "", "-hidden"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			stdout, stderr, err := run(context.Background(), tc.args...)
+			stdout, stderr, err := run(t, context.Background(), tc.args...)
 			if err != nil {
 				t.Fatalf("error %v, want none", err)
 			}

@@ -13,6 +13,9 @@ import (
 
 // Training a small LSTM with the library directly: the vocabulary comes
 // from the text, the last tenth of which is held out to validate on.
+// (It runs on the CPU whatever GOCURRENT_TEST_DEVICE says: an Example is
+// documentation, and its output is fixed; the tests run on the test
+// device.)
 func Example() {
 	ctx := context.Background()
 	d, err := charrnn.OpenDevice("cpu", cuda.Config{})

@@ -1,3 +1,16 @@
+// The tests run on the device internal/testdevice names (the CPU by
+// default, the CUDA device with GOCURRENT_TEST_DEVICE=cuda): library-level
+// tests open it with testdevice.Open, command-level tests pass -device
+// testdevice.Spec and Env.CUDA = testdevice.CUDAConfig, so one test binary
+// checks the char-RNN on either. Device memory is read only through the
+// library's host paths (the checkpoint writer, Params.Grad, the commands'
+// output). What is exact on one device (a resumed run's checkpoint, a
+// sample for a seed) is held exact; what compares different arithmetic
+// (PyTorch's, another grouping of the same sums) derives its tolerance
+// from float32 rounding (roundingBound). Output that names the device is
+// compared with the test device's name. The Example stays on the CPU: it
+// is documentation, with fixed output.
+
 package charrnn_test
 
 import (
@@ -15,8 +28,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
+	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/train"
 )
 
@@ -207,23 +220,49 @@ func relDiff(got, want float64) float64 {
 	return math.Abs(got-want) / math.Abs(want)
 }
 
-// discard is an Env that drops all output. (A zero Env is not enough:
-// Train, Sample, Eval and Bench write to its nil writers; only Run
-// replaces them with io.Discard.)
-var discard = charrnn.Env{Stdout: io.Discard, Stderr: io.Discard}
+// testEnv is an Env writing to stdout and stderr with the test device's
+// CUDA configuration (its driver and cuBLAS), as main fills it from the
+// environment. (A zero Env's nil writers are not enough for Train, Sample,
+// Eval and Bench called directly: only Run replaces them with io.Discard.)
+func testEnv(t testing.TB, stdout, stderr io.Writer) charrnn.Env {
+	t.Helper()
+	return charrnn.Env{Stdout: stdout, Stderr: stderr, CUDA: testdevice.CUDAConfig(t)}
+}
 
-// run runs the command line args and returns its stdout and stderr.
-func run(ctx context.Context, args ...string) (stdout, stderr string, err error) {
+// discard is testEnv dropping all output.
+func discard(t testing.TB) charrnn.Env {
+	t.Helper()
+	return testEnv(t, io.Discard, io.Discard)
+}
+
+// run runs the command line args with testEnv and returns its stdout and
+// stderr. The command line names its device: -device testdevice.Spec(t).
+func run(t testing.TB, ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	var o, e bytes.Buffer
-	err = charrnn.Run(ctx, args, charrnn.Env{Stdout: &o, Stderr: &e})
+	err = charrnn.Run(ctx, args, testEnv(t, &o, &e))
 	return o.String(), e.String(), err
 }
 
-// smallTrain is a train command line for a model small enough to train on
-// the fixture corpus in well under a second a step on the CPU; extra flags
-// follow it and override it (the flag package keeps the last value).
-func smallTrain(ckpt string, extra ...string) []string {
-	return append([]string{"train", "-data", corpusPath, "-device", "cpu", "-cell", "lstm",
+// deviceName is the test device's Name, which the commands print ("cpu",
+// "cuda:0").
+func deviceName(t testing.TB) string {
+	t.Helper()
+	d, err := charrnn.OpenDevice(testdevice.Spec(t), testdevice.CUDAConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	return d.Name()
+}
+
+// smallTrain is a train command line on the test device for a model small
+// enough to train on the fixture corpus in well under a second a step on
+// the CPU; extra flags follow it and override it (the flag package keeps
+// the last value).
+func smallTrain(t testing.TB, ckpt string, extra ...string) []string {
+	t.Helper()
+	return append([]string{"train", "-data", corpusPath, "-device", testdevice.Spec(t), "-cell", "lstm",
 		"-embed", "16", "-hidden", "32", "-layers", "2", "-seq", "16",
 		"-val-frac", "0", "-sample", "0", "-checkpoint", ckpt}, extra...)
 }
@@ -232,11 +271,7 @@ func smallTrain(ckpt string, extra ...string) []string {
 // to, with the model's metadata changed by meta (a "" value deletes a key).
 func saveWeights(t *testing.T, from, to string, meta map[string]string) {
 	t.Helper()
-	d, err := charrnn.OpenDevice("cpu", cuda.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := testdevice.Open(t)
 	m, _, err := charrnn.Load(d, from)
 	if err != nil {
 		t.Fatal(err)
@@ -253,4 +288,127 @@ func saveWeights(t *testing.T, from, to string, meta map[string]string) {
 	if err := train.SaveWeights(to, d, m.Groups(), md); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// How far two float32 computations of the same figure may differ.
+//
+// The tests compare float32 figures computed by different code: PyTorch's
+// (the fixtures) and the test device's (the CPU's, or cuBLAS's and our
+// kernels on a GPU), or one device's with its sums grouped differently.
+// Each rounds to nearest with unit roundoff u = 2⁻²⁴ ≈ 6e-8, in its own
+// order (cuBLAS tiles and splits its sums, a GPU contracts a·b+c into one
+// FMA), and CUDA's expf and tanhf are within 2 ulp (counted as two
+// roundings each below). A figure whose dependency path holds D roundings
+// then differs by at most D·u relative to the magnitudes of the terms
+// those roundings act on, in the worst case, where every rounding errs
+// the same way. Rounding errors of different operations are independent
+// and of either sign, and the probabilistic bound of Higham and Mary ("A
+// new approach to probabilistic rounding error analysis", SIAM J. Sci.
+// Comput. 41(5), 2019, Theorems 2.4 and 3.1) is λ·√D·u, holding with
+// probability at least 1 − 2D·exp(−λ²/2): with λ = 8 it fails with
+// probability < 3e-14·D, about 1e-5 over all the ≲ 10⁵ figures (D ≤
+// 3,400) a run of these tests bounds. roundingBound is that bound, relative to the
+// terms' magnitudes; each test counts its D and says what the magnitudes
+// are.
+func roundingBound(depth float64) float64 {
+	const lambda, u = 8, 0x1p-24
+	return lambda * math.Sqrt(depth) * u
+}
+
+// magnitudes bounds the magnitudes the roundings of a char-RNN's forward
+// pass act on, from its checkpoint tensors, with every weight allowed to
+// have moved by up to move (the steps of training since): pre is the
+// largest sum of a gate pre-activation's terms, Σ|W_ih[r,·]|·|x| +
+// Σ|W_hh[r,·]|·|h| + |b_ih[r]| + |b_hh[r]|, with |h| < 1 and |x| the
+// largest embedding value of each column in layer 0 (< 1 above it);
+// logit is the largest sum of a logit's terms, Σ|out.weight[c,·]|·|h| +
+// |out.bias[c]|.
+func magnitudes(t *testing.T, tensors map[string]tensor, move float64) (pre, logit float64) {
+	t.Helper()
+	get := func(name string) ([]float32, []int) {
+		tn, ok := tensors[name]
+		if !ok || len(tn.Shape) == 0 {
+			t.Fatalf("no tensor %s", name)
+		}
+		return tn.float32s(t, name), tn.Shape
+	}
+	emb, es := get("emb.weight")
+	if len(es) != 2 {
+		t.Fatalf("emb.weight of shape %v", es)
+	}
+	xmax := make([]float64, es[1])
+	for i, v := range emb {
+		xmax[i%es[1]] = max(xmax[i%es[1]], math.Abs(float64(v))+move)
+	}
+	for l := 0; ; l++ {
+		if _, ok := tensors[fmt.Sprintf("rnn.weight_ih_l%d", l)]; !ok {
+			break
+		}
+		wih, sih := get(fmt.Sprintf("rnn.weight_ih_l%d", l))
+		whh, shh := get(fmt.Sprintf("rnn.weight_hh_l%d", l))
+		bih, _ := get(fmt.Sprintf("rnn.bias_ih_l%d", l))
+		bhh, _ := get(fmt.Sprintf("rnn.bias_hh_l%d", l))
+		for r := range sih[0] {
+			sum := math.Abs(float64(bih[r])) + math.Abs(float64(bhh[r])) + 2*move
+			for j := range sih[1] {
+				x := 1.0
+				if l == 0 {
+					x = xmax[j]
+				}
+				sum += (math.Abs(float64(wih[r*sih[1]+j])) + move) * x
+			}
+			for j := range shh[1] {
+				sum += math.Abs(float64(whh[r*shh[1]+j])) + move
+			}
+			pre = max(pre, sum)
+		}
+	}
+	w, ws := get("out.weight")
+	b, _ := get("out.bias")
+	for c := range ws[0] {
+		sum := math.Abs(float64(b[c])) + move
+		for j := range ws[1] {
+			sum += math.Abs(float64(w[c*ws[1]+j])) + move
+		}
+		logit = max(logit, sum)
+	}
+	return pre, logit
+}
+
+// lossBound is the relative difference the rounding of a forward pass of
+// depth D allows in a mean cross-entropy loss: the pre-activations err by
+// ≲ ρ·pre (ρ = roundingBound(D)), which σ (slope ≤ 1/4), tanh (≤ 1) and
+// products of values in (−1, 1) carry into h with a gain ≤ 1, and a
+// logit's weights carry into it with a gain ≤ logit, to which its own
+// GEMM adds ≲ ρ·logit: |δz| ≲ ρ·(pre+1)·logit. A row's loss
+// log Σexp(z) − z_target moves by Σ_c |p_c − [c = target]|·|δz_c| ≤
+// 2·max|δz|, and so does their mean (computed in float64).
+func lossBound(depth, pre, logit, loss float64) float64 {
+	return 2 * roundingBound(depth) * (pre + 1) * logit / loss
+}
+
+// grads downloads the gradient of every parameter of m, by checkpoint
+// name, through the host accessor (device memory is not host-accessible
+// on a GPU).
+func grads(t *testing.T, m *charrnn.Model) map[string][]float64 {
+	t.Helper()
+	out := map[string][]float64{}
+	for _, g := range m.Groups() {
+		for p := range g.Params.All() {
+			v, err := g.Params.Grad(p.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, ok := v.Data().([]float32)
+			if !ok {
+				t.Fatalf("%s.%s holds %T, want []float32", g.Name, p.Name, v.Data())
+			}
+			f := make([]float64, len(data))
+			for i, x := range data {
+				f[i] = float64(x)
+			}
+			out[g.Name+"."+p.Name] = f
+		}
+	}
+	return out
 }
