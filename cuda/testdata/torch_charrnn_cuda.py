@@ -42,29 +42,40 @@ ap.add_argument("tf32", nargs="?", type=int, default=0, choices=[0, 1])
 ap.add_argument("--profile", type=int, default=0, metavar="STEPS")
 ap.add_argument("--sync", action="store_true")
 ap.add_argument("--sample", type=int, default=1000, metavar="TOKENS")
+ap.add_argument("--device", default="cuda:0", help="cpu runs the script's logic without a GPU")
 args = ap.parse_args()
 
-if not torch.cuda.is_available():
+on_gpu = args.device.startswith("cuda")
+if on_gpu and not torch.cuda.is_available():
     sys.exit("torch_charrnn_cuda.py: no CUDA device visible to PyTorch")
+
+
+def sync():
+    if on_gpu:
+        torch.cuda.synchronize()
 
 
 def set_tf32(on):
     """Sets TF32 for matmuls and cuDNN RNNs; returns the settings in effect."""
     mode = "tf32" if on else "ieee"
+    failed = None
     if hasattr(torch.backends, "fp32_precision"):  # PyTorch 2.9+
-        torch.backends.cuda.matmul.fp32_precision = mode
-        torch.backends.cudnn.fp32_precision = mode
-        torch.backends.cudnn.rnn.fp32_precision = mode
-        return {
-            "api": "fp32_precision",
-            "matmul": torch.backends.cuda.matmul.fp32_precision,
-            "cudnn": torch.backends.cudnn.fp32_precision,
-            "cudnn_rnn": torch.backends.cudnn.rnn.fp32_precision,
-        }
+        try:
+            torch.backends.cuda.matmul.fp32_precision = mode
+            torch.backends.cudnn.fp32_precision = mode
+            torch.backends.cudnn.rnn.fp32_precision = mode
+            return {
+                "api": "fp32_precision",
+                "matmul": torch.backends.cuda.matmul.fp32_precision,
+                "cudnn": torch.backends.cudnn.fp32_precision,
+                "cudnn_rnn": torch.backends.cudnn.rnn.fp32_precision,
+            }
+        except (AttributeError, RuntimeError, ValueError) as e:
+            failed = "fp32_precision: %s" % e
     torch.backends.cuda.matmul.allow_tf32 = on
     torch.backends.cudnn.allow_tf32 = on
     return {
-        "api": "allow_tf32",
+        "api": "allow_tf32" + (" (%s)" % failed if failed else ""),
         "matmul": "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee",
         "cudnn": "tf32" if torch.backends.cudnn.allow_tf32 else "ieee",
         "cudnn_rnn": "tf32" if torch.backends.cudnn.allow_tf32 else "ieee",
@@ -76,7 +87,7 @@ with warnings.catch_warnings():
     tf32_settings = set_tf32(args.tf32 == 1)
 
 V, E, H, L, B, T = 65, 64, args.hidden, args.layers, args.batch, args.seq
-dev = torch.device("cuda:0")
+dev = torch.device(args.device)
 torch.manual_seed(0)
 emb = nn.Embedding(V, E).to(dev)
 rnn = (nn.LSTM if args.cell == "lstm" else nn.GRU)(E, H, L).to(dev)
@@ -107,16 +118,16 @@ def step():
 
 for _ in range(5):
     step()
-torch.cuda.synchronize()
+sync()
 t0 = time.perf_counter()
 for _ in range(args.steps):
     step()
-torch.cuda.synchronize()
+sync()
 train_tps = args.steps * B * T / (time.perf_counter() - t0)
 
 result = {
     "impl": "pytorch-" + torch.__version__ + "-cudnn-" + str(torch.backends.cudnn.version()),
-    "gpu": torch.cuda.get_device_name(0),
+    "gpu": torch.cuda.get_device_name(dev) if on_gpu else "cpu",
     "cell": args.cell, "hidden": H, "layers": L, "batch": B, "seq": T,
     "tf32": args.tf32 == 1, "tf32_settings": tf32_settings,
     "loss_read_per_step": args.sync,
@@ -126,11 +137,12 @@ result = {
 if args.profile > 0:
     from torch.profiler import ProfilerActivity, profile
 
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    sync()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with profile(activities=activities) as prof:
         for _ in range(args.profile):
             step()
-        torch.cuda.synchronize()
+        sync()
     kernels = copies = 0
     gpu_us = 0.0
     for ev in prof.events():
@@ -157,13 +169,13 @@ with torch.no_grad():
     hs = None
     for _ in range(20):
         y, hs = rnn(emb(x), hs)
-    torch.cuda.synchronize()
+    sync()
     t0 = time.perf_counter()
     for _ in range(args.sample):
         y, hs = rnn(emb(x), hs)
         p = torch.softmax(out(y[-1, 0]) / 0.8, -1)
         x = torch.multinomial(p, 1).view(1, 1)
-    torch.cuda.synchronize()
+    sync()
     result["sample_tokens_per_s"] = round(args.sample / (time.perf_counter() - t0))
 
 print(json.dumps(result), flush=True)
