@@ -515,7 +515,7 @@ func (d *Device) Close() error {
 	var errs []error
 	if err := d.api.CtxSynchronize(d.ctx); err != nil {
 		errs = append(errs, err)
-	} else if err := d.report(); err != nil {
+	} else if err := d.readStatus(d.statusStream, false); err != nil {
 		errs = append(errs, err)
 	}
 	for _, s := range streams {
@@ -579,42 +579,30 @@ func (d *Device) releaseStatus() error {
 	return errors.Join(errs...)
 }
 
-// syncCompute waits for the compute stream's work and returns the index
-// errors its kernels raised since the last time, clearing them. The copy
-// of the status word and its reset are queued on the compute stream
-// itself, after the work being waited for and before any queued later:
-// a bit is reported exactly once, by the first synchronisation after the
-// kernel that raised it.
-func (d *Device) syncCompute() error {
-	a, c, s := d.api, d.ctx, d.compute.s
+// readStatus copies the status word to the host on stream s, waits for
+// s, and returns the index errors it holds; clear also resets the word,
+// in order on s, after the copy.
+//
+// On the compute stream (Synchronize, Download: clear set) the copy and
+// the reset come after the work being waited for and before any queued
+// later, so a bit is reported exactly once, by the first synchronisation
+// after the kernel that raised it. On the status stream (Event.Wait,
+// Close: clear unset) it waits for nothing queued on the compute stream
+// and leaves the bits for the next synchronisation; call it once the work
+// whose errors it should see has completed.
+func (d *Device) readStatus(s cuStream, clear bool) error {
+	a, c := d.api, d.ctx
 	d.statusMu.Lock()
 	defer d.statusMu.Unlock()
 	if err := a.MemcpyDtoHAsync(c, d.statusHost, d.statusDev, 4, s); err != nil {
 		return err
 	}
-	if err := a.MemsetD32Async(c, d.statusDev, 0, 1, s); err != nil {
-		return err
+	if clear {
+		if err := a.MemsetD32Async(c, d.statusDev, 0, 1, s); err != nil {
+			return err
+		}
 	}
 	if err := a.StreamSynchronize(c, s); err != nil {
-		return err
-	}
-	return d.indexError(atomic.LoadUint32((*uint32)(d.statusHost)))
-}
-
-// report returns the index errors raised so far without clearing them:
-// the compute stream's next synchronisation reports them again. It reads
-// the word on a stream of its own, so it waits for nothing queued on the
-// compute stream; call it once the work whose errors it should see has
-// completed (an event of the compute stream waited for, the context
-// synchronised).
-func (d *Device) report() error {
-	a, c := d.api, d.ctx
-	d.statusMu.Lock()
-	defer d.statusMu.Unlock()
-	if err := a.MemcpyDtoHAsync(c, d.statusHost, d.statusDev, 4, d.statusStream); err != nil {
-		return err
-	}
-	if err := a.StreamSynchronize(c, d.statusStream); err != nil {
 		return err
 	}
 	return d.indexError(atomic.LoadUint32((*uint32)(d.statusHost)))

@@ -70,6 +70,11 @@ func TestEmulatedDriver(t *testing.T) {
 		if info != want {
 			t.Errorf("Info() = %+v, want %+v", info, want)
 		}
+		// What GPU runs use to refuse the emulator tells the two apart.
+		if !cudaemu.IsEmulator(info.Name) || cudaemu.IsEmulator("NVIDIA H100 80GB HBM3") {
+			t.Errorf("IsEmulator(%q) = %v and IsEmulator(NVIDIA H100 80GB HBM3) = %v, want true and false",
+				info.Name, cudaemu.IsEmulator(info.Name), cudaemu.IsEmulator("NVIDIA H100 80GB HBM3"))
+		}
 	})
 	t.Run("OutOfMemory", func(t *testing.T) {
 		t.Setenv("GOCURRENT_EMU_MEMORY", fmt.Sprint(256<<20))

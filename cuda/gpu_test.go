@@ -9,6 +9,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/devicetest"
+	"github.com/gocurrent/gocurrent/internal/cudaemu"
 )
 
 // The GPU tests and benchmarks open the first GPU. GOCURRENT_CUBLAS and
@@ -52,7 +53,7 @@ func openGPU(t testing.TB, cfg Config) *Device {
 	if err != nil {
 		t.Fatalf("cuda.Open: %v", err)
 	}
-	if requireGPU() && strings.Contains(strings.ToLower(d.Info().Name), "emulator") {
+	if requireGPU() && cudaemu.IsEmulator(d.Info().Name) {
 		d.Close()
 		t.Fatalf("GOCURRENT_REQUIRE_GPU=1 and the device is %q, not a GPU", d.Info().Name)
 	}
@@ -108,7 +109,7 @@ func TestOpenWithoutGPU(t *testing.T) {
 			t.Errorf("Name() = %q, want cuda:0", d.Name())
 		}
 		t.Logf("opened %+v", info)
-		if requireGPU() && strings.Contains(strings.ToLower(info.Name), "emulator") {
+		if requireGPU() && cudaemu.IsEmulator(info.Name) {
 			t.Errorf("GOCURRENT_REQUIRE_GPU=1 and the device is %q, not a GPU", info.Name)
 		}
 		return

@@ -101,7 +101,7 @@ func (s *stream) Synchronize() error {
 		return s.closedErr("Synchronize")
 	}
 	if s.compute {
-		return s.d.syncCompute()
+		return s.d.readStatus(s.s, true)
 	}
 	return s.d.api.StreamSynchronize(s.d.ctx, s.s)
 }
@@ -161,7 +161,7 @@ func (e *event) Wait() error {
 		return err
 	}
 	if e.s.compute {
-		return d.report()
+		return d.readStatus(d.statusStream, false)
 	}
 	return nil
 }

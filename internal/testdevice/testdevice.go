@@ -30,6 +30,7 @@ import (
 	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/cpu"
+	"github.com/gocurrent/gocurrent/internal/cudaemu"
 )
 
 // The environment variables this package reads.
@@ -144,7 +145,7 @@ func open(name string) (device.Device, error) {
 		return nil, fmt.Errorf("testdevice: %s=%s: %w", EnvDevice, name, err)
 	}
 	info := d.Info()
-	if RequireGPU() && strings.Contains(strings.ToLower(info.Name), "emulator") {
+	if RequireGPU() && cudaemu.IsEmulator(info.Name) {
 		d.Close()
 		return nil, fmt.Errorf("testdevice: %s=1 but %s is %q, not a GPU", EnvRequireGPU, d.Name(), info.Name)
 	}

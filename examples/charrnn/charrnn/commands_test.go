@@ -137,4 +137,18 @@ func TestBenchCommand(t *testing.T) {
 			t.Errorf("%s = %v, want > 0", k, evs[0][k])
 		}
 	}
+	// tf32 says what the GEMMs ran in, for comparison with PyTorch's
+	// settings: TF32 only when asked for and on a GPU (the CPU device's
+	// float32 GEMMs are IEEE whatever the flag).
+	if evs[0]["tf32"] != false {
+		t.Errorf("tf32 = %v without -tf32, want false", evs[0]["tf32"])
+	}
+	out, _, err = run(t, context.Background(), "bench", "-device", dev, "-hidden", "16", "-layers", "1", "-batch", "2", "-seq", "8",
+		"-steps", "1", "-n", "1", "-json", "-tf32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs = events(t, out); len(evs) != 1 || evs[0]["tf32"] != !testdevice.IsCPU() {
+		t.Errorf("events %v with -tf32, want one bench event with tf32 %v", evs, !testdevice.IsCPU())
+	}
 }
