@@ -1,8 +1,12 @@
-package alloc
+package alloc_test
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
+
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/alloc/trace"
 )
 
 // BenchmarkCachedAllocFree times one Alloc and one Free of a block the
@@ -10,8 +14,8 @@ import (
 // step. The target is under 200 ns per pair (issue 2).
 func BenchmarkCachedAllocFree(b *testing.B) {
 	for _, size := range []int64{512, 64 * kib, mib, 8 * mib, 64 * mib} {
-		b.Run(FormatSize(size), func(b *testing.B) {
-			c, err := NewCaching(NewHost(0), Config{})
+		b.Run(alloc.FormatSize(size), func(b *testing.B) {
+			c, err := alloc.NewCaching(alloc.NewHost(0), alloc.Config{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -39,9 +43,9 @@ func BenchmarkCachedAllocFree(b *testing.B) {
 // BenchmarkUncachedAllocFree is the same pair straight from the host
 // source (mmap and munmap), for the ratio against the cached path.
 func BenchmarkUncachedAllocFree(b *testing.B) {
-	for _, size := range []int64{SmallBuffer, LargeBuffer} {
-		b.Run(FormatSize(size), func(b *testing.B) {
-			h := NewHost(0)
+	for _, size := range []int64{alloc.SmallBuffer, alloc.LargeBuffer} {
+		b.Run(alloc.FormatSize(size), func(b *testing.B) {
+			h := alloc.NewHost(0)
 			b.ReportAllocs()
 			for b.Loop() {
 				p, err := h.Allocate(size)
@@ -60,17 +64,14 @@ func BenchmarkUncachedAllocFree(b *testing.B) {
 // goroutine at once, each on its own stream: the cost of the one mutex
 // under contention.
 func BenchmarkCachedAllocFreeParallel(b *testing.B) {
-	c, err := NewCaching(NewHost(0), Config{})
+	c, err := alloc.NewCaching(alloc.NewHost(0), alloc.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	var next Stream
+	var next atomic.Uint64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		c.mu.Lock()
-		next++
-		s := next
-		c.mu.Unlock()
+		s := alloc.Stream(next.Add(1))
 		for pb.Next() {
 			p, err := c.Alloc(64*kib, s)
 			if err != nil {
@@ -87,15 +88,15 @@ func BenchmarkReplay(b *testing.B) {
 	ops := loadTrace(b, charRNNTrace)
 	for _, pol := range []struct {
 		name string
-		cfg  Config
-	}{{"default", Config{}}, {"max_split_size_mb:64", Config{MaxSplitSize: 64 * mib}}} {
+		cfg  alloc.Config
+	}{{"default", alloc.Config{}}, {"max_split_size_mb:64", alloc.Config{MaxSplitSize: 64 * mib}}} {
 		b.Run(pol.name, func(b *testing.B) {
-			var res ReplayResult
+			var res trace.ReplayResult
 			b.ReportAllocs()
 			for b.Loop() {
 				_, c := newSim(b, 4*gib, pol.cfg)
 				var err error
-				if res, err = Replay(c, ops); err != nil {
+				if res, err = trace.Replay(c, ops); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -108,13 +109,13 @@ func BenchmarkReplay(b *testing.B) {
 }
 
 func ExampleCaching() {
-	c, err := NewCaching(NewSimulated(1<<30), Config{})
+	c, err := alloc.NewCaching(alloc.NewHost(0), alloc.Config{})
 	if err != nil {
 		panic(err)
 	}
 	p, _ := c.Alloc(1000, 0) // rounded to 1,024 bytes in a 2 MiB small-pool segment
 	st := c.Stats()
-	fmt.Println(st.AllocatedBytes[AllPools].Current, st.ReservedBytes[AllPools].Current, st.RequestedBytes[AllPools].Current)
+	fmt.Println(st.AllocatedBytes[alloc.AllPools].Current, st.ReservedBytes[alloc.AllPools].Current, st.RequestedBytes[alloc.AllPools].Current)
 	c.Free(p)
 	q, _ := c.Alloc(1000, 0) // served from the cache: the same block
 	fmt.Println(p == q, c.Stats().DeviceAllocs)

@@ -709,6 +709,16 @@ func (c *Caching) ResetAccumulated() {
 	c.mu.Unlock()
 }
 
+// Fragmentation is 1 - largest cached block / cached bytes, as
+// Snapshot().Fragmentation() but without building the snapshot: cheap
+// enough to follow after every operation, as trace.Replay does. It walks
+// the cached blocks, so it costs time in their number.
+func (c *Caching) Fragmentation() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fragmentation(c.largestCached())
+}
+
 // largestCached returns the largest cached block and the cached bytes.
 func (c *Caching) largestCached() (largest, free int64) {
 	for _, p := range []*blockPool{&c.small, &c.large} {
@@ -784,7 +794,8 @@ func (c *Caching) Snapshot() Snapshot {
 }
 
 // Trace returns the recorded trace entries, oldest first. It is empty
-// unless Config.TraceEntries is set.
+// unless Config.TraceEntries is set. Package alloc/trace writes them as a
+// file that it can replay under another policy.
 func (c *Caching) Trace() []TraceEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()

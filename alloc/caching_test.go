@@ -1,10 +1,12 @@
-package alloc
+package alloc_test
 
 import (
 	"errors"
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/gocurrent/gocurrent/alloc"
 )
 
 // TestSizingVectors checks rounding, pool choice, segment size and the split
@@ -15,31 +17,31 @@ import (
 func TestSizingVectors(t *testing.T) {
 	tests := []struct {
 		request, rounded int64
-		pool             Pool
+		pool             alloc.Pool
 		segment          int64
 		remainder        int64 // size of the free block split off, 0 if not split
 	}{
-		{1, 512, SmallPool, 2097152, 2096640},
-		{1000, 1024, SmallPool, 2097152, 2096128},
-		{1048576, 1048576, SmallPool, 2097152, 1048576},
-		{1048577, 1049088, LargePool, 20971520, 19922432},
-		{9 * mib, 9437184, LargePool, 20971520, 11534336},
-		{10 * mib, 10485760, LargePool, 10485760, 0},
-		{11 * mib, 11534336, LargePool, 12582912, 0},
-		{21 * mib / 2, 11010048, LargePool, 12582912, 1572864},
-		{19 * mib, 19922944, LargePool, 20971520, 0},
-		{100000000, 100000256, LargePool, 100663296, 0},
+		{1, 512, alloc.SmallPool, 2097152, 2096640},
+		{1000, 1024, alloc.SmallPool, 2097152, 2096128},
+		{1048576, 1048576, alloc.SmallPool, 2097152, 1048576},
+		{1048577, 1049088, alloc.LargePool, 20971520, 19922432},
+		{9 * mib, 9437184, alloc.LargePool, 20971520, 11534336},
+		{10 * mib, 10485760, alloc.LargePool, 10485760, 0},
+		{11 * mib, 11534336, alloc.LargePool, 12582912, 0},
+		{21 * mib / 2, 11010048, alloc.LargePool, 12582912, 1572864},
+		{19 * mib, 19922944, alloc.LargePool, 20971520, 0},
+		{100000000, 100000256, alloc.LargePool, 100663296, 0},
 	}
 	for _, tt := range tests {
-		t.Run(FormatSize(tt.request), func(t *testing.T) {
-			var cfg Config
+		t.Run(alloc.FormatSize(tt.request), func(t *testing.T) {
+			var cfg alloc.Config
 			if got := cfg.RoundSize(tt.request); got != tt.rounded {
 				t.Errorf("RoundSize(%d) = %d, want %d", tt.request, got, tt.rounded)
 			}
-			if got := PoolOf(tt.rounded); got != tt.pool {
+			if got := alloc.PoolOf(tt.rounded); got != tt.pool {
 				t.Errorf("PoolOf(%d) = %v, want %v", tt.rounded, got, tt.pool)
 			}
-			if got := SegmentSize(tt.rounded); got != tt.segment {
+			if got := alloc.SegmentSize(tt.rounded); got != tt.segment {
 				t.Errorf("SegmentSize(%d) = %d, want %d", tt.rounded, got, tt.segment)
 			}
 			_, c := newSim(t, gib, cfg)
@@ -52,9 +54,9 @@ func TestSizingVectors(t *testing.T) {
 			if seg.TotalSize != tt.segment || seg.Pool != tt.pool {
 				t.Errorf("segment of %d bytes in %v, want %d in %v", seg.TotalSize, seg.Pool, tt.segment, tt.pool)
 			}
-			wantBlocks := []BlockInfo{{Address: p, Size: tt.rounded, RequestedSize: tt.request, State: BlockActiveAllocated}}
+			wantBlocks := []alloc.BlockInfo{{Address: p, Size: tt.rounded, RequestedSize: tt.request, State: alloc.BlockActiveAllocated}}
 			if tt.remainder != 0 {
-				wantBlocks = append(wantBlocks, BlockInfo{Address: p + Ptr(tt.rounded), Size: tt.remainder, State: BlockInactive})
+				wantBlocks = append(wantBlocks, alloc.BlockInfo{Address: p + alloc.Ptr(tt.rounded), Size: tt.remainder, State: alloc.BlockInactive})
 			} else {
 				wantBlocks[0].Size = tt.segment // not split: the caller gets the whole segment
 			}
@@ -70,24 +72,24 @@ func TestSizingVectors(t *testing.T) {
 // PyTorch asserts (test_cuda.py test_allocator_settings, the docs' 1200 ->
 // 1280 example) and our interval lookup.
 func TestRoundupPower2(t *testing.T) {
-	all := func(d int) Config {
-		var c Config
+	all := func(d int) alloc.Config {
+		var c alloc.Config
 		for i := range c.RoundupPower2Divisions {
 			c.RoundupPower2Divisions[i] = d
 		}
 		return c
 	}
-	only := func(i, d int) Config {
-		var c Config
+	only := func(i, d int) alloc.Config {
+		var c alloc.Config
 		c.RoundupPower2Divisions[i] = d
 		return c
 	}
-	if got := RoundupPower2NextDivision(1200, 4); got != 1280 {
+	if got := alloc.RoundupPower2NextDivision(1200, 4); got != 1280 {
 		t.Errorf("RoundupPower2NextDivision(1200, 4) = %d, want 1280", got)
 	}
 	tests := []struct {
 		name string
-		cfg  Config
+		cfg  alloc.Config
 		size int64
 		want int64
 	}{
@@ -106,7 +108,7 @@ func TestRoundupPower2(t *testing.T) {
 		{"below 1MiB uses interval 0", only(0, 4), 3000, 3072},
 		// Interval 15 takes everything from 32 GiB up.
 		{"above 32GiB uses interval 15", only(15, 2), 100 * gib, 128 * gib},
-		{"off", Config{}, 84*mib + 1, 84*mib + 512},
+		{"off", alloc.Config{}, 84*mib + 1, 84*mib + 512},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,7 +133,7 @@ func TestRoundupPower2(t *testing.T) {
 // TestBestFit checks that a request takes the smallest cached block that
 // fits, not the first or the largest.
 func TestBestFit(t *testing.T) {
-	_, c := newSim(t, gib, Config{})
+	_, c := newSim(t, gib, alloc.Config{})
 	// One 20 MiB segment laid out as 3 | sep | 5 | sep | 7 | rest, with
 	// 1.5 MiB separators so the freed blocks cannot merge.
 	sep := 3 * mib / 2
@@ -143,7 +145,7 @@ func TestBestFit(t *testing.T) {
 	if n := len(c.Snapshot().Segments); n != 1 {
 		t.Fatalf("layout took %d segments, want 1", n)
 	}
-	for _, p := range []Ptr{a, b, d} {
+	for _, p := range []alloc.Ptr{a, b, d} {
 		mustFree(t, c, p)
 	}
 	checkInvariants(t, c)
@@ -165,8 +167,8 @@ func TestBestFit(t *testing.T) {
 // addresses touch.
 func TestMerge(t *testing.T) {
 	t.Run("prev next both", func(t *testing.T) {
-		_, c := newSim(t, gib, Config{})
-		p := make([]Ptr, 4)
+		_, c := newSim(t, gib, alloc.Config{})
+		p := make([]alloc.Ptr, 4)
 		for i := range p {
 			p[i] = mustAlloc(t, c, 4*kib, 0)
 		}
@@ -191,12 +193,12 @@ func TestMerge(t *testing.T) {
 		checkInvariants(t, c)
 	})
 	t.Run("segments stay apart", func(t *testing.T) {
-		sim, c := newSim(t, gib, Config{})
+		sim, c := newSim(t, gib, alloc.Config{})
 		// 10 MiB requests get exact 10 MiB segments; the simulated device
 		// hands out addresses first fit, so the two segments touch.
 		a := mustAlloc(t, c, 10*mib, 0)
 		b := mustAlloc(t, c, 10*mib, 0)
-		if b != a+Ptr(10*mib) {
+		if b != a+alloc.Ptr(10*mib) {
 			t.Fatalf("segments at %v and %v, want adjacent addresses for this test", a, b)
 		}
 		mustFree(t, c, a)
@@ -223,8 +225,8 @@ func TestMerge(t *testing.T) {
 // frees them in random order; every merge must leave a consistent segment
 // and the end state is one free block (PyTorch's test_memory_snapshot).
 func TestTiledBlocksMerge(t *testing.T) {
-	_, c := newSim(t, gib, Config{})
-	ptrs := make([]Ptr, 1000)
+	_, c := newSim(t, gib, alloc.Config{})
+	ptrs := make([]alloc.Ptr, 1000)
 	for i := range ptrs {
 		ptrs[i] = mustAlloc(t, c, 512, 0)
 	}
@@ -238,7 +240,7 @@ func TestTiledBlocksMerge(t *testing.T) {
 		checkInvariants(t, c)
 	}
 	seg := c.Snapshot().Segments[0]
-	if len(seg.Blocks) != 1 || seg.Blocks[0].Size != SmallBuffer {
+	if len(seg.Blocks) != 1 || seg.Blocks[0].Size != alloc.SmallBuffer {
 		t.Errorf("after freeing all: blocks %+v, want one free 2 MiB block", seg.Blocks)
 	}
 }
@@ -246,8 +248,8 @@ func TestTiledBlocksMerge(t *testing.T) {
 // TestStatsArithmetic is RMM's PeakAllocations scenario
 // (statistics_mr_tests.cpp) on our figures.
 func TestStatsArithmetic(t *testing.T) {
-	_, c := newSim(t, gib, Config{})
-	var ps []Ptr
+	_, c := newSim(t, gib, alloc.Config{})
+	var ps []alloc.Ptr
 	for range 10 {
 		ps = append(ps, mustAlloc(t, c, 10*mib, 0))
 	}
@@ -255,7 +257,7 @@ func TestStatsArithmetic(t *testing.T) {
 		mustFree(t, c, ps[i])
 	}
 	st := c.Stats()
-	if got := st.AllocatedBytes[AllPools]; got.Current != 50*mib || got.Peak != 100*mib || got.Allocated != 100*mib {
+	if got := st.AllocatedBytes[alloc.AllPools]; got.Current != 50*mib || got.Peak != 100*mib || got.Allocated != 100*mib {
 		t.Errorf("after 10 allocs and 5 frees: allocated_bytes %+v, want current 50 MiB, peak 100 MiB, allocated 100 MiB", got)
 	}
 	for range 10 {
@@ -268,13 +270,13 @@ func TestStatsArithmetic(t *testing.T) {
 		mustFree(t, c, p)
 	}
 	st = c.Stats()
-	if got := st.AllocatedBytes[AllPools]; got.Current != 0 || got.Peak != 150*mib || got.Allocated != 200*mib || got.Freed != 200*mib {
+	if got := st.AllocatedBytes[alloc.AllPools]; got.Current != 0 || got.Peak != 150*mib || got.Allocated != 200*mib || got.Freed != 200*mib {
 		t.Errorf("after all frees: allocated_bytes %+v, want current 0, peak 150 MiB, allocated = freed = 200 MiB", got)
 	}
-	if got := st.Allocation[AllPools]; got.Peak != 15 || got.Allocated != 20 {
+	if got := st.Allocation[alloc.AllPools]; got.Peak != 15 || got.Allocated != 20 {
 		t.Errorf("allocation %+v, want peak 15, allocated 20", got)
 	}
-	if got := st.AllocatedBytes[SmallPool]; got != (Stat{}) {
+	if got := st.AllocatedBytes[alloc.SmallPool]; got != (alloc.Stat{}) {
 		t.Errorf("small pool %+v, want untouched", got)
 	}
 	checkInvariants(t, c)
@@ -283,36 +285,36 @@ func TestStatsArithmetic(t *testing.T) {
 // TestActiveBytesExact follows PyTorch's test_memory_stats: 256 floats
 // (1,024 bytes) are 1,024 active bytes, and freeing them counts 1,024 freed.
 func TestActiveBytesExact(t *testing.T) {
-	_, c := newSim(t, gib, Config{})
+	_, c := newSim(t, gib, alloc.Config{})
 	before := c.Stats()
 	p := mustAlloc(t, c, 256*4, 0)
 	st := c.Stats()
-	if d := st.ActiveBytes[AllPools].Current - before.ActiveBytes[AllPools].Current; d != 1024 {
+	if d := st.ActiveBytes[alloc.AllPools].Current - before.ActiveBytes[alloc.AllPools].Current; d != 1024 {
 		t.Errorf("active_bytes grew by %d, want 1024", d)
 	}
-	if st.ActiveBytes[AllPools].Freed != 0 {
-		t.Errorf("active_bytes.freed = %d, want 0", st.ActiveBytes[AllPools].Freed)
+	if st.ActiveBytes[alloc.AllPools].Freed != 0 {
+		t.Errorf("active_bytes.freed = %d, want 0", st.ActiveBytes[alloc.AllPools].Freed)
 	}
 	mustFree(t, c, p)
 	if err := c.EmptyCache(); err != nil {
 		t.Fatal(err)
 	}
 	st = c.Stats()
-	if st.ActiveBytes[AllPools].Freed != 1024 || st.ActiveBytes[SmallPool].Freed != 1024 {
-		t.Errorf("active_bytes.freed all/small = %d/%d, want 1024", st.ActiveBytes[AllPools].Freed, st.ActiveBytes[SmallPool].Freed)
+	if st.ActiveBytes[alloc.AllPools].Freed != 1024 || st.ActiveBytes[alloc.SmallPool].Freed != 1024 {
+		t.Errorf("active_bytes.freed all/small = %d/%d, want 1024", st.ActiveBytes[alloc.AllPools].Freed, st.ActiveBytes[alloc.SmallPool].Freed)
 	}
-	if st.ReservedBytes[AllPools].Current != 0 {
-		t.Errorf("reserved after EmptyCache = %d, want 0", st.ReservedBytes[AllPools].Current)
+	if st.ReservedBytes[alloc.AllPools].Current != 0 {
+		t.Errorf("reserved after EmptyCache = %d, want 0", st.ReservedBytes[alloc.AllPools].Current)
 	}
-	peak := st.ActiveBytes[AllPools].Peak
+	peak := st.ActiveBytes[alloc.AllPools].Peak
 	c.ResetPeak()
-	if got := c.Stats().ActiveBytes[AllPools].Peak; got != 0 || peak != 1024 {
+	if got := c.Stats().ActiveBytes[alloc.AllPools].Peak; got != 0 || peak != 1024 {
 		t.Errorf("peak before/after ResetPeak = %d/%d, want 1024/0", peak, got)
 	}
 	c.ResetAccumulated()
 	st = c.Stats()
-	if st.ActiveBytes[AllPools].Allocated != 0 || st.ActiveBytes[AllPools].Freed != 0 || st.DeviceAllocs != 0 || st.DeviceFrees != 0 {
-		t.Errorf("after ResetAccumulated: %+v, device allocs %d frees %d, want zeros", st.ActiveBytes[AllPools], st.DeviceAllocs, st.DeviceFrees)
+	if st.ActiveBytes[alloc.AllPools].Allocated != 0 || st.ActiveBytes[alloc.AllPools].Freed != 0 || st.DeviceAllocs != 0 || st.DeviceFrees != 0 {
+		t.Errorf("after ResetAccumulated: %+v, device allocs %d frees %d, want zeros", st.ActiveBytes[alloc.AllPools], st.DeviceAllocs, st.DeviceFrees)
 	}
 }
 
@@ -320,33 +322,33 @@ func TestActiveBytesExact(t *testing.T) {
 // with the stats-snapshot consistency check after every step, plus the
 // invariants PyTorch asserts around it.
 func TestMemoryStatsWorkload(t *testing.T) {
-	_, c := newSim(t, 4*gib, Config{})
+	_, c := newSim(t, 4*gib, alloc.Config{})
 	rng := rand.New(rand.NewPCG(35, 0))
 	const n = 35
-	var live []Ptr
+	var live []alloc.Ptr
 	lastPeak := int64(0)
 	step := func(what string) {
 		t.Helper()
 		checkInvariants(t, c)
 		st := c.Stats()
-		a := st.AllocatedBytes[AllPools]
+		a := st.AllocatedBytes[alloc.AllPools]
 		if a.Peak < lastPeak {
 			t.Fatalf("%s: allocated peak fell from %d to %d without a reset", what, lastPeak, a.Peak)
 		}
 		lastPeak = a.Peak
 	}
-	alloc := func(size int64) {
+	allocate := func(size int64) {
 		live = append(live, mustAlloc(t, c, size, 0))
 		step("alloc")
 	}
 	for range 3 {
-		alloc(int64(rng.IntN(4*1024)) + 1)
+		allocate(int64(rng.IntN(4*1024)) + 1)
 	}
 	for i := range n / 2 {
-		alloc(int64(i*1000) + 1) // small
+		allocate(int64(i*1000) + 1) // small
 	}
 	for i := range n / 2 {
-		alloc(int64(i+1) * 3 * mib) // large
+		allocate(int64(i+1) * 3 * mib) // large
 	}
 	p, err := c.Alloc(0, 0)
 	if err != nil || p != 0 {
@@ -358,35 +360,35 @@ func TestMemoryStatsWorkload(t *testing.T) {
 		live = live[:len(live)-1]
 		step("free half")
 	}
-	reserved := c.Stats().ReservedBytes[AllPools].Current
+	reserved := c.Stats().ReservedBytes[alloc.AllPools].Current
 	if err := c.EmptyCache(); err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Stats().ReservedBytes[AllPools].Current; got > reserved {
+	if got := c.Stats().ReservedBytes[alloc.AllPools].Current; got > reserved {
 		t.Errorf("EmptyCache raised reserved from %d to %d", reserved, got)
 	}
 	step("empty cache")
 	for i := range 2 * n / 3 {
-		alloc(int64(rng.IntN(12*int(mib))) + int64(i) + 1)
+		allocate(int64(rng.IntN(12*int(mib))) + int64(i) + 1)
 	}
 	c.ResetPeak()
 	lastPeak = 0
 	st := c.Stats()
-	if a := st.AllocatedBytes[AllPools]; a.Peak != a.Current {
+	if a := st.AllocatedBytes[alloc.AllPools]; a.Peak != a.Current {
 		t.Errorf("after ResetPeak: peak %d, current %d, want equal", a.Peak, a.Current)
 	}
 	for _, p := range live {
 		mustFree(t, c, p)
 		step("free all")
 	}
-	if got := c.Stats().AllocatedBytes[AllPools].Current; got != 0 {
+	if got := c.Stats().AllocatedBytes[alloc.AllPools].Current; got != 0 {
 		t.Errorf("allocated after freeing everything = %d, want 0", got)
 	}
 	if err := c.EmptyCache(); err != nil {
 		t.Fatal(err)
 	}
 	step("final empty cache")
-	if got := c.Stats().ReservedBytes[AllPools].Current; got != 0 {
+	if got := c.Stats().ReservedBytes[alloc.AllPools].Current; got != 0 {
 		t.Errorf("reserved after the final EmptyCache = %d, want 0", got)
 	}
 }
@@ -395,9 +397,9 @@ func TestMemoryStatsWorkload(t *testing.T) {
 // sizes, claiming each block in the simulated device's shadow map, which
 // fails on any byte shared by two live blocks (TensorFlow's NoDups).
 func TestNoOverlap(t *testing.T) {
-	sim, c := newSim(t, 16*gib, Config{})
+	sim, c := newSim(t, 16*gib, alloc.Config{})
 	type live struct {
-		p    Ptr
+		p    alloc.Ptr
 		size int64
 	}
 	var blocks []live
@@ -412,7 +414,7 @@ func TestNoOverlap(t *testing.T) {
 		claim(n)
 	}
 	// 512 requests round to 512 bytes and 511 to 1,024: 512*512 + 511*1024.
-	if got, want := c.Stats().AllocatedBytes[AllPools].Current, int64(512*512+511*1024); got != want {
+	if got, want := c.Stats().AllocatedBytes[alloc.AllPools].Current, int64(512*512+511*1024); got != want {
 		t.Errorf("allocated bytes = %d, want %d", got, want)
 	}
 	sorted := slices.Clone(blocks)
@@ -443,12 +445,12 @@ func TestNoOverlap(t *testing.T) {
 // memory held after the first round must not grow (TensorFlow's
 // ExerciseCoalescing: 4 KB, 8 MB, 16 KB, 40 MB).
 func TestCoalescingNoGrowth(t *testing.T) {
-	_, c := newSim(t, gib, Config{})
+	_, c := newSim(t, gib, alloc.Config{})
 	sizes := []int64{4 * kib, 8 * mib, 16 * kib, 40 * mib}
-	var first []Ptr
+	var first []alloc.Ptr
 	var reserved1 int64
 	for it := range 1000 {
-		ps := make([]Ptr, len(sizes))
+		ps := make([]alloc.Ptr, len(sizes))
 		for i, s := range sizes {
 			ps[i] = mustAlloc(t, c, s, 0)
 		}
@@ -461,11 +463,11 @@ func TestCoalescingNoGrowth(t *testing.T) {
 			mustFree(t, c, p)
 		}
 		if it == 0 {
-			reserved1 = c.Stats().ReservedBytes[AllPools].Current
+			reserved1 = c.Stats().ReservedBytes[alloc.AllPools].Current
 		}
 	}
 	st := c.Stats()
-	if got := st.ReservedBytes[AllPools].Current; got != reserved1 {
+	if got := st.ReservedBytes[alloc.AllPools].Current; got != reserved1 {
 		t.Errorf("reserved after 1000 rounds = %d, after 1 = %d; want equal", got, reserved1)
 	}
 	if st.DeviceAllocs != 3 { // small 2 MiB, large 20 MiB (8 MiB), large 40 MiB
@@ -478,7 +480,7 @@ func TestCoalescingNoGrowth(t *testing.T) {
 // MaxSplitSize are not split, smaller requests do not take them, and larger
 // ones take them only within MaxNonSplitRounding.
 func TestMaxSplitSize(t *testing.T) {
-	_, c := newSim(t, gib, Config{MaxSplitSize: 40 * mib})
+	_, c := newSim(t, gib, alloc.Config{MaxSplitSize: 40 * mib})
 	big := mustAlloc(t, c, 60*mib, 0)
 	mustFree(t, c, big)
 	// A 30 MiB request is below the split limit: it must not take the
@@ -519,13 +521,13 @@ func TestMaxSplitSize(t *testing.T) {
 // 40 MiB blocks fit and a fourth does not; after freeing them a 120 MiB
 // request succeeds by releasing the cached oversize segments.
 func TestMaxSplitLimitScenario(t *testing.T) {
-	_, c := newSim(t, gib, Config{MaxSplitSize: 40 * mib, MemoryLimit: 120 * mib})
-	var ps []Ptr
+	_, c := newSim(t, gib, alloc.Config{MaxSplitSize: 40 * mib, MemoryLimit: 120 * mib})
+	var ps []alloc.Ptr
 	for range 3 {
 		ps = append(ps, mustAlloc(t, c, 40*mib, 0))
 	}
 	_, err := c.Alloc(40*mib, 0)
-	var oom *OutOfMemoryError
+	var oom *alloc.OutOfMemoryError
 	if !errors.As(err, &oom) {
 		t.Fatalf("fourth 40 MiB: err %v, want *OutOfMemoryError", err)
 	}
@@ -556,7 +558,7 @@ func TestGarbageCollection(t *testing.T) {
 		threshold   float64
 		wantRetries int64
 	}{{0.5, 0}, {0, 1}} {
-		_, c := newSim(t, gib, Config{MemoryLimit: 120 * mib, GarbageCollectionThreshold: tt.threshold})
+		_, c := newSim(t, gib, alloc.Config{MemoryLimit: 120 * mib, GarbageCollectionThreshold: tt.threshold})
 		a := mustAlloc(t, c, 40*mib, 0)
 		b := mustAlloc(t, c, 40*mib, 0)
 		mustAlloc(t, c, 40*mib, 0)
@@ -575,7 +577,7 @@ func TestGarbageCollection(t *testing.T) {
 // segments that waited longest and keeps the ones reused recently.
 func TestGarbageCollectionAge(t *testing.T) {
 	// Threshold 0.5 of 100 MiB: collection starts above 50 MiB reserved.
-	_, c := newSim(t, gib, Config{MemoryLimit: 100 * mib, GarbageCollectionThreshold: 0.5})
+	_, c := newSim(t, gib, alloc.Config{MemoryLimit: 100 * mib, GarbageCollectionThreshold: 0.5})
 	old := mustAlloc(t, c, 30*mib, 0)
 	recent := mustAlloc(t, c, 28*mib, 0)
 	mustFree(t, c, old)
@@ -589,7 +591,7 @@ func TestGarbageCollectionAge(t *testing.T) {
 	// 58 MiB cached, a 40 MiB request fits neither block: collection must
 	// reclaim 58 - 50 = 8 MiB, which the older segment alone covers.
 	mustAlloc(t, c, 40*mib, 0)
-	found := map[Ptr]bool{}
+	found := map[alloc.Ptr]bool{}
 	for _, s := range c.Snapshot().Segments {
 		found[s.Address] = true
 	}
@@ -605,23 +607,23 @@ func TestGarbageCollectionAge(t *testing.T) {
 // TestInvalidFree checks that unknown, double and interior frees are
 // errors, counted, and change nothing.
 func TestInvalidFree(t *testing.T) {
-	_, c := newSim(t, gib, Config{})
+	_, c := newSim(t, gib, alloc.Config{})
 	p := mustAlloc(t, c, 4096, 0)
 	q := mustAlloc(t, c, 4096, 0)
 	mustFree(t, c, q)
 	before := c.Snapshot()
-	for _, bad := range []Ptr{q, p + 512, 0xdead000, p - 4096} {
-		if err := c.Free(bad); !errors.Is(err, ErrInvalidPointer) {
+	for _, bad := range []alloc.Ptr{q, p + 512, 0xdead000, p - 4096} {
+		if err := c.Free(bad); !errors.Is(err, alloc.ErrInvalidPointer) {
 			t.Errorf("Free(%v) = %v, want ErrInvalidPointer", bad, err)
 		}
 	}
-	if err := c.RecordStream(q, 1); !errors.Is(err, ErrInvalidPointer) {
+	if err := c.RecordStream(q, 1); !errors.Is(err, alloc.ErrInvalidPointer) {
 		t.Errorf("RecordStream of a freed block = %v, want ErrInvalidPointer", err)
 	}
 	if got := c.Stats().InvalidFrees; got != 5 {
 		t.Errorf("invalid frees = %d, want 5", got)
 	}
-	if after := c.Snapshot(); !slices.EqualFunc(before.Segments, after.Segments, func(a, b SegmentInfo) bool {
+	if after := c.Snapshot(); !slices.EqualFunc(before.Segments, after.Segments, func(a, b alloc.SegmentInfo) bool {
 		return a.Address == b.Address && slices.Equal(a.Blocks, b.Blocks)
 	}) {
 		t.Errorf("invalid frees changed the allocator: %+v -> %+v", before, after)
@@ -637,7 +639,7 @@ func TestInvalidFree(t *testing.T) {
 }
 
 func TestClose(t *testing.T) {
-	sim, c := newSim(t, gib, Config{})
+	sim, c := newSim(t, gib, alloc.Config{})
 	p := mustAlloc(t, c, 3*mib, 0)
 	mustAlloc(t, c, 100, 0)
 	if err := c.Close(); err == nil {
@@ -649,7 +651,7 @@ func TestClose(t *testing.T) {
 	mustFree(t, c, p)
 	for _, s := range c.Snapshot().Segments {
 		for _, b := range s.Blocks {
-			if b.State == BlockActiveAllocated {
+			if b.State == alloc.BlockActiveAllocated {
 				mustFree(t, c, b.Address)
 			}
 		}
@@ -660,19 +662,19 @@ func TestClose(t *testing.T) {
 	if _, _, live := sim.Counts(); live != 0 {
 		t.Errorf("%d segments live after Close, want 0", live)
 	}
-	if _, err := c.Alloc(1, 0); !errors.Is(err, ErrClosed) {
+	if _, err := c.Alloc(1, 0); !errors.Is(err, alloc.ErrClosed) {
 		t.Errorf("Alloc after Close = %v, want ErrClosed", err)
 	}
-	if err := c.Free(p); !errors.Is(err, ErrClosed) {
+	if err := c.Free(p); !errors.Is(err, alloc.ErrClosed) {
 		t.Errorf("Free after Close = %v, want ErrClosed", err)
 	}
 }
 
 func TestTraceAndSnapshot(t *testing.T) {
-	_, c := newSim(t, gib, Config{TraceEntries: 4})
+	_, c := newSim(t, gib, alloc.Config{TraceEntries: 4})
 	p := mustAlloc(t, c, 5000, 3)
 	tr := c.Trace()
-	if len(tr) != 2 || tr[0].Action != TraceSegmentAlloc || tr[1].Action != TraceAlloc {
+	if len(tr) != 2 || tr[0].Action != alloc.TraceSegmentAlloc || tr[1].Action != alloc.TraceAlloc {
 		t.Fatalf("trace %+v, want segment_alloc, alloc", tr)
 	}
 	if tr[1].Ptr != p || tr[1].Requested != 5000 || tr[1].Size != 5120 || tr[1].Stream != 3 {
@@ -684,8 +686,8 @@ func TestTraceAndSnapshot(t *testing.T) {
 	}
 	tr = c.Trace()
 	// Five events happened; the ring of 4 keeps the newest, in order.
-	want := []TraceAction{TraceAlloc, TraceFreeRequested, TraceFreeCompleted, TraceSegmentFree}
-	var got []TraceAction
+	want := []alloc.TraceAction{alloc.TraceAlloc, alloc.TraceFreeRequested, alloc.TraceFreeCompleted, alloc.TraceSegmentFree}
+	var got []alloc.TraceAction
 	for _, e := range tr {
 		got = append(got, e.Action)
 	}
@@ -697,7 +699,7 @@ func TestTraceAndSnapshot(t *testing.T) {
 			t.Errorf("trace entry %d is older than entry %d", i, i-1)
 		}
 	}
-	_, quiet := newSim(t, gib, Config{})
+	_, quiet := newSim(t, gib, alloc.Config{})
 	mustAlloc(t, quiet, 1, 0)
 	if n := len(quiet.Trace()); n != 0 {
 		t.Errorf("trace without TraceEntries has %d entries, want 0", n)
@@ -705,13 +707,13 @@ func TestTraceAndSnapshot(t *testing.T) {
 }
 
 func TestFragmentation(t *testing.T) {
-	if got := (&Snapshot{}).Fragmentation(); got != 0 {
+	if got := (&alloc.Snapshot{}).Fragmentation(); got != 0 {
 		t.Errorf("empty snapshot fragmentation = %v, want 0", got)
 	}
-	_, c := newSim(t, gib, Config{})
+	_, c := newSim(t, gib, alloc.Config{})
 	// 2 MiB small segment: allocate 4 x 512 KiB, free the 1st and 3rd: two
 	// free 512 KiB blocks, largest 512 KiB of 1 MiB free: 1 - 1/2.
-	var ps []Ptr
+	var ps []alloc.Ptr
 	for range 4 {
 		ps = append(ps, mustAlloc(t, c, 512*kib, 0))
 	}

@@ -1,15 +1,26 @@
-// Package alloc serves every byte of device memory in gocurrent: parameters,
-// gradients, activations, batches and workspaces on the GPU, and the same on
-// the CPU device. It is pure Go and imports nothing else of gocurrent.
+// Package alloc is the allocator: it serves every byte of device memory in
+// gocurrent (parameters, gradients, activations, batches and workspaces on
+// the GPU, and the same on the CPU device). It is pure Go and imports
+// nothing else of gocurrent.
 //
 // The package has two layers, in the shape of RAPIDS RMM. A Source is the
 // raw memory underneath: it allocates and releases whole segments and
 // reports the device's free and total memory. Host (anonymous mmap, off the
-// Go heap) is the CPU device's source; Simulated is a fake device for tests;
-// the CUDA device adds its own. Caching puts PyTorch's caching policy on top
-// of any Source, and HostCache does the same for host staging buffers.
+// Go heap) is the CPU device's source; the CUDA device adds its own for
+// device and pinned host memory. Caching puts PyTorch's caching policy on
+// top of any Source, and HostCache does the same for host staging buffers.
 // Optional capabilities of a Source (Events for stream-ordered devices,
-// HostAccessible for memory the host can touch) are found by type assertion.
+// HostAccessible for memory the host can touch) are found by type
+// assertion. Config (with ParseConfig for PYTORCH_CUDA_ALLOC_CONF-style
+// strings) sets the policy; Stats, Snapshot, the recorded trace and
+// OutOfMemoryError report on it.
+//
+// Two packages sit beside it. alloc/alloctest is for tests: TestSource,
+// the conformance suite every Source passes (Host here, the CUDA device's
+// sources in package cuda), and Simulated, a fake device with injected
+// failures, hand-driven events and a check for overlapping blocks. Package
+// alloc/trace holds trace files: it writes what Caching.Trace recorded,
+// parses the text format and replays it under another policy.
 //
 // # Allocation policy
 //
@@ -51,9 +62,10 @@
 // Stats has PyTorch's figures (allocation, segment, active and
 // inactive-split counts and bytes, requested bytes; current, peak,
 // allocated and freed; per pool and in total; retries, OOMs, device allocs
-// and frees). Snapshot lists segments and blocks; an optional trace keeps
-// the latest events, which WriteTrace saves and Replay re-runs under another
-// policy.
+// and frees). Snapshot lists segments and blocks, and Fragmentation sums
+// them up in one figure. With Config.TraceEntries set, Caching keeps its
+// latest events in a ring (Caching.Trace); package alloc/trace saves them
+// and re-runs them under another policy.
 //
 // # Errors
 //

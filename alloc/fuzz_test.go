@@ -1,4 +1,4 @@
-package alloc
+package alloc_test
 
 import (
 	"encoding/binary"
@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+
+	"github.com/gocurrent/gocurrent/alloc"
 )
 
 // FuzzCaching decodes bytes into a policy and a sequence of allocator
@@ -30,10 +32,10 @@ func FuzzCaching(f *testing.F) {
 		if len(data) == 0 {
 			return
 		}
-		var cfg Config
+		var cfg alloc.Config
 		flags := data[0]
 		if flags&1 != 0 {
-			cfg.MaxSplitSize = LargeBuffer
+			cfg.MaxSplitSize = alloc.LargeBuffer
 		}
 		if flags&2 != 0 {
 			for i := range cfg.RoundupPower2Divisions {
@@ -48,7 +50,7 @@ func FuzzCaching(f *testing.F) {
 		}
 		sim, c := newSim(t, 64*mib, cfg)
 		type live struct {
-			p    Ptr
+			p    alloc.Ptr
 			size int64
 		}
 		var blocks []live
@@ -56,14 +58,14 @@ func FuzzCaching(f *testing.F) {
 		for len(data) >= 4 {
 			op, a, b, d := data[0]%8, data[1], data[2], data[3]
 			data = data[4:]
-			stream := Stream(d & 3)
+			stream := alloc.Stream(d & 3)
 			switch op {
 			case 0, 1, 2:
 				mult := []int64{1, 8, 64, 512}[d>>6]
 				size := int64(binary.BigEndian.Uint16([]byte{a, b}))*mult + 1
 				p, err := c.Alloc(size, stream)
 				if err != nil {
-					var oom *OutOfMemoryError
+					var oom *alloc.OutOfMemoryError
 					if !errors.As(err, &oom) {
 						t.Fatalf("Alloc(%d): %v, want success or *OutOfMemoryError", size, err)
 					}
@@ -88,11 +90,11 @@ func FuzzCaching(f *testing.F) {
 				if len(blocks) == 0 {
 					break
 				}
-				if err := c.RecordStream(blocks[int(a)%len(blocks)].p, Stream(b&3)); err != nil {
+				if err := c.RecordStream(blocks[int(a)%len(blocks)].p, alloc.Stream(b&3)); err != nil {
 					t.Fatal(err)
 				}
 			case 6:
-				sim.Complete(Stream(a & 3))
+				sim.Complete(alloc.Stream(a & 3))
 			case 7:
 				if a < 64 {
 					if err := c.EmptyCache(); err != nil {
@@ -115,9 +117,9 @@ func FuzzCaching(f *testing.F) {
 		}
 		checkInvariants(t, c)
 		st := c.Stats()
-		if st.ReservedBytes[AllPools].Current != 0 || st.Active[AllPools].Current != 0 {
+		if st.ReservedBytes[alloc.AllPools].Current != 0 || st.Active[alloc.AllPools].Current != 0 {
 			t.Fatalf("after freeing all and emptying: reserved %d, active %d; want 0, 0",
-				st.ReservedBytes[AllPools].Current, st.Active[AllPools].Current)
+				st.ReservedBytes[alloc.AllPools].Current, st.Active[alloc.AllPools].Current)
 		}
 		if _, _, n := sim.Counts(); n != 0 {
 			t.Fatalf("%d segments live on the device after emptying, want 0", n)
@@ -133,9 +135,9 @@ func FuzzCaching(f *testing.F) {
 // allocated them, while others empty the cache, read figures and finish
 // streams. Run under -race. The shadow map catches any overlap.
 func TestConcurrent(t *testing.T) {
-	sim, c := newSim(t, 4*gib, Config{})
+	sim, c := newSim(t, 4*gib, alloc.Config{})
 	const workers, ops = 8, 1500
-	handoff := make(chan Ptr, 64)
+	handoff := make(chan alloc.Ptr, 64)
 	var wg sync.WaitGroup
 	var failed sync.Once
 	fail := func(err error) { failed.Do(func() { t.Error(err) }) }
@@ -174,8 +176,8 @@ func TestConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 9))
-			stream := Stream(w % 3)
-			var mine []Ptr
+			stream := alloc.Stream(w % 3)
+			var mine []alloc.Ptr
 			for range ops {
 				switch r := rng.IntN(10); {
 				case r < 5 || len(mine) == 0:
@@ -190,7 +192,7 @@ func TestConcurrent(t *testing.T) {
 						return
 					}
 					if rng.IntN(4) == 0 {
-						if err := c.RecordStream(p, Stream(rng.IntN(3))); err != nil {
+						if err := c.RecordStream(p, alloc.Stream(rng.IntN(3))); err != nil {
 							fail(err)
 						}
 					}
@@ -227,10 +229,10 @@ func TestConcurrent(t *testing.T) {
 	}
 	checkInvariants(t, c)
 	st := c.Stats()
-	if st.Allocation[AllPools].Current != 0 || st.ReservedBytes[AllPools].Current != 0 {
-		t.Errorf("after all frees: allocation %d, reserved %d; want 0, 0", st.Allocation[AllPools].Current, st.ReservedBytes[AllPools].Current)
+	if st.Allocation[alloc.AllPools].Current != 0 || st.ReservedBytes[alloc.AllPools].Current != 0 {
+		t.Errorf("after all frees: allocation %d, reserved %d; want 0, 0", st.Allocation[alloc.AllPools].Current, st.ReservedBytes[alloc.AllPools].Current)
 	}
-	if st.Allocation[AllPools].Allocated < workers*ops/3 {
-		t.Errorf("only %d allocations ran", st.Allocation[AllPools].Allocated)
+	if st.Allocation[alloc.AllPools].Allocated < workers*ops/3 {
+		t.Errorf("only %d allocations ran", st.Allocation[alloc.AllPools].Allocated)
 	}
 }

@@ -1,4 +1,4 @@
-package alloc
+package alloc_test
 
 import (
 	"errors"
@@ -10,10 +10,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/alloc/alloctest"
 )
 
 // mustHostAlloc allocates or fails the test.
-func mustHostAlloc(t testing.TB, c *HostCache, size int64) Ptr {
+func mustHostAlloc(t testing.TB, c *alloc.HostCache, size int64) alloc.Ptr {
 	t.Helper()
 	p, err := c.Alloc(size)
 	if err != nil {
@@ -26,14 +29,14 @@ func mustHostAlloc(t testing.TB, c *HostCache, size int64) Ptr {
 }
 
 // mustHostFree frees or fails the test.
-func mustHostFree(t testing.TB, c *HostCache, p Ptr) {
+func mustHostFree(t testing.TB, c *alloc.HostCache, p alloc.Ptr) {
 	t.Helper()
 	if err := c.Free(p); err != nil {
 		t.Fatalf("Free(%v): %v", p, err)
 	}
 }
 
-func checkStat(t *testing.T, name string, got, want Stat) {
+func checkStat(t *testing.T, name string, got, want alloc.Stat) {
 	t.Helper()
 	if got != want {
 		t.Errorf("%s: got %+v, want %+v", name, got, want)
@@ -52,33 +55,33 @@ func checkCount(t *testing.T, name string, got, want int64) {
 func TestHostCacheRoundSize(t *testing.T) {
 	tests := []struct {
 		size, want int64
-		pool       Pool
+		pool       alloc.Pool
 	}{
-		{1, 512, SmallPool},                   // the minimum block
-		{511, 512, SmallPool},                 // below the minimum
-		{512, 512, SmallPool},                 // a power of two is kept
-		{513, 1024, SmallPool},                // one byte over doubles
-		{4096, 4096, SmallPool},               // a page
-		{40960, 65536, SmallPool},             // 10*1024 float32s, test_host_memory_stats
-		{81920, 131072, SmallPool},            // 20*1024 float32s, test_host_memory_stats
-		{1 << 20, 1 << 20, SmallPool},         // SmallSize is still the small pool (PoolOf)
-		{1<<20 + 1, 2 << 20, LargePool},       // one byte over 1 MiB doubles to 2 MiB
-		{3 << 20, 4 << 20, LargePool},         // not a power of two
-		{10<<20 + 12345, 16 << 20, LargePool}, // an odd size in a large class
+		{1, 512, alloc.SmallPool},                   // the minimum block
+		{511, 512, alloc.SmallPool},                 // below the minimum
+		{512, 512, alloc.SmallPool},                 // a power of two is kept
+		{513, 1024, alloc.SmallPool},                // one byte over doubles
+		{4096, 4096, alloc.SmallPool},               // a page
+		{40960, 65536, alloc.SmallPool},             // 10*1024 float32s, test_host_memory_stats
+		{81920, 131072, alloc.SmallPool},            // 20*1024 float32s, test_host_memory_stats
+		{1 << 20, 1 << 20, alloc.SmallPool},         // SmallSize is still the small pool (PoolOf)
+		{1<<20 + 1, 2 << 20, alloc.LargePool},       // one byte over 1 MiB doubles to 2 MiB
+		{3 << 20, 4 << 20, alloc.LargePool},         // not a power of two
+		{10<<20 + 12345, 16 << 20, alloc.LargePool}, // an odd size in a large class
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprint(tc.size), func(t *testing.T) {
-			if got := hostRoundSize(tc.size); got != tc.want {
-				t.Fatalf("hostRoundSize(%d): got %d, want %d", tc.size, got, tc.want)
+			if got := alloc.HostRoundSize(tc.size); got != tc.want {
+				t.Fatalf("HostRoundSize(%d): got %d, want %d", tc.size, got, tc.want)
 			}
-			sim := NewSimulated(16 << 20)
-			c := NewHostCache(sim)
+			sim := alloctest.NewSimulated(16 << 20)
+			c := alloc.NewHostCache(sim)
 			p := mustHostAlloc(t, c, tc.size)
 			st := c.Stats()
-			checkCount(t, "AllocatedBytes.all.current", st.AllocatedBytes[AllPools].Current, tc.want)
+			checkCount(t, "AllocatedBytes.all.current", st.AllocatedBytes[alloc.AllPools].Current, tc.want)
 			checkCount(t, "AllocatedBytes."+tc.pool.String()+".current", st.AllocatedBytes[tc.pool].Current, tc.want)
-			checkCount(t, "ReservedBytes.all.current", st.ReservedBytes[AllPools].Current, tc.want)
-			checkCount(t, "RequestedBytes.all.current", st.RequestedBytes[AllPools].Current, tc.size)
+			checkCount(t, "ReservedBytes.all.current", st.ReservedBytes[alloc.AllPools].Current, tc.want)
+			checkCount(t, "RequestedBytes.all.current", st.RequestedBytes[alloc.AllPools].Current, tc.size)
 			if got, err := c.Size(p); err != nil || got != tc.size {
 				t.Errorf("Size: got (%d, %v), want (%d, nil)", got, err, tc.size)
 			}
@@ -88,8 +91,8 @@ func TestHostCacheRoundSize(t *testing.T) {
 		})
 	}
 	// MaxRequest (1 EiB) is itself a power of two, the largest class used.
-	if got := hostRoundSize(MaxRequest); got != MaxRequest {
-		t.Errorf("hostRoundSize(MaxRequest): got %d, want %d", got, int64(MaxRequest))
+	if got := alloc.HostRoundSize(alloc.MaxRequest); got != alloc.MaxRequest {
+		t.Errorf("HostRoundSize(MaxRequest): got %d, want %d", got, int64(alloc.MaxRequest))
 	}
 }
 
@@ -99,14 +102,14 @@ func TestHostCacheRoundSize(t *testing.T) {
 func TestHostCacheReuseSamePointer(t *testing.T) {
 	sources := []struct {
 		name string
-		src  Source
+		src  alloc.Source
 	}{
-		{"simulated", NewSimulated(1 << 20)},
-		{"host", NewHost(0)},
+		{"simulated", alloctest.NewSimulated(1 << 20)},
+		{"host", alloc.NewHost(0)},
 	}
 	for _, s := range sources {
 		t.Run(s.name, func(t *testing.T) {
-			c := NewHostCache(s.src)
+			c := alloc.NewHostCache(s.src)
 			defer c.Close()
 			p := mustHostAlloc(t, c, 4)
 			mustHostFree(t, c, p)
@@ -161,16 +164,16 @@ func TestHostCacheReuseSamePointer(t *testing.T) {
 func TestHostCacheRecordStreamDelaysReuse(t *testing.T) {
 	tests := []struct {
 		name    string
-		streams []Stream
+		streams []alloc.Stream
 	}{
-		{"one stream", []Stream{1}},
-		{"two streams", []Stream{1, 2}},
-		{"same stream twice", []Stream{3, 3}},
+		{"one stream", []alloc.Stream{1}},
+		{"two streams", []alloc.Stream{1, 2}},
+		{"same stream twice", []alloc.Stream{3, 3}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			sim := NewSimulated(1 << 20)
-			c := NewHostCache(sim)
+			sim := alloctest.NewSimulated(1 << 20)
+			c := alloc.NewHostCache(sim)
 			p := mustHostAlloc(t, c, 4)
 			for _, s := range tc.streams {
 				if err := c.RecordStream(p, s); err != nil {
@@ -179,10 +182,10 @@ func TestHostCacheRecordStreamDelaysReuse(t *testing.T) {
 			}
 			mustHostFree(t, c, p)
 			st := c.Stats()
-			checkCount(t, "Active.all.current after Free", st.Active[AllPools].Current, 1)
-			checkCount(t, "Allocation.all.current after Free", st.Allocation[AllPools].Current, 0)
+			checkCount(t, "Active.all.current after Free", st.Active[alloc.AllPools].Current, 1)
+			checkCount(t, "Allocation.all.current after Free", st.Allocation[alloc.AllPools].Current, 0)
 
-			seen := map[Stream]bool{}
+			seen := map[alloc.Stream]bool{}
 			for _, s := range tc.streams {
 				if seen[s] {
 					continue // a stream recorded twice holds one event
@@ -216,27 +219,27 @@ func TestHostCacheStats(t *testing.T) {
 		req1, size1 = 10 * 1024 * 4, 16 * 1024 * 4 // test_host_memory_stats alloc1, alloc1_aligned
 		req2, size2 = 20 * 1024 * 4, 32 * 1024 * 4 // alloc2, alloc2_aligned
 	)
-	sim := NewSimulated(1 << 20)
-	c := NewHostCache(sim)
+	sim := alloctest.NewSimulated(1 << 20)
+	c := alloc.NewHostCache(sim)
 
 	t1 := mustHostAlloc(t, c, req1)
 	st := c.Stats()
-	checkStat(t, "Allocation", st.Allocation[AllPools], Stat{1, 1, 1, 0})
-	checkStat(t, "AllocatedBytes", st.AllocatedBytes[AllPools], Stat{size1, size1, size1, 0})
-	checkStat(t, "RequestedBytes", st.RequestedBytes[AllPools], Stat{req1, req1, req1, 0})
-	checkStat(t, "Active", st.Active[AllPools], Stat{1, 1, 1, 0})
-	checkStat(t, "ActiveBytes", st.ActiveBytes[AllPools], Stat{size1, size1, size1, 0})
-	checkStat(t, "Segment", st.Segment[AllPools], Stat{1, 1, 1, 0})
-	checkStat(t, "ReservedBytes", st.ReservedBytes[AllPools], Stat{size1, size1, size1, 0})
-	checkStat(t, "AllocatedBytes.small_pool", st.AllocatedBytes[SmallPool], Stat{size1, size1, size1, 0})
-	checkStat(t, "AllocatedBytes.large_pool", st.AllocatedBytes[LargePool], Stat{})
+	checkStat(t, "Allocation", st.Allocation[alloc.AllPools], alloc.Stat{1, 1, 1, 0})
+	checkStat(t, "AllocatedBytes", st.AllocatedBytes[alloc.AllPools], alloc.Stat{size1, size1, size1, 0})
+	checkStat(t, "RequestedBytes", st.RequestedBytes[alloc.AllPools], alloc.Stat{req1, req1, req1, 0})
+	checkStat(t, "Active", st.Active[alloc.AllPools], alloc.Stat{1, 1, 1, 0})
+	checkStat(t, "ActiveBytes", st.ActiveBytes[alloc.AllPools], alloc.Stat{size1, size1, size1, 0})
+	checkStat(t, "Segment", st.Segment[alloc.AllPools], alloc.Stat{1, 1, 1, 0})
+	checkStat(t, "ReservedBytes", st.ReservedBytes[alloc.AllPools], alloc.Stat{size1, size1, size1, 0})
+	checkStat(t, "AllocatedBytes.small_pool", st.AllocatedBytes[alloc.SmallPool], alloc.Stat{size1, size1, size1, 0})
+	checkStat(t, "AllocatedBytes.large_pool", st.AllocatedBytes[alloc.LargePool], alloc.Stat{})
 	checkCount(t, "DeviceAllocs", st.DeviceAllocs, 1)
 
 	t2 := mustHostAlloc(t, c, req2)
 	st = c.Stats()
-	checkStat(t, "Allocation", st.Allocation[AllPools], Stat{2, 2, 2, 0})
-	checkStat(t, "AllocatedBytes", st.AllocatedBytes[AllPools], Stat{size1 + size2, size1 + size2, size1 + size2, 0})
-	checkStat(t, "RequestedBytes", st.RequestedBytes[AllPools], Stat{req1 + req2, req1 + req2, req1 + req2, 0})
+	checkStat(t, "Allocation", st.Allocation[alloc.AllPools], alloc.Stat{2, 2, 2, 0})
+	checkStat(t, "AllocatedBytes", st.AllocatedBytes[alloc.AllPools], alloc.Stat{size1 + size2, size1 + size2, size1 + size2, 0})
+	checkStat(t, "RequestedBytes", st.RequestedBytes[alloc.AllPools], alloc.Stat{req1 + req2, req1 + req2, req1 + req2, 0})
 	checkCount(t, "DeviceAllocs", st.DeviceAllocs, 2)
 
 	// Emptying the cache with both blocks live changes nothing (as in
@@ -250,45 +253,45 @@ func TestHostCacheStats(t *testing.T) {
 
 	mustHostFree(t, c, t1)
 	st = c.Stats()
-	checkStat(t, "Allocation after one free", st.Allocation[AllPools], Stat{1, 2, 2, 1})
-	checkStat(t, "AllocatedBytes after one free", st.AllocatedBytes[AllPools], Stat{size2, size1 + size2, size1 + size2, size1})
-	checkStat(t, "RequestedBytes after one free", st.RequestedBytes[AllPools], Stat{req2, req1 + req2, req1 + req2, req1})
-	checkStat(t, "ActiveBytes after one free", st.ActiveBytes[AllPools], Stat{size2, size1 + size2, size1 + size2, size1})
-	checkStat(t, "ReservedBytes after one free", st.ReservedBytes[AllPools], Stat{size1 + size2, size1 + size2, size1 + size2, 0})
+	checkStat(t, "Allocation after one free", st.Allocation[alloc.AllPools], alloc.Stat{1, 2, 2, 1})
+	checkStat(t, "AllocatedBytes after one free", st.AllocatedBytes[alloc.AllPools], alloc.Stat{size2, size1 + size2, size1 + size2, size1})
+	checkStat(t, "RequestedBytes after one free", st.RequestedBytes[alloc.AllPools], alloc.Stat{req2, req1 + req2, req1 + req2, req1})
+	checkStat(t, "ActiveBytes after one free", st.ActiveBytes[alloc.AllPools], alloc.Stat{size2, size1 + size2, size1 + size2, size1})
+	checkStat(t, "ReservedBytes after one free", st.ReservedBytes[alloc.AllPools], alloc.Stat{size1 + size2, size1 + size2, size1 + size2, 0})
 
 	mustHostFree(t, c, t2)
 	st = c.Stats()
 	for _, x := range []struct {
 		name string
-		got  Stat
+		got  alloc.Stat
 	}{
-		{"Allocation", st.Allocation[AllPools]},
-		{"AllocatedBytes", st.AllocatedBytes[AllPools]},
-		{"RequestedBytes", st.RequestedBytes[AllPools]},
-		{"Active", st.Active[AllPools]},
-		{"ActiveBytes", st.ActiveBytes[AllPools]},
+		{"Allocation", st.Allocation[alloc.AllPools]},
+		{"AllocatedBytes", st.AllocatedBytes[alloc.AllPools]},
+		{"RequestedBytes", st.RequestedBytes[alloc.AllPools]},
+		{"Active", st.Active[alloc.AllPools]},
+		{"ActiveBytes", st.ActiveBytes[alloc.AllPools]},
 	} {
 		checkCount(t, x.name+".current after freeing all", x.got.Current, 0)
 	}
-	checkStat(t, "ReservedBytes cached", st.ReservedBytes[AllPools], Stat{size1 + size2, size1 + size2, size1 + size2, 0})
+	checkStat(t, "ReservedBytes cached", st.ReservedBytes[alloc.AllPools], alloc.Stat{size1 + size2, size1 + size2, size1 + size2, 0})
 
 	c.ResetPeak()
 	st = c.Stats()
-	checkStat(t, "AllocatedBytes after ResetPeak", st.AllocatedBytes[AllPools], Stat{0, 0, size1 + size2, size1 + size2})
-	checkStat(t, "ReservedBytes after ResetPeak", st.ReservedBytes[AllPools], Stat{size1 + size2, size1 + size2, size1 + size2, 0})
+	checkStat(t, "AllocatedBytes after ResetPeak", st.AllocatedBytes[alloc.AllPools], alloc.Stat{0, 0, size1 + size2, size1 + size2})
+	checkStat(t, "ReservedBytes after ResetPeak", st.ReservedBytes[alloc.AllPools], alloc.Stat{size1 + size2, size1 + size2, size1 + size2, 0})
 
 	if err := c.EmptyCache(); err != nil {
 		t.Fatal(err)
 	}
 	st = c.Stats()
-	checkStat(t, "Segment after EmptyCache", st.Segment[AllPools], Stat{0, 2, 2, 2})
-	checkStat(t, "ReservedBytes after EmptyCache", st.ReservedBytes[AllPools], Stat{0, size1 + size2, size1 + size2, size1 + size2})
+	checkStat(t, "Segment after EmptyCache", st.Segment[alloc.AllPools], alloc.Stat{0, 2, 2, 2})
+	checkStat(t, "ReservedBytes after EmptyCache", st.ReservedBytes[alloc.AllPools], alloc.Stat{0, size1 + size2, size1 + size2, size1 + size2})
 	checkCount(t, "DeviceFrees", st.DeviceFrees, 2)
 
 	c.ResetAccumulated()
 	st = c.Stats()
-	checkStat(t, "AllocatedBytes after ResetAccumulated", st.AllocatedBytes[AllPools], Stat{0, 0, 0, 0})
-	checkStat(t, "ReservedBytes after ResetAccumulated", st.ReservedBytes[AllPools], Stat{0, size1 + size2, 0, 0})
+	checkStat(t, "AllocatedBytes after ResetAccumulated", st.AllocatedBytes[alloc.AllPools], alloc.Stat{0, 0, 0, 0})
+	checkStat(t, "ReservedBytes after ResetAccumulated", st.ReservedBytes[alloc.AllPools], alloc.Stat{0, size1 + size2, 0, 0})
 	checkCount(t, "DeviceAllocs after ResetAccumulated", st.DeviceAllocs, 0)
 	checkCount(t, "DeviceFrees after ResetAccumulated", st.DeviceFrees, 0)
 
@@ -321,8 +324,8 @@ func TestHostCacheOutOfMemory(t *testing.T) {
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
-				sim := NewSimulated(capacity)
-				c := NewHostCache(sim)
+				sim := alloctest.NewSimulated(capacity)
+				c := alloc.NewHostCache(sim)
 				p := mustHostAlloc(t, c, capacity)
 				if err := c.RecordStream(p, 1); err != nil {
 					t.Fatal(err)
@@ -344,9 +347,9 @@ func TestHostCacheOutOfMemory(t *testing.T) {
 				checkCount(t, "OOMs", st.OOMs, 0)
 				checkCount(t, "DeviceAllocs", st.DeviceAllocs, tc.wantAllocs)
 				checkCount(t, "DeviceFrees", st.DeviceFrees, tc.wantReleases)
-				checkCount(t, "AllocatedBytes.current", st.AllocatedBytes[AllPools].Current, hostRoundSize(tc.size))
-				checkCount(t, "ReservedBytes.current", st.ReservedBytes[AllPools].Current, hostRoundSize(tc.size))
-				checkCount(t, "Active.current", st.Active[AllPools].Current, 1)
+				checkCount(t, "AllocatedBytes.current", st.AllocatedBytes[alloc.AllPools].Current, alloc.HostRoundSize(tc.size))
+				checkCount(t, "ReservedBytes.current", st.ReservedBytes[alloc.AllPools].Current, alloc.HostRoundSize(tc.size))
+				checkCount(t, "Active.current", st.Active[alloc.AllPools].Current, 1)
 			})
 		}
 	})
@@ -354,19 +357,19 @@ func TestHostCacheOutOfMemory(t *testing.T) {
 	// Items 10 and 11: a real shortage is an *OutOfMemoryError with the
 	// figures, counted once; the cache stays usable.
 	t.Run("real shortage", func(t *testing.T) {
-		sim := NewSimulated(capacity)
-		c := NewHostCache(sim)
+		sim := alloctest.NewSimulated(capacity)
+		c := alloc.NewHostCache(sim)
 		p := mustHostAlloc(t, c, 40000) // rounds to 65,536: the whole device
 
 		_, err := c.Alloc(1)
-		if !errors.Is(err, ErrOutOfMemory) {
+		if !errors.Is(err, alloc.ErrOutOfMemory) {
 			t.Fatalf("Alloc(1) on a full device: got %v, want an error matching ErrOutOfMemory", err)
 		}
-		var oom *OutOfMemoryError
+		var oom *alloc.OutOfMemoryError
 		if !errors.As(err, &oom) {
 			t.Fatalf("Alloc(1) on a full device: got %T, want *OutOfMemoryError", err)
 		}
-		want := OutOfMemoryError{
+		want := alloc.OutOfMemoryError{
 			Device:      "simulated device", // Simulated.String
 			Requested:   1,
 			AllocSize:   512, // the 512-byte minimum block
@@ -383,7 +386,7 @@ func TestHostCacheOutOfMemory(t *testing.T) {
 		if oom.Hint == "" {
 			t.Error("OutOfMemoryError.Hint: got empty, want advice")
 		}
-		if !errors.Is(oom.SourceErr, ErrOutOfMemory) {
+		if !errors.Is(oom.SourceErr, alloc.ErrOutOfMemory) {
 			t.Errorf("OutOfMemoryError.SourceErr: got %v, want the simulated device's refusal", oom.SourceErr)
 		}
 		for _, s := range []string{"out of memory on simulated device", "tried to allocate 512 bytes", "(request of 1 bytes)", "64.00 KiB"} {
@@ -394,8 +397,8 @@ func TestHostCacheOutOfMemory(t *testing.T) {
 		st := c.Stats()
 		checkCount(t, "OOMs", st.OOMs, 1)
 		checkCount(t, "AllocRetries", st.AllocRetries, 1)
-		checkCount(t, "Allocation.current", st.Allocation[AllPools].Current, 1)
-		checkCount(t, "ReservedBytes.current", st.ReservedBytes[AllPools].Current, capacity)
+		checkCount(t, "Allocation.current", st.Allocation[alloc.AllPools].Current, 1)
+		checkCount(t, "ReservedBytes.current", st.ReservedBytes[alloc.AllPools].Current, capacity)
 
 		// Freed, the 64 KiB block is cached and still fills the device: the
 		// next small request needs the ladder to give it back first.
@@ -405,7 +408,7 @@ func TestHostCacheOutOfMemory(t *testing.T) {
 		checkCount(t, "AllocRetries after the cached block was released", st.AllocRetries, 2)
 		checkCount(t, "OOMs", st.OOMs, 1)
 		checkCount(t, "DeviceFrees", st.DeviceFrees, 1)
-		checkCount(t, "ReservedBytes.current", st.ReservedBytes[AllPools].Current, 512)
+		checkCount(t, "ReservedBytes.current", st.ReservedBytes[alloc.AllPools].Current, 512)
 		mustHostFree(t, c, q)
 
 		// A request larger than the device: the figures name the rounded size.
@@ -433,15 +436,15 @@ func TestHostCacheOutOfMemory(t *testing.T) {
 	})
 
 	t.Run("above MaxRequest", func(t *testing.T) {
-		sim := NewSimulated(capacity)
-		c := NewHostCache(sim)
-		_, err := c.Alloc(MaxRequest + 1)
-		var oom *OutOfMemoryError
-		if !errors.As(err, &oom) || !errors.Is(err, ErrOutOfMemory) {
+		sim := alloctest.NewSimulated(capacity)
+		c := alloc.NewHostCache(sim)
+		_, err := c.Alloc(alloc.MaxRequest + 1)
+		var oom *alloc.OutOfMemoryError
+		if !errors.As(err, &oom) || !errors.Is(err, alloc.ErrOutOfMemory) {
 			t.Fatalf("Alloc(MaxRequest+1): got %v, want *OutOfMemoryError", err)
 		}
-		if oom.Requested != MaxRequest+1 {
-			t.Errorf("Requested: got %d, want %d", oom.Requested, int64(MaxRequest+1))
+		if oom.Requested != alloc.MaxRequest+1 {
+			t.Errorf("Requested: got %d, want %d", oom.Requested, int64(alloc.MaxRequest+1))
 		}
 		if allocs, _, _ := sim.Counts(); allocs != 0 {
 			t.Errorf("Source allocations: got %d, want 0 (refused before asking)", allocs)
@@ -450,17 +453,17 @@ func TestHostCacheOutOfMemory(t *testing.T) {
 	})
 
 	t.Run("negative size", func(t *testing.T) {
-		c := NewHostCache(NewSimulated(capacity))
+		c := alloc.NewHostCache(alloctest.NewSimulated(capacity))
 		_, err := c.Alloc(-1)
-		if err == nil || errors.Is(err, ErrOutOfMemory) {
+		if err == nil || errors.Is(err, alloc.ErrOutOfMemory) {
 			t.Errorf("Alloc(-1): got %v, want an error that is not out of memory", err)
 		}
 		checkCount(t, "OOMs", c.Stats().OOMs, 0)
 	})
 
 	t.Run("transient refusal retried", func(t *testing.T) {
-		sim := NewSimulated(capacity)
-		c := NewHostCache(sim)
+		sim := alloctest.NewSimulated(capacity)
+		c := alloc.NewHostCache(sim)
 		sim.FailNext(nil) // one out-of-memory refusal
 		mustHostAlloc(t, c, 4096)
 		st := c.Stats()
@@ -470,22 +473,22 @@ func TestHostCacheOutOfMemory(t *testing.T) {
 	})
 
 	t.Run("other source error passes through", func(t *testing.T) {
-		sim := NewSimulated(capacity)
-		c := NewHostCache(sim)
+		sim := alloctest.NewSimulated(capacity)
+		c := alloc.NewHostCache(sim)
 		boom := errors.New("boom")
 		sim.FailNext(boom)
 		_, err := c.Alloc(4096)
 		if !errors.Is(err, boom) {
 			t.Errorf("Alloc with an injected fault: got %v, want it to wrap %v", err, boom)
 		}
-		var oom *OutOfMemoryError
-		if errors.Is(err, ErrOutOfMemory) || errors.As(err, &oom) {
+		var oom *alloc.OutOfMemoryError
+		if errors.Is(err, alloc.ErrOutOfMemory) || errors.As(err, &oom) {
 			t.Errorf("Alloc with an injected fault: got %v, want an error that is not out of memory", err)
 		}
 		st := c.Stats()
 		checkCount(t, "OOMs", st.OOMs, 0)
 		checkCount(t, "AllocRetries", st.AllocRetries, 0)
-		checkCount(t, "Segment.current", st.Segment[AllPools].Current, 0)
+		checkCount(t, "Segment.current", st.Segment[alloc.AllPools].Current, 0)
 		mustHostAlloc(t, c, 4096)
 	})
 }
@@ -494,26 +497,26 @@ func TestHostCacheInvalidPointer(t *testing.T) {
 	tests := []struct {
 		name string
 		// bad returns the pointer the operation is called with.
-		bad func(t *testing.T, c *HostCache) Ptr
-		op  func(c *HostCache, p Ptr) error
+		bad func(t *testing.T, c *alloc.HostCache) alloc.Ptr
+		op  func(c *alloc.HostCache, p alloc.Ptr) error
 	}{
 		{
 			name: "free of unknown pointer",
-			bad:  func(t *testing.T, c *HostCache) Ptr { return 0x1234 },
-			op:   (*HostCache).Free,
+			bad:  func(t *testing.T, c *alloc.HostCache) alloc.Ptr { return 0x1234 },
+			op:   (*alloc.HostCache).Free,
 		},
 		{
 			name: "double free",
-			bad: func(t *testing.T, c *HostCache) Ptr {
+			bad: func(t *testing.T, c *alloc.HostCache) alloc.Ptr {
 				p := mustHostAlloc(t, c, 100)
 				mustHostFree(t, c, p)
 				return p
 			},
-			op: (*HostCache).Free,
+			op: (*alloc.HostCache).Free,
 		},
 		{
 			name: "double free while pending",
-			bad: func(t *testing.T, c *HostCache) Ptr {
+			bad: func(t *testing.T, c *alloc.HostCache) alloc.Ptr {
 				p := mustHostAlloc(t, c, 100)
 				if err := c.RecordStream(p, 1); err != nil {
 					t.Fatal(err)
@@ -521,32 +524,32 @@ func TestHostCacheInvalidPointer(t *testing.T) {
 				mustHostFree(t, c, p)
 				return p
 			},
-			op: (*HostCache).Free,
+			op: (*alloc.HostCache).Free,
 		},
 		{
 			name: "interior pointer",
-			bad: func(t *testing.T, c *HostCache) Ptr {
+			bad: func(t *testing.T, c *alloc.HostCache) alloc.Ptr {
 				return mustHostAlloc(t, c, 100) + 8
 			},
-			op: (*HostCache).Free,
+			op: (*alloc.HostCache).Free,
 		},
 		{
 			name: "record stream on freed pointer",
-			bad: func(t *testing.T, c *HostCache) Ptr {
+			bad: func(t *testing.T, c *alloc.HostCache) alloc.Ptr {
 				p := mustHostAlloc(t, c, 100)
 				mustHostFree(t, c, p)
 				return p
 			},
-			op: func(c *HostCache, p Ptr) error { return c.RecordStream(p, 1) },
+			op: func(c *alloc.HostCache, p alloc.Ptr) error { return c.RecordStream(p, 1) },
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := NewHostCache(NewSimulated(1 << 20))
+			c := alloc.NewHostCache(alloctest.NewSimulated(1 << 20))
 			p := tc.bad(t, c)
 			before := c.Stats()
 			err := tc.op(c, p)
-			if !errors.Is(err, ErrInvalidPointer) {
+			if !errors.Is(err, alloc.ErrInvalidPointer) {
 				t.Fatalf("got %v, want an error matching ErrInvalidPointer", err)
 			}
 			after := c.Stats()
@@ -559,18 +562,18 @@ func TestHostCacheInvalidPointer(t *testing.T) {
 	}
 
 	t.Run("record stream without events", func(t *testing.T) {
-		c := NewHostCache(NewHost(0)) // Host has no streams
+		c := alloc.NewHostCache(alloc.NewHost(0)) // Host has no streams
 		defer c.Close()
 		p := mustHostAlloc(t, c, 100)
 		defer c.Free(p)
-		if err := c.RecordStream(p, 1); !errors.Is(err, ErrNoEvents) {
+		if err := c.RecordStream(p, 1); !errors.Is(err, alloc.ErrNoEvents) {
 			t.Errorf("RecordStream on the host source: got %v, want ErrNoEvents", err)
 		}
 	})
 }
 
 func TestHostCacheBytes(t *testing.T) {
-	c := NewHostCache(NewHost(0))
+	c := alloc.NewHostCache(alloc.NewHost(0))
 	defer c.Close()
 	const n = 1000 // rounds to a 1 KiB block; the slice is the 1,000 requested
 	p1 := mustHostAlloc(t, c, n)
@@ -611,20 +614,20 @@ func TestHostCacheBytes(t *testing.T) {
 	}
 	mustHostFree(t, c, p1)
 	mustHostFree(t, c, p2)
-	if _, err := c.Bytes(p1); !errors.Is(err, ErrInvalidPointer) {
+	if _, err := c.Bytes(p1); !errors.Is(err, alloc.ErrInvalidPointer) {
 		t.Errorf("Bytes after Free: got %v, want ErrInvalidPointer", err)
 	}
 
-	sc := NewHostCache(NewSimulated(1 << 20))
+	sc := alloc.NewHostCache(alloctest.NewSimulated(1 << 20))
 	p := mustHostAlloc(t, sc, n)
-	if b, err := sc.Bytes(p); !errors.Is(err, ErrNotHostAccessible) {
+	if b, err := sc.Bytes(p); !errors.Is(err, alloc.ErrNotHostAccessible) {
 		t.Errorf("Bytes on the simulated device: got %d bytes and %v, want ErrNotHostAccessible", len(b), err)
 	}
 }
 
 func TestHostCacheEmptyCache(t *testing.T) {
-	sim := NewSimulated(1 << 20)
-	c := NewHostCache(sim)
+	sim := alloctest.NewSimulated(1 << 20)
+	c := alloc.NewHostCache(sim)
 	cached := mustHostAlloc(t, c, 4096)
 	mustHostFree(t, c, cached)
 	pending := mustHostAlloc(t, c, 8192)
@@ -643,7 +646,7 @@ func TestHostCacheEmptyCache(t *testing.T) {
 	if got := sim.Pending(1); got != 1 {
 		t.Errorf("events pending: got %d, want 1 (EmptyCache does not wait)", got)
 	}
-	checkCount(t, "Segment.current", c.Stats().Segment[AllPools].Current, 2)
+	checkCount(t, "Segment.current", c.Stats().Segment[alloc.AllPools].Current, 2)
 
 	sim.Complete(1)
 	if err := c.EmptyCache(); err != nil {
@@ -653,15 +656,15 @@ func TestHostCacheEmptyCache(t *testing.T) {
 		t.Errorf("segments released, live after the event completed: got %d, %d, want 2, 1", releases, n)
 	}
 	st := c.Stats()
-	checkCount(t, "Segment.current", st.Segment[AllPools].Current, 1)
-	checkCount(t, "ReservedBytes.current", st.ReservedBytes[AllPools].Current, 512)
-	checkCount(t, "Active.current", st.Active[AllPools].Current, 1)
+	checkCount(t, "Segment.current", st.Segment[alloc.AllPools].Current, 1)
+	checkCount(t, "ReservedBytes.current", st.ReservedBytes[alloc.AllPools].Current, 512)
+	checkCount(t, "Active.current", st.Active[alloc.AllPools].Current, 1)
 	mustHostFree(t, c, live)
 }
 
 func TestHostCacheClose(t *testing.T) {
-	sim := NewSimulated(1 << 20)
-	c := NewHostCache(sim)
+	sim := alloctest.NewSimulated(1 << 20)
+	c := alloc.NewHostCache(sim)
 	p := mustHostAlloc(t, c, 100)
 	q := mustHostAlloc(t, c, 5000)
 	err := c.Close()
@@ -684,8 +687,8 @@ func TestHostCacheClose(t *testing.T) {
 		t.Errorf("live segments after Close: got %d, want 0", live)
 	}
 	st := c.Stats()
-	checkCount(t, "Segment.current after Close", st.Segment[AllPools].Current, 0)
-	checkCount(t, "Active.current after Close", st.Active[AllPools].Current, 0)
+	checkCount(t, "Segment.current after Close", st.Segment[alloc.AllPools].Current, 0)
+	checkCount(t, "Active.current after Close", st.Active[alloc.AllPools].Current, 0)
 
 	calls := []struct {
 		name string
@@ -702,7 +705,7 @@ func TestHostCacheClose(t *testing.T) {
 		{"Close", c.Close},
 	}
 	for _, x := range calls {
-		if err := x.call(); !errors.Is(err, ErrClosed) {
+		if err := x.call(); !errors.Is(err, alloc.ErrClosed) {
 			t.Errorf("%s after Close: got %v, want ErrClosed", x.name, err)
 		}
 	}
@@ -710,11 +713,11 @@ func TestHostCacheClose(t *testing.T) {
 
 // gatedSource holds every Allocate until gate is closed.
 type gatedSource struct {
-	*Simulated
+	*alloctest.Simulated
 	gate chan struct{}
 }
 
-func (g *gatedSource) Allocate(size int64) (Ptr, error) {
+func (g *gatedSource) Allocate(size int64) (alloc.Ptr, error) {
 	<-g.gate
 	return g.Simulated.Allocate(size)
 }
@@ -723,8 +726,8 @@ func (g *gatedSource) Allocate(size int64) (Ptr, error) {
 // there), which then gives its segment back and returns ErrClosed.
 func TestHostCacheCloseDuringAlloc(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		src := &gatedSource{Simulated: NewSimulated(1 << 20), gate: make(chan struct{})}
-		c := NewHostCache(src)
+		src := &gatedSource{Simulated: alloctest.NewSimulated(1 << 20), gate: make(chan struct{})}
+		c := alloc.NewHostCache(src)
 		allocErr := make(chan error, 1)
 		go func() {
 			_, err := c.Alloc(100)
@@ -740,7 +743,7 @@ func TestHostCacheCloseDuringAlloc(t *testing.T) {
 		default:
 		}
 		close(src.gate)
-		if err := <-allocErr; !errors.Is(err, ErrClosed) {
+		if err := <-allocErr; !errors.Is(err, alloc.ErrClosed) {
 			t.Errorf("Alloc overtaken by Close: got %v, want ErrClosed", err)
 		}
 		if err := <-closeErr; err != nil {
@@ -752,21 +755,21 @@ func TestHostCacheCloseDuringAlloc(t *testing.T) {
 		st := c.Stats()
 		checkCount(t, "DeviceAllocs", st.DeviceAllocs, 1)
 		checkCount(t, "DeviceFrees", st.DeviceFrees, 1)
-		checkCount(t, "Segment.current", st.Segment[AllPools].Current, 0)
+		checkCount(t, "Segment.current", st.Segment[alloc.AllPools].Current, 0)
 	})
 }
 
 // pooledEvents gives Simulated's events a Release method, as a CUDA event
 // pool would, and counts the releases.
 type pooledEvents struct {
-	*Simulated
+	*alloctest.Simulated
 	released atomic.Int64
 	twice    atomic.Int64 // events released more than once
 	failNext atomic.Bool  // make the next Record fail
 }
 
 type pooledEvent struct {
-	Event
+	alloc.Event
 	pool *pooledEvents
 	done atomic.Bool
 }
@@ -778,7 +781,7 @@ func (e *pooledEvent) Release() {
 	e.pool.released.Add(1)
 }
 
-func (s *pooledEvents) Record(st Stream) (Event, error) {
+func (s *pooledEvents) Record(st alloc.Stream) (alloc.Event, error) {
 	if s.failNext.Swap(false) {
 		return nil, errors.New("injected record failure")
 	}
@@ -790,10 +793,10 @@ func (s *pooledEvents) Record(st Stream) (Event, error) {
 }
 
 func TestHostCachePooledEvents(t *testing.T) {
-	src := &pooledEvents{Simulated: NewSimulated(1 << 20)}
-	c := NewHostCache(src)
+	src := &pooledEvents{Simulated: alloctest.NewSimulated(1 << 20)}
+	c := alloc.NewHostCache(src)
 	p := mustHostAlloc(t, c, 100)
-	for _, s := range []Stream{1, 2} {
+	for _, s := range []alloc.Stream{1, 2} {
 		if err := c.RecordStream(p, s); err != nil {
 			t.Fatal(err)
 		}
@@ -849,8 +852,8 @@ func TestHostCacheConcurrent(t *testing.T) {
 		capacity   = 1536 << 10 // below the 2 MiB that 8 goroutines × 4 live blocks × 64 KiB can hold
 	)
 	sizes := []int64{1, 100, 512, 3000, 40000, 65536}
-	sim := NewSimulated(capacity)
-	c := NewHostCache(sim)
+	sim := alloctest.NewSimulated(capacity)
+	c := alloc.NewHostCache(sim)
 
 	stop := make(chan struct{})
 	var completer sync.WaitGroup
@@ -871,7 +874,7 @@ func TestHostCacheConcurrent(t *testing.T) {
 	for g := range goroutines {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(g), 2024))
-			var live []Ptr
+			var live []alloc.Ptr
 			free := func(i int) {
 				p := live[i]
 				live = append(live[:i], live[i+1:]...)
@@ -894,7 +897,7 @@ func TestHostCacheConcurrent(t *testing.T) {
 				}
 				size := sizes[rng.IntN(len(sizes))]
 				p, err := c.Alloc(size)
-				if errors.Is(err, ErrOutOfMemory) {
+				if errors.Is(err, alloc.ErrOutOfMemory) {
 					ooms.Add(1)
 					continue
 				}
@@ -903,12 +906,12 @@ func TestHostCacheConcurrent(t *testing.T) {
 					continue
 				}
 				served.Add(1)
-				if err := sim.Claim(p, hostRoundSize(size)); err != nil {
+				if err := sim.Claim(p, alloc.HostRoundSize(size)); err != nil {
 					t.Errorf("Alloc(%d) = %v: %v", size, p, err)
 					continue
 				}
 				if rng.IntN(2) == 0 {
-					if err := c.RecordStream(p, Stream(1+g%3)); err != nil {
+					if err := c.RecordStream(p, alloc.Stream(1+g%3)); err != nil {
 						t.Errorf("RecordStream(%v): %v", p, err)
 					}
 				}
@@ -932,16 +935,16 @@ func TestHostCacheConcurrent(t *testing.T) {
 		name string
 		got  int64
 	}{
-		{"Allocation.current", st.Allocation[AllPools].Current},
-		{"AllocatedBytes.current", st.AllocatedBytes[AllPools].Current},
-		{"RequestedBytes.current", st.RequestedBytes[AllPools].Current},
-		{"Active.current", st.Active[AllPools].Current},
-		{"Segment.current", st.Segment[AllPools].Current},
-		{"ReservedBytes.current", st.ReservedBytes[AllPools].Current},
+		{"Allocation.current", st.Allocation[alloc.AllPools].Current},
+		{"AllocatedBytes.current", st.AllocatedBytes[alloc.AllPools].Current},
+		{"RequestedBytes.current", st.RequestedBytes[alloc.AllPools].Current},
+		{"Active.current", st.Active[alloc.AllPools].Current},
+		{"Segment.current", st.Segment[alloc.AllPools].Current},
+		{"ReservedBytes.current", st.ReservedBytes[alloc.AllPools].Current},
 	} {
 		checkCount(t, x.name+" at the end", x.got, 0)
 	}
-	checkCount(t, "Allocation.allocated", st.Allocation[AllPools].Allocated, served.Load())
+	checkCount(t, "Allocation.allocated", st.Allocation[alloc.AllPools].Allocated, served.Load())
 	checkCount(t, "OOMs", st.OOMs, ooms.Load())
 	checkCount(t, "DeviceAllocs - DeviceFrees", st.DeviceAllocs-st.DeviceFrees, 0)
 	if _, _, live := sim.Counts(); live != 0 {
@@ -960,7 +963,7 @@ func TestHostCacheConcurrent(t *testing.T) {
 // batch: a 64 KiB host block served from the cache.
 func BenchmarkHostCacheAllocFree(b *testing.B) {
 	const size = 64 << 10
-	c := NewHostCache(NewHost(0))
+	c := alloc.NewHostCache(alloc.NewHost(0))
 	b.Cleanup(func() {
 		if err := c.Close(); err != nil {
 			b.Error(err)

@@ -1,25 +1,27 @@
-package alloc
+package alloc_test
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/gocurrent/gocurrent/alloc"
 )
 
 // TestOOMError checks the error's figures and message, and that the
 // allocator keeps working after it (PyTorch's test_out_of_memory).
 func TestOOMError(t *testing.T) {
-	_, c := newSim(t, 64*mib, Config{})
+	_, c := newSim(t, 64*mib, alloc.Config{})
 	p := mustAlloc(t, c, 40*mib, 0)
 	_, err := c.Alloc(40*mib, 2)
-	if !errors.Is(err, ErrOutOfMemory) {
+	if !errors.Is(err, alloc.ErrOutOfMemory) {
 		t.Fatalf("second 40 MiB: %v, want ErrOutOfMemory", err)
 	}
-	var oom *OutOfMemoryError
+	var oom *alloc.OutOfMemoryError
 	if !errors.As(err, &oom) {
 		t.Fatalf("error %T is not *OutOfMemoryError", err)
 	}
-	want := OutOfMemoryError{
+	want := alloc.OutOfMemoryError{
 		Device: "simulated device", Requested: 40 * mib, AllocSize: 40 * mib, Stream: 2,
 		DeviceFree: 24 * mib, DeviceTotal: 64 * mib, Allocated: 40 * mib, Reserved: 40 * mib,
 	}
@@ -28,7 +30,7 @@ func TestOOMError(t *testing.T) {
 	if got != want {
 		t.Errorf("error figures %+v, want %+v", got, want)
 	}
-	if oom.SourceErr == nil || !errors.Is(oom.SourceErr, ErrOutOfMemory) {
+	if oom.SourceErr == nil || !errors.Is(oom.SourceErr, alloc.ErrOutOfMemory) {
 		t.Errorf("SourceErr = %v, want the source's refusal", oom.SourceErr)
 	}
 	msg := err.Error()
@@ -53,7 +55,7 @@ func TestOOMError(t *testing.T) {
 // TestOOMRetryLadder is PyTorch's test_out_of_memory_retry: a request that
 // fits only once the cache is flushed succeeds, and counts one retry.
 func TestOOMRetryLadder(t *testing.T) {
-	sim, c := newSim(t, 100*mib, Config{})
+	sim, c := newSim(t, 100*mib, alloc.Config{})
 	p := mustAlloc(t, c, 60*mib, 0)
 	mustFree(t, c, p) // 60 MiB cached, 40 MiB free on the device
 	q := mustAlloc(t, c, 70*mib, 0)
@@ -73,10 +75,10 @@ func TestOOMRetryLadder(t *testing.T) {
 
 func TestOOMHints(t *testing.T) {
 	t.Run("limit", func(t *testing.T) {
-		_, c := newSim(t, gib, Config{MemoryLimit: 50 * mib})
+		_, c := newSim(t, gib, alloc.Config{MemoryLimit: 50 * mib})
 		mustAlloc(t, c, 30*mib, 0)
 		_, err := c.Alloc(30*mib, 0)
-		var oom *OutOfMemoryError
+		var oom *alloc.OutOfMemoryError
 		if !errors.As(err, &oom) {
 			t.Fatalf("got %v, want *OutOfMemoryError", err)
 		}
@@ -88,17 +90,17 @@ func TestOOMHints(t *testing.T) {
 		}
 	})
 	t.Run("fraction", func(t *testing.T) {
-		_, c := newSim(t, 100*mib, Config{MemoryFraction: 0.5})
+		_, c := newSim(t, 100*mib, alloc.Config{MemoryFraction: 0.5})
 		if got := c.Limit(); got != 50*mib {
 			t.Errorf("limit from fraction 0.5 of 100 MiB = %d, want %d", got, 50*mib)
 		}
 	})
 	t.Run("fragmentation", func(t *testing.T) {
-		_, c := newSim(t, 64*mib, Config{})
+		_, c := newSim(t, 64*mib, alloc.Config{})
 		// Three 20 MiB segments, each 9 MiB | 9 MiB | 2 MiB free; freeing
 		// the first 9 MiB block of each leaves 33 MiB cached in pieces of at
 		// most 9 MiB, and the device 4 MiB free.
-		var first []Ptr
+		var first []alloc.Ptr
 		for range 3 {
 			first = append(first, mustAlloc(t, c, 9*mib, 0))
 			mustAlloc(t, c, 9*mib, 0)
@@ -107,7 +109,7 @@ func TestOOMHints(t *testing.T) {
 			mustFree(t, c, p)
 		}
 		_, err := c.Alloc(12*mib, 0)
-		var oom *OutOfMemoryError
+		var oom *alloc.OutOfMemoryError
 		if !errors.As(err, &oom) {
 			t.Fatalf("got %v, want *OutOfMemoryError", err)
 		}
@@ -125,9 +127,9 @@ func TestOOMHints(t *testing.T) {
 // 1 PiB goes through the ladder and fails with figures (RMM's
 // test_various_allocations).
 func TestHugeRequests(t *testing.T) {
-	sim, c := newSim(t, gib, Config{})
-	_, err := c.Alloc(MaxRequest+1, 0)
-	var oom *OutOfMemoryError
+	sim, c := newSim(t, gib, alloc.Config{})
+	_, err := c.Alloc(alloc.MaxRequest+1, 0)
+	var oom *alloc.OutOfMemoryError
 	if !errors.As(err, &oom) || !strings.Contains(oom.Hint, "1 EiB") {
 		t.Errorf("request over 1 EiB: %v, want an out-of-memory error naming the 1 EiB limit", err)
 	}
@@ -148,11 +150,11 @@ func TestHugeRequests(t *testing.T) {
 // TestSourceFaultPassesThrough checks that a device error that is not an
 // out-of-memory refusal reaches the caller unchanged and is not an OOM.
 func TestSourceFaultPassesThrough(t *testing.T) {
-	sim, c := newSim(t, gib, Config{})
+	sim, c := newSim(t, gib, alloc.Config{})
 	fault := errors.New("illegal address")
 	sim.FailNext(fault)
 	_, err := c.Alloc(mib, 0)
-	if !errors.Is(err, fault) || errors.Is(err, ErrOutOfMemory) {
+	if !errors.Is(err, fault) || errors.Is(err, alloc.ErrOutOfMemory) {
 		t.Errorf("got %v, want the device fault, not an out-of-memory error", err)
 	}
 	if st := c.Stats(); st.OOMs != 0 || st.AllocRetries != 0 {

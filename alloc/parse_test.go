@@ -11,8 +11,6 @@ import (
 	"github.com/gocurrent/gocurrent/alloc"
 )
 
-const mib = 1 << 20
-
 // Strings from PyTorch's test/test_cuda.py @ 000e43cd
 // (test_allocator_settings and its neighbours), as listed in
 // shared/research/allocator.md §5 item 3. PyTorch accepts the first and

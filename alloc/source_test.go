@@ -1,9 +1,20 @@
-package alloc
+package alloc_test
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/alloc/alloctest"
+)
+
+func TestSourceConformance(t *testing.T) {
+	const capacity = 64 << 20
+	t.Run("host capped", func(t *testing.T) { alloctest.TestSource(t, alloc.NewHost(capacity), true) })
+	t.Run("host", func(t *testing.T) { alloctest.TestSource(t, alloc.NewHost(0), false) })
+}
 
 func TestHostMemInfoUncapped(t *testing.T) {
-	free, total, err := NewHost(0).MemInfo()
+	free, total, err := alloc.NewHost(0).MemInfo()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -15,13 +26,13 @@ func TestHostMemInfoUncapped(t *testing.T) {
 // TestCachingOnHost runs the allocator on real host memory: blocks are
 // writable, distinct, and survive other blocks' frees.
 func TestCachingOnHost(t *testing.T) {
-	h := NewHost(0)
-	c, err := NewCaching(h, Config{})
+	h := alloc.NewHost(0)
+	c, err := alloc.NewCaching(h, alloc.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sizes := []int64{100, 4096, 3 * mib, 12 * mib}
-	var ps []Ptr
+	var ps []alloc.Ptr
 	for i, n := range sizes {
 		p := mustAlloc(t, c, n, 0)
 		b, err := h.Bytes(p, n)
@@ -49,48 +60,7 @@ func TestCachingOnHost(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if len(h.segs) != 0 {
-		t.Errorf("%d host segments mapped after Close, want 0", len(h.segs))
-	}
-}
-
-func TestSimulatedShadow(t *testing.T) {
-	sim := NewSimulated(mib)
-	p, err := sim.Allocate(64 * kib)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name    string
-		p       Ptr
-		n       int64
-		wantErr bool
-	}{
-		{"first", p, 1024, false},
-		{"adjacent", p + 1024, 1024, false},
-		{"overlaps end", p + 1023, 2, true},
-		{"overlaps inside", p + 1500, 10, true},
-		{"covers both", p, 4096, true},
-		{"outside segment", p + Ptr(64*kib) - 10, 20, true},
-		{"no segment", p + Ptr(512*kib), 20, true},
-	}
-	for _, tt := range tests {
-		if err := sim.Claim(tt.p, tt.n); (err != nil) != tt.wantErr {
-			t.Errorf("%s: Claim(%v, %d) = %v, want error %v", tt.name, tt.p, tt.n, err, tt.wantErr)
-		}
-	}
-	if err := sim.Release(p, 64*kib); err == nil {
-		t.Errorf("releasing a segment with claimed blocks succeeded")
-	}
-	for _, q := range []Ptr{p, p + 1024} {
-		if err := sim.Unclaim(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := sim.Unclaim(p); err == nil {
-		t.Errorf("double Unclaim succeeded")
-	}
-	if err := sim.Release(p, 64*kib); err != nil {
-		t.Fatal(err)
+	if n := alloc.HostSegments(h); n != 0 {
+		t.Errorf("%d host segments mapped after Close, want 0", n)
 	}
 }

@@ -1,14 +1,17 @@
-package alloc
+package alloc_test
 
 import (
 	"errors"
 	"testing"
+
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/alloc/alloctest"
 )
 
 // TestStreamReuse checks that a freed block is reused at once on its own
 // stream and never handed to another stream.
 func TestStreamReuse(t *testing.T) {
-	sim, c := newSim(t, gib, Config{})
+	sim, c := newSim(t, gib, alloc.Config{})
 	a := mustAlloc(t, c, 64*kib, 1)
 	mustFree(t, c, a)
 	if got := mustAlloc(t, c, 64*kib, 1); got != a {
@@ -37,8 +40,8 @@ func TestStreamReuse(t *testing.T) {
 // device: a block used on a side stream is not reused until that stream's
 // event, recorded at Free, has completed.
 func TestRecordStream(t *testing.T) {
-	sim, c := newSim(t, gib, Config{})
-	const side = Stream(5)
+	sim, c := newSim(t, gib, alloc.Config{})
+	const side = alloc.Stream(5)
 	p := mustAlloc(t, c, 40*kib, 0)
 	if err := c.RecordStream(p, side); err != nil {
 		t.Fatal(err)
@@ -57,8 +60,8 @@ func TestRecordStream(t *testing.T) {
 		t.Errorf("events recorded on the allocation stream = %d, want 0", n)
 	}
 	st := c.Stats()
-	if st.Active[AllPools].Current != 1 || st.Allocation[AllPools].Current != 0 {
-		t.Errorf("pending block: active %d, allocation %d; want 1, 0", st.Active[AllPools].Current, st.Allocation[AllPools].Current)
+	if st.Active[alloc.AllPools].Current != 1 || st.Allocation[alloc.AllPools].Current != 0 {
+		t.Errorf("pending block: active %d, allocation %d; want 1, 0", st.Active[alloc.AllPools].Current, st.Allocation[alloc.AllPools].Current)
 	}
 	checkInvariants(t, c)
 	q := mustAlloc(t, c, 40*kib, 0)
@@ -76,7 +79,7 @@ func TestRecordStream(t *testing.T) {
 // TestEventQueuesPerStream checks that a busy stream does not hold up
 // blocks whose own streams are done (PyTorch's per-stream event deques).
 func TestEventQueuesPerStream(t *testing.T) {
-	sim, c := newSim(t, gib, Config{})
+	sim, c := newSim(t, gib, alloc.Config{})
 	a := mustAlloc(t, c, 8*kib, 0)
 	b := mustAlloc(t, c, 8*kib, 0)
 	spacer := mustAlloc(t, c, 8*kib, 0) // keeps a and b from merging when freed
@@ -101,7 +104,7 @@ func TestEventQueuesPerStream(t *testing.T) {
 // used on a side stream and dropped must never run out of memory, because
 // the out-of-memory ladder waits for pending events.
 func TestPendingBlocksReclaimedOnOOM(t *testing.T) {
-	sim, c := newSim(t, 200*mib, Config{})
+	sim, c := newSim(t, 200*mib, alloc.Config{})
 	for i := range 100 {
 		p, err := c.Alloc(160*mib, 0)
 		if err != nil {
@@ -120,14 +123,16 @@ func TestPendingBlocksReclaimedOnOOM(t *testing.T) {
 }
 
 // failingEvents is a simulated device whose event recording fails.
-type failingEvents struct{ *Simulated }
+type failingEvents struct{ *alloctest.Simulated }
 
-func (f failingEvents) Record(Stream) (Event, error) { return nil, errors.New("event pool exhausted") }
+func (f failingEvents) Record(alloc.Stream) (alloc.Event, error) {
+	return nil, errors.New("event pool exhausted")
+}
 
 // TestRecordFailureQuarantines checks that a block whose event could not be
 // recorded is never reused (nothing would tell when the stream is done).
 func TestRecordFailureQuarantines(t *testing.T) {
-	c, err := NewCaching(failingEvents{NewSimulated(gib)}, Config{})
+	c, err := alloc.NewCaching(failingEvents{alloctest.NewSimulated(gib)}, alloc.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,12 +154,12 @@ func TestRecordFailureQuarantines(t *testing.T) {
 }
 
 func TestRecordStreamNeedsEvents(t *testing.T) {
-	c, err := NewCaching(NewHost(0), Config{})
+	c, err := alloc.NewCaching(alloc.NewHost(0), alloc.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := mustAlloc(t, c, 100, 0)
-	if err := c.RecordStream(p, 1); !errors.Is(err, ErrNoEvents) {
+	if err := c.RecordStream(p, 1); !errors.Is(err, alloc.ErrNoEvents) {
 		t.Errorf("RecordStream on the host source = %v, want ErrNoEvents", err)
 	}
 	if err := c.RecordStream(p, 0); err != nil {

@@ -14,8 +14,14 @@ import (
 // device's streams for RecordStream. A CUDA_ERROR_OUT_OF_MEMORY from
 // cuMemAlloc matches alloc.ErrOutOfMemory (see Error.Is), which starts the
 // caching allocator's out-of-memory ladder: free cached blocks, retry,
-// then report with figures.
-type deviceSource struct{ d *Device }
+// then report with figures. It keeps the size of every live segment, so
+// that a release of an unknown segment or with the wrong size is an error
+// (cuMemFree alone would free a known address whatever size it is told).
+type deviceSource struct {
+	d    *Device
+	mu   sync.Mutex
+	segs map[alloc.Ptr]int64 // live segments: address -> size; made on first use
+}
 
 var (
 	_ alloc.Source = (*deviceSource)(nil)
@@ -37,6 +43,12 @@ func (s *deviceSource) Allocate(size int64) (alloc.Ptr, error) {
 		_ = s.d.api.MemFree(s.d.ctx, p)
 		return 0, fmt.Errorf("cuda: cuMemAlloc returned %v, not 512-byte aligned", p)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.segs == nil {
+		s.segs = make(map[alloc.Ptr]int64)
+	}
+	s.segs[p] = size
 	return p, nil
 }
 
@@ -45,10 +57,23 @@ func (s *deviceSource) Allocate(size int64) (alloc.Ptr, error) {
 // work first (cudaFree does the same). The allocator releases segments
 // only to empty its cache or on the out-of-memory ladder, never per step.
 func (s *deviceSource) Release(p alloc.Ptr, size int64) error {
-	if err := s.d.api.CtxSynchronize(s.d.ctx); err != nil {
-		return err
+	s.mu.Lock()
+	if got, ok := s.segs[p]; !ok || got != size {
+		s.mu.Unlock()
+		return fmt.Errorf("cuda: release of unknown device segment %v (%d bytes)", p, size)
 	}
-	return s.d.api.MemFree(s.d.ctx, p)
+	delete(s.segs, p)
+	s.mu.Unlock()
+	err := s.d.api.CtxSynchronize(s.d.ctx)
+	if err == nil {
+		err = s.d.api.MemFree(s.d.ctx, p)
+	}
+	if err != nil {
+		s.mu.Lock()
+		s.segs[p] = size // not freed: it can be released again
+		s.mu.Unlock()
+	}
+	return err
 }
 
 // MemInfo reports the GPU's free and total memory.

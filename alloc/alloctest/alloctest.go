@@ -1,6 +1,3 @@
-// Package alloctest is the conformance suite every alloc.Source passes: the
-// host and simulated sources in package alloc, and the CUDA device's source.
-// It is a test helper: import it from _test files only.
 package alloctest
 
 import (

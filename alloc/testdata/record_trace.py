@@ -37,7 +37,8 @@ model parameters and the token data are allocated before recording and are
 not in the trace. Adam's state (exp_avg, exp_avg_sq, step) and the .grad
 buffers are created inside the first recorded step and stay live.
 
-Trace format (stdout):
+Trace format (stdout), the text format of gocurrent's alloc/trace package
+(trace.Parse reads it, trace.Write writes it from alloc.Caching.Trace):
   '#' lines are comments (header below says how it was made, with totals).
   a <id> <bytes> <stream>   allocation; id is fresh and increasing, stream 0
   f <id>                    free of a live id

@@ -1,23 +1,27 @@
 package alloc
 
-import (
-	"fmt"
-	"testing"
-)
+// This file opens the allocator's internals to its external tests (package
+// alloc_test), which run on the simulated device of package alloctest: an
+// in-package test cannot import alloctest, since alloctest imports alloc.
 
-// checkInvariants recomputes every current figure from the snapshot and
+import "fmt"
+
+// HostRoundSize is hostRoundSize, the pinned-host cache's block size.
+var HostRoundSize = hostRoundSize
+
+// HostSegments returns the number of segments h has mapped.
+func HostSegments(h *Host) int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.segs)
+}
+
+// CheckInvariants recomputes every current figure from the snapshot and
 // the allocator's internal structures and compares them with Stats, the
 // way PyTorch's _check_memory_stat_consistency does; it also checks that
 // segments are tiled exactly by their blocks, that no two free neighbours
 // were left unmerged, and that the pools hold exactly the inactive blocks.
-func checkInvariants(t testing.TB, c *Caching) {
-	t.Helper()
-	if err := invariantError(c); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func invariantError(c *Caching) error {
+func CheckInvariants(c *Caching) error {
 	snap := c.Snapshot()
 	st := c.Stats()
 	var want Stats
@@ -110,36 +114,3 @@ func invariantError(c *Caching) error {
 	}
 	return nil
 }
-
-// newSim returns a simulated device of capacity bytes and a Caching over it.
-func newSim(t testing.TB, capacity int64, cfg Config) (*Simulated, *Caching) {
-	t.Helper()
-	sim := NewSimulated(capacity)
-	c, err := NewCaching(sim, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sim, c
-}
-
-func mustAlloc(t testing.TB, c *Caching, size int64, s Stream) Ptr {
-	t.Helper()
-	p, err := c.Alloc(size, s)
-	if err != nil {
-		t.Fatalf("Alloc(%d, stream %d): %v", size, s, err)
-	}
-	return p
-}
-
-func mustFree(t testing.TB, c *Caching, p Ptr) {
-	t.Helper()
-	if err := c.Free(p); err != nil {
-		t.Fatalf("Free(%v): %v", p, err)
-	}
-}
-
-const (
-	kib = int64(1) << 10
-	mib = int64(1) << 20
-	gib = int64(1) << 30
-)

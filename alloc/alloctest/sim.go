@@ -1,4 +1,4 @@
-package alloc
+package alloctest
 
 import (
 	"fmt"
@@ -6,60 +6,62 @@ import (
 	"sync"
 
 	"github.com/google/btree"
+
+	"github.com/gocurrent/gocurrent/alloc"
 )
 
 // Simulated is a device for testing allocation policy without a GPU: a
 // fixed capacity of fake addresses, streams whose events complete only when
 // the test says so, failures injected on demand, and a shadow map that
 // detects two live blocks sharing a byte. It never touches the memory it
-// pretends to serve. It implements Source and Events; it is safe for
-// concurrent use. It is a test device, never the shipped path.
+// pretends to serve. It implements alloc.Source and alloc.Events; it is
+// safe for concurrent use. It is a test double, never the shipped path.
 type Simulated struct {
 	mu       sync.Mutex
 	capacity int64
 	used     int64
-	holes    []span            // free address ranges, sorted and coalesced
-	segments map[Ptr]int64     // live segments: address -> size
-	fail     []error           // injected failures, served in order by Allocate
-	recorded map[Stream]uint64 // events recorded so far, per stream
-	finished map[Stream]uint64 // events with a sequence number up to this have completed
+	holes    []span                  // free address ranges, sorted and coalesced
+	segments map[alloc.Ptr]int64     // live segments: address -> size
+	fail     []error                 // injected failures, served in order by Allocate
+	recorded map[alloc.Stream]uint64 // events recorded so far, per stream
+	finished map[alloc.Stream]uint64 // events with a sequence number up to this have completed
 	waits    int64
 	claims   *btree.BTreeG[span]
 	allocs   int64
 	releases int64
 }
 
-type span struct{ lo, hi Ptr } // [lo, hi)
+type span struct{ lo, hi alloc.Ptr } // [lo, hi)
 
 // simBase is the first fake address: far from zero so that a nil or
 // small-integer pointer is never mistaken for a valid one.
-const simBase Ptr = 0x7000_0000_0000
+const simBase alloc.Ptr = 0x7000_0000_0000
 
 // NewSimulated returns a simulated device with capacity bytes of memory.
 func NewSimulated(capacity int64) *Simulated {
 	if capacity <= 0 {
-		panic("alloc: NewSimulated: capacity must be positive")
+		panic("alloctest: NewSimulated: capacity must be positive")
 	}
 	return &Simulated{
 		capacity: capacity,
-		holes:    []span{{simBase, simBase + Ptr(roundUp(capacity, MinBlockSize))}},
-		segments: make(map[Ptr]int64),
-		recorded: make(map[Stream]uint64),
-		finished: make(map[Stream]uint64),
+		holes:    []span{{simBase, simBase + alloc.Ptr(roundUp(capacity, alloc.MinBlockSize))}},
+		segments: make(map[alloc.Ptr]int64),
+		recorded: make(map[alloc.Stream]uint64),
+		finished: make(map[alloc.Stream]uint64),
 		claims:   btree.NewG(8, func(a, b span) bool { return a.lo < b.lo }),
 	}
 }
 
 var (
-	_ Source = (*Simulated)(nil)
-	_ Events = (*Simulated)(nil)
+	_ alloc.Source = (*Simulated)(nil)
+	_ alloc.Events = (*Simulated)(nil)
 )
 
 // Allocate serves a segment first fit from the fake address space, unless a
 // failure was injected or the capacity is used up.
-func (s *Simulated) Allocate(size int64) (Ptr, error) {
+func (s *Simulated) Allocate(size int64) (alloc.Ptr, error) {
 	if size <= 0 {
-		return 0, fmt.Errorf("alloc: simulated device: segment size %d is not positive", size)
+		return 0, fmt.Errorf("alloctest: simulated device: segment size %d is not positive", size)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -68,7 +70,7 @@ func (s *Simulated) Allocate(size int64) (Ptr, error) {
 		s.fail = s.fail[1:]
 		return 0, err
 	}
-	n := Ptr(roundUp(size, MinBlockSize))
+	n := alloc.Ptr(roundUp(size, alloc.MinBlockSize))
 	if s.used+int64(n) <= s.capacity {
 		for i, h := range s.holes {
 			if h.hi-h.lo < n {
@@ -86,30 +88,30 @@ func (s *Simulated) Allocate(size int64) (Ptr, error) {
 			return p, nil
 		}
 	}
-	return 0, fmt.Errorf("alloc: simulated device: cannot allocate %d bytes with %d of %d free: %w",
-		size, s.capacity-s.used, s.capacity, ErrOutOfMemory)
+	return 0, fmt.Errorf("alloctest: simulated device: cannot allocate %d bytes with %d of %d free: %w",
+		size, s.capacity-s.used, s.capacity, alloc.ErrOutOfMemory)
 }
 
 // Release frees a segment. It is an error to release an unknown segment, to
 // give the wrong size, or to release a segment that still holds claims.
-func (s *Simulated) Release(p Ptr, size int64) error {
+func (s *Simulated) Release(p alloc.Ptr, size int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	got, ok := s.segments[p]
 	if !ok {
-		return fmt.Errorf("alloc: simulated device: release of unknown segment %v", p)
+		return fmt.Errorf("alloctest: simulated device: release of unknown segment %v", p)
 	}
 	if got != size {
-		return fmt.Errorf("alloc: simulated device: release of segment %v with size %d, allocated with %d", p, size, got)
+		return fmt.Errorf("alloctest: simulated device: release of segment %v with size %d, allocated with %d", p, size, got)
 	}
-	n := Ptr(roundUp(size, MinBlockSize))
+	n := alloc.Ptr(roundUp(size, alloc.MinBlockSize))
 	var inside bool
 	s.claims.AscendGreaterOrEqual(span{lo: p}, func(c span) bool {
 		inside = c.lo < p+n
 		return false
 	})
 	if inside {
-		return fmt.Errorf("alloc: simulated device: segment %v released while a claimed block lies inside it", p)
+		return fmt.Errorf("alloctest: simulated device: segment %v released while a claimed block lies inside it", p)
 	}
 	delete(s.segments, p)
 	s.used -= int64(n)
@@ -141,7 +143,7 @@ func (s *Simulated) MemInfo() (free, total int64, err error) {
 // call. A nil err is replaced by an out-of-memory refusal.
 func (s *Simulated) FailNext(err error) {
 	if err == nil {
-		err = fmt.Errorf("alloc: simulated device: injected failure: %w", ErrOutOfMemory)
+		err = fmt.Errorf("alloctest: simulated device: injected failure: %w", alloc.ErrOutOfMemory)
 	}
 	s.mu.Lock()
 	s.fail = append(s.fail, err)
@@ -158,7 +160,7 @@ func (s *Simulated) Counts() (allocs, releases int64, live int) {
 
 // Record enqueues an event on stream st. It stays pending until Complete
 // or CompleteAll is called, or until someone waits for it.
-func (s *Simulated) Record(st Stream) (Event, error) {
+func (s *Simulated) Record(st alloc.Stream) (alloc.Event, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.recorded[st]++
@@ -167,7 +169,7 @@ func (s *Simulated) Record(st Stream) (Event, error) {
 
 // Complete finishes all work queued so far on stream st: every event
 // recorded on it completes.
-func (s *Simulated) Complete(st Stream) {
+func (s *Simulated) Complete(st alloc.Stream) {
 	s.mu.Lock()
 	s.finished[st] = s.recorded[st]
 	s.mu.Unlock()
@@ -183,7 +185,7 @@ func (s *Simulated) CompleteAll() {
 }
 
 // Pending returns the number of events recorded on st that have not completed.
-func (s *Simulated) Pending(st Stream) int {
+func (s *Simulated) Pending(st alloc.Stream) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return int(s.recorded[st] - s.finished[st])
@@ -198,7 +200,7 @@ func (s *Simulated) Waits() int64 {
 
 type simEvent struct {
 	sim    *Simulated
-	stream Stream
+	stream alloc.Stream
 	seq    uint64
 }
 
@@ -223,15 +225,15 @@ func (e *simEvent) Wait() error {
 // Claim marks [p, p+n) as owned by a live block, as a test does when the
 // allocator hands it out. It is an error if the range is not inside a live
 // segment or overlaps another claim: two live blocks would share memory.
-func (s *Simulated) Claim(p Ptr, n int64) error {
+func (s *Simulated) Claim(p alloc.Ptr, n int64) error {
 	if n <= 0 {
-		return fmt.Errorf("alloc: simulated device: claim of %d bytes at %v", n, p)
+		return fmt.Errorf("alloctest: simulated device: claim of %d bytes at %v", n, p)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := span{p, p + Ptr(n)}
+	c := span{p, p + alloc.Ptr(n)}
 	if !s.insideSegment(c) {
-		return fmt.Errorf("alloc: simulated device: block [%v, %v) is not inside a live segment", c.lo, c.hi)
+		return fmt.Errorf("alloctest: simulated device: block [%v, %v) is not inside a live segment", c.lo, c.hi)
 	}
 	var clash *span
 	s.claims.DescendLessOrEqual(span{lo: c.hi - 1}, func(o span) bool {
@@ -241,18 +243,18 @@ func (s *Simulated) Claim(p Ptr, n int64) error {
 		return false
 	})
 	if clash != nil {
-		return fmt.Errorf("alloc: simulated device: block [%v, %v) overlaps live block [%v, %v)", c.lo, c.hi, clash.lo, clash.hi)
+		return fmt.Errorf("alloctest: simulated device: block [%v, %v) overlaps live block [%v, %v)", c.lo, c.hi, clash.lo, clash.hi)
 	}
 	s.claims.ReplaceOrInsert(c)
 	return nil
 }
 
 // Unclaim ends the claim that starts at p.
-func (s *Simulated) Unclaim(p Ptr) error {
+func (s *Simulated) Unclaim(p alloc.Ptr) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.claims.Delete(span{lo: p}); !ok {
-		return fmt.Errorf("alloc: simulated device: no claimed block at %v", p)
+		return fmt.Errorf("alloctest: simulated device: no claimed block at %v", p)
 	}
 	return nil
 }
@@ -260,7 +262,7 @@ func (s *Simulated) Unclaim(p Ptr) error {
 // insideSegment reports whether c lies within one live segment; s.mu held.
 func (s *Simulated) insideSegment(c span) bool {
 	for base, size := range s.segments {
-		if c.lo >= base && c.hi <= base+Ptr(size) {
+		if c.lo >= base && c.hi <= base+alloc.Ptr(size) {
 			return true
 		}
 	}
@@ -269,3 +271,6 @@ func (s *Simulated) insideSegment(c span) bool {
 
 // String names the device in messages.
 func (s *Simulated) String() string { return "simulated device" }
+
+// roundUp rounds n up to a multiple of m.
+func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
