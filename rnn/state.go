@@ -145,3 +145,30 @@ func (s *State) check(op string, d device.Device, dt device.DType, lstm bool, la
 	}
 	return nil
 }
+
+// The rows of one layer in the state's buffers, n = Batch·Hidden elements
+// each; none for a nil state, or for c and its gradient in a GRU's.
+
+func (s *State) layerH(l, n int) device.Buffer {
+	return s.layer(func(s *State) device.Buffer { return s.h }, l, n)
+}
+func (s *State) layerC(l, n int) device.Buffer {
+	return s.layer(func(s *State) device.Buffer { return s.c }, l, n)
+}
+func (s *State) layerGradH(l, n int) device.Buffer {
+	return s.layer(func(s *State) device.Buffer { return s.dh }, l, n)
+}
+func (s *State) layerGradC(l, n int) device.Buffer {
+	return s.layer(func(s *State) device.Buffer { return s.dc }, l, n)
+}
+
+func (s *State) layer(of func(*State) device.Buffer, l, n int) device.Buffer {
+	if s == nil {
+		return device.Buffer{}
+	}
+	b := of(s)
+	if b.IsZero() {
+		return device.Buffer{}
+	}
+	return b.Elems(s.dtype, l*n, n)
+}
