@@ -1,6 +1,7 @@
 package rnn
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -54,8 +55,7 @@ func newState(d device.Device, dt device.DType, lstm bool, layers, batch, hidden
 		s.c, s.dc = all.Slice(2*b, b), all.Slice(3*b, b)
 	}
 	if err := d.Kernels().Fill(device.Fill{DType: dt, N: parts * int(n), X: all}); err != nil {
-		d.Free(all)
-		return nil, fmt.Errorf("rnn: NewState: %w", err)
+		return nil, fmt.Errorf("rnn: NewState: %w", errors.Join(err, d.Free(all)))
 	}
 	return s, nil
 }
