@@ -126,7 +126,10 @@ type Trainer struct {
 // optimizer state and one carried state per micro-batch group on d.
 func New(d device.Device, m Model, data *loader.Loader, cfg Config) (*Trainer, error) {
 	if cfg.Optimizer.Algorithm == "" {
-		cfg.Optimizer, _ = NewOptimizer(Adam, 2e-3)
+		var err error
+		if cfg.Optimizer, err = NewOptimizer(Adam, 2e-3); err != nil {
+			return nil, err
+		}
 	}
 	if err := cfg.validate(data); err != nil {
 		return nil, err
@@ -141,38 +144,42 @@ func New(d device.Device, m Model, data *loader.Loader, cfg Config) (*Trainer, e
 			return nil, fmt.Errorf("train: parameter groups of types %v and %v; one type per model", dt, g.Params.DType())
 		}
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			t.Close()
-		}
-	}()
-	var err error
-	if t.opt, err = newOptimizer(d, cfg.Optimizer, t.groups); err != nil {
-		return nil, err
+	if err := t.allocate(dt); err != nil {
+		return nil, errors.Join(err, t.Close())
 	}
-	if t.ce, err = rnn.NewCrossEntropy(d, m.Classes(), dt); err != nil {
-		return nil, fmt.Errorf("train: %w", err)
+	return t, nil
+}
+
+// allocate makes the trainer's device state: the optimizer's, the loss,
+// the norm's scalar, the carried states and their backups. On error the
+// caller frees what was made with Close.
+func (t *Trainer) allocate(dt device.DType) error {
+	d := t.dev
+	var err error
+	if t.opt, err = newOptimizer(d, t.cfg.Optimizer, t.groups); err != nil {
+		return err
+	}
+	if t.ce, err = rnn.NewCrossEntropy(d, t.model.Classes(), dt); err != nil {
+		return fmt.Errorf("train: %w", err)
 	}
 	if t.norm, err = d.Alloc(dt.Size()); err != nil {
-		return nil, fmt.Errorf("train: %w", err)
+		return fmt.Errorf("train: %w", err)
 	}
-	t.states, err = carriedStates(m, data.Config())
+	t.states, err = carriedStates(t.model, t.data.Config())
 	if err != nil {
-		return nil, fmt.Errorf("train: carried state: %w", err)
+		return fmt.Errorf("train: carried state: %w", err)
 	}
 	t.backup = make([][]device.Buffer, len(t.states))
 	for i, st := range t.states {
 		for _, c := range st.Carried() {
 			b, err := d.Alloc(int64(c.Len) * c.DType.Size())
 			if err != nil {
-				return nil, fmt.Errorf("train: carried state: %w", err)
+				return fmt.Errorf("train: carried state: %w", err)
 			}
 			t.backup[i] = append(t.backup[i], b)
 		}
 	}
-	ok = true
-	return t, nil
+	return nil
 }
 
 // carriedStates returns one state per micro-batch group of a loader in
@@ -493,14 +500,15 @@ func (t *Trainer) validate(ctx context.Context) (Evaluation, error) {
 func (t *Trainer) Close() error {
 	var errs []error
 	if t.opt != nil {
-		t.opt.free(t.dev)
+		errs = append(errs, t.opt.free(t.dev))
+		t.opt = nil
 	}
 	if t.ce != nil {
 		errs = append(errs, t.ce.Close())
 		t.ce = nil
 	}
 	if !t.norm.IsZero() {
-		t.dev.Free(t.norm)
+		errs = append(errs, t.dev.Free(t.norm))
 		t.norm = device.Buffer{}
 	}
 	for _, st := range t.states {
@@ -508,11 +516,14 @@ func (t *Trainer) Close() error {
 	}
 	for _, bufs := range t.backup {
 		for _, b := range bufs {
-			t.dev.Free(b)
+			errs = append(errs, t.dev.Free(b))
 		}
 	}
 	t.states, t.backup = nil, nil
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("train: Close: %w", err)
+	}
+	return nil
 }
 
 // NonFiniteError reports a step whose loss or gradient norm is NaN or
