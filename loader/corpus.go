@@ -334,7 +334,7 @@ func (fc *corpusFiles) acquire(i int, path string) (*corpusHandle, error) {
 	fc.mu.Lock()
 	if fc.closed {
 		fc.mu.Unlock()
-		f.Close()
+		_ = f.Close() // read-only: nothing to lose on close
 		return nil, fmt.Errorf("loader: read %s: %w", path, fs.ErrClosed)
 	}
 	fc.clock++
@@ -342,7 +342,7 @@ func (fc *corpusFiles) acquire(i int, path string) (*corpusHandle, error) {
 		h.refs++
 		h.lastUse = fc.clock
 		fc.mu.Unlock()
-		f.Close()
+		_ = f.Close() // read-only: nothing to lose on close
 		return h, nil
 	}
 	var evict *corpusHandle
@@ -360,7 +360,7 @@ func (fc *corpusFiles) acquire(i int, path string) (*corpusHandle, error) {
 	fc.open[i] = h
 	fc.mu.Unlock()
 	if evict != nil {
-		evict.f.Close() // read-only: nothing to lose on close
+		_ = evict.f.Close() // read-only: nothing to lose on close
 	}
 	return h, nil
 }
@@ -376,7 +376,7 @@ func (fc *corpusFiles) release(h *corpusHandle) {
 	}
 	fc.mu.Unlock()
 	if closeNow {
-		h.f.Close()
+		_ = h.f.Close() // read-only: nothing to lose on close
 	}
 }
 

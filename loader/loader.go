@@ -121,12 +121,11 @@ func New(d device.Device, text *Text, cfg Config) (*Loader, error) {
 		var s slot
 		if s.host, err = d.Staging(bytes); err == nil {
 			if s.dev, err = d.Alloc(bytes); err != nil {
-				d.FreeStaging(s.host)
+				err = errors.Join(err, d.FreeStaging(s.host))
 			}
 		}
 		if err != nil {
-			l.free()
-			return nil, fmt.Errorf("loader: staging ring: %w", err)
+			return nil, fmt.Errorf("loader: staging ring: %w", errors.Join(err, l.free()))
 		}
 		s.ready = make(chan result, 1)
 		l.slots = append(l.slots, s)
@@ -137,8 +136,7 @@ func New(d device.Device, text *Text, cfg Config) (*Loader, error) {
 	// wait for the batch's release.
 	created, err := d.Stream().Record()
 	if err != nil {
-		l.free()
-		return nil, fmt.Errorf("loader: staging ring: %w", err)
+		return nil, fmt.Errorf("loader: staging ring: %w", errors.Join(err, l.free()))
 	}
 	for i := range l.slots {
 		l.slots[i].released = created
@@ -170,7 +168,10 @@ func (l *Loader) Stats() Stats {
 // is closed (ErrClosed). Producer goroutines fill the staging ring ahead of
 // the consumer and copy each batch to the device on the copy stream; every
 // goroutine has ended when the iteration returns. A failed read ends the
-// iteration with its error.
+// iteration with its error. So does a failure found while the iteration
+// ends (a copy still in flight, or freeing the ring after a Close from
+// the loop body), joined to the error that ended it, unless the consumer
+// stopped first.
 func (l *Loader) Batches(ctx context.Context, from Position) iter.Seq2[Batch, error] {
 	return func(yield func(Batch, error) bool) {
 		if from.Epoch < 0 || from.Batch < 0 || from.Batch >= l.plan.perEpoch {
@@ -182,8 +183,20 @@ func (l *Loader) Batches(ctx context.Context, from Position) iter.Seq2[Batch, er
 			yield(Batch{}, err)
 			return
 		}
-		defer l.end(run)
-		l.consume(run, from, yield)
+		ended := false
+		defer func() {
+			if !ended { // a panic out of the loop body: the panic is the report
+				_ = l.end(run)
+			}
+		}()
+		listening, err := l.consume(run, from, yield)
+		ended = true
+		if endErr := l.end(run); endErr != nil {
+			err = errors.Join(err, fmt.Errorf("loader: ending the iteration: %w", endErr))
+		}
+		if err != nil && listening {
+			yield(Batch{}, err)
+		}
 	}
 }
 
@@ -225,15 +238,18 @@ func (l *Loader) begin(ctx context.Context) (*iteration, error) {
 }
 
 // end stops the iteration's goroutines, waits for them and for the copies
-// in flight, and frees the ring if Close came meanwhile.
-func (l *Loader) end(run *iteration) {
+// in flight, and frees the ring if Close came meanwhile. It returns the
+// errors of the copies and of freeing the ring: Close, called while the
+// iteration ran, could not report the latter.
+func (l *Loader) end(run *iteration) error {
 	l.mu.Lock()
 	l.stop()
 	l.mu.Unlock()
 	run.wg.Wait()
+	var errs []error
 	for i := range l.slots {
 		if ev := l.slots[i].copied; ev != nil {
-			ev.Wait()
+			errs = append(errs, ev.Wait())
 		}
 		// Results the consumer never took.
 		select {
@@ -245,11 +261,17 @@ func (l *Loader) end(run *iteration) {
 	defer l.mu.Unlock()
 	l.running = false
 	if l.closed {
-		l.free()
+		// free waits for the same copies and reports their errors too.
+		return l.free()
 	}
+	return errors.Join(errs...)
 }
 
-func (l *Loader) consume(run *iteration, from Position, yield func(Batch, error) bool) {
+// consume delivers the batches to yield until the epochs end, the consumer
+// stops, ctx is cancelled or the loader closed. It returns whether the
+// consumer still listens and the error that ended the iteration, not yet
+// yielded.
+func (l *Loader) consume(run *iteration, from Position, yield func(Batch, error) bool) (listening bool, err error) {
 	jobs := make(chan job)
 	run.wg.Add(1 + l.cfg.Workers)
 	go l.dispatch(run, from, jobs)
@@ -267,26 +289,23 @@ func (l *Loader) consume(run *iteration, from Position, yield func(Batch, error)
 		select {
 		case e, open = <-run.order:
 			if !open {
-				return // the configured epochs are done
+				return true, nil // the configured epochs are done
 			}
 		case <-run.ctx.Done():
-			l.stopped(run, yield)
-			return
+			return true, l.stopped(run)
 		}
 		s := &l.slots[e.slot]
 		select {
 		case r = <-s.ready:
 		case <-run.ctx.Done():
-			l.stopped(run, yield)
-			return
+			return true, l.stopped(run)
 		}
 		l.waitNS.Add(int64(time.Since(start)))
 		if r.err == nil {
 			r.err = compute.Wait(r.copied)
 		}
 		if r.err != nil {
-			yield(Batch{}, r.err)
-			return
+			return true, r.err
 		}
 		b := Batch{Inputs: s.dev.Slice(0, half), Targets: s.dev.Slice(half, half), Seq: seq, Rows: rows,
 			Epoch: r.pos.Epoch, Index: r.pos.Batch, Step: r.pos.Batch, Next: l.plan.next(r.pos)}
@@ -299,29 +318,25 @@ func (l *Loader) consume(run *iteration, from Position, yield func(Batch, error)
 		more := yield(b, nil)
 		released, err := compute.Record()
 		if err != nil {
-			if more {
-				yield(Batch{}, fmt.Errorf("loader: releasing a batch: %w", err))
-			}
-			return
+			return more, fmt.Errorf("loader: releasing a batch: %w", err)
 		}
 		s.released = released
 		run.free <- e.slot
 		if !more {
-			return
+			return false, nil
 		}
 	}
 }
 
-// stopped reports why a cancelled iteration ended: Close or ctx.
-func (l *Loader) stopped(run *iteration, yield func(Batch, error) bool) {
+// stopped is why a cancelled iteration ended: Close or ctx.
+func (l *Loader) stopped(run *iteration) error {
 	l.mu.Lock()
 	closed := l.closed
 	l.mu.Unlock()
 	if closed {
-		yield(Batch{}, ErrClosed)
-		return
+		return ErrClosed
 	}
-	yield(Batch{}, run.ctx.Err())
+	return run.ctx.Err()
 }
 
 // dispatch hands out slots in delivery order, one batch position each.

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/gocurrent/gocurrent/device"
-	"github.com/gocurrent/gocurrent/device/cpu"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/loader"
 )
@@ -397,45 +396,6 @@ func TestCancelAndClose(t *testing.T) {
 			t.Errorf("Batches after Close: %v, want ErrClosed", err)
 		}
 	}
-}
-
-// Two micro-batches per step over a short text: the loop body receives
-// device batches in order, and Next is where a checkpoint would resume.
-func Example() {
-	d, err := cpu.Open(cpu.Config{})
-	if err != nil {
-		panic(err)
-	}
-	defer d.Close()
-	const s = "the quick brown fox jumps over the lazy dog, again and again."
-	text, err := loader.Tokenize(context.Background(), loader.NewCorpus(strings.NewReader(s), int64(len(s)), "example"), loader.TokenizeConfig{})
-	if err != nil {
-		panic(err)
-	}
-	l, err := loader.New(d, text, loader.Config{Batch: 2, Seq: 4, Accum: 2, Epochs: 1})
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	for b, err := range l.Batches(context.Background(), loader.Position{}) {
-		if err != nil {
-			panic(err)
-		}
-		ids := make([]int32, b.Seq*b.Rows)
-		device.DownloadSlice(d, ids, b.Inputs)
-		row0 := make([]int32, b.Seq)
-		for t := range b.Seq {
-			row0[t] = ids[t*b.Rows]
-		}
-		fmt.Printf("step %d group %d reset %v: %q, next %+v\n", b.Step, b.Group, b.Reset, text.Vocab().Decode(row0), b.Next)
-	}
-	// Output:
-	// step 0 group 0 reset true: "the ", next {Epoch:0 Batch:1}
-	// step 0 group 1 reset true: " the", next {Epoch:0 Batch:2}
-	// step 1 group 0 reset false: "quic", next {Epoch:0 Batch:3}
-	// step 1 group 1 reset false: " laz", next {Epoch:0 Batch:4}
-	// step 2 group 0 reset false: "k br", next {Epoch:0 Batch:5}
-	// step 2 group 1 reset false: "y do", next {Epoch:1 Batch:0}
 }
 
 // FuzzBatches cuts arbitrary text into batches of arbitrary shapes: either

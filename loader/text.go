@@ -126,131 +126,194 @@ func tokenizeWith(ctx context.Context, c *Corpus, cfg TokenizeConfig, p textPara
 	if c == nil {
 		return nil, errors.New("loader: Tokenize: nil corpus")
 	}
-	unknown := int32(-1)
-	if cfg.Unknown != "" {
-		if cfg.Vocab == nil {
-			return nil, fmt.Errorf("loader: Tokenize: Unknown %q given without a Vocab", cfg.Unknown)
-		}
-		r, size := utf8.DecodeRuneInString(cfg.Unknown)
-		id, ok := cfg.Vocab.ID(r)
-		if size != len(cfg.Unknown) || (r == utf8.RuneError && size == 1) || !ok {
-			return nil, fmt.Errorf("loader: Tokenize: Unknown %q is not one character of the vocabulary", cfg.Unknown)
-		}
-		unknown = id
+	unknown, err := unknownID(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if c.Size() == 0 {
 		return nil, fmt.Errorf("%w: %s", ErrEmpty, c.name)
 	}
 	p.chunk = max(p.chunk, 1)
 	p.readChunk = min(max(p.readChunk, utf8.UTFMax), textReadChunk)
+	tz := newTokenizer(c, cfg.Vocab, unknown)
+	if err := tz.read(ctx, p.chunk); err != nil {
+		return nil, err
+	}
+	s := newTextSource(c, tz.vocabulary(), unknown, tz.tokens, tz.index, p.readChunk)
+	return &Text{src: s, start: 0, end: tz.tokens}, nil
+}
 
-	build := cfg.Vocab == nil
+// unknownID resolves TokenizeConfig.Unknown to its id in the given
+// vocabulary: -1 when it is not set.
+func unknownID(cfg TokenizeConfig) (int32, error) {
+	if cfg.Unknown == "" {
+		return -1, nil
+	}
+	if cfg.Vocab == nil {
+		return -1, fmt.Errorf("loader: Tokenize: Unknown %q given without a Vocab", cfg.Unknown)
+	}
+	r, size := utf8.DecodeRuneInString(cfg.Unknown)
+	id, ok := cfg.Vocab.ID(r)
+	if size != len(cfg.Unknown) || (r == utf8.RuneError && size == 1) || !ok {
+		return -1, fmt.Errorf("loader: Tokenize: Unknown %q is not one character of the vocabulary", cfg.Unknown)
+	}
+	return id, nil
+}
+
+// tokenizer is the state of Tokenize's pass over a corpus: the tokens
+// counted, the sparse index, and the characters met (when building the
+// vocabulary) or the vocabulary they are checked against.
+type tokenizer struct {
+	corpus *Corpus
+	given  *Vocab // nil: build the vocabulary
+	// unknown is the id of characters outside given; -1: they are errors.
+	unknown int32
 	// okASCII[b]: byte b may appear. seen*: the characters met, when building.
-	var okASCII, seenASCII [utf8.RuneSelf]bool
-	var seenBMP []uint64
-	var seenAstral map[rune]bool
-	for b := range okASCII {
-		if build || unknown >= 0 {
-			okASCII[b] = true
+	okASCII, seenASCII [utf8.RuneSelf]bool
+	seenBMP            []uint64
+	seenAstral         map[rune]bool
+	tokens             int64
+	index              []int64 // corpus offset of every 1<<textIndexShift-th token
+}
+
+func newTokenizer(c *Corpus, given *Vocab, unknown int32) *tokenizer {
+	tz := &tokenizer{corpus: c, given: given, unknown: unknown}
+	for b := range tz.okASCII {
+		if given == nil || unknown >= 0 {
+			tz.okASCII[b] = true
 		} else {
-			_, okASCII[b] = cfg.Vocab.ID(rune(b))
+			_, tz.okASCII[b] = given.ID(rune(b))
 		}
 	}
+	return tz
+}
 
-	var (
-		size   = c.Size()
-		buf    = make([]byte, utf8.UTFMax+p.chunk)
-		carry  = 0        // bytes of an unfinished character at the front of buf
-		pos    = int64(0) // corpus offset of the next byte to read
-		tokens = int64(0)
-		index  []int64
-	)
-	const mask = 1<<textIndexShift - 1
+// read reads the corpus in chunks of chunk bytes and scans each; a
+// character cut by a chunk's end is carried to the front of the next.
+// ctx is checked between chunks.
+func (tz *tokenizer) read(ctx context.Context, chunk int) error {
+	c := tz.corpus
+	size := c.Size()
+	buf := make([]byte, utf8.UTFMax+chunk)
+	carry := 0      // bytes of an unfinished character at the front of buf
+	pos := int64(0) // corpus offset of the next byte to read
 	for pos < size {
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("loader: tokenize %s: %w", c.name, err)
+			return fmt.Errorf("loader: tokenize %s: %w", c.name, err)
 		}
-		m := int(min(int64(p.chunk), size-pos))
+		m := int(min(int64(chunk), size-pos))
 		n, err := c.ReadAt(buf[carry:carry+m], pos)
 		if n < m {
 			if err == nil || err == io.EOF {
 				err = fmt.Errorf("loader: tokenize %s: corpus ended at byte %d of %d: %w",
 					c.name, pos+int64(n), size, io.ErrUnexpectedEOF)
 			}
-			return nil, err
+			return err
 		}
 		base := pos - int64(carry) // corpus offset of buf[0]
 		pos += int64(m)
 		data := buf[:carry+m]
-		i := 0
-		for i < len(data) {
-			if b := data[i]; b < utf8.RuneSelf {
-				if tokens&mask == 0 {
-					index = append(index, base+int64(i))
-				}
-				tokens++
-				if !okASCII[b] {
-					return nil, c.dataError(base+int64(i), notInVocab(rune(b)))
-				}
-				seenASCII[b] = true
-				i++
-				continue
-			}
-			r, n := utf8.DecodeRune(data[i:])
-			if r == utf8.RuneError && n == 1 {
-				if pos < size && !utf8.FullRune(data[i:]) {
-					break // the rest of the character is in the next chunk
-				}
-				return nil, c.dataError(base+int64(i), reasonInvalidUTF8)
-			}
-			if tokens&mask == 0 {
-				index = append(index, base+int64(i))
-			}
-			tokens++
-			switch {
-			case !build:
-				if _, ok := cfg.Vocab.ID(r); !ok && unknown < 0 {
-					return nil, c.dataError(base+int64(i), notInVocab(r))
-				}
-			case r < vocabDenseLimit:
-				if seenBMP == nil {
-					seenBMP = make([]uint64, vocabDenseLimit/64)
-				}
-				seenBMP[r>>6] |= 1 << (r & 63)
-			default:
-				if seenAstral == nil {
-					seenAstral = make(map[rune]bool)
-				}
-				seenAstral[r] = true
-			}
-			i += n
+		done, err := tz.scan(data, base, pos < size)
+		if err != nil {
+			return err
 		}
-		carry = copy(buf, data[i:])
+		carry = copy(buf, data[done:])
 	}
+	return nil
+}
 
-	vocab := cfg.Vocab
-	if build {
-		var runes []rune
-		for b, seen := range seenASCII {
-			if seen {
-				runes = append(runes, rune(b))
+// scan tokenizes data, which starts at corpus offset base, and returns how
+// many bytes it consumed: all of them, or all but a character cut by the
+// end of data when more of the corpus follows.
+func (tz *tokenizer) scan(data []byte, base int64, more bool) (int, error) {
+	const mask = 1<<textIndexShift - 1
+	i := 0
+	for i < len(data) {
+		if b := data[i]; b < utf8.RuneSelf {
+			if tz.tokens&mask == 0 {
+				tz.index = append(tz.index, base+int64(i))
 			}
-		}
-		for w, bits := range seenBMP {
-			for b := 0; bits != 0; b, bits = b+1, bits>>1 {
-				if bits&1 != 0 {
-					runes = append(runes, rune(w*64+b))
-				}
+			tz.tokens++
+			if !tz.okASCII[b] {
+				return i, tz.corpus.dataError(base+int64(i), notInVocab(rune(b)))
 			}
+			tz.seenASCII[b] = true
+			i++
+			continue
 		}
-		astral := make([]rune, 0, len(seenAstral))
-		for r := range seenAstral {
-			astral = append(astral, r)
+		r, n := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && n == 1 {
+			if more && !utf8.FullRune(data[i:]) {
+				break // the rest of the character is in the next chunk
+			}
+			return i, tz.corpus.dataError(base+int64(i), reasonInvalidUTF8)
 		}
-		slices.Sort(astral)
-		vocab = newVocabRunes(append(runes, astral...))
+		if tz.tokens&mask == 0 {
+			tz.index = append(tz.index, base+int64(i))
+		}
+		tz.tokens++
+		if err := tz.see(r, base+int64(i)); err != nil {
+			return i, err
+		}
+		i += n
 	}
+	return i, nil
+}
 
+// see records the non-ASCII character r at corpus offset off: checks it
+// against the given vocabulary, or adds it to the characters met.
+func (tz *tokenizer) see(r rune, off int64) error {
+	switch {
+	case tz.given != nil:
+		if _, ok := tz.given.ID(r); !ok && tz.unknown < 0 {
+			return tz.corpus.dataError(off, notInVocab(r))
+		}
+	case r < vocabDenseLimit:
+		if tz.seenBMP == nil {
+			tz.seenBMP = make([]uint64, vocabDenseLimit/64)
+		}
+		tz.seenBMP[r>>6] |= 1 << (r & 63)
+	default:
+		if tz.seenAstral == nil {
+			tz.seenAstral = make(map[rune]bool)
+		}
+		tz.seenAstral[r] = true
+	}
+	return nil
+}
+
+// vocabulary is the given vocabulary, or the characters met in increasing
+// code point order.
+func (tz *tokenizer) vocabulary() *Vocab {
+	if tz.given != nil {
+		return tz.given
+	}
+	var runes []rune
+	for b, seen := range tz.seenASCII {
+		if seen {
+			runes = append(runes, rune(b))
+		}
+	}
+	for w, bits := range tz.seenBMP {
+		for b := 0; bits != 0; b, bits = b+1, bits>>1 {
+			if bits&1 != 0 {
+				runes = append(runes, rune(w*64+b))
+			}
+		}
+	}
+	astral := make([]rune, 0, len(tz.seenAstral))
+	for r := range tz.seenAstral {
+		astral = append(astral, r)
+	}
+	slices.Sort(astral)
+	return newVocabRunes(append(runes, astral...))
+}
+
+// newTextSource makes the shared source of a corpus Tokenize read: tokens
+// characters, index the offset of every 1<<textIndexShift-th (dropped when
+// every character is one byte).
+func newTextSource(c *Corpus, vocab *Vocab, unknown int32, tokens int64, index []int64, readChunk int) *textSource {
+	size := c.Size()
 	s := &textSource{
 		corpus:        c,
 		vocab:         vocab,
@@ -258,9 +321,8 @@ func tokenizeWith(ctx context.Context, c *Corpus, cfg TokenizeConfig, p textPara
 		tokens:        tokens,
 		size:          size,
 		ascii:         tokens == size,
-		index:         index,
 		bytesPerToken: float64(size) / float64(tokens),
-		readChunk:     p.readChunk,
+		readChunk:     readChunk,
 	}
 	for b := range s.byteIDs {
 		s.byteIDs[b] = -1
@@ -268,12 +330,10 @@ func tokenizeWith(ctx context.Context, c *Corpus, cfg TokenizeConfig, p textPara
 			s.byteIDs[b] = s.runeID(rune(b))
 		}
 	}
-	if s.ascii {
-		s.index = nil
-	} else {
+	if !s.ascii {
 		s.index = append([]int64(nil), index...) // drop append's spare capacity
 	}
-	return &Text{src: s, start: 0, end: tokens}, nil
+	return s
 }
 
 // dataError returns a DataError for the byte at corpus offset off.

@@ -12,48 +12,114 @@ import (
 // A training step over two windows of a 2-layer LSTM, carrying the state
 // from one window to the next and detaching it in between.
 func Example() {
+	if err := twoWindows(); err != nil {
+		fmt.Println("error:", err)
+	}
+	// Output:
+	// window 0: loss 2.27
+	// window 1: loss 2.27
+	// Backward again is ErrNoForward: true
+}
+
+// model is the layers of a small language model and their loss.
+type model struct {
+	emb  *rnn.Embedding
+	lstm *rnn.LSTM
+	head *rnn.Linear
+	loss *rnn.CrossEntropy
+}
+
+func twoWindows() (err error) {
 	d, err := cpu.Open(cpu.Config{})
 	if err != nil {
-		panic(err)
+		return err
 	}
-	defer d.Close()
+	defer func() { err = errors.Join(err, d.Close()) }()
 	const seq, batch, vocab = 4, 2, 10
-	emb, _ := rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: vocab, Dim: 8, Seed: 1})
-	lstm, _ := rnn.NewLSTM(d, rnn.Config{Input: 8, Hidden: 16, Layers: 2, Seed: 1})
-	head, _ := rnn.NewLinear(d, rnn.LinearConfig{In: 16, Out: vocab, Seed: 1})
-	loss, _ := rnn.NewCrossEntropy(d, vocab, device.Float32)
-	state, _ := lstm.NewState(batch)
+	var m model
+	if m.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: vocab, Dim: 8, Seed: 1}); err != nil {
+		return err
+	}
+	if m.lstm, err = rnn.NewLSTM(d, rnn.Config{Input: 8, Hidden: 16, Layers: 2, Seed: 1}); err != nil {
+		return err
+	}
+	if m.head, err = rnn.NewLinear(d, rnn.LinearConfig{In: 16, Out: vocab, Seed: 1}); err != nil {
+		return err
+	}
+	if m.loss, err = rnn.NewCrossEntropy(d, vocab, device.Float32); err != nil {
+		return err
+	}
+	state, err := m.lstm.NewState(batch)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, state.Free()) }()
 
-	ids, _ := d.Alloc(seq * batch * 4)
-	targets, _ := d.Alloc(seq * batch * 4)
+	ids, err := d.Alloc(seq * batch * 4)
+	if err != nil {
+		return err
+	}
+	targets, err := d.Alloc(seq * batch * 4)
+	if err != nil {
+		return err
+	}
+	in := []int32{1, 2, 3, 4, 5, 6, 7, 8} // [seq, batch], time-major
+	if err := device.UploadSlice(d, ids, in); err != nil {
+		return err
+	}
+	if err := device.UploadSlice(d, targets, append(in[1:], 9)); err != nil {
+		return err
+	}
 	var y device.Buffer
 	for window := range 2 {
-		in := []int32{1, 2, 3, 4, 5, 6, 7, 8}
-		device.UploadSlice(d, ids, in)
-		device.UploadSlice(d, targets, append(in[1:], 9))
-
-		x, _ := emb.Forward(rnn.Train, ids, seq*batch)
-		y, _ = lstm.Forward(rnn.Train, x, seq, batch, state)
-		logits, _ := head.Forward(rnn.Train, y, seq*batch)
-		loss.ResetLoss()
-		loss.Forward(rnn.Train, logits, targets, seq*batch, 1)
-
-		dLogits, _ := loss.Backward()
-		dy, _ := head.Backward(dLogits)
-		dx, _ := lstm.Backward(dy)
-		if err := emb.Backward(dx); err != nil {
-			panic(err)
+		if y, err = m.step(ids, targets, seq, batch, state); err != nil {
+			return err
 		}
 		state.Detach() // the next window starts from this one's end
-
-		l, err := loss.Loss()
-		fmt.Printf("window %d: loss finite %v, error %v\n", window, l > 0 && l < 10, err)
+		l, err := m.loss.Loss()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("window %d: loss %.2f\n", window, l)
 	}
 	// The step's Backward consumed what the forward saved.
-	_, err = lstm.Backward(y)
-	fmt.Println(errors.Is(err, rnn.ErrNoForward))
-	// Output:
-	// window 0: loss finite true, error <nil>
-	// window 1: loss finite true, error <nil>
-	// true
+	_, err = m.lstm.Backward(y)
+	fmt.Println("Backward again is ErrNoForward:", errors.Is(err, rnn.ErrNoForward))
+	return errors.Join(d.Free(ids), d.Free(targets), m.emb.Close(), m.lstm.Close(), m.head.Close(), m.loss.Close())
+}
+
+// step runs the forward and backward of one window and returns the LSTM's
+// output.
+func (m *model) step(ids, targets device.Buffer, seq, batch int, state *rnn.State) (device.Buffer, error) {
+	x, err := m.emb.Forward(rnn.Train, ids, seq*batch)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	y, err := m.lstm.Forward(rnn.Train, x, seq, batch, state)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	logits, err := m.head.Forward(rnn.Train, y, seq*batch)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	if err := m.loss.ResetLoss(); err != nil {
+		return device.Buffer{}, err
+	}
+	if err := m.loss.Forward(rnn.Train, logits, targets, seq*batch, 1); err != nil {
+		return device.Buffer{}, err
+	}
+	dLogits, err := m.loss.Backward()
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	dy, err := m.head.Backward(dLogits)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	dx, err := m.lstm.Backward(dy)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	return y, m.emb.Backward(dx)
 }

@@ -130,7 +130,7 @@ func TestRecurrentGradientsFiniteDifference(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				d := testdevice.Open(t)
 				s, err := newStack(d, Config{Input: I, Hidden: H, Layers: c.layers, Dropout: c.dropout, NoBias: c.noBias,
-					DType: device.Float64, Seed: 7}, lstm)
+					DType: device.Float64, Seed: 7}, cellFor(lstm))
 				must(t, err)
 				defer s.Close()
 				L := c.layers
@@ -223,7 +223,7 @@ func TestModelGradientsFiniteDifference(t *testing.T) {
 			emb, err := NewEmbedding(d, EmbeddingConfig{Vocab: V, Dim: E, DType: device.Float64, Seed: 1})
 			must(t, err)
 			defer emb.Close()
-			s, err := newStack(d, Config{Input: E, Hidden: H, Layers: L, DType: device.Float64, Seed: 2}, lstm)
+			s, err := newStack(d, Config{Input: E, Hidden: H, Layers: L, DType: device.Float64, Seed: 2}, cellFor(lstm))
 			must(t, err)
 			defer s.Close()
 			lin, err := NewLinear(d, LinearConfig{In: H, Out: V, DType: device.Float64, Seed: 3})
@@ -293,4 +293,12 @@ func TestModelGradientsFiniteDifference(t *testing.T) {
 			checkFD(t, d, loss, vars)
 		})
 	}
+}
+
+// cellFor is the LSTM's cell for lstm, the GRU's otherwise.
+func cellFor(lstm bool) cell {
+	if lstm {
+		return lstmCell{}
+	}
+	return gruCell{}
 }

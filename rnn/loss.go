@@ -1,6 +1,7 @@
 package rnn
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/gocurrent/gocurrent/device"
@@ -40,8 +41,7 @@ func NewCrossEntropy(d device.Device, classes int, dt device.DType) (*CrossEntro
 	}
 	c := &CrossEntropy{dev: d, dtype: dt, classes: classes, total: total}
 	if err := c.ResetLoss(); err != nil {
-		d.Free(total)
-		return nil, err
+		return nil, fmt.Errorf("rnn: NewCrossEntropy: %w", errors.Join(err, d.Free(total)))
 	}
 	return c, nil
 }

@@ -67,8 +67,7 @@ func newParams(d device.Device, dt device.DType, seed uint64, specs []paramSpec)
 		return nil, fmt.Errorf("rnn: parameters: %w", err)
 	}
 	if p.grad, err = d.Alloc(int64(p.n) * dt.Size()); err != nil {
-		d.Free(p.value)
-		return nil, fmt.Errorf("rnn: parameter gradients: %w", err)
+		return nil, fmt.Errorf("rnn: parameter gradients: %w", errors.Join(err, d.Free(p.value)))
 	}
 	// The generator's second word is fixed so that a seed alone names
 	// the initial values; "gocurren" in ASCII.
@@ -90,12 +89,12 @@ func newParams(d device.Device, dt device.DType, seed uint64, specs []paramSpec)
 		p.list = append(p.list, q)
 		off += n
 	}
-	if err := upload(d, dt, p.value, host); err == nil {
+	err = upload(d, dt, p.value, host)
+	if err == nil {
 		err = p.ZeroGrad()
 	}
 	if err != nil {
-		p.free()
-		return nil, fmt.Errorf("rnn: initialising parameters: %w", err)
+		return nil, fmt.Errorf("rnn: initialising parameters: %w", errors.Join(err, p.free()))
 	}
 	return p, nil
 }

@@ -1,6 +1,7 @@
 package rnn
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -54,8 +55,7 @@ func newState(d device.Device, dt device.DType, lstm bool, layers, batch, hidden
 		s.c, s.dc = all.Slice(2*b, b), all.Slice(3*b, b)
 	}
 	if err := d.Kernels().Fill(device.Fill{DType: dt, N: parts * int(n), X: all}); err != nil {
-		d.Free(all)
-		return nil, fmt.Errorf("rnn: NewState: %w", err)
+		return nil, fmt.Errorf("rnn: NewState: %w", errors.Join(err, d.Free(all)))
 	}
 	return s, nil
 }
@@ -144,4 +144,31 @@ func (s *State) check(op string, d device.Device, dt device.DType, lstm bool, la
 		return fmt.Errorf("rnn: %s: the state does not fit the layer: %s: %w", op, strings.Join(problems, "; "), device.ErrShape)
 	}
 	return nil
+}
+
+// The rows of one layer in the state's buffers, n = Batch·Hidden elements
+// each; none for a nil state, or for c and its gradient in a GRU's.
+
+func (s *State) layerH(l, n int) device.Buffer {
+	return s.layer(func(s *State) device.Buffer { return s.h }, l, n)
+}
+func (s *State) layerC(l, n int) device.Buffer {
+	return s.layer(func(s *State) device.Buffer { return s.c }, l, n)
+}
+func (s *State) layerGradH(l, n int) device.Buffer {
+	return s.layer(func(s *State) device.Buffer { return s.dh }, l, n)
+}
+func (s *State) layerGradC(l, n int) device.Buffer {
+	return s.layer(func(s *State) device.Buffer { return s.dc }, l, n)
+}
+
+func (s *State) layer(of func(*State) device.Buffer, l, n int) device.Buffer {
+	if s == nil {
+		return device.Buffer{}
+	}
+	b := of(s)
+	if b.IsZero() {
+		return device.Buffer{}
+	}
+	return b.Elems(s.dtype, l*n, n)
 }

@@ -94,13 +94,13 @@ func (m *lm) NewState(rows int) (train.State, error) {
 	if err != nil {
 		return nil, err
 	}
-	return train.RecurrentState{S: s}, nil
+	return train.RecurrentState{State: s}, nil
 }
 
 func (m *lm) Forward(mode rnn.Mode, ids device.Buffer, seq, rows int, st train.State) (device.Buffer, error) {
 	var rs *rnn.State
 	if st != nil {
-		rs = st.(train.RecurrentState).S
+		rs = st.(train.RecurrentState).State
 	}
 	x, err := m.emb.Forward(mode, ids, seq*rows)
 	if err != nil {

@@ -76,25 +76,29 @@ type RandomModel interface {
 }
 
 // RecurrentState adapts an rnn.State to State: it carries h (and c for an
-// LSTM). Models built from rnn stacks return one from NewState and take
-// the rnn.State back with Unwrap.
-type RecurrentState struct{ S *rnn.State }
+// LSTM). Models built from rnn stacks return one from NewState, and their
+// Forward takes the rnn.State back from its State field (a type assertion
+// on the State the trainer hands them).
+type RecurrentState struct {
+	// State is the stack's state; the RecurrentState's methods act on it.
+	State *rnn.State
+}
 
 // Detach implements State.
-func (r RecurrentState) Detach() { r.S.Detach() }
+func (r RecurrentState) Detach() { r.State.Detach() }
 
 // Reset implements State.
-func (r RecurrentState) Reset() error { return r.S.Reset() }
+func (r RecurrentState) Reset() error { return r.State.Reset() }
 
 // Free implements State.
-func (r RecurrentState) Free() error { return r.S.Free() }
+func (r RecurrentState) Free() error { return r.State.Free() }
 
 // Carried implements State: "h", and "c" when the stack is an LSTM.
 func (r RecurrentState) Carried() []Carried {
-	h, dt := r.S.H(), r.S.DType()
+	h, dt := r.State.H(), r.State.DType()
 	n := int(h.Len() / dt.Size())
 	out := []Carried{{Name: "h", DType: dt, Len: n, Buffer: h}}
-	if c := r.S.C(); !c.IsZero() {
+	if c := r.State.C(); !c.IsZero() {
 		out = append(out, Carried{Name: "c", DType: dt, Len: n, Buffer: c})
 	}
 	return out

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -135,17 +136,21 @@ func newOptimizer(d device.Device, cfg Optimizer, groups []Group) (*optimizer, e
 	for _, g := range groups {
 		p := g.Params
 		bufs := make([]device.Buffer, len(o.names))
+		// fail frees the state made so far, the group's first made buffers
+		// included.
+		fail := func(made int, err error) error {
+			o.state = append(o.state, bufs[:made])
+			return fmt.Errorf("train: optimizer state for %q: %w", g.Name, errors.Join(err, o.free(d)))
+		}
 		for s := range bufs {
 			b, err := d.Alloc(int64(p.Len()) * p.DType().Size())
-			if err == nil {
-				err = k.Fill(device.Fill{DType: p.DType(), N: p.Len(), X: b})
-			}
 			if err != nil {
-				o.state = append(o.state, bufs[:s])
-				o.free(d)
-				return nil, fmt.Errorf("train: optimizer state for %q: %w", g.Name, err)
+				return nil, fail(s, err)
 			}
 			bufs[s] = b
+			if err := k.Fill(device.Fill{DType: p.DType(), N: p.Len(), X: b}); err != nil {
+				return nil, fail(s+1, err)
+			}
 		}
 		o.state = append(o.state, bufs)
 	}
@@ -193,11 +198,14 @@ func (o *optimizer) step(d device.Device, groups []Group, lr float64, t int) err
 	return nil
 }
 
-func (o *optimizer) free(d device.Device) {
+// free returns the state's memory.
+func (o *optimizer) free(d device.Device) error {
+	var errs []error
 	for _, bufs := range o.state {
 		for _, b := range bufs {
-			d.Free(b)
+			errs = append(errs, d.Free(b))
 		}
 	}
 	o.state = nil
+	return errors.Join(errs...)
 }

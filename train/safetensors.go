@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -195,8 +196,13 @@ func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
 	}
 	defer func() {
 		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
+			// The temporary file is being discarded: an error closing it
+			// (or closing it twice) loses nothing. One removing it leaves
+			// it behind, which the caller should hear of.
+			_ = tmp.Close()
+			if rerr := os.Remove(tmp.Name()); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				err = errors.Join(err, rerr)
+			}
 			err = fmt.Errorf("train: writing %s: %w", path, err)
 		}
 	}()
@@ -214,9 +220,9 @@ func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
 	}
 	if d, derr := os.Open(dir); derr == nil {
 		// Not every file system can sync a directory; the rename itself
-		// has happened either way.
-		d.Sync()
-		d.Close()
+		// has happened either way, and the directory was only read.
+		_ = d.Sync()
+		_ = d.Close()
 	}
 	return nil
 }

@@ -69,7 +69,7 @@ func Sample(ctx context.Context, d device.Device, m Model, cfg SampleConfig, emi
 		return fmt.Errorf("train: Sample: %w", err)
 	}
 	defer func() {
-		d.Free(ids)
+		err = errors.Join(err, d.Free(ids))
 		if st != nil {
 			err = errors.Join(err, st.Free())
 		}

@@ -126,7 +126,10 @@ type Trainer struct {
 // optimizer state and one carried state per micro-batch group on d.
 func New(d device.Device, m Model, data *loader.Loader, cfg Config) (*Trainer, error) {
 	if cfg.Optimizer.Algorithm == "" {
-		cfg.Optimizer, _ = NewOptimizer(Adam, 2e-3)
+		var err error
+		if cfg.Optimizer, err = NewOptimizer(Adam, 2e-3); err != nil {
+			return nil, err
+		}
 	}
 	if err := cfg.validate(data); err != nil {
 		return nil, err
@@ -141,38 +144,42 @@ func New(d device.Device, m Model, data *loader.Loader, cfg Config) (*Trainer, e
 			return nil, fmt.Errorf("train: parameter groups of types %v and %v; one type per model", dt, g.Params.DType())
 		}
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			t.Close()
-		}
-	}()
-	var err error
-	if t.opt, err = newOptimizer(d, cfg.Optimizer, t.groups); err != nil {
-		return nil, err
+	if err := t.allocate(dt); err != nil {
+		return nil, errors.Join(err, t.Close())
 	}
-	if t.ce, err = rnn.NewCrossEntropy(d, m.Classes(), dt); err != nil {
-		return nil, fmt.Errorf("train: %w", err)
+	return t, nil
+}
+
+// allocate makes the trainer's device state: the optimizer's, the loss,
+// the norm's scalar, the carried states and their backups. On error the
+// caller frees what was made with Close.
+func (t *Trainer) allocate(dt device.DType) error {
+	d := t.dev
+	var err error
+	if t.opt, err = newOptimizer(d, t.cfg.Optimizer, t.groups); err != nil {
+		return err
+	}
+	if t.ce, err = rnn.NewCrossEntropy(d, t.model.Classes(), dt); err != nil {
+		return fmt.Errorf("train: %w", err)
 	}
 	if t.norm, err = d.Alloc(dt.Size()); err != nil {
-		return nil, fmt.Errorf("train: %w", err)
+		return fmt.Errorf("train: %w", err)
 	}
-	t.states, err = carriedStates(m, data.Config())
+	t.states, err = carriedStates(t.model, t.data.Config())
 	if err != nil {
-		return nil, fmt.Errorf("train: carried state: %w", err)
+		return fmt.Errorf("train: carried state: %w", err)
 	}
 	t.backup = make([][]device.Buffer, len(t.states))
 	for i, st := range t.states {
 		for _, c := range st.Carried() {
 			b, err := d.Alloc(int64(c.Len) * c.DType.Size())
 			if err != nil {
-				return nil, fmt.Errorf("train: carried state: %w", err)
+				return fmt.Errorf("train: carried state: %w", err)
 			}
 			t.backup[i] = append(t.backup[i], b)
 		}
 	}
-	ok = true
-	return t, nil
+	return nil
 }
 
 // carriedStates returns one state per micro-batch group of a loader in
@@ -231,98 +238,141 @@ func (t *Trainer) Skipped() int64 { return t.skipped }
 // device error, a non-finite loss or gradient) leaves the parameters,
 // optimizer state, carried state and position as they were before it.
 func (t *Trainer) Run(ctx context.Context) (Summary, error) {
-	sum := Summary{Loss: math.NaN()}
-	start := time.Now()
-	wait0 := t.data.Stats().Wait
-	lc := t.data.Config()
-	accum := 1
-	if lc.Mode == loader.Streams {
-		accum = lc.Accum
+	r := t.newRun()
+	var err error
+	switch {
+	case t.cfg.Steps > 0 && t.step >= t.cfg.Steps:
+	case ctx.Err() != nil:
+		err = fmt.Errorf("train: stopped before step %d: %w", t.step+1, ctx.Err())
+	default:
+		err = t.steps(ctx, r)
 	}
-	finish := func(err error) (Summary, error) {
-		sum.Steps, sum.Skipped, sum.Elapsed = t.step, t.skipped, time.Since(start)
-		if err == nil && t.cfg.Validation != nil && (sum.Validation == nil || sum.Validation.Step != t.step) {
-			var ev Evaluation
-			if ev, err = t.validate(ctx); err == nil {
-				sum.Validation = &ev
-			}
-		}
-		if t.cfg.Checkpoint != "" && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-			if serr := t.Save(t.cfg.Checkpoint); serr != nil {
-				err = errors.Join(err, serr)
-			}
-		}
-		return sum, err
-	}
-	if t.cfg.Steps > 0 && t.step >= t.cfg.Steps {
-		return finish(nil)
-	}
-	if err := ctx.Err(); err != nil {
-		return finish(fmt.Errorf("train: stopped before step %d: %w", t.step+1, err))
-	}
+	return t.finish(ctx, r, err)
+}
 
+// run is the bookkeeping of one Run, for its Progress and its Summary.
+type run struct {
+	start  time.Time
+	wait0  time.Duration // the loader's wait before the run
+	accum  int           // micro-batches per step
+	tokens int64         // trained on so far
+	sum    Summary
+}
+
+func (t *Trainer) newRun() *run {
+	r := &run{start: time.Now(), wait0: t.data.Stats().Wait, accum: 1, sum: Summary{Loss: math.NaN()}}
+	if lc := t.data.Config(); lc.Mode == loader.Streams {
+		r.accum = lc.Accum
+	}
+	return r
+}
+
+// steps takes steps until the target is reached, the data ends, ctx is
+// cancelled (between steps) or a step fails.
+func (t *Trainer) steps(ctx context.Context, r *run) error {
 	// The loader does not see ctx: a cancellation ends the run between
 	// steps, so a step never stops halfway.
-	var tokens int64
 	inStep := false
 	for b, err := range t.data.Batches(context.WithoutCancel(ctx), t.pos) {
-		if err == nil && !inStep && b.Group != 0 {
-			err = fmt.Errorf("train: the loader started at micro-batch %d of a step", b.Group)
-		}
-		if err == nil && !inStep {
-			err = t.beginStep()
-			inStep = err == nil
-		}
 		if err == nil {
-			err = t.microBatch(b, accum)
-			tokens += int64(b.Seq * b.Rows)
+			inStep, err = t.feed(r, b, inStep)
 		}
 		if err != nil {
 			if inStep {
 				err = errors.Join(err, t.rollBack())
 			}
-			return finish(err)
+			return err
 		}
-		if b.Group != accum-1 {
+		if b.Group != r.accum-1 {
 			continue
 		}
 		inStep = false
 		p, err := t.endStep(b.Next)
 		if err != nil {
-			return finish(err)
+			return err
 		}
 		if p == nil { // skipped
 			continue
 		}
-		elapsed := time.Since(start)
-		p.Tokens, p.Elapsed = tokens, elapsed
-		p.TokensPerSecond = float64(tokens) / elapsed.Seconds()
-		p.DataWait = float64(t.data.Stats().Wait-wait0) / float64(elapsed)
-		sum.Loss, sum.Tokens = p.Loss, tokens
-		if t.cfg.OnStep != nil {
-			t.cfg.OnStep(*p)
+		done, err := t.afterStep(ctx, r, p)
+		if err != nil {
+			return err
 		}
-		if t.cfg.Validation != nil && t.cfg.EvalEvery > 0 && t.step%t.cfg.EvalEvery == 0 {
-			ev, err := t.validate(ctx)
-			if err != nil {
-				return finish(err)
-			}
-			sum.Validation = &ev
-		}
-		if t.cfg.Checkpoint != "" && t.cfg.CheckpointEvery > 0 && t.step%t.cfg.CheckpointEvery == 0 {
-			if err := t.Save(t.cfg.Checkpoint); err != nil {
-				return finish(err)
-			}
-		}
-		if t.cfg.Steps > 0 && t.step >= t.cfg.Steps {
+		if done {
 			break
 		}
-		if err := ctx.Err(); err != nil {
-			return finish(fmt.Errorf("train: stopped after step %d: %w", t.step, err))
+	}
+	r.sum.Tokens = r.tokens
+	return nil
+}
+
+// feed runs micro-batch b, beginning a step first unless one is under
+// way, and reports whether a step is under way after it.
+func (t *Trainer) feed(r *run, b loader.Batch, inStep bool) (bool, error) {
+	if !inStep {
+		if b.Group != 0 {
+			return false, fmt.Errorf("train: the loader started at micro-batch %d of a step", b.Group)
+		}
+		if err := t.beginStep(); err != nil {
+			return false, err
 		}
 	}
-	sum.Tokens = tokens
-	return finish(nil)
+	r.tokens += int64(b.Seq * b.Rows)
+	return true, t.microBatch(b, r.accum)
+}
+
+// afterStep completes p's figures and reports them, then validates and
+// checkpoints when they are due. It returns whether the run reached its
+// target, and an error when ctx was cancelled.
+func (t *Trainer) afterStep(ctx context.Context, r *run, p *Progress) (done bool, err error) {
+	elapsed := time.Since(r.start)
+	p.Tokens, p.Elapsed = r.tokens, elapsed
+	p.TokensPerSecond = float64(r.tokens) / elapsed.Seconds()
+	p.DataWait = float64(t.data.Stats().Wait-r.wait0) / float64(elapsed)
+	r.sum.Loss, r.sum.Tokens = p.Loss, r.tokens
+	if t.cfg.OnStep != nil {
+		t.cfg.OnStep(*p)
+	}
+	if t.cfg.Validation != nil && t.cfg.EvalEvery > 0 && t.step%t.cfg.EvalEvery == 0 {
+		ev, err := t.validate(ctx)
+		if err != nil {
+			return false, err
+		}
+		r.sum.Validation = &ev
+	}
+	if t.cfg.Checkpoint != "" && t.cfg.CheckpointEvery > 0 && t.step%t.cfg.CheckpointEvery == 0 {
+		if err := t.Save(t.cfg.Checkpoint); err != nil {
+			return false, err
+		}
+	}
+	if t.cfg.Steps > 0 && t.step >= t.cfg.Steps {
+		return true, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("train: stopped after step %d: %w", t.step, err)
+	}
+	return false, nil
+}
+
+// finish ends a run that stopped with err (nil: it reached its end): it
+// fills in the summary, validates if the last step was not validated, and
+// writes the checkpoint unless the run failed (a cancellation is not a
+// failure).
+func (t *Trainer) finish(ctx context.Context, r *run, err error) (Summary, error) {
+	r.sum.Steps, r.sum.Skipped, r.sum.Elapsed = t.step, t.skipped, time.Since(r.start)
+	if err == nil && t.cfg.Validation != nil && (r.sum.Validation == nil || r.sum.Validation.Step != t.step) {
+		var ev Evaluation
+		if ev, err = t.validate(ctx); err == nil {
+			r.sum.Validation = &ev
+		}
+	}
+	stopped := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	if t.cfg.Checkpoint != "" && (err == nil || stopped) {
+		if serr := t.Save(t.cfg.Checkpoint); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}
+	return r.sum, err
 }
 
 // beginStep zeroes the gradients and the loss and copies the carried state
@@ -493,14 +543,15 @@ func (t *Trainer) validate(ctx context.Context) (Evaluation, error) {
 func (t *Trainer) Close() error {
 	var errs []error
 	if t.opt != nil {
-		t.opt.free(t.dev)
+		errs = append(errs, t.opt.free(t.dev))
+		t.opt = nil
 	}
 	if t.ce != nil {
 		errs = append(errs, t.ce.Close())
 		t.ce = nil
 	}
 	if !t.norm.IsZero() {
-		t.dev.Free(t.norm)
+		errs = append(errs, t.dev.Free(t.norm))
 		t.norm = device.Buffer{}
 	}
 	for _, st := range t.states {
@@ -508,11 +559,14 @@ func (t *Trainer) Close() error {
 	}
 	for _, bufs := range t.backup {
 		for _, b := range bufs {
-			t.dev.Free(b)
+			errs = append(errs, t.dev.Free(b))
 		}
 	}
 	t.states, t.backup = nil, nil
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("train: Close: %w", err)
+	}
+	return nil
 }
 
 // NonFiniteError reports a step whose loss or gradient norm is NaN or

@@ -115,7 +115,7 @@ func (m *Model) NewState(rows int) (train.State, error) {
 	if err != nil {
 		return nil, err
 	}
-	return train.RecurrentState{S: s}, nil
+	return train.RecurrentState{State: s}, nil
 }
 
 // Forward implements train.Model.
@@ -126,7 +126,7 @@ func (m *Model) Forward(mode rnn.Mode, ids device.Buffer, seq, rows int, st trai
 		if !ok {
 			return device.Buffer{}, fmt.Errorf("charrnn: state of type %T, not one NewState made", st)
 		}
-		rs = r.S
+		rs = r.State
 	}
 	n := seq * rows
 	x, err := m.emb.Forward(mode, ids, n)

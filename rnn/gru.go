@@ -1,0 +1,83 @@
+package rnn
+
+import "github.com/gocurrent/gocurrent/device"
+
+// GRU is a stack of GRU layers with PyTorch's (and cuDNN's) equations, in
+// which the reset gate multiplies the recurrent product plus its bias; gate
+// order (r, z, n); parameters as LSTM's with 3·Hidden rows. It is not safe
+// for concurrent use.
+type GRU struct{ *stack }
+
+// NewGRU allocates a GRU stack on d and initialises its parameters.
+func NewGRU(d device.Device, c Config) (*GRU, error) {
+	s, err := newStack(d, c, gruCell{})
+	if err != nil {
+		return nil, err
+	}
+	return &GRU{s}, nil
+}
+
+// gruCell is the GRU's step: one recurrent GEMM into a product of its own
+// (the reset gate multiplies it, so it cannot be added into the input
+// projection), then device.GRUCell, which adds the biases, applies the
+// gates and writes h. In training it saves r, z, n and the recurrent
+// product plus its bias, four blocks of H, in the layer's gates. Backward
+// keeps the input-side and recurrent pre-activation gradients apart.
+type gruCell struct{}
+
+var _ cell = gruCell{}
+
+func (gruCell) name() string   { return "GRU" }
+func (gruCell) gates() int     { return 3 }
+func (gruCell) carriesC() bool { return false }
+
+// planPass: the input projection of every step and one step's recurrent
+// product.
+func (gruCell) planPass(tmp *arena, _ bool, T, B, H int, p *pass) {
+	p.xpre, p.hpre = tmp.take(T*B*3*H), tmp.take(B*3*H)
+}
+
+func (gruCell) planLayer(*arena, bool, int, int, int, *layerBufs) {}
+
+// planGrads: the two pre-activation gradients of every step.
+func (gruCell) planGrads(g *arena, T, B, H int, gb *gradBufs) {
+	gb.dxp, gb.dhp = g.take(T*3*B*H), g.take(T*3*B*H)
+}
+
+func (gruCell) projection(lp *layerPass) device.Buffer { return lp.p.xpre }
+
+func (gruCell) forwardStep(q *queue, lp *layerPass, t int) {
+	H, rows, w := lp.H, lp.rows(t), lp.w
+	q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, TransB: true, M: rows, N: 3 * H, K: H, Alpha: 1,
+		A: lp.h(t), B: w.whh, C: lp.p.hpre}))
+	var act device.Buffer
+	if lp.train {
+		act = lp.step(lp.b.gates, t, 4*H)
+	}
+	q.add(lp.k.GRUCell(device.GRUCell{DType: lp.dt, Batch: rows, Hidden: H, XPre: lp.step(lp.pre, t, 3*H), HPre: lp.p.hpre,
+		BiasIH: w.bih, BiasHH: w.bhh, HPrev: lp.h(t), H: lp.h(t + 1), Act: act}))
+}
+
+func (gruCell) beginBackward(_ *queue, _ *layerPass, lg *layerGrads) {
+	lg.dPre, lg.dHPre = lg.dxp, lg.dhp
+}
+
+// backwardStep writes the gradient with respect to h(t) from the cell
+// (its direct part) and adds the recurrent product's; at t = 0 it goes to
+// the state's gradient when tied, and to the scratch row, unread, when not.
+func (gruCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int) {
+	H, rows, dt := lp.H, lp.rows(t), lp.dt
+	dPrev, acc := lg.row, false
+	switch {
+	case t > 0:
+		dPrev, acc = lp.step(lg.dh, t-1, H), true
+	case lg.tied:
+		dPrev = lg.stH
+	}
+	hp := lp.step(lg.dhp, t, 3*H)
+	q.add(lp.k.GRUCellGrad(device.GRUCellGrad{DType: dt, Batch: rows, Hidden: H, Act: lp.step(lp.b.gates, t, 4*H),
+		HPrev: lp.h(t), DH: lp.step(lg.dh, t, H), DXPre: lp.step(lg.dxp, t, 3*H), DHPre: hp, DHPrev: dPrev, Accumulate: acc}))
+	if t > 0 || lg.tied {
+		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: rows, N: H, K: 3 * H, Alpha: 1, Beta: 1, A: hp, B: lp.w.whh, C: dPrev}))
+	}
+}

@@ -1,0 +1,98 @@
+package rnn
+
+import "github.com/gocurrent/gocurrent/device"
+
+// LSTM is a stack of LSTM layers with PyTorch's equations, gate order
+// (i, f, g, o), parameter names and shapes: weight_ih_l{k} [4·Hidden, in],
+// weight_hh_l{k} [4·Hidden, Hidden], bias_ih_l{k} and bias_hh_l{k}
+// [4·Hidden]. It is not safe for concurrent use.
+type LSTM struct{ *stack }
+
+// NewLSTM allocates an LSTM stack on d and initialises its parameters.
+func NewLSTM(d device.Device, c Config) (*LSTM, error) {
+	s, err := newStack(d, c, lstmCell{})
+	if err != nil {
+		return nil, err
+	}
+	return &LSTM{s}, nil
+}
+
+// lstmCell is the LSTM's step: one recurrent GEMM added into the step's
+// gate pre-activations, then device.LSTMCell, which adds the biases,
+// applies the gates and writes c and h. In training the activations
+// replace the pre-activations in the layer's saved gates, and Backward
+// replaces them in turn with the pre-activations' gradients, which serve
+// as both dPre and dHPre.
+type lstmCell struct{}
+
+var _ cell = lstmCell{}
+
+func (lstmCell) name() string   { return "LSTM" }
+func (lstmCell) gates() int     { return 4 }
+func (lstmCell) carriesC() bool { return true }
+
+// planPass: without grad the pre-activations of every step, which in
+// training are the saved gates.
+func (lstmCell) planPass(tmp *arena, train bool, T, B, H int, p *pass) {
+	if !train {
+		p.pre = tmp.take(T * B * 4 * H)
+	}
+}
+
+// planLayer: the cells, every step's in training, two slots used in turn
+// without grad.
+func (lstmCell) planLayer(a *arena, train bool, T, B, H int, b *layerBufs) {
+	if train {
+		b.cseq = a.take((T + 1) * B * H)
+	} else {
+		b.cseq = a.take(2 * B * H)
+	}
+}
+
+func (lstmCell) planGrads(*arena, int, int, int, *gradBufs) {}
+
+func (lstmCell) projection(lp *layerPass) device.Buffer {
+	if lp.train {
+		return lp.b.gates
+	}
+	return lp.p.pre
+}
+
+func (lstmCell) forwardStep(q *queue, lp *layerPass, t int) {
+	H, rows, w := lp.H, lp.rows(t), lp.w
+	pt := lp.step(lp.pre, t, 4*H)
+	q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, TransB: true, M: rows, N: 4 * H, K: H, Alpha: 1, Beta: 1,
+		A: lp.h(t), B: w.whh, C: pt}))
+	var act device.Buffer
+	if lp.train {
+		act = pt
+	}
+	q.add(lp.k.LSTMCell(device.LSTMCell{DType: lp.dt, Batch: rows, Hidden: H, Pre: pt, BiasIH: w.bih, BiasHH: w.bhh,
+		CPrev: lp.c(t), C: lp.c(t + 1), H: lp.h(t + 1), Act: act}))
+}
+
+// beginBackward starts dc, carried in lg.row from step to step, at the
+// gradient with respect to the final cell state: the state's, or zero.
+func (lstmCell) beginBackward(q *queue, lp *layerPass, lg *layerGrads) {
+	lg.dPre, lg.dHPre = lp.b.gates, lp.b.gates
+	if lg.tied {
+		q.add(lp.k.Copy(device.Copy{Dst: lg.row, Src: lg.stC}))
+	} else {
+		q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: lp.B * lp.H, X: lg.row}))
+	}
+}
+
+func (lstmCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int) {
+	H, rows, dt := lp.H, lp.rows(t), lp.dt
+	a := lp.step(lp.b.gates, t, 4*H)
+	q.add(lp.k.LSTMCellGrad(device.LSTMCellGrad{DType: dt, Batch: rows, Hidden: H, Act: a,
+		CPrev: lp.c(t), C: lp.c(t + 1), DH: lp.step(lg.dh, t, H), DC: lg.row, DPre: a, DCPrev: lg.row}))
+	switch {
+	case t > 0:
+		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: rows, N: H, K: 4 * H, Alpha: 1, Beta: 1, A: a, B: lp.w.whh,
+			C: lp.step(lg.dh, t-1, H)}))
+	case lg.tied:
+		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: rows, N: H, K: 4 * H, Alpha: 1, A: a, B: lp.w.whh, C: lg.stH}))
+		q.add(lp.k.Copy(device.Copy{Dst: lg.stC, Src: lg.row}))
+	}
+}
