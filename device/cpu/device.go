@@ -239,6 +239,9 @@ func (d *Device) FreeStaging(h device.HostBuffer) error {
 
 // CopyToDevice queues the copy of src into dst on s.
 func (d *Device) CopyToDevice(dst device.Buffer, src device.HostBuffer, s device.Stream) (device.Event, error) {
+	if err := d.checkOpen("CopyToDevice"); err != nil {
+		return nil, err
+	}
 	if err := driver.CheckCopyToDevice(d, dst, src); err != nil {
 		return nil, err
 	}
@@ -247,16 +250,17 @@ func (d *Device) CopyToDevice(dst device.Buffer, src device.HostBuffer, s device
 
 // CopyToHost queues the copy of src into dst on s.
 func (d *Device) CopyToHost(dst device.HostBuffer, src device.Buffer, s device.Stream) (device.Event, error) {
+	if err := d.checkOpen("CopyToHost"); err != nil {
+		return nil, err
+	}
 	if err := driver.CheckCopyToHost(d, dst, src); err != nil {
 		return nil, err
 	}
 	return d.copyAsync("CopyToHost", s, copyCmd{dst: unsafe.Pointer(unsafe.SliceData(dst.Bytes())), src: driver.HostPointer(src), n: dst.Len()})
 }
 
+// copyAsync queues cc on s; the caller checked the device and buffers.
 func (d *Device) copyAsync(what string, s device.Stream, cc copyCmd) (device.Event, error) {
-	if err := d.checkOpen(what); err != nil {
-		return nil, err
-	}
 	cs, err := d.stream(what, s)
 	if err != nil {
 		return nil, err
