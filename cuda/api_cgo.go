@@ -545,6 +545,10 @@ func (a *cgoAPI) EventRecord(c cuContext, e cuEvent, s cuStream) error {
 	return a.check("cuEventRecord", C.gc_event_record(a.drv, ctxOf(c), ptrOf(uintptr(e)), ptrOf(uintptr(s))))
 }
 
+// codeNotReady is CUDA_ERROR_NOT_READY, which queries return for work still
+// pending; it is not a failure.
+const codeNotReady = 600
+
 func (a *cgoAPI) EventQuery(c cuContext, e cuEvent) (bool, error) {
 	r := C.gc_event_query(a.drv, ctxOf(c), ptrOf(uintptr(e)))
 	if r == codeNotReady {

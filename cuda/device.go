@@ -11,6 +11,8 @@ import (
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
+	// devdriver, not driver: in this package "driver" is the CUDA driver.
+	devdriver "github.com/gocurrent/gocurrent/device/driver"
 )
 
 // Info describes the GPU behind a Device.
@@ -77,7 +79,10 @@ type Device struct {
 	nextID  alloc.Stream
 }
 
-var _ device.Device = (*Device)(nil)
+var (
+	_ device.Device    = (*Device)(nil)
+	_ device.Allocator = (*Device)(nil)
+)
 
 // Open returns the CUDA device of the GPU cfg.Ordinal. On a machine or
 // build without a usable GPU (no driver, no GPU, too old a GPU, no cuBLAS,
@@ -296,7 +301,7 @@ func (d *Device) Alloc(bytes int64) (device.Buffer, error) {
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("%s: %w", d.name, err)
 	}
-	return device.NewBuffer(d, p, bytes, nil), nil
+	return devdriver.NewBuffer(d, p, bytes, nil), nil
 }
 
 // Free returns b to the cache. The cache serves the compute stream, so
@@ -305,16 +310,7 @@ func (d *Device) Free(b device.Buffer) error {
 	if err := d.checkOpen("Free"); err != nil {
 		return err
 	}
-	if err := device.CheckOwner(d, "Free", "the buffer", b.Device()); err != nil {
-		return err
-	}
-	if b.Len() == 0 {
-		return nil
-	}
-	if err := d.mem.Free(b.Addr()); err != nil {
-		return fmt.Errorf("cuda: Free: %w", err)
-	}
-	return nil
+	return devdriver.Free(d, d.mem, b)
 }
 
 // Upload copies src into dst after the work queued on the compute stream
@@ -324,11 +320,8 @@ func (d *Device) Upload(dst device.Buffer, src []byte) error {
 	if err := d.checkOpen("Upload"); err != nil {
 		return err
 	}
-	if err := device.CheckOwner(d, "Upload", "dst", dst.Device()); err != nil {
+	if err := devdriver.CheckUpload(d, dst, src); err != nil {
 		return err
-	}
-	if int64(len(src)) > dst.Len() {
-		return fmt.Errorf("cuda: Upload of %d bytes into a %d-byte buffer: %w", len(src), dst.Len(), device.ErrShape)
 	}
 	if len(src) == 0 {
 		return nil
@@ -346,11 +339,8 @@ func (d *Device) Download(dst []byte, src device.Buffer) error {
 	if err := d.checkOpen("Download"); err != nil {
 		return err
 	}
-	if err := device.CheckOwner(d, "Download", "src", src.Device()); err != nil {
+	if err := devdriver.CheckDownload(d, dst, src); err != nil {
 		return err
-	}
-	if int64(len(dst)) > src.Len() {
-		return fmt.Errorf("cuda: Download of %d bytes from a %d-byte buffer: %w", len(dst), src.Len(), device.ErrShape)
 	}
 	if len(dst) > 0 {
 		if err := d.api.MemcpyDtoHAsync(d.ctx, unsafe.Pointer(unsafe.SliceData(dst)), src.Addr(), int64(len(dst)), d.compute.s); err != nil {
@@ -413,7 +403,7 @@ func (d *Device) Staging(bytes int64) (device.HostBuffer, error) {
 	if err := d.checkOpen("Staging"); err != nil {
 		return device.HostBuffer{}, err
 	}
-	return device.AllocStaging(d, d.staging, bytes)
+	return devdriver.AllocStaging(d, d.staging, bytes)
 }
 
 // FreeStaging returns a staging buffer.
@@ -421,7 +411,7 @@ func (d *Device) FreeStaging(h device.HostBuffer) error {
 	if err := d.checkOpen("FreeStaging"); err != nil {
 		return err
 	}
-	return device.FreeStaging(d, d.staging, h)
+	return devdriver.FreeStaging(d, d.staging, h)
 }
 
 // CopyToDevice queues an asynchronous copy of src into dst on s.
@@ -429,7 +419,7 @@ func (d *Device) CopyToDevice(dst device.Buffer, src device.HostBuffer, s device
 	if err := d.checkOpen("CopyToDevice"); err != nil {
 		return nil, err
 	}
-	if err := device.CheckCopyToDevice(d, dst, src); err != nil {
+	if err := devdriver.CheckCopyToDevice(d, dst, src); err != nil {
 		return nil, err
 	}
 	st, err := d.streamOf("CopyToDevice", s)
@@ -450,7 +440,7 @@ func (d *Device) CopyToHost(dst device.HostBuffer, src device.Buffer, s device.S
 	if err := d.checkOpen("CopyToHost"); err != nil {
 		return nil, err
 	}
-	if err := device.CheckCopyToHost(d, dst, src); err != nil {
+	if err := devdriver.CheckCopyToHost(d, dst, src); err != nil {
 		return nil, err
 	}
 	st, err := d.streamOf("CopyToHost", s)

@@ -232,6 +232,56 @@ func TestFakeOutOfMemory(t *testing.T) {
 	}
 }
 
+// TestFakeTemporaryFreeError checks that the kernels that take a
+// temporary from the allocator (SoftmaxCrossEntropy's row losses,
+// SumSquares's partial sums) report a failure to give it back instead of
+// dropping it. The failure is made by closing the device while the kernel
+// is between its two launches, as a Close on another goroutine could: the
+// allocator is released under the kernel, and the temporary's Free fails
+// with alloc.ErrClosed.
+func TestFakeTemporaryFreeError(t *testing.T) {
+	for _, tc := range []struct {
+		name, first string // the kernel method, its first launch
+		run         func(k device.Kernels, b device.Buffer) error
+	}{
+		{"SoftmaxCrossEntropy", "softmax_xent", func(k device.Kernels, b device.Buffer) error {
+			return k.SoftmaxCrossEntropy(device.SoftmaxCrossEntropy{DType: device.Float32, N: 2, Classes: 2,
+				Logits: b, Targets: b, Loss: b, Scale: 0.5})
+		}},
+		{"SumSquares", "sum_squares_partial", func(k device.Kernels, b device.Buffer) error {
+			return k.SumSquares(device.SumSquares{DType: device.Float32, N: 4, X: b, Out: b})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAPI()
+			d := openFake(t, f, Config{})
+			b, err := d.Alloc(64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := d.Kernels()
+			if err := tc.run(k, b); err != nil {
+				t.Fatalf("%s on an open device = %v, want nil", tc.name, err)
+			}
+			var closed bool
+			var closeErr error
+			f.onLaunch = func(name string) {
+				if name == "gc_"+tc.first+"_f32" {
+					closed, closeErr = true, d.Close()
+				}
+			}
+			err = tc.run(k, b)
+			if !closed || closeErr != nil {
+				t.Fatalf("Close from the launch of gc_%s_f32: ran %v, error %v; want it run, without error", tc.first, closed, closeErr)
+			}
+			if !errors.Is(err, alloc.ErrClosed) || !strings.Contains(err.Error(), tc.name) {
+				t.Errorf("%s with its temporary's allocator closed under it = %v, want an error naming %s matching alloc.ErrClosed",
+					tc.name, err, tc.name)
+			}
+		})
+	}
+}
+
 // TestFakeSteadyState checks the property the trainer relies on: after
 // the first step, a step's allocations are served from the cache, with no
 // cuMemAlloc (the allocator's policy, seen through the device).

@@ -46,7 +46,8 @@
 // *alloc.OutOfMemoryError with the figures). The cuBLAS workspace is taken
 // from the cache at Open (Config.BLASWorkspace). Staging buffers come from
 // alloc.HostCache over pinned, mapped host memory (cuMemHostAlloc), and
-// both allocators' RecordStream use real CUDA events.
+// both allocators' RecordStream use real CUDA events. The device is a
+// device.Allocator: Memory returns its alloc.Caching.
 //
 // Kernels and cuBLAS run on the compute stream, a non-blocking stream of
 // the device's own. NewStream makes more, for copies: CopyToDevice and

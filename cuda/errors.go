@@ -67,12 +67,6 @@ func resultName(code int) string {
 	return fmt.Sprintf("CUDA_ERROR_%d", code)
 }
 
-// codeNotReady is CUDA_ERROR_NOT_READY, which queries return for work still
-// pending; it is not a failure.
-const codeNotReady = 600
-
-var errNoCgo = fmt.Errorf("%w: cuda: this binary was built with CGO_ENABLED=0, and the CUDA device needs cgo (for dlopen)", device.ErrUnavailable)
-
 var resultNames = map[int]string{
 	0:   "CUDA_SUCCESS",
 	1:   "CUDA_ERROR_INVALID_VALUE",

@@ -49,6 +49,10 @@ type fakeAPI struct {
 	// synchronisations append to statusLog, with their stream.
 	logStatus bool
 	statusLog []string
+	// onLaunch, if set, is called with the kernel's name after each
+	// successful launch, outside the fake's lock: a test's way to make
+	// something happen while a kernel method is between launches.
+	onLaunch func(name string)
 }
 
 type fakeLaunch struct {
@@ -311,12 +315,18 @@ func (f *fakeAPI) ModuleGetFunction(_ cuContext, m cuModule, name string) (cuFun
 
 func (f *fakeAPI) Launch(_ cuContext, fn cuFunction, grid, block [3]uint32, _ uint32, _ cuStream, args []uint64) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	name, ok := f.functions[fn]
+	if ok {
+		f.launches = append(f.launches, fakeLaunch{name: name, grid: grid, block: block, args: append([]uint64(nil), args...)})
+	}
+	hook := f.onLaunch
+	f.mu.Unlock()
 	if !ok {
 		return newError("cuLaunchKernel", 400, "")
 	}
-	f.launches = append(f.launches, fakeLaunch{name: name, grid: grid, block: block, args: append([]uint64(nil), args...)})
+	if hook != nil {
+		hook(name)
+	}
 	return nil
 }
 

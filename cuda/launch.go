@@ -1,9 +1,11 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
+	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
 )
 
@@ -111,6 +113,16 @@ func (d *Device) launchFn(f cuFunction, grid, block [3]uint32, args ...uint64) e
 // launch queues kernel k's variant for dt.
 func (d *Device) launch(k kernel, dt device.DType, grid, block [3]uint32, args ...uint64) error {
 	return d.launchFn(d.fn[k][typ(dt)], grid, block, args...)
+}
+
+// freeTemp returns p, a temporary the kernel method took from the
+// allocator, and joins the error of doing so to *err. It is deferred right
+// after the Alloc: the cache hands p out again only to work queued after
+// the kernel's launches, so freeing it before they ran is safe.
+func (d *Device) freeTemp(kernel string, p alloc.Ptr, err *error) {
+	if ferr := d.mem.Free(p); ferr != nil {
+		*err = errors.Join(*err, fmt.Errorf("%s: %s: freeing a temporary: %w", d.name, kernel, ferr))
+	}
 }
 
 // kernels is device.Kernels on the compute stream.
@@ -225,7 +237,7 @@ func rowGrid(n int) [3]uint32 {
 	return [3]uint32{uint32(max(1, min(b, maxBlocks))), 1, 1}
 }
 
-func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) error {
+func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) (err error) {
 	if err := k.check("SoftmaxCrossEntropy", a); err != nil {
 		return err
 	}
@@ -238,7 +250,7 @@ func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) error {
 	if err != nil {
 		return fmt.Errorf("%s: SoftmaxCrossEntropy: %w", d.name, err)
 	}
-	defer d.mem.Free(rows)
+	defer d.freeTemp("SoftmaxCrossEntropy", rows, &err)
 	if err := d.launch(kSoftmaxXent, a.DType, rowGrid(a.N), block1,
 		ptr(a.Logits), ptr(a.Targets), i64(a.N), i64(a.Classes), f64(a.Scale), ptr(a.DLogits), uint64(rows), uint64(d.statusDev)); err != nil {
 		return err
@@ -325,7 +337,7 @@ func (k kernels) Clamp(a device.Clamp) error {
 	return k.d.launch(kClamp, a.DType, grid1(a.N), block1, ptr(a.X), i64(a.N), f64(a.Min), f64(a.Max))
 }
 
-func (k kernels) SumSquares(a device.SumSquares) error {
+func (k kernels) SumSquares(a device.SumSquares) (err error) {
 	if err := k.check("SumSquares", a); err != nil {
 		return err
 	}
@@ -337,7 +349,7 @@ func (k kernels) SumSquares(a device.SumSquares) error {
 	if err != nil {
 		return fmt.Errorf("%s: SumSquares: %w", d.name, err)
 	}
-	defer d.mem.Free(partial)
+	defer d.freeTemp("SumSquares", partial, &err)
 	if err := d.launch(kSumSquaresPartial, a.DType, [3]uint32{uint32(parts), 1, 1}, block1,
 		ptr(a.X), i64(a.N), uint64(partial)); err != nil {
 		return err

@@ -6,7 +6,25 @@ import (
 	"unsafe"
 
 	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/device/internal/seam"
 )
+
+// init hands the constructors and accessors of Buffer and HostBuffer, and
+// the ownership check, to package device/driver, through the internal
+// package seam: implementations reach them there, and this package, the
+// consumers' API, exports no constructor.
+func init() {
+	seam.Register(seam.Funcs[Device, Buffer, HostBuffer]{
+		NewBuffer: func(dev Device, addr alloc.Ptr, size int64, host unsafe.Pointer) Buffer {
+			return Buffer{dev: dev, addr: addr, size: size, host: host}
+		},
+		NewHostBuffer: func(dev Device, addr alloc.Ptr, mem []byte) HostBuffer {
+			return HostBuffer{dev: dev, addr: addr, mem: mem}
+		},
+		HostPointer: func(b Buffer) unsafe.Pointer { return b.host },
+		CheckOwner:  checkOwner,
+	})
+}
 
 // Device owns memory and runs kernels in stream order. Implementations: the
 // CPU device (package device/cpu) and the CUDA device (package cuda). Every
@@ -165,22 +183,13 @@ func (t DType) String() string {
 // Buffer is a range of device memory: what Alloc returned, or a slice of
 // it. It is a small value, passed by value; copying it does not copy the
 // memory. The zero Buffer is "none", accepted where a kernel documents an
-// optional buffer.
+// optional buffer. Device implementations make Buffers with
+// device/driver.NewBuffer.
 type Buffer struct {
 	dev  Device
 	addr alloc.Ptr
 	size int64
-	host unsafe.Pointer
-}
-
-// NewBuffer is for device implementations: it makes the Buffer for size
-// bytes at addr on dev. host is the same memory as the host addresses it,
-// for host-addressable devices (the CPU device), and nil otherwise.
-func NewBuffer(dev Device, addr alloc.Ptr, size int64, host unsafe.Pointer) Buffer {
-	if size < 0 {
-		panic("device: NewBuffer: negative size")
-	}
-	return Buffer{dev: dev, addr: addr, size: size, host: host}
+	host unsafe.Pointer // the memory as the host addresses it; nil on a GPU
 }
 
 // Device is the device that owns the memory; nil for the zero Buffer.
@@ -194,11 +203,6 @@ func (b Buffer) Len() int64 { return b.size }
 
 // IsZero reports whether b is the zero Buffer ("none").
 func (b Buffer) IsZero() bool { return b.dev == nil }
-
-// Host is the buffer's memory as the host addresses it, or nil when the
-// host cannot (GPU memory). Only device implementations should touch it,
-// and only from work queued on a stream.
-func (b Buffer) Host() unsafe.Pointer { return b.host }
 
 // Slice returns the n bytes at offset off. It panics if they are not
 // within b, as slicing a Go slice does.
@@ -220,17 +224,12 @@ func (b Buffer) Elems(t DType, off, n int) Buffer {
 
 // HostBuffer is host memory for asynchronous copies (Device.Staging):
 // pinned on CUDA. The host reads and writes it through Bytes, but only when
-// no copy that uses it is in flight.
+// no copy that uses it is in flight. Device implementations make them with
+// device/driver.NewHostBuffer.
 type HostBuffer struct {
 	dev  Device
 	addr alloc.Ptr
 	mem  []byte
-}
-
-// NewHostBuffer is for device implementations: it makes the HostBuffer for
-// mem, which starts at addr in dev's staging allocator.
-func NewHostBuffer(dev Device, addr alloc.Ptr, mem []byte) HostBuffer {
-	return HostBuffer{dev: dev, addr: addr, mem: mem}
 }
 
 // Device is the device whose staging allocator served the buffer.

@@ -5,6 +5,25 @@
 // and the CUDA device (package cuda). Both pass the conformance suite in
 // device/devicetest: same inputs, same results within tolerance.
 //
+// # Consumers and implementers
+//
+// This package is the consumers' side of the seam, as database/sql is for
+// databases: the interfaces (Device, Stream, Event, Kernels), the values
+// that cross it (Buffer, HostBuffer, the kernels' argument structs), the
+// sentinel errors, and UploadSlice and DownloadSlice. Code that runs on a
+// device imports this package and never a device's own, except to open
+// one. What only an implementation needs (making Buffers, reading a
+// Buffer's host pointer, the argument checks every device starts its
+// methods with) is in package device/driver, as database/sql/driver is for
+// database drivers, so it is neither in this package's API nor in its
+// users' way. A Buffer can only be made there: this package exports no
+// constructor.
+//
+// Capabilities beyond Device are optional interfaces, discovered by type
+// assertion, never by a type switch over concrete devices: Allocator (the
+// device's caching allocator, for snapshots and EmptyCache) is one, and
+// both devices of this module implement it.
+//
 // # Memory
 //
 // Every Buffer comes from the device's caching allocator (alloc.Caching):

@@ -799,14 +799,14 @@ func (c *checker) atLeast(name string, v, min int) {
 // owned checks that b is a buffer of the checker's device.
 func (c *checker) owned(name string, b Buffer) {
 	if c.err == nil {
-		c.err = CheckOwner(c.d, c.kernel, name, b.dev)
+		c.err = checkOwner(c.d, c.kernel, name, b.dev)
 	}
 }
 
-// CheckOwner is for device implementations: it returns an error matching
-// ErrForeignBuffer unless owner, the Device of a Buffer or HostBuffer
-// named name passed to call op, is d.
-func CheckOwner(d Device, op, name string, owner Device) error {
+// checkOwner returns an error matching ErrForeignBuffer unless owner, the
+// Device of a Buffer or HostBuffer named name passed to call op, is d.
+// Implementations call it as device/driver.CheckOwner.
+func checkOwner(d Device, op, name string, owner Device) error {
 	switch owner {
 	case d:
 		return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/cpu/gemm"
+	"github.com/gocurrent/gocurrent/device/driver"
 )
 
 // Config configures the CPU device. The zero Config works: all cores, no
@@ -53,7 +54,10 @@ type Device struct {
 	streams []*stream  // NewStream streams still open
 }
 
-var _ device.Device = (*Device)(nil)
+var (
+	_ device.Device    = (*Device)(nil)
+	_ device.Allocator = (*Device)(nil)
+)
 
 // Open starts a CPU device.
 func Open(cfg Config) (*Device, error) {
@@ -121,14 +125,14 @@ func (d *Device) Alloc(bytes int64) (device.Buffer, error) {
 		return device.Buffer{}, fmt.Errorf("cpu: %w", err)
 	}
 	if bytes == 0 {
-		return device.NewBuffer(d, 0, 0, nil), nil
+		return driver.NewBuffer(d, 0, 0, nil), nil
 	}
 	mem, err := d.host.Bytes(p, bytes)
 	if err != nil { // cannot happen: the block lies in a live segment
 		_ = d.mem.Free(p)
 		return device.Buffer{}, fmt.Errorf("cpu: %w", err)
 	}
-	return device.NewBuffer(d, p, bytes, unsafe.Pointer(unsafe.SliceData(mem))), nil
+	return driver.NewBuffer(d, p, bytes, unsafe.Pointer(unsafe.SliceData(mem))), nil
 }
 
 // Free returns b to the cache; later work on the compute stream may reuse
@@ -137,16 +141,7 @@ func (d *Device) Free(b device.Buffer) error {
 	if err := d.checkOpen("Free"); err != nil {
 		return err
 	}
-	if err := device.CheckOwner(d, "Free", "the buffer", b.Device()); err != nil {
-		return err
-	}
-	if b.Len() == 0 {
-		return nil
-	}
-	if err := d.mem.Free(b.Addr()); err != nil {
-		return fmt.Errorf("cpu: Free: %w", err)
-	}
-	return nil
+	return driver.Free(d, d.mem, b)
 }
 
 // Upload copies src into dst in stream order and waits for the copy.
@@ -154,16 +149,13 @@ func (d *Device) Upload(dst device.Buffer, src []byte) error {
 	if err := d.checkOpen("Upload"); err != nil {
 		return err
 	}
-	if err := device.CheckOwner(d, "Upload", "dst", dst.Device()); err != nil {
+	if err := driver.CheckUpload(d, dst, src); err != nil {
 		return err
-	}
-	if int64(len(src)) > dst.Len() {
-		return fmt.Errorf("cpu: Upload of %d bytes into a %d-byte buffer: %w", len(src), dst.Len(), device.ErrShape)
 	}
 	if len(src) == 0 {
 		return nil
 	}
-	return d.copySync(copyCmd{dst: dst.Host(), src: unsafe.Pointer(unsafe.SliceData(src)), n: int64(len(src))})
+	return d.copySync(copyCmd{dst: driver.HostPointer(dst), src: unsafe.Pointer(unsafe.SliceData(src)), n: int64(len(src))})
 }
 
 // Download copies src into dst in stream order, waits for the copy and
@@ -172,16 +164,13 @@ func (d *Device) Download(dst []byte, src device.Buffer) error {
 	if err := d.checkOpen("Download"); err != nil {
 		return err
 	}
-	if err := device.CheckOwner(d, "Download", "src", src.Device()); err != nil {
+	if err := driver.CheckDownload(d, dst, src); err != nil {
 		return err
-	}
-	if int64(len(dst)) > src.Len() {
-		return fmt.Errorf("cpu: Download of %d bytes from a %d-byte buffer: %w", len(dst), src.Len(), device.ErrShape)
 	}
 	if len(dst) == 0 {
 		return d.compute.Synchronize()
 	}
-	if err := d.copySync(copyCmd{dst: unsafe.Pointer(unsafe.SliceData(dst)), src: src.Host(), n: int64(len(dst))}); err != nil {
+	if err := d.copySync(copyCmd{dst: unsafe.Pointer(unsafe.SliceData(dst)), src: driver.HostPointer(src), n: int64(len(dst))}); err != nil {
 		return err
 	}
 	return d.compute.report()
@@ -237,7 +226,7 @@ func (d *Device) Staging(bytes int64) (device.HostBuffer, error) {
 	if err := d.checkOpen("Staging"); err != nil {
 		return device.HostBuffer{}, err
 	}
-	return device.AllocStaging(d, d.staging, bytes)
+	return driver.AllocStaging(d, d.staging, bytes)
 }
 
 // FreeStaging returns a staging buffer.
@@ -245,29 +234,33 @@ func (d *Device) FreeStaging(h device.HostBuffer) error {
 	if err := d.checkOpen("FreeStaging"); err != nil {
 		return err
 	}
-	return device.FreeStaging(d, d.staging, h)
+	return driver.FreeStaging(d, d.staging, h)
 }
 
 // CopyToDevice queues the copy of src into dst on s.
 func (d *Device) CopyToDevice(dst device.Buffer, src device.HostBuffer, s device.Stream) (device.Event, error) {
-	if err := device.CheckCopyToDevice(d, dst, src); err != nil {
+	if err := d.checkOpen("CopyToDevice"); err != nil {
 		return nil, err
 	}
-	return d.copyAsync("CopyToDevice", s, copyCmd{dst: dst.Host(), src: unsafe.Pointer(unsafe.SliceData(src.Bytes())), n: src.Len()})
+	if err := driver.CheckCopyToDevice(d, dst, src); err != nil {
+		return nil, err
+	}
+	return d.copyAsync("CopyToDevice", s, copyCmd{dst: driver.HostPointer(dst), src: unsafe.Pointer(unsafe.SliceData(src.Bytes())), n: src.Len()})
 }
 
 // CopyToHost queues the copy of src into dst on s.
 func (d *Device) CopyToHost(dst device.HostBuffer, src device.Buffer, s device.Stream) (device.Event, error) {
-	if err := device.CheckCopyToHost(d, dst, src); err != nil {
+	if err := d.checkOpen("CopyToHost"); err != nil {
 		return nil, err
 	}
-	return d.copyAsync("CopyToHost", s, copyCmd{dst: unsafe.Pointer(unsafe.SliceData(dst.Bytes())), src: src.Host(), n: dst.Len()})
+	if err := driver.CheckCopyToHost(d, dst, src); err != nil {
+		return nil, err
+	}
+	return d.copyAsync("CopyToHost", s, copyCmd{dst: unsafe.Pointer(unsafe.SliceData(dst.Bytes())), src: driver.HostPointer(src), n: dst.Len()})
 }
 
+// copyAsync queues cc on s; the caller checked the device and buffers.
 func (d *Device) copyAsync(what string, s device.Stream, cc copyCmd) (device.Event, error) {
-	if err := d.checkOpen(what); err != nil {
-		return nil, err
-	}
 	cs, err := d.stream(what, s)
 	if err != nil {
 		return nil, err

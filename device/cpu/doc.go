@@ -8,7 +8,9 @@
 // Buffers come from an alloc.Caching over alloc.Host: anonymous mmap
 // segments, off the Go heap, which the garbage collector neither scans nor
 // moves. Config.Capacity caps them, to train under the memory limit of a
-// GPU. Staging buffers come from an alloc.HostCache of their own.
+// GPU. Staging buffers come from an alloc.HostCache of their own. The
+// device is a device.Allocator: Memory returns its alloc.Caching, for
+// snapshots and EmptyCache.
 //
 // # Streams
 //

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/cpu/internal/kern"
+	"github.com/gocurrent/gocurrent/device/driver"
 )
 
 // exec runs one command on the stream's worker goroutine. Errors it
@@ -119,7 +120,7 @@ func elems[T any](b device.Buffer, n int) []T {
 	if b.IsZero() || n == 0 {
 		return nil
 	}
-	return unsafe.Slice((*T)(b.Host()), n)
+	return unsafe.Slice((*T)(driver.HostPointer(b)), n)
 }
 
 // rows views rows [lo, hi) of width elements each; nil for the zero Buffer.

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/device/driver"
 )
 
 // op is the kind of a queued command.
@@ -157,7 +158,7 @@ func (k kernels) Fill(a device.Fill) error {
 
 func (k kernels) Copy(a device.Copy) error {
 	return k.launchN(int(a.Src.Len()), a.Check(k.d), func(c *cmd) {
-		c.op, c.copy = opCopy, copyCmd{dst: a.Dst.Host(), src: a.Src.Host(), n: a.Src.Len()}
+		c.op, c.copy = opCopy, copyCmd{dst: driver.HostPointer(a.Dst), src: driver.HostPointer(a.Src), n: a.Src.Len()}
 	})
 }
 
