@@ -160,7 +160,7 @@ func (c *Caching) Alloc(size int64, s Stream) (Ptr, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return 0, ErrClosed
+		return 0, errClosed
 	}
 	if size > MaxRequest {
 		return 0, c.oom(size, size, s, "Requests of more than 1 EiB are refused.")
@@ -329,7 +329,7 @@ func (c *Caching) RecordStream(p Ptr, s Stream) error {
 // unknown pointer as an invalid free; c.mu held.
 func (c *Caching) lookup(p Ptr, op string) (*block, error) {
 	if c.closed {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	b := c.live[p]
 	if b == nil {
@@ -658,7 +658,7 @@ func (c *Caching) EmptyCache() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return ErrClosed
+		return errClosed
 	}
 	return c.releaseCachedBlocks()
 }

@@ -20,8 +20,14 @@ var (
 	// ErrNotHostAccessible is returned when host access is asked of memory
 	// the host cannot touch (a Source without the HostAccessible capability).
 	ErrNotHostAccessible = errors.New("alloc: source memory is not host accessible")
-	// ErrClosed is returned by every call on a closed allocator.
-	ErrClosed = errors.New("alloc: allocator is closed")
+	// ErrClosed is matched by the error of every call on something closed:
+	// an allocator here, and, through the same value re-exported as
+	// device.ErrClosed and loader.ErrClosed, a device, a stream or a
+	// loader. One sentinel, so a caller holding a loader over a device
+	// over an allocator matches a use after Close with one errors.Is.
+	ErrClosed = errors.New("closed")
+	// errClosed is what a closed allocator returns.
+	errClosed = fmt.Errorf("alloc: the allocator is %w", ErrClosed)
 )
 
 // OutOfMemoryError is the error of an allocation that could not be served

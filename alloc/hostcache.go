@@ -142,7 +142,7 @@ func (c *HostCache) Alloc(size int64) (Ptr, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return 0, ErrClosed
+		return 0, errClosed
 	}
 	if size == 0 {
 		c.mu.Unlock()
@@ -202,7 +202,7 @@ func (c *HostCache) allocFromSource(size, rounded int64) (Ptr, error) {
 			rerr = fmt.Errorf("alloc: host cache: releasing %v: %w", p, rerr)
 		}
 		if closed {
-			return 0, errors.Join(ErrClosed, rerr)
+			return 0, errors.Join(errClosed, rerr)
 		}
 		return 0, errors.Join(fmt.Errorf("alloc: host cache: %s returned %v, which is a live block", sourceName(c.src), p), rerr)
 	}
@@ -233,7 +233,7 @@ func (c *HostCache) reclaim(size, rounded int64) (Ptr, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return 0, ErrClosed
+		return 0, errClosed
 	}
 	if werr != nil {
 		c.mu.Unlock()
@@ -291,7 +291,7 @@ func (c *HostCache) Free(p Ptr) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return ErrClosed
+		return errClosed
 	}
 	if p == 0 {
 		return nil
@@ -341,7 +341,7 @@ func (c *HostCache) RecordStream(p Ptr, s Stream) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return ErrClosed
+		return errClosed
 	}
 	if c.events == nil {
 		return fmt.Errorf("alloc: host cache: record stream %d on %s: %w", s, sourceName(c.src), ErrNoEvents)
@@ -365,7 +365,7 @@ func (c *HostCache) Bytes(p Ptr) ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	if c.host == nil {
 		return nil, fmt.Errorf("alloc: host cache: Bytes on %s: %w", sourceName(c.src), ErrNotHostAccessible)
@@ -387,7 +387,7 @@ func (c *HostCache) Size(p Ptr) (int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return 0, ErrClosed
+		return 0, errClosed
 	}
 	b, ok := c.blocks[p]
 	if !ok || !b.allocated {
@@ -403,7 +403,7 @@ func (c *HostCache) EmptyCache() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return ErrClosed
+		return errClosed
 	}
 	perr := c.processEventsLocked()
 	cached := c.takeFreeLocked()
@@ -446,7 +446,7 @@ func (c *HostCache) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return ErrClosed
+		return errClosed
 	}
 	if n := c.stats.Allocation[AllPools].Current; n > 0 {
 		bytes := c.stats.AllocatedBytes[AllPools].Current

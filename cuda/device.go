@@ -284,7 +284,7 @@ func (d *Device) Memory() *alloc.Caching { return d.mem }
 
 func (d *Device) checkOpen(what string) error {
 	if d.closed.Load() {
-		return fmt.Errorf("cuda: %s: %w", what, device.ErrClosed)
+		return fmt.Errorf("cuda: %s: the device is %w", what, device.ErrClosed)
 	}
 	return nil
 }
@@ -378,7 +378,7 @@ func (d *Device) streamOf(what string, s device.Stream) (*stream, error) {
 		return nil, fmt.Errorf("cuda: %s: stream %T is not from this device: %w", what, s, device.ErrForeignBuffer)
 	}
 	if cs.isClosed() {
-		return nil, fmt.Errorf("cuda: %s: the stream is closed: %w", what, device.ErrClosed)
+		return nil, fmt.Errorf("cuda: %s: the stream is %w", what, device.ErrClosed)
 	}
 	return cs, nil
 }

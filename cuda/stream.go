@@ -39,9 +39,9 @@ func (s *stream) markClosed() {
 
 func (s *stream) closedErr(what string) error {
 	if s.d.closed.Load() {
-		return fmt.Errorf("cuda: %s on a stream of a closed device: %w", what, device.ErrClosed)
+		return fmt.Errorf("cuda: %s on a stream of a device that is %w", what, device.ErrClosed)
 	}
-	return fmt.Errorf("cuda: %s on a closed stream: %w", what, device.ErrClosed)
+	return fmt.Errorf("cuda: %s: the stream is %w", what, device.ErrClosed)
 }
 
 // Record queues an event on the stream.
@@ -140,7 +140,7 @@ var (
 func (e *event) Done() (bool, error) {
 	d := e.s.d
 	if d.closed.Load() {
-		return false, fmt.Errorf("cuda: Event.Done: %w", device.ErrClosed)
+		return false, fmt.Errorf("cuda: Event.Done: the device is %w", device.ErrClosed)
 	}
 	done, err := d.api.EventQuery(d.ctx, e.e)
 	runtime.KeepAlive(e)
@@ -153,7 +153,7 @@ func (e *event) Done() (bool, error) {
 func (e *event) Wait() error {
 	d := e.s.d
 	if d.closed.Load() {
-		return fmt.Errorf("cuda: Event.Wait: %w", device.ErrClosed)
+		return fmt.Errorf("cuda: Event.Wait: the device is %w", device.ErrClosed)
 	}
 	err := d.api.EventSynchronize(d.ctx, e.e)
 	runtime.KeepAlive(e)

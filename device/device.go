@@ -129,8 +129,10 @@ var (
 	// ErrUnavailable is matched by the error of opening a device that this
 	// machine or build does not have (no driver, no GPU, no cgo).
 	ErrUnavailable = errors.New("device: unavailable")
-	// ErrClosed is returned by every call on a closed device or stream.
-	ErrClosed = errors.New("device: closed")
+	// ErrClosed is matched by the error of every call on a closed device
+	// or stream. It is alloc.ErrClosed, the one sentinel for a use after
+	// Close in every package.
+	ErrClosed = alloc.ErrClosed
 	// ErrForeignBuffer is matched by the error of passing a buffer that
 	// another device allocated, or the zero Buffer where one is required.
 	ErrForeignBuffer = errors.New("device: buffer does not belong to this device")

@@ -186,10 +186,10 @@ func (c *Corpus) Size() int64 { return c.size }
 // io.EOF (unwrapped) when the corpus ends first. Other errors are prefixed
 // "loader: " and name the file; a file that became shorter than it was when
 // the corpus was opened gives an error wrapping io.ErrUnexpectedEOF, a
-// closed corpus one wrapping fs.ErrClosed. ReadAt is safe for concurrent use.
+// closed corpus one wrapping both ErrClosed and fs.ErrClosed. ReadAt is safe for concurrent use.
 func (c *Corpus) ReadAt(p []byte, off int64) (int, error) {
 	if c.closed.Load() {
-		return 0, fmt.Errorf("loader: read corpus %s: %w", c.name, fs.ErrClosed)
+		return 0, fmt.Errorf("loader: read corpus %s: the corpus is %w: %w", c.name, ErrClosed, fs.ErrClosed)
 	}
 	if off < 0 {
 		return 0, fmt.Errorf("loader: read corpus %s: negative offset %d", c.name, off)
@@ -253,7 +253,7 @@ func (c *Corpus) readPart(i int, p []byte, off int64) error {
 			part.name, part.size, off+int64(n), io.ErrUnexpectedEOF)
 	}
 	if errors.Is(err, fs.ErrClosed) && c.closed.Load() {
-		return fmt.Errorf("loader: read corpus %s: %w", c.name, fs.ErrClosed)
+		return fmt.Errorf("loader: read corpus %s: the corpus is %w: %w", c.name, ErrClosed, fs.ErrClosed)
 	}
 	return fmt.Errorf("loader: %s: %w", part.name, err)
 }
@@ -315,7 +315,7 @@ func (fc *corpusFiles) acquire(i int, path string) (*corpusHandle, error) {
 	fc.mu.Lock()
 	if fc.closed {
 		fc.mu.Unlock()
-		return nil, fmt.Errorf("loader: read %s: %w", path, fs.ErrClosed)
+		return nil, fmt.Errorf("loader: read %s: the corpus is %w: %w", path, ErrClosed, fs.ErrClosed)
 	}
 	fc.clock++
 	if h, ok := fc.open[i]; ok {
@@ -335,7 +335,7 @@ func (fc *corpusFiles) acquire(i int, path string) (*corpusHandle, error) {
 	if fc.closed {
 		fc.mu.Unlock()
 		_ = f.Close() // read-only: nothing to lose on close
-		return nil, fmt.Errorf("loader: read %s: %w", path, fs.ErrClosed)
+		return nil, fmt.Errorf("loader: read %s: the corpus is %w: %w", path, ErrClosed, fs.ErrClosed)
 	}
 	fc.clock++
 	if h, ok := fc.open[i]; ok { // another reader opened it meanwhile

@@ -220,8 +220,8 @@ func TestOpenSingleFile(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Errorf("second Close: got %v, want nil", err)
 	}
-	if _, err := c.ReadAt(make([]byte, 1), 0); !errors.Is(err, fs.ErrClosed) {
-		t.Errorf("ReadAt after Close: got %v, want fs.ErrClosed", err)
+	if _, err := c.ReadAt(make([]byte, 1), 0); !errors.Is(err, fs.ErrClosed) || !errors.Is(err, ErrClosed) {
+		t.Errorf("ReadAt after Close: got %v, want fs.ErrClosed and ErrClosed", err)
 	}
 }
 

@@ -13,9 +13,13 @@ import (
 	"github.com/gocurrent/gocurrent/device"
 )
 
-// ErrClosed is returned by a Loader used after Close, and by an iteration
-// that Close ended.
-var ErrClosed = errors.New("loader: closed")
+// ErrClosed is matched by the error of a Loader used after Close, and of an
+// iteration that Close ended. It is device.ErrClosed (and alloc.ErrClosed):
+// one sentinel for a use after Close in every package.
+var ErrClosed = device.ErrClosed
+
+// errClosed is what a closed loader returns.
+var errClosed = fmt.Errorf("loader: %w", ErrClosed)
 
 // Batch is one batch resident on the device.
 //
@@ -224,7 +228,7 @@ func (l *Loader) begin(ctx context.Context) (*iteration, error) {
 	defer l.mu.Unlock()
 	switch {
 	case l.closed:
-		return nil, ErrClosed
+		return nil, errClosed
 	case l.running:
 		return nil, errors.New("loader: Batches is already running; one iteration at a time")
 	}
@@ -334,7 +338,7 @@ func (l *Loader) stopped(run *iteration) error {
 	closed := l.closed
 	l.mu.Unlock()
 	if closed {
-		return ErrClosed
+		return errClosed
 	}
 	return run.ctx.Err()
 }

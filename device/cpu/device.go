@@ -107,7 +107,7 @@ func (d *Device) Threads() int { return d.cfg.Threads }
 
 func (d *Device) checkOpen(what string) error {
 	if d.closed.Load() {
-		return fmt.Errorf("cpu: %s: %w", what, device.ErrClosed)
+		return fmt.Errorf("cpu: %s: the device is %w", what, device.ErrClosed)
 	}
 	return nil
 }

@@ -76,9 +76,9 @@ func (s *stream) enqueue(fill func(c *cmd)) (uint64, error) {
 
 func (s *stream) closedErr() error {
 	if s.dev.closed.Load() {
-		return fmt.Errorf("cpu: stream of a closed device: %w", device.ErrClosed)
+		return fmt.Errorf("cpu: a stream of a device that is %w", device.ErrClosed)
 	}
-	return fmt.Errorf("cpu: stream is closed: %w", device.ErrClosed)
+	return fmt.Errorf("cpu: the stream is %w", device.ErrClosed)
 }
 
 // run is the worker: it executes commands in order until the stream is
@@ -188,7 +188,7 @@ func (s *stream) Close() error {
 		return errors.New("cpu: the compute stream belongs to the device and closes with it")
 	}
 	if !s.dev.forget(s) {
-		return fmt.Errorf("cpu: stream already closed: %w", device.ErrClosed)
+		return fmt.Errorf("cpu: the stream is already %w", device.ErrClosed)
 	}
 	s.shutdown()
 	return nil
