@@ -11,7 +11,7 @@ import (
 
 // TestSizingVectors checks rounding, pool choice, segment size and the split
 // decision on real allocations. The rows are the worked vectors of
-// shared/research/allocator.md §1.2, computed from PyTorch's round_size,
+// docs/research/allocator.md §1.2, computed from PyTorch's round_size,
 // get_pool, get_allocation_size and should_split with the default config;
 // the 10.5 MiB row is ours (remainder 1.5 MiB > 1 MiB, so it splits).
 func TestSizingVectors(t *testing.T) {

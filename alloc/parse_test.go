@@ -13,7 +13,7 @@ import (
 
 // Strings from PyTorch's test/test_cuda.py @ 000e43cd
 // (test_allocator_settings and its neighbours), as listed in
-// shared/research/allocator.md §5 item 3. PyTorch accepts the first and
+// docs/research/allocator.md §5 item 3. PyTorch accepts the first and
 // rejects the others.
 const (
 	pytorchAccepted = "garbage_collection_threshold:0.5,roundup_power2_divisions:[64:8,128:2,256:2,512:2,1024:1,>:1]"

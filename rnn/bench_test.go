@@ -87,7 +87,7 @@ func fill32(b testing.TB, d device.Device, n int, v float64) device.Buffer {
 	return x
 }
 
-// charRNN is the workload of ../shared/bench/torch_charrnn.py: vocabulary
+// charRNN is the workload of bench/torch_charrnn.py: vocabulary
 // 65, embedding 64, a 2-layer LSTM or GRU, a linear head, Adam (lr 2e-3)
 // and clipping to global norm 5, trained on random tokens with the hidden
 // state detached between windows; sampling is batch 1, one token at a
@@ -170,7 +170,7 @@ func (c *charRNN) trainStep(b testing.TB, inputs, targets device.Buffer, st *rnn
 
 // BenchmarkCharRNN measures the whole training step and sampling of the
 // torch_charrnn.py workload, to be compared, as a ratio in one run, with
-// `/usr/bin/python3 ../shared/bench/torch_charrnn.py lstm 256 2 32 64`.
+// `/usr/bin/python3 bench/torch_charrnn.py lstm 256 2 32 64`.
 func BenchmarkCharRNN(b *testing.B) {
 	for _, cell := range []string{"lstm", "gru"} {
 		b.Run(cell+"/train", func(b *testing.B) {

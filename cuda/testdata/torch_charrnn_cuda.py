@@ -4,7 +4,7 @@
 Usage: torch_charrnn_cuda.py [lstm|gru] [hidden] [layers] [batch] [seq] [steps] [tf32 0|1]
                              [--profile STEPS] [--sync]
 
-The workload of shared/bench/torch_charrnn.py (vocabulary 65, embedding 64, the stack, a linear
+The workload of bench/torch_charrnn.py (vocabulary 65, embedding 64, the stack, a linear
 head, cross-entropy, Adam 2e-3, clipping at norm 5, detached carried state; sampling at batch 1
 with temperature 0.8), on cuda:0 with nn.LSTM / nn.GRU (cuDNN), timed with
 torch.cuda.synchronize() around the measured loop. Prints one JSON line on stdout; warnings go

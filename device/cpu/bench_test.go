@@ -8,7 +8,7 @@ import (
 	"github.com/gocurrent/gocurrent/device/cpu"
 )
 
-// The shapes are those of ../shared/bench/torch_charrnn.py's default
+// The shapes are those of bench/torch_charrnn.py's default
 // workload: LSTM or GRU, 2 layers of hidden 256, embedding 64, vocabulary
 // 65, batch 32, sequence 64 (so 2048 rows for the whole-sequence GEMMs).
 const (
