@@ -62,8 +62,9 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	// With Checkpoint set, the trainer writes m.Metadata() into the file,
-	// so that LoadCharRNN can rebuild the model from it.
+	// Metadata goes into the checkpoints the trainer writes (with
+	// Config.Checkpoint set; none here), so that LoadCharRNN can rebuild
+	// the model from them.
 	tr, err := train.New(d, m, data, train.Config{Optimizer: opt, Steps: 30, ClipNorm: 5, Metadata: m.Metadata()})
 	if err != nil {
 		log.Fatal(err)
