@@ -15,7 +15,7 @@ import (
 	"github.com/gocurrent/gocurrent/loader"
 )
 
-// A checkpoint is one safetensors file (see ARCHITECTURE.md, "Public
+// A checkpoint is one safetensors file (see docs/ARCHITECTURE.md, "Public
 // contracts"). A model's tensors are named Group.Name + "." + parameter
 // name with PyTorch's shapes, in the parameters' type (F32 for float32
 // models); the trainer's tensors carry the "optim." prefix: optimizer slot

@@ -1,8 +1,12 @@
 // Package importgraph checks gocurrent's dependency direction (the layout
-// section of ARCHITECTURE.md): alloc imports nothing of ours; device
+// section of docs/ARCHITECTURE.md): alloc imports nothing of ours; device
 // imports alloc; cuda imports device and alloc; rnn and loader import device
-// (never cuda, never each other); train imports rnn, loader and device; only
-// examples, internal helpers and tests import cuda.
+// (never cuda, never each other); train imports rnn, loader and device;
+// models imports train, rnn, loader and device (never cuda or devices);
+// devices, which opens a device by name, is the one library package that
+// imports both device/cpu and cuda; only devices, examples, internal
+// helpers and tests import cuda, and nothing but examples imports
+// examples.
 package importgraph
 
 import (
@@ -28,13 +32,16 @@ var allowed = map[string][]string{
 	"rnn":      {"device", "alloc"},
 	"loader":   {"device", "alloc"},
 	"train":    {"rnn", "loader", "device", "alloc"},
-	"examples": {"train", "rnn", "loader", "cuda", "device", "alloc", "internal"},
-	"internal": {"train", "rnn", "loader", "cuda", "device", "alloc"},
+	"models":   {"train", "rnn", "loader", "device", "alloc"},
+	"devices":  {"cuda", "device", "alloc"},
+	"examples": {"models", "devices", "train", "rnn", "loader", "cuda", "device", "alloc", "internal"},
+	"internal": {"models", "devices", "train", "rnn", "loader", "cuda", "device", "alloc"},
 }
 
 // testAllowed is what test files may import on top of allowed: the CUDA
-// device (to run the same tests on a GPU) and the shared test helpers.
-var testAllowed = []string{"cuda", "internal"}
+// device and devices, to run the same tests on a GPU, and the shared test
+// helpers.
+var testAllowed = []string{"cuda", "devices", "internal"}
 
 // Import is one import of one file.
 type Import struct {

@@ -18,7 +18,7 @@ func TestRepository(t *testing.T) {
 	for _, im := range imports {
 		seen[tree(im.File)] = true
 	}
-	for _, want := range []string{"alloc", "device", "internal"} {
+	for _, want := range []string{"alloc", "device", "internal", "models", "devices"} {
 		if !seen[want] {
 			t.Errorf("scan of %s found no imports in %s/", root, want)
 		}
@@ -48,6 +48,26 @@ func TestCheck(t *testing.T) {
 		{"train imports rnn", Import{File: "train/train.go", Path: m + "rnn"}, false},
 		{"device imports train", Import{File: "device/device.go", Path: m + "train"}, true},
 		{"examples imports cuda", Import{File: "examples/charrnn/main.go", Path: m + "cuda"}, false},
+		{"examples imports models", Import{File: "examples/charrnn/charrnn/train_cmd.go", Path: m + "models"}, false},
+		{"examples imports devices", Import{File: "examples/charrnn/charrnn/cli.go", Path: m + "devices"}, false},
+		{"models imports train", Import{File: "models/charrnn.go", Path: m + "train"}, false},
+		{"models imports rnn", Import{File: "models/charrnn.go", Path: m + "rnn"}, false},
+		{"models imports cuda", Import{File: "models/charrnn.go", Path: m + "cuda"}, true},
+		{"models imports devices", Import{File: "models/charrnn.go", Path: m + "devices"}, true},
+		{"models imports examples", Import{File: "models/charrnn.go", Path: m + "examples/charrnn/charrnn"}, true},
+		{"models test imports devices", Import{File: "models/charrnn_test.go", Path: m + "devices", Test: true}, false},
+		{"models test imports examples", Import{File: "models/charrnn_test.go", Path: m + "examples/charrnn/charrnn", Test: true}, true},
+		{"devices imports cuda", Import{File: "devices/devices.go", Path: m + "cuda"}, false},
+		{"devices imports device/cpu", Import{File: "devices/devices.go", Path: m + "device/cpu"}, false},
+		{"devices imports train", Import{File: "devices/devices.go", Path: m + "train"}, true},
+		{"devices imports models", Import{File: "devices/devices.go", Path: m + "models"}, true},
+		{"train imports models", Import{File: "train/train.go", Path: m + "models"}, true},
+		{"train imports devices", Import{File: "train/train.go", Path: m + "devices"}, true},
+		{"rnn imports devices", Import{File: "rnn/lstm.go", Path: m + "devices"}, true},
+		{"internal imports devices", Import{File: "internal/testdevice/testdevice.go", Path: m + "devices"}, false},
+		{"internal imports models", Import{File: "internal/charrnntest/charrnntest.go", Path: m + "models"}, false},
+		{"internal imports examples", Import{File: "internal/charrnntest/charrnntest.go", Path: m + "examples/charrnn/charrnn"}, true},
+		{"cuda imports examples", Import{File: "cuda/device.go", Path: m + "examples/charrnn/charrnn"}, true},
 		{"unknown tree", Import{File: "tools/x.go", Path: m + "alloc"}, true},
 		{"alloc uses cgo", Import{File: "alloc/x.go", Path: "C", Cgo: true}, true},
 		{"cuda uses cgo", Import{File: "cuda/dl.go", Path: "C", Cgo: true}, false},

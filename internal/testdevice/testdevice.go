@@ -1,6 +1,6 @@
-// Package testdevice opens the device that the tests of rnn, loader, train
-// and the examples run on, so that one test binary checks the CPU device
-// on any machine and the CUDA device on a GPU machine:
+// Package testdevice opens the device that the tests of rnn, loader,
+// train, models and the examples run on, so that one test binary checks
+// the CPU device on any machine and the CUDA device on a GPU machine:
 //
 //	GOCURRENT_TEST_DEVICE=cuda ./rnn.test      # every rnn test on the first GPU
 //
@@ -29,7 +29,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
-	"github.com/gocurrent/gocurrent/device/cpu"
+	"github.com/gocurrent/gocurrent/devices"
 	"github.com/gocurrent/gocurrent/internal/cudaemu"
 )
 
@@ -62,9 +62,10 @@ func RequireGPU() bool {
 // states (an exact float32 result the CPU's own GEMM gives, say).
 func IsCPU() bool { return Name() == "cpu" }
 
-// Spec is the device in the examples' -device syntax ("cpu", "cuda",
-// "cuda:N"), with CUDAConfig the configuration that goes with it; an
-// unknown name fails the test.
+// Spec is the device in the syntax of devices.Open and the examples'
+// -device ("cpu", "cuda", "cuda:N"; never "auto", which could fall back),
+// with CUDAConfig the configuration that goes with it; an unknown name
+// fails the test.
 func Spec(t testing.TB) string {
 	t.Helper()
 	spec, _, err := parse(Name())
@@ -126,28 +127,19 @@ func open(name string) (device.Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	if spec == "cpu" {
-		if RequireGPU() {
-			return nil, fmt.Errorf("testdevice: %s=1 but the tests run on the CPU: set %s=cuda", EnvRequireGPU, EnvDevice)
-		}
-		d, err := cpu.Open(cpu.Config{})
-		if err != nil {
-			return nil, err
-		}
-		announce("cpu")
-		return d, nil
+	if spec == "cpu" && RequireGPU() {
+		return nil, fmt.Errorf("testdevice: %s=1 but the tests run on the CPU: set %s=cuda", EnvRequireGPU, EnvDevice)
 	}
-	d, err := cuda.Open(cfg)
+	d, err := devices.Open(spec, devices.Config{CUDA: cfg})
 	if errors.Is(err, device.ErrUnavailable) {
 		return nil, fmt.Errorf("testdevice: %s=%s asks for a GPU, and there is none usable: %w", EnvDevice, name, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("testdevice: %s=%s: %w", EnvDevice, name, err)
 	}
-	info := d.Info()
-	if RequireGPU() && cudaemu.IsEmulator(info.Name) {
+	if g, ok := d.(*cuda.Device); ok && RequireGPU() && cudaemu.IsEmulator(g.Info().Name) {
 		d.Close()
-		return nil, fmt.Errorf("testdevice: %s=1 but %s is %q, not a GPU", EnvRequireGPU, d.Name(), info.Name)
+		return nil, fmt.Errorf("testdevice: %s=1 but %s is %q, not a GPU", EnvRequireGPU, d.Name(), g.Info().Name)
 	}
 	announce(Describe(d))
 	return d, nil

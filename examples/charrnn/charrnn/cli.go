@@ -10,15 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
-	"github.com/gocurrent/gocurrent/device/cpu"
+	"github.com/gocurrent/gocurrent/devices"
 	"github.com/gocurrent/gocurrent/loader"
 )
 
@@ -31,7 +29,7 @@ type Env struct {
 	// place instead of printed as lines.
 	Live bool
 	// GOROOT locates the default corpus, GOROOT/src; "" asks `go env
-	// GOROOT`, then runtime.GOROOT().
+	// GOROOT`. main fills it from the GOROOT environment variable.
 	GOROOT string
 	// CUDA configures the GPU for -device auto, cuda and cuda:N, apart
 	// from the ordinal, which the flag gives: the driver and cuBLAS
@@ -84,7 +82,7 @@ commands:
   train   train a character-level LSTM or GRU (default data: the Go standard library's source)
   sample  generate text from a checkpoint
   eval    loss and bits per character of a checkpoint on a text
-  bench   training and sampling tokens/s on the workload of shared/bench/torch_charrnn.py
+  bench   training and sampling tokens/s on the workload of bench/torch_charrnn.py
 
 Run charrnn <command> -h for a command's flags.
 `
@@ -107,47 +105,15 @@ func parse(fs *flag.FlagSet, args []string, env Env) error {
 // errHelp ends a command that printed its flags.
 var errHelp = errors.New("help")
 
-// OpenDevice opens "cpu", "cuda" (the first GPU), "cuda:N", or "auto" (the
-// first GPU if one can be used, else the CPU). gpu configures a GPU; its
-// Ordinal is replaced by the one spec names.
-func OpenDevice(spec string, gpu cuda.Config) (device.Device, error) {
-	openGPU := func(n int) (device.Device, error) {
-		gpu.Ordinal = n
-		d, err := cuda.Open(gpu)
-		if err != nil {
-			return nil, err // a nil interface, not a nil *cuda.Device
-		}
-		return d, nil
+// openDevice opens the device -device names (devices.Open: auto, cpu,
+// cuda, cuda:N) with gpu for a GPU; a spec devices does not know is a
+// usage error.
+func openDevice(spec string, gpu cuda.Config) (device.Device, error) {
+	d, err := devices.Open(spec, devices.Config{CUDA: gpu})
+	if errors.Is(err, devices.ErrSpec) {
+		return nil, fmt.Errorf("%w: -device %q: %w", ErrUsage, spec, devices.ErrSpec)
 	}
-	switch {
-	case spec == "cpu":
-		return openCPU()
-	case spec == "auto":
-		d, err := openGPU(0)
-		if errors.Is(err, device.ErrUnavailable) {
-			return openCPU()
-		}
-		return d, err
-	case spec == "cuda":
-		return openGPU(0)
-	case strings.HasPrefix(spec, "cuda:"):
-		n, err := strconv.Atoi(spec[len("cuda:"):])
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%w: device %q: want cuda:N with N a GPU ordinal", ErrUsage, spec)
-		}
-		return openGPU(n)
-	}
-	return nil, fmt.Errorf("%w: unknown device %q (want auto, cpu, cuda or cuda:N)", ErrUsage, spec)
-}
-
-// openCPU returns the CPU device, or a nil interface (not a nil *cpu.Device)
-// with the error.
-func openCPU() (device.Device, error) {
-	d, err := cpu.Open(cpu.Config{})
-	if err != nil {
-		return nil, err
-	}
-	return d, nil
+	return d, err
 }
 
 // printer writes a command's output: a line of text, or with -json the
@@ -203,18 +169,13 @@ func printMemStats(p *printer, d device.Device) {
 var generated = regexp.MustCompile(`(?m)^// Code generated .* DO NOT EDIT\.$`)
 
 // DefaultCorpus is the directory the default corpus is read from:
-// GOROOT/src.
+// goroot/src, with goroot "" the answer of `go env GOROOT`.
 func DefaultCorpus(goroot string) (string, error) {
 	if goroot == "" {
-		if out, err := exec.Command("go", "env", "GOROOT").Output(); err == nil {
-			goroot = strings.TrimSpace(string(out))
+		out, err := exec.Command("go", "env", "GOROOT").Output()
+		if goroot = strings.TrimSpace(string(out)); err != nil || goroot == "" {
+			return "", fmt.Errorf("charrnn: no Go installation found for the default corpus (go env GOROOT: %v); set GOROOT or pass -data FILE_OR_DIR", cmdError(err))
 		}
-	}
-	if goroot == "" {
-		goroot = runtime.GOROOT()
-	}
-	if goroot == "" {
-		return "", errors.New("charrnn: no Go installation found for the default corpus; pass -data FILE_OR_DIR")
 	}
 	dir := goroot + string(os.PathSeparator) + "src"
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
@@ -253,4 +214,17 @@ func openCorpus(data string, env Env) (*loader.Corpus, error) {
 		}
 		return !generated.Match(b)
 	})
+}
+
+// cmdError is err of a command that failed, with what it wrote to
+// standard error, or "empty output" for a command that succeeded.
+func cmdError(err error) string {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return "empty output"
+	case errors.As(err, &ee) && len(ee.Stderr) > 0:
+		return fmt.Sprintf("%v: %s", err, strings.TrimSpace(string(ee.Stderr)))
+	}
+	return err.Error()
 }

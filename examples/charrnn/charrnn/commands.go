@@ -12,6 +12,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/loader"
+	"github.com/gocurrent/gocurrent/models"
 	"github.com/gocurrent/gocurrent/train"
 )
 
@@ -53,12 +54,12 @@ func sampleCommand(ctx context.Context, args []string, env Env) error {
 // (with -json, as one object at the end).
 func Sample(ctx context.Context, f SampleFlags, env Env) (err error) {
 	env = env.withDefaults()
-	d, err := OpenDevice(f.Device, env.CUDA)
+	d, err := openDevice(f.Device, env.CUDA)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, d.Close()) }()
-	m, _, err := Load(d, f.Checkpoint)
+	m, _, err := models.LoadCharRNN(d, f.Checkpoint)
 	if err != nil {
 		return err
 	}
@@ -135,12 +136,12 @@ func evalCommand(ctx context.Context, args []string, env Env) error {
 // cut as training cuts it, without gradients.
 func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err error) {
 	env = env.withDefaults()
-	d, err := OpenDevice(f.Device, env.CUDA)
+	d, err := openDevice(f.Device, env.CUDA)
 	if err != nil {
 		return ev, err
 	}
 	defer func() { err = errors.Join(err, d.Close()) }()
-	m, _, err := Load(d, f.Checkpoint)
+	m, _, err := models.LoadCharRNN(d, f.Checkpoint)
 	if err != nil {
 		return ev, err
 	}
@@ -169,7 +170,7 @@ func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err e
 }
 
 // BenchFlags are the bench command's settings: the workload of
-// ../shared/bench/torch_charrnn.py (vocabulary 65, embedding 64, Adam at
+// bench/torch_charrnn.py (vocabulary 65, embedding 64, Adam at
 // 2e-3, clipping at global norm 5, random tokens; sampling at batch 1 with
 // temperature 0.8).
 type BenchFlags struct {
@@ -233,7 +234,7 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	if f.Steps <= 0 || f.N <= 0 {
 		return res, fmt.Errorf("%w: -steps %d and -n %d must be > 0", ErrUsage, f.Steps, f.N)
 	}
-	d, err := OpenDevice(f.Device, env.CUDA)
+	d, err := openDevice(f.Device, env.CUDA)
 	if err != nil {
 		return res, err
 	}
@@ -246,7 +247,7 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	if err != nil {
 		return res, err
 	}
-	m, err := NewModel(d, Config{Cell: f.Cell, Embed: 64, Hidden: f.Hidden, Layers: f.Layers}, vocab, 0)
+	m, err := models.NewCharRNN(d, models.CharRNNConfig{Cell: f.Cell, Embed: 64, Hidden: f.Hidden, Layers: f.Layers}, vocab, 0)
 	if err != nil {
 		return res, err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/gocurrent/gocurrent/internal/charrnntest"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
 )
 
@@ -19,7 +20,7 @@ import (
 func sample(t *testing.T, flags ...string) string {
 	t.Helper()
 	dev := testdevice.Spec(t)
-	args := append([]string{"sample", "-device", dev, "-checkpoint", torchCheckpoint("lstm")}, flags...)
+	args := append([]string{"sample", "-device", dev, "-checkpoint", fixtures.TorchCheckpoint("lstm")}, flags...)
 	out, _, err := run(t, context.Background(), args...)
 	if err != nil {
 		t.Fatalf("%v: %v", args, err)
@@ -87,9 +88,9 @@ func TestSampleOutput(t *testing.T) {
 
 // The eval command prints what Eval returns: nats and bits per character.
 func TestEvalCommand(t *testing.T) {
-	rep := readReport(t, "gru")
+	rep := fixtures.Report(t, "gru")
 	dev := testdevice.Spec(t)
-	args := []string{"eval", "-device", dev, "-checkpoint", torchCheckpoint("gru"), "-data", corpusPath,
+	args := []string{"eval", "-device", dev, "-checkpoint", fixtures.TorchCheckpoint("gru"), "-data", corpusPath,
 		"-batch", strconv.Itoa(rep.Eval.Batch), "-seq", strconv.Itoa(rep.Eval.Seq)}
 	out, _, err := run(t, context.Background(), append(args, "-json")...)
 	if err != nil {
@@ -101,10 +102,10 @@ func TestEvalCommand(t *testing.T) {
 	}
 	loss, _ := evs[0]["loss"].(float64)
 	bits, _ := evs[0]["bits_per_char"].(float64)
-	if d, tol := relDiff(loss, rep.Eval.Loss), evalTolerance(t, "gru", rep.Eval.Loss); !(d <= tol) {
+	if d, tol := charrnntest.RelDiff(loss, rep.Eval.Loss), fixtures.EvalTolerance(t, "gru", rep.Eval.Loss); !(d <= tol) {
 		t.Errorf("loss %v, want PyTorch's %v (relative difference %.2g > %.2g)", loss, rep.Eval.Loss, d, tol)
 	}
-	if d := relDiff(bits, loss/math.Ln2); !(d <= 1e-12) {
+	if d := charrnntest.RelDiff(bits, loss/math.Ln2); !(d <= 1e-12) {
 		t.Errorf("bits per char %v, want loss/ln 2 = %v", bits, loss/math.Ln2)
 	}
 	text, _, err := run(t, context.Background(), args...)

@@ -1,9 +1,11 @@
-// Package charrnn is the character-level RNN example, the first thing a
-// newcomer runs (go run ./examples/charrnn train), importable so a service
-// or a test can drive the same code: Model (Embedding, an LSTM or GRU stack,
-// Linear, a train.Model whose checkpoints carry PyTorch's names), Load
-// (a model from a checkpoint, including one PyTorch wrote), and the four
-// commands with the command line of the architecture's public contract:
+// Package charrnn is the command line of the character-level RNN example,
+// the first thing a newcomer runs (go run ./examples/charrnn train),
+// importable so that a test or a script can drive the same code: Run, and
+// Train, Sample, Eval and Bench with their flags as structs. The model
+// itself is library code, models.CharRNN (its checkpoints carry PyTorch's
+// names; models.LoadCharRNN loads one PyTorch wrote), and -device is
+// devices.Open's spec. The four commands have the command line of the
+// architecture's public contract:
 //
 //   - train: -data (default: the Go standard library's source under
 //     $(go env GOROOT)/src, its ASCII Go files outside testdata, streamed
@@ -18,13 +20,13 @@
 //     -seed, -device, -memstats, -json.
 //   - eval: -checkpoint, -data, -batch, -seq, -device, -json: loss in
 //     nats/char and bits/char, cut into streams as training cuts them.
-//   - bench: the workload of shared/bench/torch_charrnn.py; prints
+//   - bench: the workload of bench/torch_charrnn.py; prints
 //     train_tokens_per_s, sample_tokens_per_s, segment_allocs (device
 //     allocations during the timed steps) and data_wait; -tf32 on a GPU.
 //
 // -json makes every line of standard output one JSON object with an
-// "event" field. It is the only package, with tests, that imports cuda;
-// -device auto takes the first GPU if cuda.Open succeeds and the CPU
-// otherwise; Env.CUDA carries the GPU's libraries (main reads
-// GOCURRENT_CUBLAS and GOCURRENT_CUDA_DRIVER) and -tf32 sets its TF32.
+// "event" field. -device auto takes the first GPU if one can be used and
+// the CPU otherwise (devices.Open); Env.CUDA carries the GPU's libraries
+// (main reads GOCURRENT_CUBLAS and GOCURRENT_CUDA_DRIVER) and -tf32 sets
+// its TF32.
 package charrnn

@@ -30,7 +30,7 @@ func TestBadInput(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	dev := testdevice.Spec(t)
-	torchBytes, err := os.ReadFile(torchCheckpoint("lstm"))
+	torchBytes, err := os.ReadFile(fixtures.TorchCheckpoint("lstm"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestBadInput(t *testing.T) {
 		missing   = filepath.Join(dir, "missing.safetensors")
 		wrongFmt  = filepath.Join(dir, "wrong-format.safetensors")
 	)
-	saveWeights(t, torchCheckpoint("lstm"), wrongFmt, map[string]string{"format": "someone.else/2"})
+	saveWeights(t, fixtures.TorchCheckpoint("lstm"), wrongFmt, map[string]string{"format": "someone.else/2"})
 
 	var dataErr *loader.DataError
 	for _, tc := range []struct {
@@ -63,9 +63,9 @@ func TestBadInput(t *testing.T) {
 		{"bad flag value", []string{"train", "-batch", "many"}, charrnn.ErrUsage, 0, "many"},
 		{"stray argument", []string{"eval", "extra"}, charrnn.ErrUsage, 0, `"extra"`},
 		{"train unknown device", []string{"train", "-data", corpusPath, "-device", "tpu"}, charrnn.ErrUsage, 0, `"tpu"`},
-		{"sample unknown device", []string{"sample", "-checkpoint", torchCheckpoint("lstm"), "-device", "tpu"}, charrnn.ErrUsage, 0, `"tpu"`},
+		{"sample unknown device", []string{"sample", "-checkpoint", fixtures.TorchCheckpoint("lstm"), "-device", "tpu"}, charrnn.ErrUsage, 0, `"tpu"`},
 		{"bad cuda ordinal", []string{"eval", "-device", "cuda:x"}, charrnn.ErrUsage, 0, "cuda:x"},
-		{"init and resume", []string{"train", "-data", corpusPath, "-init", torchCheckpoint("lstm"), "-resume", torchCheckpoint("lstm")}, charrnn.ErrUsage, 0, "-init and -resume"},
+		{"init and resume", []string{"train", "-data", corpusPath, "-init", fixtures.TorchCheckpoint("lstm"), "-resume", fixtures.TorchCheckpoint("lstm")}, charrnn.ErrUsage, 0, "-init and -resume"},
 		{"negative steps", []string{"train", "-data", corpusPath, "-device", dev, "-steps", "-1"}, charrnn.ErrUsage, 0, "-steps -1"},
 		{"negative epochs", []string{"train", "-data", corpusPath, "-device", dev, "-epochs", "-2"}, charrnn.ErrUsage, 0, "-epochs -2"},
 		{"val-frac 1", []string{"train", "-data", corpusPath, "-device", dev, "-val-frac", "1"}, charrnn.ErrUsage, 0, "-val-frac"},
@@ -96,8 +96,8 @@ func TestBadInput(t *testing.T) {
 		{"eval truncated", []string{"eval", "-device", dev, "-data", corpusPath, "-checkpoint", truncated}, train.ErrCorrupt, 0, "truncated.safetensors"},
 		{"sample wrong format", []string{"sample", "-device", dev, "-checkpoint", wrongFmt}, train.ErrMismatch, 0, "someone.else/2"},
 		{"eval wrong format", []string{"eval", "-device", dev, "-data", corpusPath, "-checkpoint", wrongFmt}, train.ErrMismatch, 0, "someone.else/2"},
-		{"eval outside vocabulary", []string{"eval", "-device", dev, "-data", outside, "-checkpoint", torchCheckpoint("lstm"), "-batch", "1", "-seq", "4"}, nil, 10, "outside.txt"},
-		{"prime outside vocabulary", []string{"sample", "-device", dev, "-checkpoint", torchCheckpoint("lstm"), "-prime", "#"}, nil, -1, "-prime"},
+		{"eval outside vocabulary", []string{"eval", "-device", dev, "-data", outside, "-checkpoint", fixtures.TorchCheckpoint("lstm"), "-batch", "1", "-seq", "4"}, nil, 10, "outside.txt"},
+		{"prime outside vocabulary", []string{"sample", "-device", dev, "-checkpoint", fixtures.TorchCheckpoint("lstm"), "-prime", "#"}, nil, -1, "-prime"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			isTrain := len(tc.args) > 0 && tc.args[0] == "train"

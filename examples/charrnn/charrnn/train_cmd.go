@@ -14,13 +14,14 @@ import (
 	"github.com/gocurrent/gocurrent/examples/charrnn/internal/plot"
 	"github.com/gocurrent/gocurrent/examples/charrnn/internal/progress"
 	"github.com/gocurrent/gocurrent/loader"
+	"github.com/gocurrent/gocurrent/models"
 	"github.com/gocurrent/gocurrent/train"
 )
 
 // TrainFlags are the train command's settings, one field per flag.
 type TrainFlags struct {
 	Data                     string
-	Model                    Config
+	Model                    models.CharRNNConfig
 	Batch, Seq, Accum        int
 	Optimizer                string
 	LR, Clip                 float64
@@ -115,228 +116,357 @@ type evalEvent struct {
 	Tokens      int64   `json:"tokens"`
 }
 
-// Train runs the train command.
+// Train runs the train command, phase by phase: it checks the flags,
+// opens the device, loads the model of -init or -resume, reads the text,
+// builds the model (unless loaded), the loaders and the trainer, runs it,
+// and reports: the curves (-plot), the summary line, a sample and the
+// allocator's figures (-memstats). What a phase opens is closed when
+// Train returns, in the reverse order.
 func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 	env = env.withDefaults()
+	opt, sched, err := f.settings()
+	if err != nil {
+		return err
+	}
+	r := &trainRun{f: f, env: env, p: &printer{w: env.Stdout, json: f.JSON}}
+	defer func() { err = errors.Join(err, r.close()) }()
+	gpu := env.CUDA
+	gpu.TF32 = gpu.TF32 || f.TF32
+	if r.d, err = openDevice(f.Device, gpu); err != nil {
+		return err
+	}
+	// The model: from a checkpoint (its shape and vocabulary, which the
+	// text is read in), or new once the text has given the vocabulary.
+	if err := r.loadModel(); err != nil {
+		return err
+	}
+	if err := r.readText(ctx); err != nil {
+		return err
+	}
+	if r.m == nil {
+		if r.m, err = models.NewCharRNN(r.d, r.f.Model, r.text.Vocab(), r.f.Seed); err != nil {
+			return err
+		}
+	}
+	if err := r.openLoaders(); err != nil {
+		return err
+	}
+	if err := r.newTrainer(opt, sched); err != nil {
+		return err
+	}
+	r.printStart()
+	sum, err := r.tr.Run(ctx)
+	stopped, err := r.endRun(ctx, err)
+	if err != nil {
+		return err
+	}
+	return r.report(ctx, sum, stopped)
+}
+
+// settings checks the flags that need no device and returns the optimizer
+// and the learning-rate schedule they name. -steps and -epochs both 0
+// mean 1,000 steps.
+func (f *TrainFlags) settings() (train.Optimizer, train.Schedule, error) {
+	var sched train.Schedule
 	if f.Init != "" && f.Resume != "" {
-		return fmt.Errorf("%w: -init and -resume exclude each other", ErrUsage)
+		return train.Optimizer{}, sched, fmt.Errorf("%w: -init and -resume exclude each other", ErrUsage)
 	}
 	if f.Steps < 0 || f.Epochs < 0 {
-		return fmt.Errorf("%w: -steps %d, -epochs %d; neither may be negative", ErrUsage, f.Steps, f.Epochs)
+		return train.Optimizer{}, sched, fmt.Errorf("%w: -steps %d, -epochs %d; neither may be negative", ErrUsage, f.Steps, f.Epochs)
 	}
 	if f.Steps == 0 && f.Epochs == 0 {
 		f.Steps = 1000
 	}
 	if !(f.ValFrac >= 0 && f.ValFrac < 1) {
-		return fmt.Errorf("%w: -val-frac %v, want [0, 1)", ErrUsage, f.ValFrac)
+		return train.Optimizer{}, sched, fmt.Errorf("%w: -val-frac %v, want [0, 1)", ErrUsage, f.ValFrac)
 	}
 	opt, err := train.NewOptimizer(train.Algorithm(f.Optimizer), f.LR)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUsage, err)
+		return opt, sched, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	var sched train.Schedule
 	switch f.Schedule {
 	case "constant", "":
 	case "cosine":
 		if f.Steps == 0 {
-			return fmt.Errorf("%w: -schedule cosine needs -steps", ErrUsage)
+			return opt, sched, fmt.Errorf("%w: -schedule cosine needs -steps", ErrUsage)
 		}
 		sched = train.Schedule{Decay: "cosine"}
 	default:
-		return fmt.Errorf("%w: -schedule %q, want constant or cosine", ErrUsage, f.Schedule)
+		return opt, sched, fmt.Errorf("%w: -schedule %q, want constant or cosine", ErrUsage, f.Schedule)
 	}
 	sched.Warmup = f.Warmup
-	p := &printer{w: env.Stdout, json: f.JSON}
+	return opt, sched, nil
+}
 
-	gpu := env.CUDA
-	gpu.TF32 = gpu.TF32 || f.TF32
-	d, err := OpenDevice(f.Device, gpu)
-	if err != nil {
+// trainRun is what the phases of one train command build, and close in
+// reverse order.
+type trainRun struct {
+	f   TrainFlags // f.Model is the checkpoint's with -init or -resume
+	env Env
+	p   *printer
+
+	d  device.Device
+	m  *models.CharRNN
+	ck *train.Checkpoint // the checkpoint of -init or -resume, or nil
+
+	corpus                   *loader.Corpus
+	text, trainText, valText *loader.Text
+	data                     *loader.Loader
+	val                      *loader.Loader // nil: no validation
+	progress                 *trainProgress
+	tr                       *train.Trainer
+}
+
+// close closes what the phases opened, the last first.
+func (r *trainRun) close() error {
+	var errs []error
+	if r.tr != nil {
+		errs = append(errs, r.tr.Close())
+	}
+	if r.val != nil {
+		errs = append(errs, r.val.Close())
+	}
+	if r.data != nil {
+		errs = append(errs, r.data.Close())
+	}
+	if r.corpus != nil {
+		errs = append(errs, r.corpus.Close())
+	}
+	if r.m != nil {
+		errs = append(errs, r.m.Close())
+	}
+	if r.d != nil {
+		errs = append(errs, r.d.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// loadModel loads the model -init or -resume names, if one does; -resume
+// needs a checkpoint with the trainer's state.
+func (r *trainRun) loadModel() (err error) {
+	from := r.f.Init + r.f.Resume
+	if from == "" {
+		return nil
+	}
+	if r.m, r.ck, err = models.LoadCharRNN(r.d, from); err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, d.Close()) }()
-
-	// The model: from a checkpoint (its shape and vocabulary), or new once
-	// the text has given the vocabulary.
-	var m *Model
-	var ck *train.Checkpoint
-	if from := f.Init + f.Resume; from != "" {
-		if m, ck, err = Load(d, from); err != nil {
-			return err
-		}
-		if f.Resume != "" && !ck.Resumable() {
-			m.Close()
-			return fmt.Errorf("charrnn: %s holds weights only; start from it with -init", from)
-		}
-		f.Model = m.Config()
+	if r.f.Resume != "" && !r.ck.Resumable() {
+		return fmt.Errorf("charrnn: %s holds weights only; start from it with -init", from)
 	}
-	defer func() {
-		if m != nil {
-			err = errors.Join(err, m.Close())
-		}
-	}()
+	r.f.Model = r.m.Config()
+	return nil
+}
 
-	corpus, err := openCorpus(f.Data, env)
-	if err != nil {
+// readText opens -data (or the default corpus), tokenizes it, in the
+// loaded model's vocabulary if there is one, and splits off the
+// validation text at its end.
+func (r *trainRun) readText(ctx context.Context) (err error) {
+	if r.corpus, err = openCorpus(r.f.Data, r.env); err != nil {
 		return err
 	}
-	defer corpus.Close()
 	tc := loader.TokenizeConfig{}
-	if m != nil {
-		tc.Vocab = m.Vocab()
+	if r.m != nil {
+		tc.Vocab = r.m.Vocab()
 	}
-	text, err := loader.Tokenize(ctx, corpus, tc)
-	if err != nil {
+	if r.text, err = loader.Tokenize(ctx, r.corpus, tc); err != nil {
 		return fmt.Errorf("charrnn: %w", err)
 	}
-	trainText, valText, err := text.Split(f.ValFrac)
-	if err != nil {
-		return err
-	}
-	if m == nil {
-		if m, err = NewModel(d, f.Model, text.Vocab(), f.Seed); err != nil {
-			return err
-		}
-	}
-	data, err := loader.New(d, trainText, loader.Config{Batch: f.Batch, Seq: f.Seq, Accum: f.Accum, Epochs: f.Epochs, Seed: f.Seed})
+	r.trainText, r.valText, err = r.text.Split(r.f.ValFrac)
+	return err
+}
+
+// openLoaders opens the loader of the training text and, if the held-out
+// text is long enough for one batch, the validation loader, over at most
+// -val-tokens characters.
+func (r *trainRun) openLoaders() (err error) {
+	f := r.f
+	r.data, err = loader.New(r.d, r.trainText, loader.Config{Batch: f.Batch, Seq: f.Seq, Accum: f.Accum, Epochs: f.Epochs, Seed: f.Seed})
 	if err != nil {
 		return fmt.Errorf("charrnn: training text: %w", err)
 	}
-	defer func() { err = errors.Join(err, data.Close()) }()
-	var val *loader.Loader
-	if valText.Len() > 0 {
-		// The cap keeps the end of the held-out text, the part furthest
-		// from the training text.
-		if n := valText.Len(); f.ValTokens > 0 && n > f.ValTokens {
-			valText = valText.Slice(n-f.ValTokens, n)
-		}
-		val, err = loader.New(d, valText, loader.Config{Batch: f.Batch, Seq: f.Seq})
-		switch {
-		case errors.Is(err, loader.ErrTooShort):
-			fmt.Fprintf(env.Stderr, "charrnn: no validation: the held-out %d characters are too few for one batch of %d x %d\n", valText.Len(), f.Batch, f.Seq+1)
-			val = nil
-		case err != nil:
-			return fmt.Errorf("charrnn: validation text: %w", err)
-		default:
-			defer func() { err = errors.Join(err, val.Close()) }()
-		}
+	if r.valText.Len() == 0 {
+		return nil
 	}
-
-	// Progress: a bar on a terminal, else a line every LogEvery steps.
-	live := env.Live && !f.JSON
-	total := f.Steps
-	if total == 0 {
-		total = int64(f.Epochs) * data.PerEpoch() / int64(f.Accum)
+	// The cap keeps the end of the held-out text, the part furthest from
+	// the training text.
+	if n := r.valText.Len(); f.ValTokens > 0 && n > f.ValTokens {
+		r.valText = r.valText.Slice(n-f.ValTokens, n)
 	}
-	var bar *progress.Bar
-	if live {
-		bar = progress.New(env.Stderr, total, true)
-	}
-	var trainCurve, valCurve plot.Curve
-	trainCurve.Name, valCurve.Name = "train", "validation"
-	lastVal := math.NaN()
-	tcfg := train.Config{
-		Optimizer: opt, Schedule: sched, Steps: f.Steps, ClipNorm: f.Clip,
-		Validation: val, EvalEvery: f.EvalEvery,
-		Checkpoint: f.Checkpoint, CheckpointEvery: f.CheckpointEvery, Metadata: m.Metadata(),
-		OnStep: func(pr train.Progress) {
-			trainCurve.X = append(trainCurve.X, float64(pr.Step))
-			trainCurve.Y = append(trainCurve.Y, pr.Loss)
-			status := fmt.Sprintf("loss %.3f  val %.3f  %s tok/s  wait %.0f%%", pr.Loss, lastVal, thousands(pr.TokensPerSecond), 100*pr.DataWait)
-			if bar != nil {
-				bar.Update(pr.Step, status)
-				return
-			}
-			if f.LogEvery > 0 && (pr.Step%f.LogEvery == 0 || pr.Step == 1) {
-				p.emit(stepEvent{Event: "step", Step: pr.Step, Steps: pr.Steps, Epoch: pr.Position.Epoch, Loss: pr.Loss, GradNorm: pr.GradNorm,
-					LR: pr.LR, TokensPerSec: pr.TokensPerSecond, DataWait: pr.DataWait, Skipped: pr.Skipped,
-					AllocBytes: pr.Memory.AllocatedBytes[alloc.AllPools].Current},
-					fmt.Sprintf("step %d  epoch %d  loss %.4f  grad norm %.3f  lr %.2g  %s tok/s  data wait %.1f%%\n",
-						pr.Step, pr.Position.Epoch, pr.Loss, pr.GradNorm, pr.LR, thousands(pr.TokensPerSecond), 100*pr.DataWait))
-			}
-		},
-		OnEval: func(ev train.Evaluation) {
-			lastVal = ev.Loss
-			valCurve.X = append(valCurve.X, float64(ev.Step))
-			valCurve.Y = append(valCurve.Y, ev.Loss)
-			if bar == nil {
-				p.emit(evalEvent{Event: "validation", Step: ev.Step, Loss: ev.Loss, BitsPerChar: ev.BitsPerToken, Tokens: ev.Tokens},
-					fmt.Sprintf("validation at step %d: loss %.4f nats/char, %.4f bits/char (%d characters)\n", ev.Step, ev.Loss, ev.BitsPerToken, ev.Tokens))
-			}
-		},
-	}
-	tr, err := train.New(d, m, data, tcfg)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, tr.Close()) }()
-	if f.Resume != "" {
-		if err := tr.Resume(ck); err != nil {
-			return err
-		}
-	}
-	params := 0
-	for _, g := range m.Groups() {
-		params += g.Params.Len()
-	}
-	p.emit(map[string]any{"event": "start", "device": d.Name(), "cell": f.Model.Cell, "params": params, "vocab": m.Classes(),
-		"train_tokens": trainText.Len(), "val_tokens": valText.Len(), "step": tr.Step(), "steps": f.Steps, "epochs": f.Epochs,
-		"steps_per_epoch": data.PerEpoch() / int64(f.Accum)},
-		fmt.Sprintf("training a %d-layer %s of %d (%s parameters) on %s: %s training and %s validation characters, vocabulary %d; %d steps per epoch, starting at step %d\n",
-			f.Model.Layers, strings.ToUpper(f.Model.Cell), f.Model.Hidden, thousands(float64(params)), d.Name(),
-			thousands(float64(trainText.Len())), thousands(float64(valText.Len())), m.Classes(), data.PerEpoch()/int64(f.Accum), tr.Step()))
-
-	sum, runErr := tr.Run(ctx)
-	if bar != nil {
-		bar.Finish()
-	}
-	if f.Plot != "" && len(trainCurve.X) > 0 {
-		curves := []plot.Curve{trainCurve}
-		if len(valCurve.X) > 0 {
-			curves = append(curves, valCurve)
-		}
-		chart := plot.Chart{Title: fmt.Sprintf("char-RNN %s %dx%d", strings.ToUpper(f.Model.Cell), f.Model.Layers, f.Model.Hidden),
-			XLabel: "step", YLabel: "loss (nats/char)", Curves: curves}
-		if err := plot.WriteFile(f.Plot, chart); err != nil {
-			runErr = errors.Join(runErr, err)
-		}
-	}
-	stopped := ctx.Err() != nil && onlyCancelled(runErr, ctx.Err())
-	if runErr != nil && !stopped {
-		return runErr
-	}
-	done := map[string]any{"event": "done", "step": sum.Steps, "loss": sum.Loss, "tokens": sum.Tokens,
-		"elapsed_s": sum.Elapsed.Seconds(), "tokens_per_s": float64(sum.Tokens) / sum.Elapsed.Seconds(), "skipped": sum.Skipped, "stopped": stopped}
-	text2 := fmt.Sprintf("step %d: loss %.4f, %s tokens in %s (%s tok/s)", sum.Steps, sum.Loss, thousands(float64(sum.Tokens)),
-		sum.Elapsed.Round(time.Millisecond), thousands(float64(sum.Tokens)/sum.Elapsed.Seconds()))
-	if v := sum.Validation; v != nil {
-		done["val_loss"], done["val_bits_per_char"] = v.Loss, v.BitsPerToken
-		text2 += fmt.Sprintf("; validation %.4f nats/char, %.4f bits/char", v.Loss, v.BitsPerToken)
-	}
-	if f.Checkpoint != "" {
-		done["checkpoint"] = f.Checkpoint
-		text2 += "; checkpoint " + f.Checkpoint
-	}
-	if stopped {
-		text2 = "interrupted after " + text2
-		if f.Checkpoint != "" {
-			text2 += " (continue with -resume " + f.Checkpoint + ")"
-		}
-	}
-	p.emit(done, text2+"\n")
-	if f.SampleN > 0 && !stopped {
-		if err := sampleAfterTraining(ctx, d, m, f, p); err != nil {
-			return err
-		}
-	}
-	if f.MemStats {
-		printMemStats(p, d)
+	val, err := loader.New(r.d, r.valText, loader.Config{Batch: f.Batch, Seq: f.Seq})
+	switch {
+	case errors.Is(err, loader.ErrTooShort):
+		fmt.Fprintf(r.env.Stderr, "charrnn: no validation: the held-out %d characters are too few for one batch of %d x %d\n", r.valText.Len(), f.Batch, f.Seq+1)
+	case err != nil:
+		return fmt.Errorf("charrnn: validation text: %w", err)
+	default:
+		r.val = val
 	}
 	return nil
 }
 
+// stepsPerEpoch is the optimizer steps of one pass over the training text.
+func (r *trainRun) stepsPerEpoch() int64 { return r.data.PerEpoch() / int64(r.f.Accum) }
+
+// newTrainer builds the trainer, its progress reports and checkpoints,
+// and with -resume restores the run's state.
+func (r *trainRun) newTrainer(opt train.Optimizer, sched train.Schedule) (err error) {
+	f := r.f
+	total := f.Steps
+	if total == 0 {
+		total = int64(f.Epochs) * r.stepsPerEpoch()
+	}
+	r.progress = newTrainProgress(f, r.env, r.p, total)
+	cfg := train.Config{
+		Optimizer: opt, Schedule: sched, Steps: f.Steps, ClipNorm: f.Clip,
+		Validation: r.val, EvalEvery: f.EvalEvery,
+		Checkpoint: f.Checkpoint, CheckpointEvery: f.CheckpointEvery, Metadata: r.m.Metadata(),
+		OnStep: r.progress.step, OnEval: r.progress.eval,
+	}
+	if r.tr, err = train.New(r.d, r.m, r.data, cfg); err != nil {
+		return err
+	}
+	if f.Resume != "" {
+		return r.tr.Resume(r.ck)
+	}
+	return nil
+}
+
+// printStart prints what is about to be trained, on what.
+func (r *trainRun) printStart() {
+	f, m := r.f, r.m
+	params := 0
+	for _, g := range m.Groups() {
+		params += g.Params.Len()
+	}
+	r.p.emit(map[string]any{"event": "start", "device": r.d.Name(), "cell": f.Model.Cell, "params": params, "vocab": m.Classes(),
+		"train_tokens": r.trainText.Len(), "val_tokens": r.valText.Len(), "step": r.tr.Step(), "steps": f.Steps, "epochs": f.Epochs,
+		"steps_per_epoch": r.stepsPerEpoch()},
+		fmt.Sprintf("training a %d-layer %s of %d (%s parameters) on %s: %s training and %s validation characters, vocabulary %d; %d steps per epoch, starting at step %d\n",
+			f.Model.Layers, strings.ToUpper(f.Model.Cell), f.Model.Hidden, thousands(float64(params)), r.d.Name(),
+			thousands(float64(r.trainText.Len())), thousands(float64(r.valText.Len())), m.Classes(), r.stepsPerEpoch(), r.tr.Step()))
+}
+
+// endRun ends the progress display and writes -plot after the trainer's
+// Run returned runErr. A run that stopped because ctx was cancelled (Ctrl-C),
+// and failed in nothing else, is stopped, not an error.
+func (r *trainRun) endRun(ctx context.Context, runErr error) (stopped bool, err error) {
+	r.progress.finish()
+	if r.f.Plot != "" {
+		runErr = errors.Join(runErr, r.progress.writePlot(r.f.Plot, r.f.Model))
+	}
+	stopped = ctx.Err() != nil && onlyCancelled(runErr, ctx.Err())
+	if runErr != nil && !stopped {
+		return stopped, runErr
+	}
+	return stopped, nil
+}
+
+// report prints the run's summary, then, unless it was stopped, a sample
+// of the trained model, and with -memstats the allocator's figures.
+func (r *trainRun) report(ctx context.Context, sum train.Summary, stopped bool) error {
+	f := r.f
+	done := map[string]any{"event": "done", "step": sum.Steps, "loss": sum.Loss, "tokens": sum.Tokens,
+		"elapsed_s": sum.Elapsed.Seconds(), "tokens_per_s": float64(sum.Tokens) / sum.Elapsed.Seconds(), "skipped": sum.Skipped, "stopped": stopped}
+	text := fmt.Sprintf("step %d: loss %.4f, %s tokens in %s (%s tok/s)", sum.Steps, sum.Loss, thousands(float64(sum.Tokens)),
+		sum.Elapsed.Round(time.Millisecond), thousands(float64(sum.Tokens)/sum.Elapsed.Seconds()))
+	if v := sum.Validation; v != nil {
+		done["val_loss"], done["val_bits_per_char"] = v.Loss, v.BitsPerToken
+		text += fmt.Sprintf("; validation %.4f nats/char, %.4f bits/char", v.Loss, v.BitsPerToken)
+	}
+	if f.Checkpoint != "" {
+		done["checkpoint"] = f.Checkpoint
+		text += "; checkpoint " + f.Checkpoint
+	}
+	if stopped {
+		text = "interrupted after " + text
+		if f.Checkpoint != "" {
+			text += " (continue with -resume " + f.Checkpoint + ")"
+		}
+	}
+	r.p.emit(done, text+"\n")
+	if f.SampleN > 0 && !stopped {
+		if err := sampleAfterTraining(ctx, r.d, r.m, f, r.p); err != nil {
+			return err
+		}
+	}
+	if f.MemStats {
+		printMemStats(r.p, r.d)
+	}
+	return nil
+}
+
+// trainProgress reports training as it goes, a bar on a terminal and
+// otherwise a line every -log-every steps and one per validation, and
+// keeps the loss curves for -plot.
+type trainProgress struct {
+	p                    *printer
+	logEvery             int64
+	bar                  *progress.Bar // nil: lines
+	trainCurve, valCurve plot.Curve
+	lastVal              float64 // the last validation loss, NaN before the first
+}
+
+func newTrainProgress(f TrainFlags, env Env, p *printer, total int64) *trainProgress {
+	tp := &trainProgress{p: p, logEvery: f.LogEvery, lastVal: math.NaN()}
+	tp.trainCurve.Name, tp.valCurve.Name = "train", "validation"
+	if env.Live && !f.JSON {
+		tp.bar = progress.New(env.Stderr, total, true)
+	}
+	return tp
+}
+
+// step is train.Config.OnStep.
+func (tp *trainProgress) step(pr train.Progress) {
+	tp.trainCurve.X = append(tp.trainCurve.X, float64(pr.Step))
+	tp.trainCurve.Y = append(tp.trainCurve.Y, pr.Loss)
+	if tp.bar != nil {
+		tp.bar.Update(pr.Step, fmt.Sprintf("loss %.3f  val %.3f  %s tok/s  wait %.0f%%", pr.Loss, tp.lastVal, thousands(pr.TokensPerSecond), 100*pr.DataWait))
+		return
+	}
+	if tp.logEvery > 0 && (pr.Step%tp.logEvery == 0 || pr.Step == 1) {
+		tp.p.emit(stepEvent{Event: "step", Step: pr.Step, Steps: pr.Steps, Epoch: pr.Position.Epoch, Loss: pr.Loss, GradNorm: pr.GradNorm,
+			LR: pr.LR, TokensPerSec: pr.TokensPerSecond, DataWait: pr.DataWait, Skipped: pr.Skipped,
+			AllocBytes: pr.Memory.AllocatedBytes[alloc.AllPools].Current},
+			fmt.Sprintf("step %d  epoch %d  loss %.4f  grad norm %.3f  lr %.2g  %s tok/s  data wait %.1f%%\n",
+				pr.Step, pr.Position.Epoch, pr.Loss, pr.GradNorm, pr.LR, thousands(pr.TokensPerSecond), 100*pr.DataWait))
+	}
+}
+
+// eval is train.Config.OnEval.
+func (tp *trainProgress) eval(ev train.Evaluation) {
+	tp.lastVal = ev.Loss
+	tp.valCurve.X = append(tp.valCurve.X, float64(ev.Step))
+	tp.valCurve.Y = append(tp.valCurve.Y, ev.Loss)
+	if tp.bar == nil {
+		tp.p.emit(evalEvent{Event: "validation", Step: ev.Step, Loss: ev.Loss, BitsPerChar: ev.BitsPerToken, Tokens: ev.Tokens},
+			fmt.Sprintf("validation at step %d: loss %.4f nats/char, %.4f bits/char (%d characters)\n", ev.Step, ev.Loss, ev.BitsPerToken, ev.Tokens))
+	}
+}
+
+// finish ends the bar, if there is one.
+func (tp *trainProgress) finish() {
+	if tp.bar != nil {
+		tp.bar.Finish()
+	}
+}
+
+// writePlot writes the loss curves of the steps run, if any, as a PNG at
+// path.
+func (tp *trainProgress) writePlot(path string, cfg models.CharRNNConfig) error {
+	if len(tp.trainCurve.X) == 0 {
+		return nil
+	}
+	curves := []plot.Curve{tp.trainCurve}
+	if len(tp.valCurve.X) > 0 {
+		curves = append(curves, tp.valCurve)
+	}
+	return plot.WriteFile(path, plot.Chart{Title: fmt.Sprintf("char-RNN %s %dx%d", strings.ToUpper(cfg.Cell), cfg.Layers, cfg.Hidden),
+		XLabel: "step", YLabel: "loss (nats/char)", Curves: curves})
+}
+
 // sampleAfterTraining prints what the trained model writes.
-func sampleAfterTraining(ctx context.Context, d device.Device, m *Model, f TrainFlags, p *printer) error {
+func sampleAfterTraining(ctx context.Context, d device.Device, m *models.CharRNN, f TrainFlags, p *printer) error {
 	prime, ids, err := encodePrime(m.Vocab(), f.SamplePrime)
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
+	"github.com/gocurrent/gocurrent/internal/charrnntest"
 	"github.com/gocurrent/gocurrent/train"
 )
 
@@ -76,23 +77,23 @@ func trainerStep(t *testing.T, meta map[string]string) int64 {
 // gradient, so its weights check the gradient itself. (Adam with
 // accumulation is checked against PyTorch in TestTrainMatchesTorch.)
 //
-// The bounds (see roundingBound): depth D = 3,400 for a gradient element
+// The bounds (see charrnntest.RoundingBound): depth D = 3,400 for a gradient element
 // of this model (embedding 16, hidden 32, 2 layers, 512 positions a
 // step), counted as for fixtureDepth: per layer and time step ≲ 79
 // roundings forward and 128 + 128 + 15 backward, ≲ 4 steps deep, the
 // output layer (33 forward, 40 backward), the weight-gradient sums (512)
 // and the forward pass (600, the forward depth). With ρ =
-// roundingBound(3400) ≈ 2.8e-5, step k's gradient errs by ≲
+// charrnntest.RoundingBound(3400) ≈ 2.8e-5, step k's gradient errs by ≲
 // k·ρ·(pre+2)·‖g_k‖ (as in TestTrainMatchesTorch: each element by ρ
 // relative to its terms, the earlier steps' differences carried along)
 // in each run, and so does its norm relative to ‖g_k‖. The weights differ
 // by ≲ Σ_k lr·2·k·ρ·(pre+2)·‖g_k‖ + Σ_k 2·2u·‖w‖ (both runs' gradients,
 // and the rounding of every weight in each run, in ℓ2 over all of them);
 // SGD at a rate this small (lr·‖H‖ ≪ 1) does not amplify a difference
-// from one step to the next. Step k's loss differs by lossBound twice
+// from one step to the next. Step k's loss differs by charrnntest.LossBound twice
 // (each run against the exact value) plus ‖g_k‖·(the weight bound after
 // k−1 steps). The weights move by ≤ lr·Σ_k‖g_k‖ ≈ 0.015 each, which
-// magnitudes allows for. The weight bound is about 1e-3 of the update
+// charrnntest.Magnitudes allows for. The weight bound is about 1e-3 of the update
 // lr·‖Σ g_k‖, so a gradient off by a part in a thousand fails it.
 func TestTrainAccumulationEquivalence(t *testing.T) {
 	const (
@@ -103,7 +104,7 @@ func TestTrainAccumulationEquivalence(t *testing.T) {
 	dir := t.TempDir()
 	type result struct {
 		losses, norms []float64
-		tensors       map[string]tensor
+		tensors       map[string]charrnntest.Tensor
 	}
 	runs := map[string][]string{"8x4": {"-batch", "8", "-accum", "4"}, "32x1": {"-batch", "32", "-accum", "1"}}
 	got := map[string]result{}
@@ -120,15 +121,15 @@ func TestTrainAccumulationEquivalence(t *testing.T) {
 			r.losses = append(r.losses, ev["loss"].(float64))
 			r.norms = append(r.norms, ev["grad_norm"].(float64))
 		}
-		all, _ := readSafetensors(t, ckpt)
-		r.tensors = modelTensors(all)
+		all, _ := charrnntest.ReadSafetensors(t, ckpt)
+		r.tensors = charrnntest.ModelTensors(all)
 		got[name] = r
 	}
 	a, b := got["8x4"], got["32x1"]
 	if len(a.losses) != steps || len(b.losses) != steps {
 		t.Fatalf("step events: %d and %d, want %d each (-log-every 1, -steps %d)", len(a.losses), len(b.losses), steps, steps)
 	}
-	rho := roundingBound(depth)
+	rho := charrnntest.RoundingBound(depth)
 	norm := make([]float64, steps) // the larger of the two runs' ‖g_k‖
 	total := 0.0
 	for k := range steps {
@@ -138,10 +139,10 @@ func TestTrainAccumulationEquivalence(t *testing.T) {
 			t.Fatalf("step %d: gradient norm %v ≥ -clip %v; the bounds assume no clipping", k+1, norm[k], clip)
 		}
 	}
-	pre, logit := magnitudes(t, b.tensors, lr*total)
+	pre, logit := charrnntest.Magnitudes(t, b.tensors, lr*total)
 	wnorm := 0.0
 	for name, tn := range b.tensors {
-		for _, v := range tn.float32s(t, name) {
+		for _, v := range tn.Float32s(t, name) {
 			wnorm += float64(v) * float64(v)
 		}
 	}
@@ -156,22 +157,22 @@ func TestTrainAccumulationEquivalence(t *testing.T) {
 		return sum
 	}
 	for k := range steps {
-		lossTol := 2*lossBound(forwardDepth, pre, logit, b.losses[k]) + norm[k]*weightBound(k)/b.losses[k]
-		if d := relDiff(a.losses[k], b.losses[k]); !(d <= lossTol) {
+		lossTol := 2*charrnntest.LossBound(forwardDepth, pre, logit, b.losses[k]) + norm[k]*weightBound(k)/b.losses[k]
+		if d := charrnntest.RelDiff(a.losses[k], b.losses[k]); !(d <= lossTol) {
 			t.Errorf("step %d: loss %.9g with -batch 8 -accum 4, %.9g with -batch 32 (relative difference %.2g > %.2g)", k+1, a.losses[k], b.losses[k], d, lossTol)
 		}
 		normTol := 2 * float64(k+1) * rho * (pre + 2)
-		if d := relDiff(a.norms[k], b.norms[k]); !(d <= normTol) {
+		if d := charrnntest.RelDiff(a.norms[k], b.norms[k]); !(d <= normTol) {
 			t.Errorf("step %d: gradient norm %.9g with -batch 8 -accum 4, %.9g with -batch 32 (relative difference %.2g > %.2g)", k+1, a.norms[k], b.norms[k], d, normTol)
 		}
 		t.Logf("step %d: loss relative difference %.2g (tolerance %.2g), gradient norm %.2g (tolerance %.2g)",
-			k+1, relDiff(a.losses[k], b.losses[k]), lossTol, relDiff(a.norms[k], b.norms[k]), normTol)
+			k+1, charrnntest.RelDiff(a.losses[k], b.losses[k]), lossTol, charrnntest.RelDiff(a.norms[k], b.norms[k]), normTol)
 	}
-	// The same names and shapes (maxAbsDiff fails the test otherwise).
-	worst, where := maxAbsDiff(t, a.tensors, b.tensors)
+	// The same names and shapes (charrnntest.MaxAbsDiff fails the test otherwise).
+	worst, where := charrnntest.MaxAbsDiff(t, a.tensors, b.tensors)
 	diff := 0.0
 	for name, tn := range a.tensors {
-		av, bv := tn.float32s(t, name), b.tensors[name].float32s(t, name)
+		av, bv := tn.Float32s(t, name), b.tensors[name].Float32s(t, name)
 		for i := range av {
 			d := float64(av[i]) - float64(bv[i])
 			diff += d * d
@@ -200,16 +201,16 @@ func TestTrainResumeEquivalence(t *testing.T) {
 	if _, _, err := run(t, ctx, smallTrain(t, split, slices.Concat(flags, []string{"-steps", "3"})...)...); err != nil {
 		t.Fatal(err)
 	}
-	_, half := readSafetensors(t, split)
+	_, half := charrnntest.ReadSafetensors(t, split)
 	if got := trainerStep(t, half); got != 3 {
 		t.Fatalf("checkpoint after -steps 3 at step %d, want 3", got)
 	}
 	if _, _, err := run(t, ctx, smallTrain(t, split, slices.Concat(flags, []string{"-resume", split, "-steps", "6"})...)...); err != nil {
 		t.Fatal(err)
 	}
-	want, wantMeta := readSafetensors(t, straight)
-	got, gotMeta := readSafetensors(t, split)
-	if err := sameTensors(got, want); err != nil {
+	want, wantMeta := charrnntest.ReadSafetensors(t, straight)
+	got, gotMeta := charrnntest.ReadSafetensors(t, split)
+	if err := charrnntest.SameTensors(got, want); err != nil {
 		t.Errorf("resumed run vs straight run: %v", err)
 	}
 	for k, v := range wantMeta {
@@ -245,7 +246,7 @@ func TestTrainResumeErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	weights := filepath.Join(dir, "weights.safetensors")
-	saveWeights(t, torchCheckpoint("lstm"), weights, nil)
+	saveWeights(t, fixtures.TorchCheckpoint("lstm"), weights, nil)
 
 	for _, tc := range []struct {
 		name   string
@@ -259,7 +260,7 @@ func TestTrainResumeErrors(t *testing.T) {
 		{"other optimizer", []string{"-resume", ckpt, "-optimizer", "sgd"}, train.ErrMismatch, ""},
 		// SaveWeights's file and PyTorch's have no trainer state.
 		{"weights only", []string{"-resume", weights}, nil, "weights only"},
-		{"torch weights", []string{"-resume", torchCheckpoint("gru")}, nil, "weights only"},
+		{"torch weights", []string{"-resume", fixtures.TorchCheckpoint("gru")}, nil, "weights only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := smallTrain(t, ckpt, slices.Concat(flags, tc.extra, []string{"-steps", "4"})...)

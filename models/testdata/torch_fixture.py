@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Generate PyTorch reference fixtures for the charrnn example's tests.
+"""Generate PyTorch reference fixtures for the char-RNN's tests (package models,
+models.CharRNN; the charrnn example's tests read them too).
 
-What it writes, next to this script (examples/charrnn/testdata/):
+What it writes, next to this script (models/testdata/):
 
   corpus.txt                       ~6,000 bytes of ASCII prose, produced by this
                                    script (hand-written paragraphs plus sentences
@@ -37,7 +38,7 @@ step k uses window k of every stream.
 
 Run from the repository root:
 
-    OPENBLAS_CORETYPE=Haswell /usr/bin/python3 examples/charrnn/testdata/torch_fixture.py
+    OPENBLAS_CORETYPE=Haswell /usr/bin/python3 models/testdata/torch_fixture.py
 
 It is deterministic: it uses fixed seeds, no data-dependent randomness beyond
 torch.manual_seed, single-threaded CPU torch, and rerunning it reproduces the

@@ -1,4 +1,4 @@
-package charrnn_test
+package models_test
 
 import (
 	"context"
@@ -8,48 +8,50 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/charrnntest"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/loader"
+	"github.com/gocurrent/gocurrent/models"
 	"github.com/gocurrent/gocurrent/train"
 )
 
-// The depths D (see roundingBound) of the fixtures' model: embedding 8,
-// hidden 16, 2 layers, vocabulary 40; a training step holds 64 positions
-// (batch 2 × accum 2 × seq 16).
-//
-// Forward, one layer, one time step: the input product (8 or 16 terms)
-// and the recurrent one (16), the two biases and their sum (3), then ≲ 12
-// pointwise roundings (σ: exp, add, divide; tanh; c = f·c + i·g; tanh(c);
-// o·tanh(c); exp and tanh counted twice): ≲ 47. An error carried in the
-// state shrinks by the forget (GRU: update) gate, σ of a pre-activation
-// of about ±1 at these weights, ≤ 0.73, so the steps before count ≲
-// 1/(1 − 0.73) ≈ 4 times: ≲ 190 a layer, 380 for two, and the output
-// product (16 terms and the bias): fixtureForwardDepth = 400.
-//
-// Backward: the same paths transposed, with the products over the gates
-// (4H = 64 terms, GRU 48) and the vocabulary (40): per layer and step ≲
-// 64 + 64 + 15 pointwise, over the same ≲ 4 steps, ≲ 570 a layer, 1,140
-// for two; the weight-gradient sums over the step's 64 positions and the
-// accumulation of the two micro-batches (65); and the forward values they
-// use (400): fixtureDepth = 1,700 for a gradient element.
-const (
-	fixtureForwardDepth = 400
-	fixtureDepth        = 1700
-)
+// The tests run on the device internal/testdevice names (the CPU by
+// default, the CUDA device with GOCURRENT_TEST_DEVICE=cuda), and read
+// device memory only through the library's host paths (the checkpoint
+// writer, Params.Grad). What compares different arithmetic (PyTorch's
+// and the device's) derives its tolerance from float32 rounding
+// (charrnntest.RoundingBound). The Examples stay on the CPU: they are
+// documentation, with fixed output.
+
+// fixtures are the files testdata/torch_fixture.py writes.
+const fixtures = charrnntest.Fixtures("testdata")
 
 var cells = []string{"lstm", "gru"}
 
-// evalTolerance is the relative difference allowed between an evaluation
-// of PyTorch's initial weights for cell and PyTorch's loss: lossBound at
-// the fixture's forward depth, with the magnitudes of its weights (pre ≈
-// 6, logit ≈ 2.9, loss ≈ 3.7: about 1e-4). A wrong gate order, a state
-// not carried or a window dropped moves the loss by far more.
-func evalTolerance(t *testing.T, cell string, loss float64) float64 {
+// loadTorch loads PyTorch's initial char-RNN of cell on d, and the
+// fixture corpus in its vocabulary; both are closed when the test ends.
+func loadTorch(t *testing.T, d device.Device, cell string) (*models.CharRNN, *loader.Text) {
 	t.Helper()
-	init, _ := readSafetensors(t, torchCheckpoint(cell))
-	pre, logit := magnitudes(t, modelTensors(init), 0)
-	return lossBound(fixtureForwardDepth, pre, logit, loss)
+	m, _, err := models.LoadCharRNN(d, fixtures.TorchCheckpoint(cell))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("closing the model: %v", err)
+		}
+	})
+	corpus, err := loader.Open(fixtures.Corpus())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { corpus.Close() }) // the text reads it until the test ends
+	text, err := loader.Tokenize(context.Background(), corpus, loader.TokenizeConfig{Vocab: m.Vocab()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, text
 }
 
 // A checkpoint PyTorch wrote with the contract's names and metadata loads,
@@ -58,17 +60,23 @@ func evalTolerance(t *testing.T, cell string, loss float64) float64 {
 func TestEvalTorchCheckpoint(t *testing.T) {
 	for _, cell := range cells {
 		t.Run(cell, func(t *testing.T) {
-			rep := readReport(t, cell)
-			ev, err := charrnn.Eval(context.Background(), charrnn.EvalFlags{Checkpoint: torchCheckpoint(cell), Data: corpusPath,
-				Batch: rep.Eval.Batch, Seq: rep.Eval.Seq, Device: testdevice.Spec(t)}, discard(t))
+			rep := fixtures.Report(t, cell)
+			d := testdevice.Open(t)
+			m, text := loadTorch(t, d, cell)
+			data, err := loader.New(d, text, loader.Config{Batch: rep.Eval.Batch, Seq: rep.Eval.Seq})
 			if err != nil {
 				t.Fatal(err)
 			}
-			tol := evalTolerance(t, cell, rep.Eval.Loss)
-			if d := relDiff(ev.Loss, rep.Eval.Loss); !(d <= tol) {
+			defer data.Close()
+			ev, err := train.Evaluate(context.Background(), d, m, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tol := fixtures.EvalTolerance(t, cell, rep.Eval.Loss)
+			if d := charrnntest.RelDiff(ev.Loss, rep.Eval.Loss); !(d <= tol) {
 				t.Errorf("loss %.9g, want PyTorch's %.9g (relative difference %.2g > %.2g)", ev.Loss, rep.Eval.Loss, d, tol)
 			}
-			t.Logf("loss %.9g, PyTorch %.9g: relative difference %.2g (tolerance %.2g)", ev.Loss, rep.Eval.Loss, relDiff(ev.Loss, rep.Eval.Loss), tol)
+			t.Logf("loss %.9g, PyTorch %.9g: relative difference %.2g (tolerance %.2g)", ev.Loss, rep.Eval.Loss, charrnntest.RelDiff(ev.Loss, rep.Eval.Loss), tol)
 			// Every window of every stream, batch x seq tokens each.
 			if want := rep.Eval.Windows * int64(rep.Eval.Batch*rep.Eval.Seq); ev.Tokens != want {
 				t.Errorf("tokens %d, want %d (%d windows x batch %d x seq %d)", ev.Tokens, want, rep.Eval.Windows, rep.Eval.Batch, rep.Eval.Seq)
@@ -121,14 +129,14 @@ func adamBound(opt train.Optimizer, g, delta []float64) float64 {
 
 // Four Adam steps with gradient accumulation and norm clipping from
 // PyTorch's initial weights give PyTorch's losses, gradient norms and
-// weights, within what float32 rounding allows (see roundingBound; the
-// depths are counted at fixtureDepth), step by step:
+// weights, within what float32 rounding allows (see charrnntest.RoundingBound; the
+// depths are counted at charrnntest.Depth), step by step:
 //
 //   - The gradient. An element's terms (products of a back-propagated
-//     error and an activation) have magnitudes ≲ |g_i| + (pre+1)·rms_T:
+//     error and an activation) have charrnntest.Magnitudes ≲ |g_i| + (pre+1)·rms_T:
 //     its own size, or where they cancel, as much as the forward pass
-//     allows a value's terms (pre+1, see lossBound) times the typical
-//     element of its tensor T (rms_T). With ρ = roundingBound(fixtureDepth)
+//     allows a value's terms (pre+1, see charrnntest.LossBound) times the typical
+//     element of its tensor T (rms_T). With ρ = charrnntest.RoundingBound(charrnntest.Depth)
 //     ≈ 2e-5, g_i errs by ≲ ρ·(|g_i| + (pre+1)·rms_T), and the gradient
 //     norm by ≲ ρ·(pre+2) relative (Σ_T n_T·rms_T² = ‖g‖²). Each step
 //     before carries a weight difference of the same relative order into
@@ -143,7 +151,7 @@ func adamBound(opt train.Optimizer, g, delta []float64) float64 {
 //   - The weights: adamBound over the steps, plus each step's rounding of
 //     the weight itself on either side (≤ u·|w| each, |w| within k·lr·1.01
 //     of its final value).
-//   - The loss of step k: lossBound at the weights then (moved by ≤
+//   - The loss of step k: charrnntest.LossBound at the weights then (moved by ≤
 //     1.01·lr a step) plus the first-order effect of their difference,
 //     Σ_i |∂L_k/∂w_i|·(weight bound after k−1 steps), with ∂L_k/∂w_i the
 //     device's gradient of step k before clipping.
@@ -157,24 +165,11 @@ func TestTrainMatchesTorch(t *testing.T) {
 	ctx := context.Background()
 	for _, cell := range cells {
 		t.Run(cell, func(t *testing.T) {
-			rep := readReport(t, cell)
+			rep := fixtures.Report(t, cell)
 			d := testdevice.Open(t)
-			m, _, err := charrnn.Load(d, torchCheckpoint(cell))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
+			m, text := loadTorch(t, d, cell)
 			if got, want := m.Classes(), rep.VocabSize; got != want {
 				t.Fatalf("vocabulary of %d, want %d (torch_%s.json)", got, want, cell)
-			}
-			corpus, err := loader.Open(corpusPath)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer corpus.Close()
-			text, err := loader.Tokenize(ctx, corpus, loader.TokenizeConfig{Vocab: m.Vocab()})
-			if err != nil {
-				t.Fatal(err)
 			}
 			if text.Len() != rep.Tokens {
 				t.Fatalf("%d tokens, want %d (torch_%s.json)", text.Len(), rep.Tokens, cell)
@@ -198,7 +193,7 @@ func TestTrainMatchesTorch(t *testing.T) {
 				OnStep: func(p train.Progress) {
 					losses = append(losses, p.Loss)
 					norms = append(norms, p.GradNorm)
-					applied = append(applied, grads(t, m))
+					applied = append(applied, charrnntest.Grads(t, m.Groups()))
 				}})
 			if err != nil {
 				t.Fatal(err)
@@ -218,22 +213,22 @@ func TestTrainMatchesTorch(t *testing.T) {
 			if err := train.SaveWeights(path, d, m.Groups(), m.Metadata()); err != nil {
 				t.Fatal(err)
 			}
-			got, _ := readSafetensors(t, path)
-			want, _ := readSafetensors(t, torchTrained(cell))
-			init, _ := readSafetensors(t, torchCheckpoint(cell))
-			// The same names and shapes (maxAbsDiff fails the test
+			got, _ := charrnntest.ReadSafetensors(t, path)
+			want, _ := charrnntest.ReadSafetensors(t, fixtures.TorchTrained(cell))
+			init, _ := charrnntest.ReadSafetensors(t, fixtures.TorchCheckpoint(cell))
+			// The same names and shapes (charrnntest.MaxAbsDiff fails the test
 			// otherwise); each element's bound comes below.
-			diff, where := maxAbsDiff(t, got, want)
+			diff, where := charrnntest.MaxAbsDiff(t, got, want)
 			t.Logf("weights: largest absolute difference %.2g (%s)", diff, where)
 
-			rho := roundingBound(fixtureDepth)
+			rho := charrnntest.RoundingBound(charrnntest.Depth)
 			// Adam moves a weight by ≤ lr·max|u| ≤ 1.01·lr a step (see
-			// adamBound): the magnitudes at step k+1 allow for k steps.
+			// adamBound): the charrnntest.Magnitudes at step k+1 allow for k steps.
 			move := func(k int) float64 { return 1.01 * opt.LR * float64(k) }
 			pre, logit := make([]float64, steps), make([]float64, steps)
 			normTol := make([]float64, steps)
 			for k := range steps {
-				pre[k], logit[k] = magnitudes(t, modelTensors(init), move(k))
+				pre[k], logit[k] = charrnntest.Magnitudes(t, charrnntest.ModelTensors(init), move(k))
 				normTol[k] = float64(k+1) * rho * (pre[k] + 2)
 			}
 			// delta[name][i][j]: how far element i's applied gradient of
@@ -290,24 +285,24 @@ func TestTrainMatchesTorch(t *testing.T) {
 			for k := range steps {
 				// The loss: rounding at the weights of step k, and the
 				// first-order effect of their difference.
-				tol := lossBound(fixtureForwardDepth, pre[k], logit[k], rep.Train.Losses[k])
+				tol := charrnntest.LossBound(charrnntest.ForwardDepth, pre[k], logit[k], rep.Train.Losses[k])
 				if k > 0 {
 					coef := min(1, rep.Train.Clip/(norms[k]+1e-6))
 					effect := 0.0
 					for _, name := range names {
-						w := want[name].float32s(t, name)
+						w := want[name].Float32s(t, name)
 						for i, x := range applied[k][name] {
 							effect += math.Abs(x/coef) * weightBound(name, i, k, float64(w[i]))
 						}
 					}
 					tol += effect / rep.Train.Losses[k]
 				}
-				if d := relDiff(losses[k], rep.Train.Losses[k]); !(d <= tol) {
+				if d := charrnntest.RelDiff(losses[k], rep.Train.Losses[k]); !(d <= tol) {
 					t.Errorf("step %d: loss %.9g, want PyTorch's %.9g (relative difference %.2g > %.2g)", k+1, losses[k], rep.Train.Losses[k], d, tol)
 				} else {
 					t.Logf("step %d: loss relative difference %.2g (tolerance %.2g)", k+1, d, tol)
 				}
-				if d := relDiff(norms[k], rep.Train.GradNorms[k]); !(d <= normTol[k]) {
+				if d := charrnntest.RelDiff(norms[k], rep.Train.GradNorms[k]); !(d <= normTol[k]) {
 					t.Errorf("step %d: gradient norm %.9g, want PyTorch's %.9g (relative difference %.2g > %.2g)", k+1, norms[k], rep.Train.GradNorms[k], d, normTol[k])
 				} else {
 					t.Logf("step %d: gradient norm relative difference %.2g (tolerance %.2g)", k+1, d, normTol[k])
@@ -321,7 +316,7 @@ func TestTrainMatchesTorch(t *testing.T) {
 				if !slices.Equal(g.Shape, w.Shape) {
 					t.Fatalf("tensor %s: shape %v, want %v", name, g.Shape, w.Shape)
 				}
-				gv, wv := g.float32s(t, name), w.float32s(t, name)
+				gv, wv := g.Float32s(t, name), w.Float32s(t, name)
 				if len(gv) != len(applied[0][name]) {
 					t.Fatalf("tensor %s: %d values, %d gradients", name, len(gv), len(applied[0][name]))
 				}

@@ -1,0 +1,273 @@
+package models
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/loader"
+	"github.com/gocurrent/gocurrent/rnn"
+	"github.com/gocurrent/gocurrent/train"
+)
+
+// CharRNNFormat is the "format" metadata of a char-RNN checkpoint.
+const CharRNNFormat = "gocurrent.charrnn/1"
+
+// CharRNNConfig is the char-RNN's shape: PyTorch's nn.Embedding(V, Embed)
+// -> nn.LSTM or nn.GRU(Embed, Hidden, Layers, dropout=Dropout) ->
+// nn.Linear(Hidden, V), V the vocabulary's size. Its JSON is the
+// checkpoint's "config" metadata. There are no defaults: every field is
+// set, as the checkpoint records it.
+type CharRNNConfig struct {
+	// Cell is "lstm" or "gru".
+	Cell string `json:"cell"`
+	// Embed is the embedding's width, the recurrent stack's input size.
+	Embed int `json:"embed"`
+	// Hidden is the hidden size of every recurrent layer.
+	Hidden int `json:"hidden"`
+	// Layers is the number of recurrent layers.
+	Layers int `json:"layers"`
+	// Dropout, in [0, 1), drops the outputs of every recurrent layer but
+	// the last during training, as PyTorch's dropout argument does.
+	Dropout float64 `json:"dropout"`
+}
+
+func (c CharRNNConfig) validate() error {
+	switch {
+	case c.Cell != "lstm" && c.Cell != "gru":
+		return fmt.Errorf("models: char-RNN cell %q, want lstm or gru", c.Cell)
+	case c.Embed <= 0 || c.Hidden <= 0 || c.Layers <= 0:
+		return fmt.Errorf("models: char-RNN embed %d, hidden %d, layers %d; each must be > 0", c.Embed, c.Hidden, c.Layers)
+	case !(c.Dropout >= 0 && c.Dropout < 1):
+		return fmt.Errorf("models: char-RNN dropout %v, want [0, 1)", c.Dropout)
+	}
+	return nil
+}
+
+// recurrent is what rnn.LSTM and rnn.GRU share.
+type recurrent interface {
+	Forward(mode rnn.Mode, x device.Buffer, seq, batch int, st *rnn.State) (device.Buffer, error)
+	Backward(dy device.Buffer) (device.Buffer, error)
+	NewState(batch int) (*rnn.State, error)
+	Params() *rnn.Params
+	DropoutState() (seed, offset uint64)
+	SetDropoutState(seed, offset uint64)
+	Close() error
+}
+
+// newRecurrent builds the stack cell names. On error it returns a nil
+// interface: a nil *rnn.LSTM in a recurrent would be a non-nil interface
+// whose Close dereferences nil.
+func newRecurrent(d device.Device, cell string, c rnn.Config) (recurrent, error) {
+	if cell == "gru" {
+		g, err := rnn.NewGRU(d, c)
+		if err != nil {
+			return nil, err
+		}
+		return g, nil
+	}
+	l, err := rnn.NewLSTM(d, c)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// CharRNN is the character-level language model: a train.Model (and
+// train.RandomModel, for its dropout) over a character vocabulary. Its
+// parameter groups are "emb", "rnn" and "out", so its checkpoint tensors
+// carry PyTorch's names. It is not safe for concurrent use.
+type CharRNN struct {
+	cfg   CharRNNConfig
+	vocab *loader.Vocab
+	emb   *rnn.Embedding
+	rnn   recurrent
+	out   *rnn.Linear
+}
+
+var _ train.RandomModel = (*CharRNN)(nil)
+
+// NewCharRNN builds a float32 char-RNN on d for vocab, its parameters
+// drawn with PyTorch's initialisation from seed. An invalid cfg, an empty
+// vocabulary or a layer the device cannot hold (an error wrapping
+// alloc.ErrOutOfMemory) is an error, and what was built is freed.
+func NewCharRNN(d device.Device, cfg CharRNNConfig, vocab *loader.Vocab, seed uint64) (_ *CharRNN, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if vocab == nil || vocab.Len() == 0 {
+		return nil, errors.New("models: char-RNN of an empty vocabulary")
+	}
+	m := &CharRNN{cfg: cfg, vocab: vocab}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, m.Close())
+		}
+	}()
+	// Three seeds from one, so the layers do not draw the same numbers.
+	if m.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: vocab.Len(), Dim: cfg.Embed, Seed: seed*3 + 1}); err != nil {
+		return nil, fmt.Errorf("models: char-RNN embedding: %w", err)
+	}
+	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout, Seed: seed*3 + 2}
+	if m.rnn, err = newRecurrent(d, cfg.Cell, rc); err != nil {
+		return nil, fmt.Errorf("models: char-RNN %s stack: %w", strings.ToUpper(cfg.Cell), err)
+	}
+	if m.out, err = rnn.NewLinear(d, rnn.LinearConfig{In: cfg.Hidden, Out: vocab.Len(), Seed: seed*3 + 3}); err != nil {
+		return nil, fmt.Errorf("models: char-RNN output layer: %w", err)
+	}
+	return m, nil
+}
+
+// Config is the model's shape.
+func (m *CharRNN) Config() CharRNNConfig { return m.cfg }
+
+// Vocab is the model's vocabulary.
+func (m *CharRNN) Vocab() *loader.Vocab { return m.vocab }
+
+// Groups implements train.Model: "emb", "rnn", "out".
+func (m *CharRNN) Groups() []train.Group {
+	return []train.Group{{Name: "emb", Params: m.emb.Params()}, {Name: "rnn", Params: m.rnn.Params()}, {Name: "out", Params: m.out.Params()}}
+}
+
+// Classes implements train.Model: the vocabulary's size.
+func (m *CharRNN) Classes() int { return m.vocab.Len() }
+
+// NewState implements train.Model: h (and c) of every layer.
+func (m *CharRNN) NewState(rows int) (train.State, error) {
+	s, err := m.rnn.NewState(rows)
+	if err != nil {
+		return nil, err
+	}
+	return train.RecurrentState{State: s}, nil
+}
+
+// Forward implements train.Model.
+func (m *CharRNN) Forward(mode rnn.Mode, ids device.Buffer, seq, rows int, st train.State) (device.Buffer, error) {
+	var rs *rnn.State
+	if st != nil {
+		r, ok := st.(train.RecurrentState)
+		if !ok {
+			return device.Buffer{}, fmt.Errorf("models: char-RNN state of type %T, not one NewState made", st)
+		}
+		rs = r.State
+	}
+	n := seq * rows
+	x, err := m.emb.Forward(mode, ids, n)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	y, err := m.rnn.Forward(mode, x, seq, rows, rs)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	return m.out.Forward(mode, y, n)
+}
+
+// Backward implements train.Model.
+func (m *CharRNN) Backward(dLogits device.Buffer) error {
+	dy, err := m.out.Backward(dLogits)
+	if err != nil {
+		return err
+	}
+	dx, err := m.rnn.Backward(dy)
+	if err != nil {
+		return err
+	}
+	return m.emb.Backward(dx)
+}
+
+// RandomState implements train.RandomModel: the seed and offset of the
+// dropout masks.
+func (m *CharRNN) RandomState() []uint64 {
+	seed, off := m.rnn.DropoutState()
+	return []uint64{seed, off}
+}
+
+// SetRandomState implements train.RandomModel.
+func (m *CharRNN) SetRandomState(v []uint64) error {
+	if len(v) != 2 {
+		return fmt.Errorf("models: char-RNN random state of %d numbers, want 2 (seed, offset)", len(v))
+	}
+	m.rnn.SetDropoutState(v[0], v[1])
+	return nil
+}
+
+// Metadata is the checkpoint metadata that describes the model: format,
+// config and vocabulary. Pass it to train.Config.Metadata or
+// train.SaveWeights so that LoadCharRNN can rebuild the model.
+func (m *CharRNN) Metadata() map[string]string {
+	cfg, _ := json.Marshal(m.cfg)
+	vocab, _ := json.Marshal(m.vocab.Strings())
+	return map[string]string{"format": CharRNNFormat, "config": string(cfg), "vocab": string(vocab)}
+}
+
+// Close frees the model's device memory. The model must not be used
+// afterwards.
+func (m *CharRNN) Close() error {
+	var errs []error
+	if m.emb != nil {
+		errs = append(errs, m.emb.Close())
+	}
+	if m.rnn != nil {
+		errs = append(errs, m.rnn.Close())
+	}
+	if m.out != nil {
+		errs = append(errs, m.out.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// LoadCharRNN builds the char-RNN a checkpoint describes (its format,
+// config and vocab metadata) on d and loads its weights; the file may
+// come from PyTorch (see the package documentation). The checkpoint is
+// returned for a caller that resumes training from it (train.Trainer's
+// Resume). Metadata that is missing, of another format or inconsistent
+// is an error wrapping train.ErrMismatch; a damaged file, one wrapping
+// train.ErrCorrupt.
+func LoadCharRNN(d device.Device, path string) (*CharRNN, *train.Checkpoint, error) {
+	ck, err := train.ReadCheckpoint(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, vocab, err := describeCharRNN(ck)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := NewCharRNN(d, cfg, vocab, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("models: %s: %w", path, err)
+	}
+	if err := ck.LoadWeights(d, m.Groups()); err != nil {
+		return nil, nil, errors.Join(err, m.Close())
+	}
+	return m, ck, nil
+}
+
+// describeCharRNN reads a checkpoint's model metadata.
+func describeCharRNN(ck *train.Checkpoint) (CharRNNConfig, *loader.Vocab, error) {
+	meta := ck.Metadata()
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("models: %s: %w: %s", ck.Path(), train.ErrMismatch, fmt.Sprintf(format, args...))
+	}
+	var cfg CharRNNConfig
+	if f := meta["format"]; f != CharRNNFormat {
+		return cfg, nil, bad("format %q, want %q", f, CharRNNFormat)
+	}
+	if err := json.Unmarshal([]byte(meta["config"]), &cfg); err != nil {
+		return cfg, nil, bad("config metadata: %v", err)
+	}
+	if err := cfg.validate(); err != nil {
+		return cfg, nil, bad("%v", err)
+	}
+	var chars []string
+	if err := json.Unmarshal([]byte(meta["vocab"]), &chars); err != nil {
+		return cfg, nil, bad("vocab metadata: %v", err)
+	}
+	vocab, err := loader.NewVocab(chars)
+	if err != nil {
+		return cfg, nil, bad("%v", err)
+	}
+	return cfg, vocab, nil
+}

@@ -1,0 +1,87 @@
+// Package models holds ready-made models: train.Models assembled from the
+// layers of package rnn, each with a checkpoint format of its own, for a
+// program or service that wants to train or run a known architecture
+// without wiring layers together. Today it holds the character-level
+// language model, CharRNN; sequence taggers and classifiers will join it.
+// A model is built on any device.Device (package devices opens one by
+// name) and trained by train.Trainer like any other train.Model.
+//
+// # The char-RNN
+//
+// A CharRNN reads text one character at a time and predicts the next one.
+// A character is a token id, its index in a loader.Vocab (loader.Tokenize
+// makes one from a corpus: its distinct characters sorted by code point).
+// Windows of ids go through three layers, PyTorch's
+//
+//	emb = nn.Embedding(V, E)           # V: vocabulary, E: CharRNNConfig.Embed
+//	rnn = nn.LSTM(E, H, L, dropout=p)  # or nn.GRU; H: Hidden, L: Layers, p: Dropout
+//	out = nn.Linear(H, V)              # logits of the next character
+//
+// and training minimises the softmax cross-entropy of the logits against
+// the character that follows each one. The recurrent state (h, and c for
+// an LSTM) is carried from one window to the next and detached between
+// them: truncated backpropagation through time (train runs it). Sampling
+// (train.Sample) feeds each drawn character back in; evaluation
+// (train.Evaluate) gives the loss in nats and bits per character.
+//
+//	m, err := models.NewCharRNN(d, models.CharRNNConfig{Cell: "lstm", Embed: 64, Hidden: 256, Layers: 2}, text.Vocab(), 1)
+//	...
+//	tr, err := train.New(d, m, batches, train.Config{Optimizer: opt, Steps: 1000,
+//		Checkpoint: "run.safetensors", Metadata: m.Metadata()})
+//
+// # Checkpoints
+//
+// A char-RNN checkpoint is one safetensors file whose F32 tensors carry
+// the names and shapes of the PyTorch module above (G = 4 gates for an
+// LSTM, in the order i, f, g, o; G = 3 for a GRU, r, z, n; k the layer):
+//
+//	emb.weight          [V, E]
+//	rnn.weight_ih_l{k}  [G·H, E] for k = 0, [G·H, H] above
+//	rnn.weight_hh_l{k}  [G·H, H]
+//	rnn.bias_ih_l{k}    [G·H]
+//	rnn.bias_hh_l{k}    [G·H]
+//	out.weight          [V, H]
+//	out.bias            [V]
+//
+// Its __metadata__ (CharRNN.Metadata) holds "format": CharRNNFormat
+// ("gocurrent.charrnn/1"), "config": the CharRNNConfig as JSON
+// ({"cell":"lstm","embed":64,"hidden":256,"layers":2,"dropout":0}), and
+// "vocab": the vocabulary as a JSON array of one-character strings, index
+// = token id. A training checkpoint written by train.Trainer adds the
+// optimizer's and trainer's state, tensors under an "optim." prefix and a
+// "trainer" metadata key; LoadCharRNN reads the model's part and returns
+// the checkpoint for train.Trainer.Resume. train.SaveWeights writes the
+// model's part alone.
+//
+// # Models from PyTorch, and to it
+//
+// LoadCharRNN loads a file PyTorch wrote with these names and metadata, for
+// example
+//
+//	from safetensors.torch import save_file
+//	save_file(model.state_dict(), "charrnn.safetensors", metadata={
+//	    "format": "gocurrent.charrnn/1",
+//	    "config": json.dumps({"cell": "lstm", "embed": 64, "hidden": 256, "layers": 2, "dropout": 0}),
+//	    "vocab": json.dumps(vocab),  # the characters, index = token id
+//	})
+//
+// and PyTorch loads ours with safetensors.torch.load_file and
+// load_state_dict, after dropping the "optim." tensors of a training
+// checkpoint. testdata/torch_fixture.py writes such files (without the
+// safetensors package) and records PyTorch's losses, gradient norms and
+// trained weights, which this package's tests match.
+//
+// # Errors
+//
+// NewCharRNN returns an error for an invalid CharRNNConfig or an empty
+// vocabulary, and one wrapping alloc.ErrOutOfMemory when the device cannot
+// hold a layer; what it had built is freed. LoadCharRNN's errors wrap
+// fs.ErrNotExist for a missing file, train.ErrCorrupt for a damaged one and
+// train.ErrMismatch for metadata of another format or tensors that do not
+// fit the configuration.
+//
+// # Concurrency
+//
+// A model is used by one goroutine at a time, as train.Trainer uses it;
+// Close it when done to free its device memory.
+package models
