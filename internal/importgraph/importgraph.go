@@ -6,7 +6,8 @@
 // devices, which opens a device by name, is the one library package that
 // imports both device/cpu and cuda; only devices, examples, internal
 // helpers and tests import cuda, and nothing but examples imports
-// examples.
+// examples. Only the devices (device/..., cuda) import device/driver, the
+// implementer side of the seam.
 package importgraph
 
 import (
@@ -42,6 +43,15 @@ var allowed = map[string][]string{
 // device and devices, to run the same tests on a GPU, and the shared test
 // helpers.
 var testAllowed = []string{"cuda", "devices", "internal"}
+
+// implementers are the only trees that may import device/driver, the
+// implementer side of the device seam (NewBuffer, the Free, Upload and copy
+// prologues): the devices themselves. Layers, loader, trainer and models
+// see device only.
+var implementers = []string{"device", "cuda"}
+
+// driverPath is the implementer package, relative to the module root.
+const driverPath = "device/driver"
 
 // Import is one import of one file.
 type Import struct {
@@ -114,7 +124,12 @@ func Check(imports []Import) []Violation {
 		if im.Path != Module && !strings.HasPrefix(im.Path, Module+"/") {
 			continue
 		}
-		to := tree(strings.TrimPrefix(strings.TrimPrefix(im.Path, Module), "/"))
+		rel := strings.TrimPrefix(strings.TrimPrefix(im.Path, Module), "/")
+		if (rel == driverPath || strings.HasPrefix(rel, driverPath+"/")) && !slices.Contains(implementers, from) {
+			out = append(out, Violation{im, fmt.Sprintf("%s is for device implementations (%v); consumers use device", driverPath, implementers)})
+			continue
+		}
+		to := tree(rel)
 		if to == from {
 			continue
 		}
