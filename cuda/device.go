@@ -25,7 +25,7 @@ type Info struct {
 	DriverVersion     int   // e.g. 12080 for CUDA 12.8
 	BLASVersion       int   // e.g. 120804 for cuBLAS 12.8.4
 	BLASLibrary       string
-	PTX               string // the PTX architecture loaded, e.g. "compute_90"
+	PTX               string // the PTX architecture loaded: "compute_80"
 	TF32              bool
 }
 

@@ -68,11 +68,11 @@
 //
 // The kernels are CUDA C in cuda/kernels/*.cu, with the calling
 // convention in cuda/kernels/ABI.md. `go generate ./cuda` compiles each
-// to PTX for compute_80 and compute_90 with nvcc (the Debian package
+// to PTX for compute_80 with nvcc (the Debian package
 // nvidia-cuda-toolkit, from non-free, gives nvcc 11.8); the PTX is
 // committed and embedded, each file records the SHA-256 of its sources,
 // and a test fails when a source changed without regenerating. The driver
-// JIT-compiles the newest PTX the GPU supports at Open.
+// JIT-compiles it for the GPU at Open (Ampere, Ada, Hopper).
 //
 // The kernels' logic is tested on machines without a GPU twice over, on
 // the CPU: TestEmulatedConformance runs the whole conformance suite on

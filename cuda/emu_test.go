@@ -65,7 +65,7 @@ func TestEmulatedDriver(t *testing.T) {
 		want := Info{
 			Name: "gocurrent CUDA emulator (CPU)", ComputeCapability: [2]int{9, 0}, Multiprocessors: 132,
 			TotalMemory: 4 << 30, DriverVersion: 13000, BLASVersion: 130000, BLASLibrary: info.BLASLibrary,
-			PTX: "compute_90",
+			PTX: "compute_80",
 		}
 		if info != want {
 			t.Errorf("Info() = %+v, want %+v", info, want)

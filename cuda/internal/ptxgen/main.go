@@ -21,10 +21,11 @@ import (
 	"strings"
 )
 
-// archs are the virtual architectures PTX is generated for: Ampere
-// (compute_80, also JIT-compiled for Ada) and Hopper (compute_90). The
-// device loads the newest one its GPU supports.
-var archs = []string{"compute_80", "compute_90"}
+// archs are the virtual architectures PTX is generated for: Ampere's
+// compute_80, which the driver JIT-compiles for Ampere, Ada and Hopper
+// (cuda/ptx.go's ptxArchs says why there is one). The device loads the
+// newest one its GPU supports.
+var archs = []string{"compute_80"}
 
 func main() {
 	nvcc := flag.String("nvcc", "nvcc", "the CUDA compiler")
