@@ -22,7 +22,10 @@
 // one after another, the threads of a block as fibers switched at every
 // __syncthreads and warp shuffle, so barriers and shuffles behave as on a
 // GPU for kernels whose barriers are block-uniform and shuffles
-// warp-uniform. The driver and cuBLAS (driver.cc.in) are one device named
+// warp-uniform. Each fiber runs until its next barrier, in thread order,
+// and shared memory starts as 0xff bytes, so a missing barrier shows as a
+// read of poison or of a slot not yet updated: TestMissingBarrier deletes
+// each barrier of cuda/kernels in turn and checks the emulator catches it. The driver and cuBLAS (driver.cc.in) are one device named
 // "gocurrent CUDA emulator (CPU)" (so a test can tell it from a GPU), of
 // compute capability 9.0, whose memory is host memory with a capacity of
 // GOCURRENT_EMU_MEMORY bytes (read at each cuInit; 4 GiB by default).

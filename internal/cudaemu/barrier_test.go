@@ -1,0 +1,194 @@
+//go:build cgo
+
+package cudaemu
+
+import (
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// TestMissingBarrier shows that the emulator catches a missing
+// __syncthreads in the real kernels: for every barrier in cuda/kernels, it
+// builds an emulator from the kernel sources with that one barrier deleted
+// and runs a kernel that depends on it. The kernel's result must be right
+// over the real sources and wrong over the mutated ones. What makes it
+// wrong is how the emulator runs a block: its threads are fibers that each
+// run until the next barrier, in thread order, and shared memory starts as
+// 0xff bytes (NaN as a double, -1 as an int), so a thread that reads a
+// neighbour's slot before a barrier guarantees it was written reads the
+// poison or a stale value.
+func TestMissingBarrier(t *testing.T) {
+	real := lib(t)
+	kernels, err := kernelSources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		file string
+		nth  int // which __syncthreads in file, from 0
+		run  func(l *Lib) (got, want []float64, err error)
+	}{
+		{"common.cuh", 0, sumSquares},   // gc_block_sum256: slots written before the tree reads them
+		{"common.cuh", 1, sumSquares},   // gc_block_sum256: a tree level finished before the next
+		{"reduce.cu", 0, sumRows},       // sum_rows: partial column sums written before row 0 adds them
+		{"nn.cu", 0, embeddingGradScan}, // embedding_grad_scan: the id tile loaded before it is read
+		{"nn.cu", 1, embeddingGradScan}, // embedding_grad_scan: the tile read before the next load
+	}
+	// Every barrier of the kernels is in the table: a new one needs a case.
+	count := 0
+	for _, f := range kernels {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		count += strings.Count(string(b), "__syncthreads();")
+	}
+	if count != len(cases) {
+		t.Errorf("cuda/kernels has %d barriers, the table %d: add a case for each", count, len(cases))
+	}
+	for _, c := range cases {
+		t.Run(c.file+"#"+string(rune('0'+c.nth)), func(t *testing.T) {
+			t.Parallel()
+			got, want, err := c.run(real)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equal(got, want) {
+				t.Fatalf("over the real kernels: got %v, want %v", got[:min(4, len(got))], want[:min(4, len(want))])
+			}
+			dir := t.TempDir()
+			if err := copyWithout(kernels, dir, c.file, c.nth); err != nil {
+				t.Fatal(err)
+			}
+			mutated, err := Build(dir, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, want, err = c.run(mutated)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if equal(got, want) {
+				t.Errorf("with barrier %d of %s deleted the kernel still gave the right result: the emulator missed it", c.nth, c.file)
+			}
+		})
+	}
+}
+
+// kernelSources are the .cu and .cuh files of cuda/kernels.
+func kernelSources() ([]string, error) {
+	dir, err := selfDir()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, pat := range []string{"*.cu", "*.cuh"} {
+		m, err := filepath.Glob(filepath.Join(dir, "..", "..", "cuda", "kernels", pat))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m...)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no kernel sources in cuda/kernels")
+	}
+	return out, nil
+}
+
+// copyWithout copies the sources into dir, deleting the nth barrier of
+// the file named name (a comment keeps the line numbers).
+func copyWithout(sources []string, dir, name string, nth int) error {
+	found := false
+	for _, src := range sources {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		s := string(b)
+		if filepath.Base(src) == name {
+			parts := strings.Split(s, "__syncthreads();")
+			if nth+1 >= len(parts) {
+				return errors.New(name + " has fewer barriers than the case says")
+			}
+			s = strings.Join(parts[:nth+1], "__syncthreads();") + "/* barrier deleted */" + strings.Join(parts[nth+1:], "__syncthreads();")
+			found = true
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(src)), []byte(s), 0o644); err != nil {
+			return err
+		}
+	}
+	if !found {
+		return errors.New("no kernel source " + name)
+	}
+	return nil
+}
+
+func equal(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] { // NaN included: never equal
+			return false
+		}
+	}
+	return true
+}
+
+func ptr[T any](s []T) uint64 { return uint64(uintptr(unsafe.Pointer(&s[0]))) }
+
+// sumSquares runs gc_sum_squares_partial_f64 as one block of 256 threads
+// over 256 values; its block sum is exact (integers).
+func sumSquares(l *Lib) (got, want []float64, err error) {
+	x := make([]float64, 256)
+	var total float64
+	for i := range x {
+		x[i] = float64(i%7 + 1)
+		total += x[i] * x[i]
+	}
+	partials := []float64{math.NaN()}
+	err = l.Launch("gc_sum_squares_partial_f64", [3]uint32{1, 1, 1}, [3]uint32{256, 1, 1},
+		[]uint64{ptr(x), uint64(len(x)), ptr(partials)})
+	return partials, []float64{total}, err
+}
+
+// sumRows runs gc_sum_rows_f64 (block 32x8) over 16 rows of 32 columns.
+func sumRows(l *Lib) (got, want []float64, err error) {
+	const rows, cols = 16, 32
+	x := make([]float64, rows*cols)
+	want = make([]float64, cols)
+	for i := range x {
+		x[i] = float64(i%5 + 1)
+		want[i%cols] += x[i]
+	}
+	got = make([]float64, cols)
+	err = l.Launch("gc_sum_rows_f64", [3]uint32{1, 1, 1}, [3]uint32{32, 8, 1},
+		[]uint64{ptr(x), ptr(got), rows, cols, 0})
+	return got, want, err
+}
+
+// embeddingGradScan runs gc_embedding_grad_scan_f64 as cuda/launch.go
+// does (blocks of 128 columns, one block row per vocabulary entry) over
+// 2,500 ids, more than two tiles of 1,024, so a tile is reloaded.
+func embeddingGradScan(l *Lib) (got, want []float64, err error) {
+	const n, dim, vocab = 2500, 128, 3
+	ids := make([]int32, n)
+	dout := make([]float64, n*dim)
+	want = make([]float64, vocab*dim)
+	for i := range ids {
+		ids[i] = int32((i*7 + i/1000) % vocab)
+		for d := range dim {
+			dout[i*dim+d] = float64((i + d) % 3)
+			want[int(ids[i])*dim+d] += dout[i*dim+d]
+		}
+	}
+	got = make([]float64, vocab*dim)
+	err = l.Launch("gc_embedding_grad_scan_f64", [3]uint32{1, vocab, 1}, [3]uint32{128, 1, 1},
+		[]uint64{ptr(ids), ptr(dout), ptr(got), n, dim, vocab})
+	return got, want, err
+}
