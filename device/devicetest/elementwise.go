@@ -58,7 +58,13 @@ func testSumRows(t *testing.T, open opener) {
 							mag[j] += math.Abs(x[i*cols+j])
 						}
 					}
-					checkClose(e.t, "Out", e.get("Out", vO), want, mag, SumTolerance(e.dt, rows+1))
+					got := e.get("Out", vO)
+					checkClose(e.t, "Out", got, want, mag, SumTolerance(e.dt, rows+1))
+					// The sum is deterministic: the same call gives the
+					// same bits.
+					v2 := e.vec(out)
+					e.launch(device.SumRows{DType: e.dt, Rows: rows, Cols: cols, X: vX.buf, Out: v2.buf, Accumulate: acc})
+					checkExact(e.t, "Out of a second, identical call", e.get("Out", v2), got)
 				})
 			}
 		}
@@ -101,6 +107,16 @@ func testFill(t *testing.T, open opener) {
 				e.launch(device.Fill{DType: dt, N: 0, Value: value})
 				e.sync()
 			})
+			if dt == device.Int32 {
+				// Converted as Go converts a float64: toward zero.
+				for _, v := range []float64{3.9, -2.7, -0.5, 1e3} {
+					e.run(fmt.Sprintf("Value=%v", v), func(e *env) {
+						x := e.vecOf(dt, constant(1000, 3))
+						e.launch(device.Fill{DType: dt, N: 1000, X: x.buf, Value: v})
+						checkExact(e.t, "X", e.get("X", x), constant(1000, float64(int32(v))))
+					})
+				}
+			}
 		})
 	}
 }
@@ -202,6 +218,8 @@ func testAxpby(t *testing.T, open opener) {
 			{"Beta0NaN", 17, -1.5, 0, true, false},
 			{"Alpha0", 17, 0, 3, false, false},
 			{"YIsX", 17, 0.75, 0.5, false, true},
+			{"YIsX/Beta0", 1001, 2, 0, false, true},
+			{"NaNY", 17, 2, 1, true, false}, // Beta ≠ 0 reads Y: NaNs propagate
 			{"Big", 1<<20 + 1, 0.3, 0.9, false, false},
 			{"Big/Beta0NaN", 1<<20 + 1, 0.3, 0, true, false},
 		}
@@ -211,6 +229,10 @@ func testAxpby(t *testing.T, open opener) {
 				y := e.uniform(c.n, -2, 2)
 				if c.nanY {
 					y = nans(c.n)
+				}
+				if c.nanY && c.beta != 0 {
+					y = e.uniform(c.n, -2, 2)
+					y[3] = math.NaN()
 				}
 				if c.aliased {
 					y = x
@@ -253,6 +275,7 @@ func testMul(t *testing.T, open opener) {
 				}
 				e.run(name, func(e *env) {
 					x, y := e.uniform(n, -2, 2), e.uniform(n, -2, 2)
+					x[n/2] = math.NaN() // NaN·y is NaN
 					vX, vY := e.vec(x), e.vec(y)
 					var vZ vec
 					switch alias {
@@ -344,7 +367,12 @@ func testSumSquares(t *testing.T, open opener) {
 						want += v * v
 					}
 					// All terms are non-negative: the magnitude is the sum.
-					checkScalar(e.t, "Out", e.get("Out", vO)[0], want, want, SumTolerance(e.dt, n+1))
+					got := e.get("Out", vO)
+					checkScalar(e.t, "Out", got[0], want, want, SumTolerance(e.dt, n+1))
+					// Deterministic: the same call gives the same bits.
+					v2 := e.vec([]float64{out0})
+					e.launch(device.SumSquares{DType: e.dt, N: n, X: vX.buf, Out: v2.buf, Accumulate: acc})
+					checkExact(e.t, "Out of a second, identical call", e.get("Out", v2), got)
 				})
 			}
 		}
