@@ -58,16 +58,15 @@ func testSumRows(t *testing.T, open opener) {
 							mag[j] += math.Abs(x[i*cols+j])
 						}
 					}
-					got := e.get("Out", vO)
-					checkClose(e.t, "Out", got, want, mag, SumTolerance(e.dt, rows+1))
-					// The sum is deterministic: the same call gives the
-					// same bits.
-					v2 := e.vec(out)
-					e.launch(device.SumRows{DType: e.dt, Rows: rows, Cols: cols, X: vX.buf, Out: v2.buf, Accumulate: acc})
-					checkExact(e.t, "Out of a second, identical call", e.get("Out", v2), got)
+					checkClose(e.t, "Out", e.get("Out", vO), want, mag, SumTolerance(e.dt, rows+1))
 				})
 			}
 		}
+		e.run("Deterministic", func(e *env) {
+			const rows, cols = 1000, 300
+			vX := e.vec(e.uniform(rows*cols, -1, 1))
+			e.checkDeterministic(device.SumRows{DType: e.dt, Rows: rows, Cols: cols, X: vX.buf, Accumulate: true}, e.uniform(cols, -1, 1))
+		})
 	})
 }
 
@@ -367,15 +366,16 @@ func testSumSquares(t *testing.T, open opener) {
 						want += v * v
 					}
 					// All terms are non-negative: the magnitude is the sum.
-					got := e.get("Out", vO)
-					checkScalar(e.t, "Out", got[0], want, want, SumTolerance(e.dt, n+1))
-					// Deterministic: the same call gives the same bits.
-					v2 := e.vec([]float64{out0})
-					e.launch(device.SumSquares{DType: e.dt, N: n, X: vX.buf, Out: v2.buf, Accumulate: acc})
-					checkExact(e.t, "Out of a second, identical call", e.get("Out", v2), got)
+					checkScalar(e.t, "Out", e.get("Out", vO)[0], want, want, SumTolerance(e.dt, n+1))
 				})
 			}
 		}
+		e.run("Deterministic", func(e *env) {
+			// Enough elements for a device to split the sum.
+			const n = 100_000
+			vX := e.vec(e.uniform(n, -1, 1))
+			e.checkDeterministic(device.SumSquares{DType: e.dt, N: n, X: vX.buf, Accumulate: true}, []float64{e.r(2.5)})
+		})
 		e.run("N=0", func(e *env) {
 			vO := e.vec([]float64{math.NaN()})
 			e.launch(device.SumSquares{DType: e.dt, N: 0, Out: vO.buf})
@@ -400,4 +400,18 @@ func testSumSquares(t *testing.T, open opener) {
 			}
 		}
 	})
+}
+
+// checkDeterministic launches a twice, each time on a fresh copy of out
+// (as a's field Out), and checks that the two results have the same bits:
+// a reduction's order of summation depends on its shape only.
+func (e *env) checkDeterministic(a any, out []float64) {
+	e.t.Helper()
+	var got [2][]float64
+	for i := range got {
+		v := e.vec(out)
+		e.launch(with(a, "Out", v.buf))
+		got[i] = e.get("Out", v)
+	}
+	checkExact(e.t, "Out of a second, identical call", got[1], got[0])
 }
