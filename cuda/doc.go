@@ -74,15 +74,16 @@
 // and a test fails when a source changed without regenerating. The driver
 // JIT-compiles it for the GPU at Open (Ampere, Ada, Hopper).
 //
-// The kernels' logic is tested on machines without a GPU twice over, on
-// the CPU: TestEmulatedConformance runs the whole conformance suite on
-// the device opened over an emulated driver and cuBLAS (internal/cudaemu:
-// a shared library built with g++ that exports the entry points this
-// package resolves and runs the real kernel sources on fibers), so
-// through the real cgo bindings and launch code; TestKernelsEmulated
-// (cuda/kernels/emu, threads and barriers) checks each kernel on its edge
-// cases: strides past the grid, every aliasing the ABI allows, NULL
-// optional buffers, bad ids, NaNs, determinism. Only a GPU run shows what
+// The kernels' logic is tested on machines without a GPU, on the CPU:
+// TestEmulatedConformance runs the whole conformance suite
+// (device/devicetest: the equations, every aliasing the ABI allows, NULL
+// optional buffers, bad ids, NaNs, determinism) on the device opened over
+// an emulated driver and cuBLAS (internal/cudaemu: a shared library built
+// with g++ that exports the entry points this package resolves and runs
+// the real kernel sources on fibers), so through the real cgo bindings and
+// launch code; TestEmulatedConformanceSmallGrids runs it again with every
+// grid-stride launch capped at two blocks, so that the stride loops run
+// many passes. Only a GPU run shows what
 // the real driver, the JIT and cuBLAS do, and whether streams are
 // synchronised where they must be (the emulator runs everything at
 // enqueue).

@@ -74,10 +74,20 @@ const (
 	partWork    = 2048 // elements per block it aims for
 )
 
+// gridCap is the most blocks a launch of a grid-stride kernel gets:
+// grid1's and rowGrid's grids, and SumSquares's partial sums, whose own
+// cap (maxParts) is lower. It is maxBlocks, and only tests change it: the
+// emulated conformance suite runs once more with it lowered to a block or
+// two, so that every grid-stride loop runs many passes over data of
+// modest size. Exempt are the two kernels whose grid is sized to the data
+// and which do not loop over blocks: gc_sum_rows (a block per 32 columns)
+// and gc_embedding_grad_scan (a block per 128 columns and table row).
+var gridCap = maxBlocks
+
 // grid1 is the grid of a 1-D grid-stride kernel over n elements.
 func grid1(n int) [3]uint32 {
 	b := (n + blockSize - 1) / blockSize
-	return [3]uint32{uint32(max(1, min(b, maxBlocks))), 1, 1}
+	return [3]uint32{uint32(max(1, min(b, gridCap))), 1, 1}
 }
 
 var block1 = [3]uint32{blockSize, 1, 1}
@@ -234,7 +244,7 @@ func (k kernels) EmbeddingGrad(a device.EmbeddingGrad) error {
 // rowGrid is the grid of the warp-per-row kernels over n rows.
 func rowGrid(n int) [3]uint32 {
 	b := (n + rowsPerBlk - 1) / rowsPerBlk
-	return [3]uint32{uint32(max(1, min(b, maxBlocks))), 1, 1}
+	return [3]uint32{uint32(max(1, min(b, gridCap))), 1, 1}
 }
 
 func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) (err error) {
@@ -344,7 +354,7 @@ func (k kernels) SumSquares(a device.SumSquares) (err error) {
 	d := k.d
 	// Two passes with a fixed number of blocks for a given N, so the order
 	// of the sum, and the result, never vary between runs.
-	parts := max(1, min((a.N+partWork-1)/partWork, maxParts))
+	parts := max(1, min((a.N+partWork-1)/partWork, maxParts, gridCap))
 	partial, err := d.mem.Alloc(int64(parts)*8, 0)
 	if err != nil {
 		return fmt.Errorf("%s: SumSquares: %w", d.name, err)

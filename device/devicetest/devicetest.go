@@ -66,6 +66,7 @@ func Run(t *testing.T, open func(t testing.TB) device.Device) {
 		{"Embedding", testEmbedding},
 		{"EmbeddingGrad", testEmbeddingGrad},
 		{"SoftmaxCrossEntropy", testSoftmaxCrossEntropy},
+		{"IndexErrors", testIndexErrors},
 		{"Softmax", testSoftmax},
 		{"Dropout", testDropout},
 		{"AddBias", testAddBias},
@@ -403,15 +404,6 @@ func (e *env) uniform(n int, lo, hi float64) []float64 {
 	x := make([]float64, n)
 	for i := range x {
 		x[i] = round(e.dt, lo+(hi-lo)*e.rng.Float64())
-	}
-	return x
-}
-
-// normal returns n standard normal values times scale, rounded to e.dt.
-func (e *env) normal(n int, scale float64) []float64 {
-	x := make([]float64, n)
-	for i := range x {
-		x[i] = round(e.dt, scale*e.rng.NormFloat64())
 	}
 	return x
 }

@@ -62,6 +62,11 @@ func testSumRows(t *testing.T, open opener) {
 				})
 			}
 		}
+		e.run("Deterministic", func(e *env) {
+			const rows, cols = 1000, 300
+			vX := e.vec(e.uniform(rows*cols, -1, 1))
+			e.checkDeterministic(device.SumRows{DType: e.dt, Rows: rows, Cols: cols, X: vX.buf, Accumulate: true}, e.uniform(cols, -1, 1))
+		})
 	})
 }
 
@@ -101,6 +106,16 @@ func testFill(t *testing.T, open opener) {
 				e.launch(device.Fill{DType: dt, N: 0, Value: value})
 				e.sync()
 			})
+			if dt == device.Int32 {
+				// Converted as Go converts a float64: toward zero.
+				for _, v := range []float64{3.9, -2.7, -0.5, 1e3} {
+					e.run(fmt.Sprintf("Value=%v", v), func(e *env) {
+						x := e.vecOf(dt, constant(1000, 3))
+						e.launch(device.Fill{DType: dt, N: 1000, X: x.buf, Value: v})
+						checkExact(e.t, "X", e.get("X", x), constant(1000, float64(int32(v))))
+					})
+				}
+			}
 		})
 	}
 }
@@ -202,6 +217,8 @@ func testAxpby(t *testing.T, open opener) {
 			{"Beta0NaN", 17, -1.5, 0, true, false},
 			{"Alpha0", 17, 0, 3, false, false},
 			{"YIsX", 17, 0.75, 0.5, false, true},
+			{"YIsX/Beta0", 1001, 2, 0, false, true},
+			{"NaNY", 17, 2, 1, true, false}, // Beta ≠ 0 reads Y: NaNs propagate
 			{"Big", 1<<20 + 1, 0.3, 0.9, false, false},
 			{"Big/Beta0NaN", 1<<20 + 1, 0.3, 0, true, false},
 		}
@@ -211,6 +228,10 @@ func testAxpby(t *testing.T, open opener) {
 				y := e.uniform(c.n, -2, 2)
 				if c.nanY {
 					y = nans(c.n)
+				}
+				if c.nanY && c.beta != 0 {
+					y = e.uniform(c.n, -2, 2)
+					y[3] = math.NaN()
 				}
 				if c.aliased {
 					y = x
@@ -253,6 +274,7 @@ func testMul(t *testing.T, open opener) {
 				}
 				e.run(name, func(e *env) {
 					x, y := e.uniform(n, -2, 2), e.uniform(n, -2, 2)
+					x[n/2] = math.NaN() // NaN·y is NaN
 					vX, vY := e.vec(x), e.vec(y)
 					var vZ vec
 					switch alias {
@@ -348,6 +370,12 @@ func testSumSquares(t *testing.T, open opener) {
 				})
 			}
 		}
+		e.run("Deterministic", func(e *env) {
+			// Enough elements for a device to split the sum.
+			const n = 100_000
+			vX := e.vec(e.uniform(n, -1, 1))
+			e.checkDeterministic(device.SumSquares{DType: e.dt, N: n, X: vX.buf, Accumulate: true}, []float64{e.r(2.5)})
+		})
 		e.run("N=0", func(e *env) {
 			vO := e.vec([]float64{math.NaN()})
 			e.launch(device.SumSquares{DType: e.dt, N: 0, Out: vO.buf})
@@ -372,4 +400,18 @@ func testSumSquares(t *testing.T, open opener) {
 			}
 		}
 	})
+}
+
+// checkDeterministic launches a twice, each time on a fresh copy of out
+// (as a's field Out), and checks that the two results have the same bits:
+// a reduction's order of summation depends on its shape only.
+func (e *env) checkDeterministic(a any, out []float64) {
+	e.t.Helper()
+	var got [2][]float64
+	for i := range got {
+		v := e.vec(out)
+		e.launch(with(a, "Out", v.buf))
+		got[i] = e.get("Out", v)
+	}
+	checkExact(e.t, "Out of a second, identical call", got[1], got[0])
 }

@@ -28,11 +28,22 @@ func testEmbedding(t *testing.T, open opener) {
 		e.run("OutOfRange", func(e *env) {
 			const n, dim, vocab = 6, 3, 5
 			table := e.uniform(vocab*dim, -1, 1)
-			ids := []int32{0, -1, 4, vocab, 2, 1 << 30}
+			ids := []int32{0, -1, 4, vocab, math.MinInt32, 1 << 30}
 			vT, vI, vO := e.vec(table), e.ids(ids), e.vec(nans(n*dim))
 			a := device.Embedding{DType: e.dt, N: n, Dim: dim, Vocab: vocab, Table: vT.buf, IDs: vI.buf, Out: vO.buf}
 			e.checkIndexError(a)
 			// Rows of bad ids are zeros, the others gathered.
+			checkExact(e.t, "Out", e.get("Out", vO), refEmbedding(dim, vocab, table, ids))
+		})
+		e.run("OutOfRange/Last", func(e *env) {
+			// One bad id, the last of many: found wherever the work for
+			// it runs (a device's last thread, or a late pass of a loop).
+			const n, dim, vocab = 3000, 5, 40
+			table := e.uniform(vocab*dim, -1, 1)
+			ids := e.randomIDs(n, vocab)
+			ids[n-1] = vocab
+			vT, vI, vO := e.vec(table), e.ids(ids), e.vec(nans(n*dim))
+			e.launchIndexError(device.Embedding{DType: e.dt, N: n, Dim: dim, Vocab: vocab, Table: vT.buf, IDs: vI.buf, Out: vO.buf})
 			checkExact(e.t, "Out", e.get("Out", vO), refEmbedding(dim, vocab, table, ids))
 		})
 	})
@@ -79,8 +90,10 @@ func refEmbeddingGrad(dim, vocab int, ids []int32, dOut, dTable []float64) (out,
 
 func testEmbeddingGrad(t *testing.T, open opener) {
 	forTypes(t, open, func(e *env) {
-		// Few rows and many ids: most rows are hit many times.
-		for _, s := range []struct{ n, dim, vocab int }{{1, 1, 1}, {200, 17, 7}, {4096, 256, 65}} {
+		// Few rows and many ids: most rows are hit many times; and a
+		// vocabulary past 65535, which a device may handle another way (the
+		// CUDA device walks the ids in order instead of scanning per row).
+		for _, s := range []struct{ n, dim, vocab int }{{1, 1, 1}, {200, 17, 7}, {4096, 256, 65}, {300, 37, 70000}} {
 			e.run(fmt.Sprintf("%dx%d/vocab=%d", s.n, s.dim, s.vocab), func(e *env) {
 				ids := e.randomIDs(s.n, s.vocab)
 				dOut := e.uniform(s.n*s.dim, -1, 1)
@@ -94,7 +107,7 @@ func testEmbeddingGrad(t *testing.T, open opener) {
 				e.launch(a)
 				want, mag := refEmbeddingGrad(s.dim, s.vocab, ids, dOut, dTable)
 				maxHits := 0
-				hits := make([]int, s.vocab)
+				hits := make(map[int32]int)
 				for _, id := range ids {
 					hits[id]++
 					maxHits = max(maxHits, hits[id])
@@ -126,6 +139,17 @@ func testEmbeddingGrad(t *testing.T, open opener) {
 			want, mag := refEmbeddingGrad(dim, vocab, ids, dOut, dTable)
 			checkClose(e.t, "DTable", e.get("DTable", vT), want, mag, SumTolerance(e.dt, 3))
 		})
+		e.run("OutOfRange/Last", func(e *env) {
+			const n, dim, vocab = 3000, 5, 40
+			ids := e.randomIDs(n, vocab)
+			ids[n-1] = -1
+			dOut := e.uniform(n*dim, -1, 1)
+			dTable := e.uniform(vocab*dim, -1, 1)
+			vI, vD, vT := e.ids(ids), e.vec(dOut), e.vec(dTable)
+			e.launchIndexError(device.EmbeddingGrad{DType: e.dt, N: n, Dim: dim, Vocab: vocab, IDs: vI.buf, DOut: vD.buf, DTable: vT.buf})
+			want, mag := refEmbeddingGrad(dim, vocab, ids, dOut, dTable)
+			checkClose(e.t, "DTable", e.get("DTable", vT), want, mag, SumTolerance(e.dt, n+1))
+		})
 	})
 }
 
@@ -148,7 +172,7 @@ func (e *env) checkIndexError(a any) {
 		{"Event.Wait", func() error {
 			ev, err := e.dev.Stream().Record()
 			if err != nil {
-				return fmt.Errorf("Record: %w", err)
+				return fmt.Errorf("recording an event: %w", err)
 			}
 			return ev.Wait()
 		}},
@@ -212,7 +236,6 @@ func testSoftmaxCrossEntropy(t *testing.T, open opener) {
 			dLogits    string // "none", "separate" or "logits"
 			accumulate bool
 			large      bool // logits of ±1000
-			badTargets bool
 		}
 		cs := []ceCase{
 			{name: "Loss", n: 7, classes: 11, scale: 1.0 / 7, dLogits: "none"},
@@ -224,6 +247,8 @@ func testSoftmaxCrossEntropy(t *testing.T, open opener) {
 			{name: "LargeLogits/Aliased", n: 6, classes: 5, scale: 1, dLogits: "logits", large: true},
 			{name: "Big", n: 2048, classes: 65, scale: 1.0 / 2048, dLogits: "separate"},
 			{name: "Big/Accumulate/Aliased", n: 2048, classes: 65, scale: 1.0 / 4096, dLogits: "logits", accumulate: true},
+			// Rows longer than a device's team of threads per row.
+			{name: "ManyClasses", n: 5, classes: 1000, scale: 1.0 / 5, dLogits: "separate"},
 		}
 		for _, c := range cs {
 			e.run(c.name, func(e *env) {
@@ -239,11 +264,28 @@ func testSoftmaxCrossEntropy(t *testing.T, open opener) {
 				e.checkCE(c.n, c.classes, logits, targets, c.scale, c.dLogits, c.accumulate, false)
 			})
 		}
-		e.run("BadTarget", func(e *env) {
-			const n, classes = 5, 4
+		for _, dLogits := range []string{"separate", "none", "logits"} {
+			e.run("BadTarget/"+dLogits, func(e *env) {
+				const n, classes = 5, 4
+				logits := e.uniform(n*classes, -3, 3)
+				targets := []int32{1, -1, 3, classes, math.MinInt32}
+				e.checkCE(n, classes, logits, targets, 0.5, dLogits, true, true)
+			})
+		}
+		e.run("BadTarget/Last", func(e *env) {
+			const n, classes = 300, 7
 			logits := e.uniform(n*classes, -3, 3)
-			targets := []int32{1, -1, 3, classes, 0}
-			e.checkCE(n, classes, logits, targets, 0.5, "separate", true, true)
+			targets := e.randomIDs(n, classes)
+			targets[n-1] = classes
+			e.checkCE(n, classes, logits, targets, 1.0/n, "separate", false, true)
+		})
+		e.run("NaNLogit", func(e *env) {
+			// A NaN makes its row's loss and gradient NaN, so the loss,
+			// and only that row of DLogits.
+			const n, classes = 3, 40
+			logits := e.uniform(n*classes, -2, 2)
+			logits[classes+5] = math.NaN()
+			e.checkCE(n, classes, logits, []int32{3, 7, 39}, 0.5, "separate", false, false)
 		})
 	})
 }
@@ -362,6 +404,7 @@ func testSoftmax(t *testing.T, open opener) {
 			{"LargeLogits", 6, 5, 0, false, true},
 			{"Big/T=0.8", 1024, 65, 0.8, false, false},
 			{"Big/Aliased", 1024, 65, 0, true, false},
+			{"ManyClasses/T=0.5", 3, 1000, 0.5, false, false},
 		}
 		for _, c := range cs {
 			e.run(c.name, func(e *env) {
@@ -417,6 +460,7 @@ func testDropout(t *testing.T, open opener) {
 		for _, c := range cs {
 			e.run(c.name, func(e *env) {
 				x := e.uniform(c.n, -2, 2)
+				x[c.n/2] = math.NaN() // Y = X·Mask: NaN, kept or not
 				vX, vM := e.vec(x), e.vec(nans(c.n))
 				vY := vX
 				if !c.aliased {
@@ -428,11 +472,13 @@ func testDropout(t *testing.T, open opener) {
 				tol := PointwiseTolerance(e.dt)
 				for i := 0; i < c.n; i++ {
 					keep := device.DropoutKeep(c.seed, c.offset+uint64(i), c.p)
-					wantM, wantY := 0.0, 0.0
+					wantM := 0.0
 					if keep {
-						wantM, wantY = scale, x[i]*scale
+						wantM = scale
 					}
-					if !keep && (mask[i] != 0 || y[i] != 0) || keep && c.p == 0 && (mask[i] != 1 || y[i] != x[i]) {
+					wantY := x[i] * wantM
+					exactY := wantY == 0 || c.p == 0 || math.IsNaN(wantY) // x·0, x·1, NaN
+					if !keep && mask[i] != 0 || keep && c.p == 0 && mask[i] != 1 || exactY && !sameFloat(y[i], wantY) {
 						e.t.Fatalf("element %d (DropoutKeep = %v): got Mask %v and Y %v, want exactly %v and %v", i, keep, mask[i], y[i], wantM, wantY)
 					}
 					if excess(mask[i], wantM, tol.Bound(wantM)) > 1 || excess(y[i], wantY, tol.Bound(wantY)) > 1 {
@@ -445,5 +491,58 @@ func testDropout(t *testing.T, open opener) {
 			e.launch(device.Dropout{DType: e.dt, N: 0, P: 0.5})
 			e.sync()
 		})
+	})
+}
+
+// sameFloat reports whether a and b are equal, or both NaN.
+func sameFloat(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }
+
+// testIndexErrors queues three kernels that each meet an index out of
+// range before anything reports it: one report covers all three, and each
+// kernel's results are as when it runs alone.
+func testIndexErrors(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		const n, dim, vocab = 6, 3, 5
+		table := e.uniform(vocab*dim, -1, 1)
+		ids := []int32{0, 4, vocab, 2, -1, 1}
+		dOut := e.uniform(n*dim, -1, 1)
+		dTable := e.uniform(vocab*dim, -1, 1)
+		logits := e.uniform(n*vocab, -3, 3)
+		vT, vI, vO := e.vec(table), e.ids(ids), e.vec(nans(n*dim))
+		vD, vG := e.vec(dOut), e.vec(dTable)
+		vL, vDL, vLoss := e.vec(logits), e.vec(nans(n*vocab)), e.vec([]float64{math.NaN()})
+		kernels := []any{
+			device.Embedding{DType: e.dt, N: n, Dim: dim, Vocab: vocab, Table: vT.buf, IDs: vI.buf, Out: vO.buf},
+			device.EmbeddingGrad{DType: e.dt, N: n, Dim: dim, Vocab: vocab, IDs: vI.buf, DOut: vD.buf, DTable: vG.buf},
+			device.SoftmaxCrossEntropy{DType: e.dt, N: n, Classes: vocab, Logits: vL.buf, Targets: vI.buf, Scale: 1,
+				Loss: vLoss.buf, DLogits: vDL.buf},
+		}
+		for _, a := range kernels {
+			if err := call(e.t, kernelName(a), func() error { return launchKernel(e.k, a) }); err != nil {
+				e.t.Fatalf("%s with an index out of range returned %v from the call, want nil", kernelName(a), err)
+			}
+		}
+		if err := call(e.t, "Synchronize", e.dev.Synchronize); !errors.Is(err, device.ErrIndex) {
+			e.t.Errorf("Synchronize after three kernels with an index out of range = %v, want an error matching device.ErrIndex", err)
+		}
+		if err := call(e.t, "Synchronize", e.dev.Synchronize); err != nil {
+			e.t.Errorf("second Synchronize = %v, want nil (an error is reported once)", err)
+		}
+		checkExact(e.t, "Embedding's Out", e.get("Out", vO), refEmbedding(dim, vocab, table, ids))
+		want, mag := refEmbeddingGrad(dim, vocab, ids, dOut, dTable)
+		checkClose(e.t, "EmbeddingGrad's DTable", e.get("DTable", vG), want, mag, SumTolerance(e.dt, 3))
+		var loss, lossMag float64
+		wantD, dMag := make([]float64, n*vocab), make([]float64, n*vocab)
+		for i := range n {
+			l, m, d := ceRow(logits[i*vocab:(i+1)*vocab], ids[i])
+			loss, lossMag = loss+l, lossMag+m
+			copy(wantD[i*vocab:], d)
+			for j, v := range d {
+				dMag[i*vocab+j] = math.Abs(v) + 2
+			}
+		}
+		tol := PointwiseTolerance(e.dt).Plus(SumTolerance(e.dt, n+vocab))
+		checkScalar(e.t, "SoftmaxCrossEntropy's Loss", e.get("Loss", vLoss)[0], loss, lossMag, tol)
+		checkClose(e.t, "SoftmaxCrossEntropy's DLogits", e.get("DLogits", vDL), wantD, dMag, tol)
 	})
 }

@@ -277,7 +277,7 @@ func concurrentRound(d device.Device, s device.Stream, w, r, n int) (err error) 
 		src[i] = base + float32(i%7)
 	}
 	if err := device.UploadSlice(d, x, src); err != nil {
-		return fmt.Errorf("Upload: %w", err)
+		return fmt.Errorf("uploading: %w", err)
 	}
 	k := d.Kernels()
 	if err := k.Fill(device.Fill{DType: device.Float32, N: n, X: y, Value: 1}); err != nil {
