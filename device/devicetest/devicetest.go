@@ -54,6 +54,15 @@ import (
 // fresh device or end the test (t.Fatal, t.Skip); the suite closes what it
 // opened when the test ends, and tolerates a device it already closed.
 func Run(t *testing.T, open func(t testing.TB) device.Device) {
+	RunGroups(t, open, nil)
+}
+
+// RunGroups runs the groups of the suite whose names keep accepts ("Gemm",
+// "LSTMCell", ..., "Streams", "Misuse": the subtests Run makes), or all of
+// them when keep is nil: for a second run of a device in a configuration
+// that changes only some of what the suite checks, such as the CUDA
+// device with its launch grids capped.
+func RunGroups(t *testing.T, open func(t testing.TB) device.Device, keep func(group string) bool) {
 	groups := []struct {
 		name string
 		run  func(t *testing.T, open opener)
@@ -88,6 +97,9 @@ func Run(t *testing.T, open func(t testing.TB) device.Device) {
 		{"Misuse", testMisuse},
 	}
 	for _, g := range groups {
+		if keep != nil && !keep(g.name) {
+			continue
+		}
 		t.Run(g.name, func(t *testing.T) { g.run(t, open) })
 	}
 }

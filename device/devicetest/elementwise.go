@@ -31,7 +31,9 @@ func testAddBias(t *testing.T, open opener) {
 
 func testSumRows(t *testing.T, open opener) {
 	forTypes(t, open, func(e *env) {
-		for _, s := range [][2]int{{1, 1}, {7, 13}, {4096, 65}, {3, 100003}} {
+		// {3, 20011}: wide, a prime number of columns: 626 column blocks
+		// of 32 on a GPU, uneven column parts on the CPU.
+		for _, s := range [][2]int{{1, 1}, {7, 13}, {4096, 65}, {3, 20011}} {
 			for _, acc := range []bool{false, true} {
 				name := fmt.Sprintf("%dx%d", s[0], s[1])
 				if acc {
@@ -342,9 +344,15 @@ func testClamp(t *testing.T, open opener) {
 	})
 }
 
+// bigReduction is a SumSquares length past what one pass of the CUDA
+// launcher's largest grid covers (1,024 blocks of 256 threads: 262,144
+// elements), so its stride loop runs twice for some threads and every
+// partial sum is used; odd, so no power-of-two split is exact.
+const bigReduction = 300_007
+
 func testSumSquares(t *testing.T, open opener) {
 	forTypes(t, open, func(e *env) {
-		for _, n := range []int{1, 1000, 1 << 20} {
+		for _, n := range []int{1, 1000, bigReduction} {
 			for _, acc := range []bool{false, true} {
 				name := fmt.Sprintf("N=%d", n)
 				if acc {
@@ -385,7 +393,7 @@ func testSumSquares(t *testing.T, open opener) {
 			checkExact(e.t, "Out of an empty sum, accumulated", e.get("Out", vO), []float64{1.5})
 		})
 		for _, special := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
-			for _, n := range []int{1000, 1 << 20} {
+			for _, n := range []int{1000, bigReduction} {
 				e.run(fmt.Sprintf("%v/N=%d", special, n), func(e *env) {
 					// A non-finite gradient must make the norm non-finite,
 					// wherever it sits.
