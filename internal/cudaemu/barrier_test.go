@@ -18,10 +18,10 @@ import (
 // and runs a kernel that depends on it. The kernel's result must be right
 // over the real sources and wrong over the mutated ones. What makes it
 // wrong is how the emulator runs a block: its threads are fibers that each
-// run until the next barrier, in thread order, and shared memory starts as
-// 0xff bytes (NaN as a double, -1 as an int), so a thread that reads a
-// neighbour's slot before a barrier guarantees it was written reads the
-// poison or a stale value.
+// run until the next barrier, in an order drawn afresh each round, and
+// shared memory starts as 0xff bytes (NaN as a double, -1 as an int), so a
+// thread that reads a neighbour's slot before a barrier guarantees it was
+// written reads the poison or a stale value.
 func TestMissingBarrier(t *testing.T) {
 	real := lib(t)
 	kernels, err := kernelSources()

@@ -22,10 +22,16 @@
 // one after another, the threads of a block as fibers switched at every
 // __syncthreads and warp shuffle, so barriers and shuffles behave as on a
 // GPU for kernels whose barriers are block-uniform and shuffles
-// warp-uniform. Each fiber runs until its next barrier, in thread order,
-// and shared memory starts as 0xff bytes, so a missing barrier shows as a
-// read of poison or of a slot not yet updated: TestMissingBarrier deletes
-// each barrier of cuda/kernels in turn and checks the emulator catches it. The driver and cuBLAS (driver.cc.in) are one device named
+// warp-uniform. Each fiber runs until its next barrier; between two
+// barriers the fibers run in an order drawn afresh each time
+// (deterministically, from the block's index), and shared memory starts as
+// 0xff bytes (NaN as a double), so a kernel that misses a barrier reads a
+// word before or after another thread writes it, or reads the poison, and
+// gets a wrong result: TestMissingBarrier deletes each barrier of
+// cuda/kernels in turn and checks the emulator catches it. On x86-64 a
+// fiber switch is a few instructions (no system call, unlike swapcontext).
+// It is the one CUDA emulator: the conformance suite runs on it through
+// package cuda's real launch code (cuda.TestEmulatedConformance). The driver and cuBLAS (driver.cc.in) are one device named
 // "gocurrent CUDA emulator (CPU)" (so a test can tell it from a GPU), of
 // compute capability 9.0, whose memory is host memory with a capacity of
 // GOCURRENT_EMU_MEMORY bytes (read at each cuInit; 4 GiB by default).
