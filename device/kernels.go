@@ -362,7 +362,9 @@ func (a EmbeddingGrad) Check(d Device) error {
 // so Scale = 1/N gives the mean (and 1/(N·K) the mean over K accumulated
 // micro-batches). The softmax is computed stably (max subtracted) and the
 // sum in float64 on the CPU device. A target outside [0, Classes) adds
-// nothing, leaves its row of DLogits zero and raises ErrIndex.
+// nothing, leaves its row of DLogits zero and raises ErrIndex. The row
+// losses are summed in an order fixed by the shape, so the same call gives
+// the same bits every time, on every device.
 type SoftmaxCrossEntropy struct {
 	DType      DType
 	N, Classes int
@@ -487,7 +489,8 @@ func (a AddBias) Check(d Device) error {
 }
 
 // SumRows sums the rows of X: Out = Σ_i X[i] (+ Out with Accumulate). It
-// is the gradient of AddBias.
+// is the gradient of AddBias. The order of the sum is fixed by the shape:
+// the same call gives the same bits every time, on every device.
 type SumRows struct {
 	DType      DType
 	Rows, Cols int
@@ -620,7 +623,9 @@ func (a Clamp) Check(d Device) error {
 // SumSquares computes Out = Σ X[i]² over N elements (+ Out with
 // Accumulate), the building block of global-norm clipping: accumulate over
 // every gradient, then take the square root. A NaN or infinity in X makes
-// Out non-finite, which is how non-finite gradients are found.
+// Out non-finite, which is how non-finite gradients are found. The order of
+// the sum is fixed by the shape: the same call gives the same bits every
+// time, on every device.
 type SumSquares struct {
 	DType      DType
 	N          int

@@ -275,6 +275,21 @@ func testSoftmaxCrossEntropy(t *testing.T, open opener) {
 				e.checkCE(n, classes, logits, targets, 0.5, dLogits, true, true)
 			})
 		}
+		e.run("Deterministic", func(e *env) {
+			// The row losses are summed in an order that does not vary
+			// from call to call: the same call gives the same bits. 600
+			// rows: more than one 256-thread block sums in a pass.
+			const n, classes = 600, 65
+			vL := e.vec(e.uniform(n*classes, -3, 3))
+			targets := e.ids(e.randomIDs(n, classes))
+			var loss [2]vec
+			for i := range loss {
+				loss[i] = e.vec([]float64{0})
+				e.launch(device.SoftmaxCrossEntropy{DType: e.dt, N: n, Classes: classes, Logits: vL.buf, Targets: targets.buf,
+					Scale: 1.0 / n, Loss: loss[i].buf})
+			}
+			checkExact(e.t, "Loss of a second, identical call", e.get("Loss", loss[1]), e.get("Loss", loss[0]))
+		})
 		e.run("BadTarget/Last", func(e *env) {
 			const n, classes = 300, 7
 			logits := e.uniform(n*classes, -3, 3)
