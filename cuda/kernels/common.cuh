@@ -6,7 +6,7 @@
 #define GC_STATUS_SOFTMAX_XENT 4u
 
 // Shared memory is declared through this macro so that the CPU emulator
-// (emu/cuda_emu.h) can give each emulated block its own copy.
+// (internal/cudaemu) can give each emulated block its own copy.
 #ifndef GC_SHARED
 #define GC_SHARED(type, name, count) __shared__ type name[count]
 #endif
