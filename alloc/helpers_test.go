@@ -16,35 +16,15 @@ func checkInvariants(t testing.TB, c *alloc.Caching) {
 	}
 }
 
-// newSim returns a simulated device of capacity bytes and a Caching over it.
-func newSim(t testing.TB, capacity int64, cfg alloc.Config) (*alloctest.Simulated, *alloc.Caching) {
-	t.Helper()
-	sim := alloctest.NewSimulated(capacity)
-	c, err := alloc.NewCaching(sim, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sim, c
-}
-
-func mustAlloc(t testing.TB, c *alloc.Caching, size int64, s alloc.Stream) alloc.Ptr {
-	t.Helper()
-	p, err := c.Alloc(size, s)
-	if err != nil {
-		t.Fatalf("Alloc(%d, stream %d): %v", size, s, err)
-	}
-	return p
-}
-
-func mustFree(t testing.TB, c *alloc.Caching, p alloc.Ptr) {
-	t.Helper()
-	if err := c.Free(p); err != nil {
-		t.Fatalf("Free(%v): %v", p, err)
-	}
-}
-
 const (
 	kib = int64(1) << 10
 	mib = int64(1) << 20
 	gib = int64(1) << 30
+)
+
+// The simulated device and the checked calls every test uses, from alloctest.
+var (
+	newSim    = alloctest.NewCaching
+	mustAlloc = alloctest.MustAlloc
+	mustFree  = alloctest.MustFree
 )

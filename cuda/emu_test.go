@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -25,13 +24,7 @@ import (
 // the emulator cannot be built (no g++) or loaded (no cgo).
 func openEmulated(t testing.TB, cfg Config) *Device {
 	t.Helper()
-	lib, err := cudaemu.Cached()
-	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, errors.ErrUnsupported) {
-		t.Skipf("no CUDA emulator: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	lib := cudaemu.ForTest(t)
 	cfg.DriverLibrary, cfg.BLASLibrary = lib.Path(), lib.Path()
 	d, err := Open(cfg)
 	if err != nil {

@@ -2,7 +2,6 @@ package devices_test
 
 import (
 	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -91,13 +90,7 @@ func TestNoGPU(t *testing.T) {
 // Over the CUDA emulator, a GPU as far as the package can tell, "auto"
 // and "cuda" open the CUDA device, and "cuda:N" passes N on.
 func TestEmulatedGPU(t *testing.T) {
-	lib, err := cudaemu.Cached()
-	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, errors.ErrUnsupported) {
-		t.Skipf("no CUDA emulator here: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	lib := cudaemu.ForTest(t)
 	cfg := devices.Config{CUDA: cuda.Config{DriverLibrary: lib.Path(), BLASLibrary: lib.Path(), Ordinal: 7}}
 	for _, spec := range []string{"auto", "cuda", "cuda:0"} {
 		d, err := devices.Open(spec, cfg)

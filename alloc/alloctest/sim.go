@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"testing"
 
 	"github.com/google/btree"
 
@@ -274,3 +275,33 @@ func (s *Simulated) String() string { return "simulated device" }
 
 // roundUp rounds n up to a multiple of m.
 func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
+
+// NewCaching returns a Simulated device of capacity bytes and a Caching
+// over it with cfg, failing t if the Caching cannot be made.
+func NewCaching(t testing.TB, capacity int64, cfg alloc.Config) (*Simulated, *alloc.Caching) {
+	t.Helper()
+	sim := NewSimulated(capacity)
+	c, err := alloc.NewCaching(sim, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim, c
+}
+
+// MustAlloc allocates size bytes on stream s from c, failing t on error.
+func MustAlloc(t testing.TB, c *alloc.Caching, size int64, s alloc.Stream) alloc.Ptr {
+	t.Helper()
+	p, err := c.Alloc(size, s)
+	if err != nil {
+		t.Fatalf("Alloc(%d, stream %d): %v", size, s, err)
+	}
+	return p
+}
+
+// MustFree frees p in c, failing t on error.
+func MustFree(t testing.TB, c *alloc.Caching, p alloc.Ptr) {
+	t.Helper()
+	if err := c.Free(p); err != nil {
+		t.Fatalf("Free(%v): %v", p, err)
+	}
+}

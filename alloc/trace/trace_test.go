@@ -19,33 +19,6 @@ const (
 	gib = int64(1) << 30
 )
 
-// newCaching returns a Caching over a simulated device of capacity bytes.
-func newCaching(t testing.TB, capacity int64, cfg alloc.Config) (*alloctest.Simulated, *alloc.Caching) {
-	t.Helper()
-	sim := alloctest.NewSimulated(capacity)
-	c, err := alloc.NewCaching(sim, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sim, c
-}
-
-func mustAlloc(t testing.TB, c *alloc.Caching, size int64, s alloc.Stream) alloc.Ptr {
-	t.Helper()
-	p, err := c.Alloc(size, s)
-	if err != nil {
-		t.Fatalf("Alloc(%d, stream %d): %v", size, s, err)
-	}
-	return p
-}
-
-func mustFree(t testing.TB, c *alloc.Caching, p alloc.Ptr) {
-	t.Helper()
-	if err := c.Free(p); err != nil {
-		t.Fatalf("Free(%v): %v", p, err)
-	}
-}
-
 // TestRoundTrip records a workload with the allocator's trace, writes it
 // in the text format, reads it back and checks that it describes the same
 // allocations and frees.
@@ -229,3 +202,10 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// The simulated device and the checked calls the replay tests use.
+var (
+	newCaching = alloctest.NewCaching
+	mustAlloc  = alloctest.MustAlloc
+	mustFree   = alloctest.MustFree
+)

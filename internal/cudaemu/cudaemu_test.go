@@ -3,28 +3,15 @@
 package cudaemu
 
 import (
-	"errors"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"unsafe"
 )
 
-// lib returns the cached emulator or skips where it cannot be built or
-// loaded.
-func lib(t *testing.T) *Lib {
-	t.Helper()
-	l, err := Cached()
-	if errors.Is(err, exec.ErrNotFound) {
-		t.Skipf("no CUDA emulator: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
+// lib returns the cached emulator or skips where it cannot be built.
+func lib(t *testing.T) *Lib { return ForTest(t) }
 
 func TestCached(t *testing.T) {
 	l := lib(t)

@@ -2,7 +2,6 @@ package testdevice
 
 import (
 	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -80,13 +79,7 @@ func TestNoSilentFallback(t *testing.T) {
 // device is the CUDA device, says it is the emulator, and is refused
 // under GOCURRENT_REQUIRE_GPU=1.
 func TestEmulatedGPU(t *testing.T) {
-	lib, err := cudaemu.Cached()
-	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, errors.ErrUnsupported) {
-		t.Skipf("no CUDA emulator here: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	lib := cudaemu.ForTest(t)
 	t.Setenv(EnvDriver, lib.Path())
 	t.Setenv(EnvCUBLAS, lib.Path())
 	t.Setenv(EnvRequireGPU, "")
