@@ -164,7 +164,7 @@ func SaveWeights(path string, d device.Device, groups []Group, meta map[string]s
 	if err := addWeights(d, f, groups); err != nil {
 		return err
 	}
-	return writeFileAtomic(path, f.encode)
+	return WriteFile(path, f.encode)
 }
 
 // trainerKey is the metadata key of the trainer's state.
@@ -241,7 +241,7 @@ func (t *Trainer) Save(path string) error {
 		return fmt.Errorf("train: saving: %w", err)
 	}
 	f.meta[trainerKey] = string(js)
-	err = writeFileAtomic(path, f.encode)
+	err = WriteFile(path, f.encode)
 	if err == nil && t.cfg.Logger != nil {
 		t.cfg.Logger.Info("train: checkpoint written", "path", path, "step", t.step)
 	}

@@ -41,8 +41,11 @@
 // optimizer's state ("optim.<group>.<slot>", PyTorch's slot names such as
 // exp_avg), the carried states ("optim.carry.<j>.h", ".c") and, in the
 // "trainer" metadata key, the step, the position, the model's random state
-// and how the loader cut the data. Files are written to a temporary file,
-// synced and renamed, so a crash leaves the old file or the new one.
+// and how the loader cut the data. Files are written by WriteFile: to a
+// temporary file, synced and renamed, so a crash leaves the old file or the
+// new one; only over a regular file (never a directory or /dev/null),
+// through symbolic links, with the usual mode, and removing what a killed
+// writer left behind.
 // Trainer.Resume continues bit for bit as if the run had not stopped; a file
 // that does not fit (another model shape, another batch cut, another
 // optimizer) is an error wrapping ErrMismatch and a damaged one wraps

@@ -8,10 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -183,46 +180,4 @@ func decodeTensors(b []byte) (*tensorFile, error) {
 		return nil, bad("the tensors cover %d of the %d data bytes", at, len(data))
 	}
 	return f, nil
-}
-
-// writeFileAtomic writes a file by way of a temporary file in the same
-// directory, synced and renamed over path, then syncs the directory: a
-// crash leaves the old file or the new one, never a torn one.
-func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("train: writing %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			// The temporary file is being discarded: an error closing it
-			// (or closing it twice) loses nothing. One removing it leaves
-			// it behind, which the caller should hear of.
-			_ = tmp.Close()
-			if rerr := os.Remove(tmp.Name()); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-				err = errors.Join(err, rerr)
-			}
-			err = fmt.Errorf("train: writing %s: %w", path, err)
-		}
-	}()
-	if err = write(tmp); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		// Not every file system can sync a directory; the rename itself
-		// has happened either way, and the directory was only read.
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
 }

@@ -105,17 +105,17 @@ func TestSafetensorsCorrupt(t *testing.T) {
 	}
 }
 
-// TestWriteFileAtomic: a successful write replaces the file; a failed one
+// TestWriteFile: a successful write replaces the file; a failed one
 // leaves the old file and no temporary file behind.
-func TestWriteFileAtomic(t *testing.T) {
+func TestWriteFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "ck.safetensors")
-	if err := writeFileAtomic(path, sampleFile().encode); err != nil {
+	if err := WriteFile(path, sampleFile().encode); err != nil {
 		t.Fatal(err)
 	}
 	old, _ := os.ReadFile(path)
 	boom := errors.New("disk full")
-	err := writeFileAtomic(path, func(w io.Writer) error {
+	err := WriteFile(path, func(w io.Writer) error {
 		w.Write([]byte("partial"))
 		return boom
 	})
@@ -128,7 +128,7 @@ func TestWriteFileAtomic(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("%d entries in the directory after a failed write, want 1 (no temporary file left)", len(entries))
 	}
-	if err := writeFileAtomic(filepath.Join(dir, "missing", "ck"), sampleFile().encode); err == nil {
+	if err := WriteFile(filepath.Join(dir, "missing", "ck"), sampleFile().encode); err == nil {
 		t.Errorf("writing into a missing directory succeeded")
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"image/png"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
+
+	"github.com/gocurrent/gocurrent/train"
 )
 
 // Curve is one line: points (X[i], Y[i]) drawn in order.
@@ -88,50 +88,22 @@ func Encode(w io.Writer, c Chart) error {
 	return nil
 }
 
-// WriteFile writes the PNG to path atomically: a temporary file in the same directory, fsync, rename; on error nothing is left behind and an existing file at path is untouched.
+// WriteFile writes the PNG to path as train.WriteFile writes a checkpoint:
+// atomically (a temporary file in the same directory, synced, renamed; on
+// error an existing file at path is untouched and nothing is left
+// behind), a regular file only (never over a directory or a device),
+// through a symbolic link, with the usual mode (0666 under the umask, or
+// the replaced file's).
 //
 // The chart is drawn and encoded in memory before any file is created, so an
-// invalid chart never touches the file system. The file gets mode 0644. After
-// the rename the directory is synced too where the platform allows it; a
-// failure of that last step is not reported, the data being already in place.
-func WriteFile(path string, c Chart) (err error) {
+// invalid chart never touches the file system.
+func WriteFile(path string, c Chart) error {
 	var buf bytes.Buffer
 	if err := Encode(&buf, c); err != nil {
 		return err
 	}
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("plot: writing %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close() // a second Close only reports os.ErrClosed
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(buf.Bytes()); err != nil {
-		return fmt.Errorf("plot: writing %s: %w", path, err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return fmt.Errorf("plot: writing %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("plot: writing %s: sync: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("plot: writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("plot: writing %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync() // best effort: makes the rename durable where supported
-		d.Close()
+	if err := train.WriteFile(path, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
+		return fmt.Errorf("plot: %w", err)
 	}
 	return nil
 }

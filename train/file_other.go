@@ -1,0 +1,12 @@
+//go:build !unix
+
+package train
+
+import "os"
+
+// lockTemp does nothing where there is no flock.
+func lockTemp(*os.File) error { return nil }
+
+// abandoned is false where a dead writer's temporary file cannot be told
+// from a live one's: leftovers stay.
+func abandoned(string) bool { return false }
