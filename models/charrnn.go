@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/gocurrent/gocurrent/device"
@@ -252,6 +253,18 @@ func describeCharRNN(ck *train.Checkpoint) (CharRNNConfig, *loader.Vocab, error)
 		return fmt.Errorf("models: %s: %w: %s", ck.Path(), train.ErrMismatch, fmt.Sprintf(format, args...))
 	}
 	var cfg CharRNNConfig
+	var missing []string
+	for _, k := range []string{"format", "config", "vocab"} {
+		if _, ok := meta[k]; !ok {
+			missing = append(missing, strconv.Quote(k))
+		}
+	}
+	if len(missing) > 0 {
+		// Most likely a file PyTorch wrote from a state dict alone.
+		return cfg, nil, bad("no %s metadata: a char-RNN checkpoint holds \"format\": %q, \"config\" (the model's shape as JSON) "+
+			"and \"vocab\" (its characters as a JSON array); the models package documentation, \"Models from PyTorch, and to it\", "+
+			"shows how to write them with safetensors' save_file", strings.Join(missing, ", "), CharRNNFormat)
+	}
 	if f := meta["format"]; f != CharRNNFormat {
 		return cfg, nil, bad("format %q, want %q", f, CharRNNFormat)
 	}

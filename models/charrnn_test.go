@@ -107,3 +107,32 @@ func TestLoadCharRNNOutOfMemory(t *testing.T) {
 		t.Errorf("LoadCharRNN on %d bytes = %v, want an error naming the file and wrapping alloc.ErrOutOfMemory", limit, err)
 	}
 }
+
+// A file PyTorch wrote from a state dict alone, without the metadata: the
+// error says which keys are missing and where the documentation shows how
+// to add them (it used to say only `format "", want ...`).
+func TestLoadCharRNNWithoutMetadata(t *testing.T) {
+	d := testdevice.Open(t)
+	m, err := models.NewCharRNN(d, models.CharRNNConfig{Cell: "gru", Embed: 3, Hidden: 4, Layers: 1}, vocab(t, "ab"), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, c := range []struct {
+		meta    map[string]string
+		missing string
+	}{
+		{nil, `"format", "config", "vocab"`},
+		{map[string]string{"format": models.CharRNNFormat, "config": m.Metadata()["config"]}, `"vocab"`},
+	} {
+		path := filepath.Join(t.TempDir(), "torch.safetensors")
+		if err := train.SaveWeights(path, d, m.Groups(), c.meta); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := models.LoadCharRNN(d, path)
+		if !errors.Is(err, train.ErrMismatch) || !strings.Contains(err.Error(), "no "+c.missing+" metadata") ||
+			!strings.Contains(err.Error(), "Models from PyTorch") {
+			t.Errorf("LoadCharRNN of a file with metadata %v: got %v, want ErrMismatch naming %s and the documentation", c.meta, err, c.missing)
+		}
+	}
+}

@@ -89,6 +89,9 @@ func (c *Checkpoint) LoadWeights(d device.Device, groups []Group) error {
 			if t.dtype != "F32" && t.dtype != "F64" {
 				return c.mismatch("tensor %q is %s; want F32 or F64", name, t.dtype)
 			}
+			if err := c.checkFinite(name, t); err != nil {
+				return err
+			}
 			loads = append(loads, load{p.Value, g.Params.DType(), t})
 		}
 	}
@@ -103,6 +106,45 @@ func (c *Checkpoint) LoadWeights(d device.Device, groups []Group) error {
 		}
 	}
 	return nil
+}
+
+// ErrNonFiniteWeights is matched by the error of loading a checkpoint
+// whose tensors hold NaN or infinity: the run that wrote it diverged, and
+// a model loaded from it would only produce NaN.
+var ErrNonFiniteWeights = errors.New("train: non-finite values in a checkpoint")
+
+// checkFinite reports a float tensor holding NaN or infinity, with how
+// many of its values are and the first one's index.
+func (c *Checkpoint) checkFinite(name string, t tensorData) error {
+	var n, first, size int
+	switch t.dtype {
+	case "F32":
+		size = 4
+	case "F64":
+		size = 8
+	default:
+		return nil
+	}
+	first = -1
+	for i := 0; i+size <= len(t.data); i += size {
+		var v float64
+		if size == 4 {
+			v = float64(math.Float32frombits(binary.LittleEndian.Uint32(t.data[i:])))
+		} else {
+			v = math.Float64frombits(binary.LittleEndian.Uint64(t.data[i:]))
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			if first < 0 {
+				first = i / size
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %w: tensor %q holds %d NaN or infinite values of %d (the first at index %d); the run that wrote it diverged",
+		c.path, ErrNonFiniteWeights, name, n, len(t.data)/size, first)
 }
 
 func (c *Checkpoint) mismatch(format string, args ...any) error {
@@ -300,6 +342,9 @@ func (t *Trainer) Resume(c *Checkpoint) error {
 		}
 		if tn.dtype != safeDType(dt) || !slices.Equal(tn.shape, []int{n}) {
 			return c.mismatch("tensor %q is %s%v, want %s[%d]", name, tn.dtype, tn.shape, safeDType(dt), n)
+		}
+		if err := c.checkFinite(name, tn); err != nil {
+			return err
 		}
 		loads = append(loads, load{dst.Slice(0, int64(n)*dt.Size()), tn.data})
 		return nil
