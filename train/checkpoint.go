@@ -223,6 +223,10 @@ type trainerState struct {
 	Optimizer Optimizer       `json:"optimizer"`
 	Loader    loaderSignature `json:"loader"`
 	Carried   int             `json:"carried"`
+	// Stopped says why the run ended where a checkpoint was written on
+	// its way out of a failure: "non-finite step N" for the state before
+	// step N, whose loss or gradient was NaN or infinite. Empty otherwise.
+	Stopped string `json:"stopped,omitempty"`
 }
 
 // loaderSignature is what must not change between a run and its resumption
@@ -274,7 +278,7 @@ func (t *Trainer) Save(path string) error {
 		}
 	}
 	ts := trainerState{Version: 1, Step: t.step, Skipped: t.skipped, Epoch: t.pos.Epoch, Batch: t.pos.Batch,
-		Optimizer: t.cfg.Optimizer, Loader: signature(t.data), Carried: len(t.states)}
+		Optimizer: t.cfg.Optimizer, Loader: signature(t.data), Carried: len(t.states), Stopped: t.stopped}
 	if r, ok := t.model.(RandomModel); ok {
 		ts.Random = r.RandomState()
 	}

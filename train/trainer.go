@@ -41,6 +41,11 @@ type Config struct {
 	// way the parameters, optimizer state and carried state stay as they
 	// were before the step.
 	SkipNonFinite bool
+	// MaxSkips is how many steps in a row SkipNonFinite may skip before
+	// Run stops with the last step's *NonFiniteError, so a run that has
+	// diverged for good ends instead of skipping to the end of its data.
+	// 0 means 100; a negative value means no limit.
+	MaxSkips int64
 
 	// Validation, when set, is evaluated every EvalEvery steps (0: only
 	// when the run ends) and reported to OnEval.
@@ -49,7 +54,9 @@ type Config struct {
 
 	// Checkpoint, when set, is the file the trainer saves to every
 	// CheckpointEvery steps (0: never on a schedule), when the run ends,
-	// and when it is cancelled. Metadata is added to every checkpoint's
+	// when it is cancelled, and when a step's loss or gradient is not
+	// finite (the state before that step, marked in the "trainer" metadata
+	// as "stopped": "non-finite step N"). Metadata is added to every checkpoint's
 	// metadata (a model's format, configuration, vocabulary).
 	Checkpoint      string
 	CheckpointEvery int64
@@ -120,6 +127,10 @@ type Trainer struct {
 
 	step, skipped int64
 	pos           loader.Position
+
+	skipRun  int64  // steps skipped in a row, for Config.MaxSkips
+	lastSkip error  // the last skipped step's *NonFiniteError
+	stopped  string // the "stopped" mark of the checkpoint being written
 }
 
 // New returns a trainer of m on the batches of data, allocating the
@@ -292,6 +303,9 @@ func (t *Trainer) steps(ctx context.Context, r *run) error {
 			return err
 		}
 		if p == nil { // skipped
+			if err := t.afterSkip(ctx); err != nil {
+				return err
+			}
 			continue
 		}
 		done, err := t.afterStep(ctx, r, p)
@@ -354,6 +368,25 @@ func (t *Trainer) afterStep(ctx context.Context, r *run, p *Progress) (done bool
 	return false, nil
 }
 
+// afterSkip ends the run after a skipped step when ctx is cancelled or the
+// steps skipped in a row reach Config.MaxSkips.
+func (t *Trainer) afterSkip(ctx context.Context) error {
+	limit := t.cfg.MaxSkips
+	if limit == 0 {
+		limit = defaultMaxSkips
+	}
+	if limit > 0 && t.skipRun >= limit {
+		return fmt.Errorf("train: %d steps in a row skipped (Config.MaxSkips), the last: %w", t.skipRun, t.lastSkip)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("train: stopped after a skipped step (step %d done): %w", t.step, err)
+	}
+	return nil
+}
+
+// defaultMaxSkips is Config.MaxSkips's zero value's meaning.
+const defaultMaxSkips = 100
+
 // finish ends a run that stopped with err (nil: it reached its end): it
 // fills in the summary, validates if the last step was not validated, and
 // writes the checkpoint unless the run failed (a cancellation is not a
@@ -367,9 +400,21 @@ func (t *Trainer) finish(ctx context.Context, r *run, err error) (Summary, error
 		}
 	}
 	stopped := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-	if t.cfg.Checkpoint != "" && (err == nil || stopped) {
-		if serr := t.Save(t.cfg.Checkpoint); serr != nil {
+	var nf *NonFiniteError
+	diverged := errors.As(err, &nf)
+	if t.cfg.Checkpoint != "" && (err == nil || stopped || diverged) {
+		if diverged {
+			// A refused step changed nothing: the state before it is
+			// whole, and worth keeping.
+			t.stopped = fmt.Sprintf("non-finite step %d", nf.Step)
+		}
+		serr := t.Save(t.cfg.Checkpoint)
+		t.stopped = ""
+		switch {
+		case serr != nil:
 			err = errors.Join(err, serr)
+		case diverged:
+			err = fmt.Errorf("%w; the state before step %d is saved in %s", err, nf.Step, t.cfg.Checkpoint)
 		}
 	}
 	return r.sum, err
@@ -460,6 +505,8 @@ func (t *Trainer) endStep(next loader.Position) (*Progress, error) {
 				return nil, err
 			}
 			t.skipped++
+			t.skipRun++
+			t.lastSkip = err
 			t.pos = next
 			if t.cfg.Logger != nil {
 				t.cfg.Logger.Warn("train: skipped a step", "error", err, "skipped", t.skipped)
@@ -478,6 +525,7 @@ func (t *Trainer) endStep(next loader.Position) (*Progress, error) {
 		return nil, errors.Join(err, t.rollBack())
 	}
 	t.step++
+	t.skipRun = 0
 	t.pos = next
 	return &Progress{Step: t.step, Steps: t.cfg.Steps, Position: next, Loss: loss, GradNorm: norm, LR: lr,
 		Skipped: t.skipped, Memory: t.dev.MemStats()}, nil
