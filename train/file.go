@@ -17,6 +17,38 @@ import (
 // socket): WriteFile replaces regular files only.
 var ErrNotRegular = errors.New("not a regular file")
 
+// ErrCheckpointInUse is matched by the error of New when another trainer,
+// in this process or another, holds Config.Checkpoint: two runs writing one
+// file would each overwrite the other's work.
+var ErrCheckpointInUse = errors.New("train: checkpoint in use by another trainer")
+
+// lockCheckpoint takes the advisory lock of the checkpoint at path (on
+// ".NAME.lock" beside the file the path resolves to, so two paths to one
+// file share it) and returns its release. The lock file stays: removing a
+// lock file others may have opened would let two holders in.
+func lockCheckpoint(path string) (func() error, error) {
+	dest, _, err := destination(path)
+	if err != nil {
+		return nil, fmt.Errorf("train: checkpoint %s: %w", path, err)
+	}
+	dir, base := filepath.Split(dest)
+	if dir == "" {
+		dir = "."
+	}
+	lock := filepath.Join(dir, "."+base+".lock")
+	release, err := lockFile(lock)
+	if errors.Is(err, errLocked) {
+		return nil, fmt.Errorf("%w: %s (its lock %s is held; another run writes there)", ErrCheckpointInUse, path, lock)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("train: locking checkpoint %s: %w", path, err)
+	}
+	return release, nil
+}
+
+// errLocked is lockFile's error when another holder has the lock.
+var errLocked = errors.New("locked")
+
 // tempMarker sits between the destination's name and a random suffix in
 // the name of WriteFile's temporary files: ".NAME.tmp-gocurrent-RANDOM".
 // Only names of this form are ever removed as left over.

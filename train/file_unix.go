@@ -3,6 +3,7 @@
 package train
 
 import (
+	"errors"
 	"os"
 	"syscall"
 	"time"
@@ -14,6 +15,24 @@ import (
 // for a leftover.
 func lockTemp(f *os.File) error {
 	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+}
+
+// lockFile opens (creating) the file at name and takes an exclusive
+// advisory lock on it without waiting: errLocked when another open file
+// holds it. The release closes the file, which drops the lock.
+func lockFile(name string) (func() error, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, errLocked
+		}
+		return nil, err
+	}
+	return f.Close, nil
 }
 
 // leftoverAge is how old a temporary file must be before it can count as

@@ -56,7 +56,9 @@ type Config struct {
 	// CheckpointEvery steps (0: never on a schedule), when the run ends,
 	// when it is cancelled, and when a step's loss or gradient is not
 	// finite (the state before that step, marked in the "trainer" metadata
-	// as "stopped": "non-finite step N"). Metadata is added to every checkpoint's
+	// as "stopped": "non-finite step N"). New takes an advisory lock beside
+	// the file (".NAME.lock") until Close: a second trainer on the same
+	// file, in any process, fails with ErrCheckpointInUse. Metadata is added to every checkpoint's
 	// metadata (a model's format, configuration, vocabulary).
 	Checkpoint      string
 	CheckpointEvery int64
@@ -131,6 +133,8 @@ type Trainer struct {
 	skipRun  int64  // steps skipped in a row, for Config.MaxSkips
 	lastSkip error  // the last skipped step's *NonFiniteError
 	stopped  string // the "stopped" mark of the checkpoint being written
+
+	unlock func() error // releases Config.Checkpoint's lock; nil: none held
 }
 
 // New returns a trainer of m on the batches of data, allocating the
@@ -154,6 +158,13 @@ func New(d device.Device, m Model, data *loader.Loader, cfg Config) (*Trainer, e
 		if g.Params.DType() != dt {
 			return nil, fmt.Errorf("train: parameter groups of types %v and %v; one type per model", dt, g.Params.DType())
 		}
+	}
+	if cfg.Checkpoint != "" {
+		unlock, err := lockCheckpoint(cfg.Checkpoint)
+		if err != nil {
+			return nil, err
+		}
+		t.unlock = unlock
 	}
 	if err := t.allocate(dt); err != nil {
 		return nil, errors.Join(err, t.Close())
@@ -611,6 +622,10 @@ func (t *Trainer) Close() error {
 		}
 	}
 	t.states, t.backup = nil, nil
+	if t.unlock != nil {
+		errs = append(errs, t.unlock())
+		t.unlock = nil
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("train: Close: %w", err)
 	}
