@@ -92,6 +92,7 @@ type textSource struct {
 	corpus  *Corpus
 	vocab   *Vocab
 	unknown int32 // id given to characters outside vocab; -1: none
+	mapped  int64 // characters of the corpus that became unknown
 	tokens  int64
 	size    int64 // corpus bytes
 	// ascii: every token is one byte, token i is byte i, and byteIDs maps
@@ -140,6 +141,7 @@ func tokenizeWith(ctx context.Context, c *Corpus, cfg TokenizeConfig, p textPara
 		return nil, err
 	}
 	s := newTextSource(c, tz.vocabulary(), unknown, tz.tokens, tz.index, p.readChunk)
+	s.mapped = tz.mapped
 	return &Text{src: s, start: 0, end: tz.tokens}, nil
 }
 
@@ -168,22 +170,26 @@ type tokenizer struct {
 	given  *Vocab // nil: build the vocabulary
 	// unknown is the id of characters outside given; -1: they are errors.
 	unknown int32
-	// okASCII[b]: byte b may appear. seen*: the characters met, when building.
-	okASCII, seenASCII [utf8.RuneSelf]bool
-	seenBMP            []uint64
-	seenAstral         map[rune]bool
-	tokens             int64
-	index              []int64 // corpus offset of every 1<<textIndexShift-th token
+	// okASCII[b]: byte b may appear. mapASCII[b]: byte b is outside the
+	// given vocabulary and becomes unknown. seen*: the characters met,
+	// when building.
+	okASCII, mapASCII, seenASCII [utf8.RuneSelf]bool
+	mapped                       int64 // characters that became unknown
+	seenBMP                      []uint64
+	seenAstral                   map[rune]bool
+	tokens                       int64
+	index                        []int64 // corpus offset of every 1<<textIndexShift-th token
 }
 
 func newTokenizer(c *Corpus, given *Vocab, unknown int32) *tokenizer {
 	tz := &tokenizer{corpus: c, given: given, unknown: unknown}
 	for b := range tz.okASCII {
-		if given == nil || unknown >= 0 {
-			tz.okASCII[b] = true
-		} else {
-			_, tz.okASCII[b] = given.ID(rune(b))
+		inVocab := given == nil
+		if given != nil {
+			_, inVocab = given.ID(rune(b))
 		}
+		tz.okASCII[b] = inVocab || unknown >= 0
+		tz.mapASCII[b] = !inVocab && unknown >= 0
 	}
 	return tz
 }
@@ -237,6 +243,9 @@ func (tz *tokenizer) scan(data []byte, base int64, more bool) (int, error) {
 			if !tz.okASCII[b] {
 				return i, tz.corpus.dataError(base+int64(i), notInVocab(rune(b)))
 			}
+			if tz.mapASCII[b] {
+				tz.mapped++
+			}
 			tz.seenASCII[b] = true
 			i++
 			continue
@@ -265,8 +274,11 @@ func (tz *tokenizer) scan(data []byte, base int64, more bool) (int, error) {
 func (tz *tokenizer) see(r rune, off int64) error {
 	switch {
 	case tz.given != nil:
-		if _, ok := tz.given.ID(r); !ok && tz.unknown < 0 {
-			return tz.corpus.dataError(off, notInVocab(r))
+		if _, ok := tz.given.ID(r); !ok {
+			if tz.unknown < 0 {
+				return tz.corpus.dataError(off, notInVocab(r))
+			}
+			tz.mapped++
 		}
 	case r < vocabDenseLimit:
 		if tz.seenBMP == nil {
@@ -353,6 +365,12 @@ func (s *textSource) runeID(r rune) int32 {
 
 // Len returns the number of tokens (characters) of t.
 func (t *Text) Len() int64 { return t.end - t.start }
+
+// Mapped is how many characters of the whole tokenized corpus were outside
+// the given vocabulary and became TokenizeConfig.Unknown (0 without
+// Unknown, where such a character is an error). Slices and splits of the
+// text report the corpus's count.
+func (t *Text) Mapped() int64 { return t.src.mapped }
 
 // Vocab returns the vocabulary of t's ids.
 func (t *Text) Vocab() *Vocab {

@@ -299,6 +299,7 @@ func TestTokenizeGivenVocab(t *testing.T) {
 		unknown string
 		errOff  int64  // -1: no error
 		reason  string // of the error
+		mapped  int64  // characters that became unknown
 	}{
 		{name: "all known", s: "ab\néé😀?a", errOff: -1},
 		{name: "unknown ASCII", s: "abéxa", errOff: 4, reason: `character "x" (U+0078) is not in the vocabulary`},
@@ -306,8 +307,9 @@ func TestTokenizeGivenVocab(t *testing.T) {
 		{name: "unknown 4-byte", s: "😀🚀", errOff: 4, reason: `character "🚀" (U+1F680) is not in the vocabulary`},
 		{name: "unknown control", s: "a\x00", errOff: 1, reason: `character "\x00" (U+0000) is not in the vocabulary`},
 		{name: "invalid before unknown", s: "a\xffx", errOff: 1, reason: "invalid UTF-8"},
-		{name: "unknown mapped", s: "xaüb😀🚀\r\n", unknown: "?", errOff: -1},
-		{name: "all unknown, ASCII", s: "xyz", unknown: "?", errOff: -1},
+		{name: "unknown mapped", s: "xaüb😀🚀\r\n", unknown: "?", errOff: -1, mapped: 4}, // x ü 🚀 \r
+		{name: "all unknown, ASCII", s: "xyz", unknown: "?", errOff: -1, mapped: 3},
+		{name: "the unknown character itself", s: "a?b", unknown: "?", errOff: -1, mapped: 0},
 		{name: "unknown mapped, invalid still an error", s: "ab\xff", unknown: "?", errOff: 2, reason: "invalid UTF-8"},
 	} {
 		for _, p := range []textParams{{chunk: 1, readChunk: 4}, {chunk: tokenizeChunk, readChunk: textReadChunk}} {
@@ -332,6 +334,9 @@ func TestTokenizeGivenVocab(t *testing.T) {
 					unknown, _ = vocab.ID([]rune(tc.unknown)[0])
 				}
 				checkText(t, text, referenceIDs(chars, tc.s, unknown), 1)
+				if got := text.Mapped(); got != tc.mapped {
+					t.Errorf("Mapped: got %d, want %d", got, tc.mapped)
+				}
 			})
 		}
 	}
