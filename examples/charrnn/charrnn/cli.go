@@ -61,19 +61,43 @@ func Run(ctx context.Context, args []string, env Env) error {
 		fmt.Fprint(env.Stderr, usage)
 		return fmt.Errorf("%w: no command", ErrUsage)
 	}
-	cmds := map[string]func(context.Context, []string, Env) error{
-		"train": trainCommand, "sample": sampleCommand, "eval": evalCommand, "bench": benchCommand,
+	cmd, err := parseCommandLine(args, env)
+	if err != nil || cmd == nil {
+		return err
 	}
-	cmd, ok := cmds[args[0]]
+	return cmd(ctx)
+}
+
+// command is a parsed and checked command line, ready to run.
+type command func(context.Context) error
+
+// parseCommandLine parses args and checks every flag, doing no work: no
+// device is opened, no file read or written. It returns a nil command for
+// help, which it printed, and an error wrapping ErrUsage for a bad
+// command line.
+func parseCommandLine(args []string, env Env) (command, error) {
+	env = env.withDefaults()
+	if len(args) == 0 {
+		fmt.Fprint(env.Stderr, usage)
+		return nil, fmt.Errorf("%w: no command", ErrUsage)
+	}
+	parsers := map[string]func([]string, Env) (command, error){
+		"train": parseTrain, "sample": parseSample, "eval": parseEval, "bench": parseBench,
+	}
+	p, ok := parsers[args[0]]
 	if !ok {
 		if args[0] == "help" || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
 			fmt.Fprint(env.Stdout, usage)
-			return nil
+			return nil, nil
 		}
 		fmt.Fprint(env.Stderr, usage)
-		return fmt.Errorf("%w: unknown command %q", ErrUsage, args[0])
+		return nil, fmt.Errorf("%w: unknown command %q", ErrUsage, args[0])
 	}
-	return cmd(ctx, args[1:], env)
+	cmd, err := p(args[1:], env)
+	if errors.Is(err, errHelp) {
+		return nil, nil
+	}
+	return cmd, err
 }
 
 const usage = `usage: charrnn <command> [flags]
@@ -87,8 +111,9 @@ commands:
 Run charrnn <command> -h for a command's flags.
 `
 
-// parse parses a command's flags; -h prints them and is not an error.
-func parse(fs *flag.FlagSet, args []string, env Env) error {
+// parse parses a command's flags into f and checks them; -h prints them
+// and returns errHelp.
+func parse(fs *flag.FlagSet, args []string, env Env, f interface{ validate() error }) error {
 	fs.SetOutput(env.Stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -99,7 +124,7 @@ func parse(fs *flag.FlagSet, args []string, env Env) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
 	}
-	return nil
+	return f.validate()
 }
 
 // errHelp ends a command that printed its flags.

@@ -29,7 +29,7 @@ type SampleFlags struct {
 	JSON        bool
 }
 
-func sampleCommand(ctx context.Context, args []string, env Env) error {
+func parseSample(args []string, env Env) (command, error) {
 	var f SampleFlags
 	fs := flag.NewFlagSet("sample", flag.ContinueOnError)
 	fs.StringVar(&f.Checkpoint, "checkpoint", "charrnn.safetensors", "checkpoint to sample from")
@@ -41,19 +41,21 @@ func sampleCommand(ctx context.Context, args []string, env Env) error {
 	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
 	fs.BoolVar(&f.MemStats, "memstats", false, "print the device allocator's figures at the end")
 	fs.BoolVar(&f.JSON, "json", false, "print the sample (and figures) as JSON objects, one per line")
-	if err := parse(fs, args, env); err != nil {
-		if errors.Is(err, errHelp) {
-			return nil
-		}
-		return err
+	if err := parse(fs, args, env, &f); err != nil {
+		return nil, err
 	}
-	return Sample(ctx, f, env)
+	return func(ctx context.Context) error {
+		return Sample(ctx, f, env)
+	}, nil
 }
 
 // Sample runs the sample command: the text goes to Stdout as it is drawn
 // (with -json, as one object at the end).
 func Sample(ctx context.Context, f SampleFlags, env Env) (err error) {
 	env = env.withDefaults()
+	if err := f.validate(); err != nil {
+		return err
+	}
 	d, err := openDevice(f.Device, env.CUDA)
 	if err != nil {
 		return err
@@ -113,7 +115,7 @@ type EvalFlags struct {
 	JSON                     bool
 }
 
-func evalCommand(ctx context.Context, args []string, env Env) error {
+func parseEval(args []string, env Env) (command, error) {
 	var f EvalFlags
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	fs.StringVar(&f.Checkpoint, "checkpoint", "charrnn.safetensors", "checkpoint to evaluate")
@@ -122,20 +124,22 @@ func evalCommand(ctx context.Context, args []string, env Env) error {
 	fs.IntVar(&f.Seq, "seq", 64, "characters per window")
 	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
 	fs.BoolVar(&f.JSON, "json", false, "print the result as one JSON object")
-	if err := parse(fs, args, env); err != nil {
-		if errors.Is(err, errHelp) {
-			return nil
-		}
-		return err
+	if err := parse(fs, args, env, &f); err != nil {
+		return nil, err
 	}
-	_, err := Eval(ctx, f, env)
-	return err
+	return func(ctx context.Context) error {
+		_, err := Eval(ctx, f, env)
+		return err
+	}, nil
 }
 
 // Eval runs the eval command: the checkpoint's mean loss over the text,
 // cut as training cuts it, without gradients.
 func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err error) {
 	env = env.withDefaults()
+	if err := f.validate(); err != nil {
+		return ev, err
+	}
 	d, err := openDevice(f.Device, env.CUDA)
 	if err != nil {
 		return ev, err
@@ -196,7 +200,7 @@ type BenchResult struct {
 	DataWait float64 `json:"data_wait"`
 }
 
-func benchCommand(ctx context.Context, args []string, env Env) error {
+func parseBench(args []string, env Env) (command, error) {
 	var f BenchFlags
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&f.Cell, "cell", "lstm", "lstm or gru")
@@ -210,14 +214,13 @@ func benchCommand(ctx context.Context, args []string, env Env) error {
 	fs.BoolVar(&f.TF32, "tf32", false, "let float32 GEMMs on a GPU use TF32 tensor cores")
 	fs.BoolVar(&f.MemStats, "memstats", false, "print the device allocator's figures at the end")
 	fs.BoolVar(&f.JSON, "json", false, "print the result as one JSON object")
-	if err := parse(fs, args, env); err != nil {
-		if errors.Is(err, errHelp) {
-			return nil
-		}
-		return err
+	if err := parse(fs, args, env, &f); err != nil {
+		return nil, err
 	}
-	_, err := Bench(ctx, f, env)
-	return err
+	return func(ctx context.Context) error {
+		_, err := Bench(ctx, f, env)
+		return err
+	}, nil
 }
 
 // benchVocab is torch_charrnn.py's vocabulary size.
@@ -231,8 +234,8 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	env = env.withDefaults()
 	env.CUDA.TF32 = env.CUDA.TF32 || f.TF32
 	const warmSteps, warmTokens = 3, 20
-	if f.Steps <= 0 || f.N <= 0 {
-		return res, fmt.Errorf("%w: -steps %d and -n %d must be > 0", ErrUsage, f.Steps, f.N)
+	if err := f.validate(); err != nil {
+		return res, err
 	}
 	d, err := openDevice(f.Device, env.CUDA)
 	if err != nil {

@@ -11,11 +11,13 @@
 //     $(go env GOROOT)/src, its ASCII Go files outside testdata, streamed
 //     from disk), -cell, -embed, -hidden, -layers, -dropout, -batch, -seq,
 //     -accum, -optimizer, -lr, -clip, -steps or -epochs, -val-frac,
-//     -device, -seed, -init, -resume, -checkpoint, -plot, -memstats, -json;
+//     -device, -seed, -init, -resume, -checkpoint, -force, -plot, -memstats, -json;
 //     and -schedule, -warmup, -val-tokens, -eval-every, -log-every,
 //     -checkpoint-every, -sample, -temperature, -prime, -tf32. A progress bar on a
 //     terminal, plain lines otherwise; Ctrl-C (a cancelled context) ends
-//     the run after the step under way and saves the checkpoint.
+//     the run after the step under way and saves the checkpoint. An
+//     existing -checkpoint is replaced only with -force or by -resume
+//     from that same file.
 //   - sample: -checkpoint, -n, -temperature (0: argmax), -top-k, -prime,
 //     -seed, -device, -memstats, -json.
 //   - eval: -checkpoint, -data, -batch, -seq, -device, -json: loss in
@@ -29,4 +31,20 @@
 // the CPU otherwise (devices.Open); Env.CUDA carries the GPU's libraries
 // (main reads GOCURRENT_CUBLAS and GOCURRENT_CUDA_DRIVER) and -tf32 sets
 // its TF32.
+//
+// # Errors and exit statuses
+//
+// Every flag of every command is checked before any work: before a
+// device is opened or a file read. A bad value is an error wrapping
+// ErrUsage that names the flag and its value (-batch 0, -accum 0, a
+// negative -sample, a non-finite -temperature, a -plot not ending in
+// .png, ...). Train checks -prime in the vocabulary as soon as it has
+// one, before the first step, and before any work checks its outputs:
+// -checkpoint and -plot must be writable (a probe file,
+// ".NAME.probe-*" beside the output, is created and removed at once),
+// and an existing -checkpoint is not replaced unless -force says so or
+// the run resumes from it. Those errors wrap both ErrUsage and
+// ErrOutput. The charrnn program exits with status 2 for an error
+// wrapping ErrUsage, 1 for any other failure and 0 on success (help
+// included).
 package charrnn

@@ -112,8 +112,11 @@ func TestBadInput(t *testing.T) {
 				if isTrain {
 					args = append(append([]string(nil), args...), "-checkpoint", ckpt)
 					if variant == "existing checkpoint" {
+						// -force: the run may replace the checkpoint,
+						// and must not when it fails.
 						writeFile(t, ckpt, torchBytes)
 						before = torchBytes
+						args = append(args, "-force")
 					}
 				}
 				_, _, err := run(t, ctx, args...)

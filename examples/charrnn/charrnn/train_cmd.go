@@ -36,6 +36,7 @@ type TrainFlags struct {
 	TF32                     bool // cuda.Config.TF32
 	Seed                     uint64
 	Init, Resume, Checkpoint string
+	Force                    bool // replace an existing -checkpoint
 	CheckpointEvery          int64
 	Plot                     string
 	MemStats, JSON           bool
@@ -71,6 +72,7 @@ func (f *TrainFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Init, "init", "", "start from this checkpoint's weights (and its model shape and vocabulary)")
 	fs.StringVar(&f.Resume, "resume", "", "continue the run this checkpoint saved, exactly")
 	fs.StringVar(&f.Checkpoint, "checkpoint", "charrnn.safetensors", "checkpoint to write at the end, every -checkpoint-every steps and on Ctrl-C (empty: none)")
+	fs.BoolVar(&f.Force, "force", false, "replace an existing -checkpoint this run does not -resume from")
 	fs.Int64Var(&f.CheckpointEvery, "checkpoint-every", 1000, "steps between checkpoints (0: at the end only)")
 	fs.StringVar(&f.Plot, "plot", "", "write the training and validation loss curves to this PNG")
 	fs.BoolVar(&f.MemStats, "memstats", false, "print the device allocator's figures at the end")
@@ -80,17 +82,14 @@ func (f *TrainFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.SamplePrime, "prime", "", "text the sample at the end starts from (default: a newline)")
 }
 
-func trainCommand(ctx context.Context, args []string, env Env) error {
+func parseTrain(args []string, env Env) (command, error) {
 	var f TrainFlags
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	f.register(fs)
-	if err := parse(fs, args, env); err != nil {
-		if errors.Is(err, errHelp) {
-			return nil
-		}
-		return err
+	if err := parse(fs, args, env, &f); err != nil {
+		return nil, err
 	}
-	return Train(ctx, f, env)
+	return func(ctx context.Context) error { return Train(ctx, f, env) }, nil
 }
 
 // stepEvent is a -json line of training progress.
@@ -116,16 +115,24 @@ type evalEvent struct {
 	Tokens      int64   `json:"tokens"`
 }
 
-// Train runs the train command, phase by phase: it checks the flags,
-// opens the device, loads the model of -init or -resume, reads the text,
+// Train runs the train command, phase by phase: it checks the flags and
+// that it can write its outputs (-checkpoint, which it does not replace
+// unless it resumes from it or f.Force says so, and -plot), opens the
+// device, loads the model of -init or -resume, reads the text,
 // builds the model (unless loaded), the loaders and the trainer, runs it,
 // and reports: the curves (-plot), the summary line, a sample and the
 // allocator's figures (-memstats). What a phase opens is closed when
 // Train returns, in the reverse order.
 func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 	env = env.withDefaults()
+	if err := f.validate(); err != nil {
+		return err
+	}
 	opt, sched, err := f.settings()
 	if err != nil {
+		return err
+	}
+	if err := f.checkOutputs(); err != nil {
 		return err
 	}
 	r := &trainRun{f: f, env: env, p: &printer{w: env.Stdout, json: f.JSON}}
@@ -146,6 +153,13 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 	if r.m == nil {
 		if r.m, err = models.NewCharRNN(r.d, r.f.Model, r.text.Vocab(), r.f.Seed); err != nil {
 			return err
+		}
+	}
+	// The sample at the end starts from -prime: check it now, in the
+	// vocabulary, rather than after the last step.
+	if f.SampleN > 0 {
+		if _, _, err := encodePrime(r.m.Vocab(), f.SamplePrime); err != nil {
+			return fmt.Errorf("%w: %w", ErrUsage, err)
 		}
 	}
 	if err := r.openLoaders(); err != nil {

@@ -258,9 +258,10 @@ func TestTrainResumeErrors(t *testing.T) {
 		{"other accum", []string{"-resume", ckpt, "-accum", "1"}, train.ErrMismatch, ""},
 		{"other seq", []string{"-resume", ckpt, "-seq", "32"}, train.ErrMismatch, ""},
 		{"other optimizer", []string{"-resume", ckpt, "-optimizer", "sgd"}, train.ErrMismatch, ""},
-		// SaveWeights's file and PyTorch's have no trainer state.
-		{"weights only", []string{"-resume", weights}, nil, "weights only"},
-		{"torch weights", []string{"-resume", fixtures.TorchCheckpoint("gru")}, nil, "weights only"},
+		// SaveWeights's file and PyTorch's have no trainer state. (-force:
+		// the run may replace ckpt, which it does not resume from.)
+		{"weights only", []string{"-resume", weights, "-force"}, nil, "weights only"},
+		{"torch weights", []string{"-resume", fixtures.TorchCheckpoint("gru"), "-force"}, nil, "weights only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := smallTrain(t, ckpt, slices.Concat(flags, tc.extra, []string{"-steps", "4"})...)
