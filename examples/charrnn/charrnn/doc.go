@@ -14,7 +14,8 @@
 //     -device, -seed, -init, -resume, -checkpoint, -force, -plot, -memstats, -json;
 //     and -schedule, -warmup, -val-tokens, -eval-every, -log-every,
 //     -checkpoint-every, -sample, -temperature, -prime, -tf32. A progress bar on a
-//     terminal, plain lines otherwise; Ctrl-C (a cancelled context) ends
+//     terminal, plain lines otherwise; Ctrl-C, SIGTERM or SIGHUP (main
+//     cancels the context) ends
 //     the run after the step under way and saves the checkpoint. An
 //     existing -checkpoint is replaced only with -force or by -resume
 //     from that same file.
@@ -46,5 +47,6 @@
 // the run resumes from it. Those errors wrap both ErrUsage and
 // ErrOutput. The charrnn program exits with status 2 for an error
 // wrapping ErrUsage, 1 for any other failure and 0 on success (help
-// included).
+// included); a run that SIGINT, SIGTERM or SIGHUP ended (the step
+// finished, the checkpoint saved) exits with 128 + the signal's number.
 package charrnn

@@ -1,0 +1,81 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gocurrent/gocurrent/train"
+)
+
+// TestMain runs the command itself when the test binary is started as a
+// child by TestSignals, so the test needs no go build.
+func TestMain(m *testing.M) {
+	if os.Getenv("CHARRNN_TEST_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// TestSignals: SIGTERM and SIGHUP, like SIGINT, let training finish its
+// step, save the checkpoint and exit with 128 + the signal's number.
+// Before, SIGTERM and SIGHUP killed the process and nothing was saved.
+func TestSignals(t *testing.T) {
+	corpus, err := filepath.Abs("../../models/testdata/corpus.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			ckpt := filepath.Join(t.TempDir(), "run.safetensors")
+			cmd := exec.Command(os.Args[0], "train", "-data", corpus, "-device", "cpu", "-embed", "8", "-hidden", "16",
+				"-layers", "1", "-batch", "2", "-seq", "8", "-steps", "1000000", "-val-frac", "0", "-log-every", "1",
+				"-sample", "0", "-json", "-checkpoint", ckpt)
+			cmd.Env = append(os.Environ(), "CHARRNN_TEST_MAIN=1")
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			lines := bufio.NewScanner(out)
+			for lines.Scan() { // the first step is taken
+				if strings.Contains(lines.Text(), `"event":"step"`) {
+					break
+				}
+			}
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			var done string
+			for lines.Scan() {
+				if strings.Contains(lines.Text(), `"event":"done"`) {
+					done = lines.Text()
+				}
+			}
+			timer := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() })
+			defer timer.Stop()
+			err = cmd.Wait()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 128+int(sig) {
+				t.Errorf("after %v the command ended with %v, want exit status %d", sig, err, 128+int(sig))
+			}
+			if !strings.Contains(done, `"stopped":true`) {
+				t.Errorf("after %v no done event with stopped true (got %q)", sig, done)
+			}
+			if _, err := train.ReadCheckpoint(ckpt); err != nil {
+				t.Errorf("after %v no checkpoint: %v", sig, err)
+			}
+		})
+	}
+}
