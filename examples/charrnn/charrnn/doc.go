@@ -13,7 +13,8 @@
 //     -accum, -optimizer, -lr, -clip, -steps or -epochs, -val-frac,
 //     -device, -seed, -init, -resume, -checkpoint, -force, -plot, -memstats, -json;
 //     and -schedule, -warmup, -val-tokens, -eval-every, -log-every,
-//     -checkpoint-every, -sample, -temperature, -prime, -tf32. A progress bar on a
+//     -checkpoint-every, -sample, -temperature, -prime, -tf32, -skip-nonfinite,
+//     -max-skips. A progress bar on a
 //     terminal, plain lines otherwise; Ctrl-C, SIGTERM or SIGHUP (main
 //     cancels the context) ends
 //     the run after the step under way and saves the checkpoint. An

@@ -36,7 +36,9 @@ type TrainFlags struct {
 	TF32                     bool // cuda.Config.TF32
 	Seed                     uint64
 	Init, Resume, Checkpoint string
-	Force                    bool // replace an existing -checkpoint
+	Force                    bool  // replace an existing -checkpoint
+	SkipNonFinite            bool  // train.Config.SkipNonFinite
+	MaxSkips                 int64 // train.Config.MaxSkips
 	CheckpointEvery          int64
 	Plot                     string
 	MemStats, JSON           bool
@@ -80,6 +82,8 @@ func (f *TrainFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.SampleN, "sample", 400, "characters to generate at the end (0: none)")
 	fs.Float64Var(&f.SampleTemperature, "temperature", 0.8, "temperature of the sample at the end")
 	fs.StringVar(&f.SamplePrime, "prime", "", "text the sample at the end starts from (default: a newline)")
+	fs.BoolVar(&f.SkipNonFinite, "skip-nonfinite", false, "skip (and count) a step whose loss or gradient is NaN or infinite instead of stopping")
+	fs.Int64Var(&f.MaxSkips, "max-skips", 100, "with -skip-nonfinite, stop after this many skipped steps in a row (0: 100)")
 }
 
 func parseTrain(args []string, env Env) (command, error) {
@@ -335,6 +339,7 @@ func (r *trainRun) newTrainer(opt train.Optimizer, sched train.Schedule) (err er
 		Optimizer: opt, Schedule: sched, Steps: f.Steps, ClipNorm: f.Clip,
 		Validation: r.val, EvalEvery: f.EvalEvery,
 		Checkpoint: f.Checkpoint, CheckpointEvery: f.CheckpointEvery, Metadata: r.m.Metadata(),
+		SkipNonFinite: f.SkipNonFinite, MaxSkips: f.MaxSkips,
 		OnStep: r.progress.step, OnEval: r.progress.eval,
 	}
 	if r.tr, err = train.New(r.d, r.m, r.data, cfg); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
 	"github.com/gocurrent/gocurrent/internal/charrnntest"
+	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/train"
 )
 
@@ -418,5 +419,26 @@ func TestTrainCancelCheckpointFails(t *testing.T) {
 	err := charrnn.Run(ctx, smallTrain(t, ckpt, "-batch", "4", "-steps", "50", "-log-every", "1", "-json"), testEnv(t, out, &bytes.Buffer{}))
 	if err == nil || !strings.Contains(err.Error(), "no-such-dir") {
 		t.Errorf("cancelled run that could not write its checkpoint: error %v, want one naming %s", err, ckpt)
+	}
+}
+
+// TestTrainSkipNonFinite: -skip-nonfinite skips and counts diverged steps
+// and -max-skips ends a run that never recovers, with the last step's
+// error. (lr 1e39 makes every step after the first non-finite; see
+// TestBadInput's non-finite case.)
+func TestTrainSkipNonFinite(t *testing.T) {
+	ckpt := filepath.Join(t.TempDir(), "run.safetensors")
+	_, _, err := run(t, t.Context(), "train", "-data", corpusPath, "-device", testdevice.Spec(t), "-embed", "8", "-hidden", "16",
+		"-seq", "16", "-batch", "4", "-val-frac", "0", "-steps", "50", "-lr", "1e39", "-sample", "0",
+		"-skip-nonfinite", "-max-skips", "4", "-checkpoint", ckpt)
+	if !errors.Is(err, train.ErrNonFinite) || !strings.Contains(err.Error(), "4 steps in a row") {
+		t.Fatalf("train with -max-skips 4 on a diverging run: %v, want ErrNonFinite after 4 steps in a row", err)
+	}
+	ck, err := train.ReadCheckpoint(ckpt)
+	if err != nil {
+		t.Fatalf("no checkpoint of the state before the last skipped step: %v", err)
+	}
+	if meta := ck.Metadata()["trainer"]; !strings.Contains(meta, `"skipped":4`) || !strings.Contains(meta, `"stopped":"non-finite step`) {
+		t.Errorf("trainer metadata %s, want 4 skipped steps and the stopped mark", meta)
 	}
 }

@@ -91,6 +91,7 @@ func (f *TrainFlags) validate() error {
 	c.nonNegative("checkpoint-every", f.CheckpointEvery)
 	c.nonNegative("sample", int64(f.SampleN))
 	c.finite("temperature", f.SampleTemperature, 0)
+	c.nonNegative("max-skips", f.MaxSkips)
 	c.device(f.Device)
 	if f.Plot != "" && !strings.EqualFold(filepath.Ext(f.Plot), ".png") {
 		c.fail("plot", strconv.Quote(f.Plot), "a file name ending in .png")
