@@ -112,7 +112,11 @@ func Sample(ctx context.Context, f SampleFlags, env Env) (err error) {
 type EvalFlags struct {
 	Checkpoint, Data, Device string
 	Batch, Seq               int
-	JSON                     bool
+	// Unknown, when set, is a character of the checkpoint's vocabulary
+	// that characters of the text outside it are read as
+	// (loader.TokenizeConfig.Unknown); empty: such a character is an error.
+	Unknown string
+	JSON    bool
 }
 
 func parseEval(args []string, env Env) (command, error) {
@@ -123,6 +127,7 @@ func parseEval(args []string, env Env) (command, error) {
 	fs.IntVar(&f.Batch, "batch", 32, "streams per batch")
 	fs.IntVar(&f.Seq, "seq", 64, "characters per window")
 	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
+	fs.StringVar(&f.Unknown, "unknown", "", "read characters outside the checkpoint's vocabulary as this one of its characters (default: refuse them)")
 	fs.BoolVar(&f.JSON, "json", false, "print the result as one JSON object")
 	if err := parse(fs, args, env, &f); err != nil {
 		return nil, err
@@ -155,8 +160,14 @@ func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err e
 		return ev, err
 	}
 	defer corpus.Close()
-	text, err := loader.Tokenize(ctx, corpus, loader.TokenizeConfig{Vocab: m.Vocab()})
+	if err := checkUnknown(m.Vocab(), f.Unknown); err != nil {
+		return ev, err
+	}
+	text, err := loader.Tokenize(ctx, corpus, loader.TokenizeConfig{Vocab: m.Vocab(), Unknown: f.Unknown})
 	if err != nil {
+		if f.Unknown == "" {
+			err = fmt.Errorf("%w (-unknown CHAR reads such characters as CHAR)", err)
+		}
 		return ev, fmt.Errorf("charrnn: %w", err)
 	}
 	data, err := loader.New(d, text, loader.Config{Batch: f.Batch, Seq: f.Seq})
@@ -168,8 +179,12 @@ func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err e
 		return ev, err
 	}
 	p := &printer{w: env.Stdout, json: f.JSON}
-	p.emit(evalEvent{Event: "eval", Loss: ev.Loss, BitsPerChar: ev.BitsPerToken, Tokens: ev.Tokens},
-		fmt.Sprintf("loss %.4f nats/char, %.4f bits/char over %d characters\n", ev.Loss, ev.BitsPerToken, ev.Tokens))
+	mapped := ""
+	if f.Unknown != "" {
+		mapped = fmt.Sprintf(" (%d characters of the text were outside the vocabulary, read as %q)", text.Mapped(), f.Unknown)
+	}
+	p.emit(evalEvent{Event: "eval", Loss: ev.Loss, BitsPerChar: ev.BitsPerToken, Tokens: ev.Tokens, Mapped: text.Mapped()},
+		fmt.Sprintf("loss %.4f nats/char, %.4f bits/char over %d characters%s\n", ev.Loss, ev.BitsPerToken, ev.Tokens, mapped))
 	return ev, nil
 }
 

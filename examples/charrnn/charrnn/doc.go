@@ -22,7 +22,7 @@
 //     from that same file.
 //   - sample: -checkpoint, -n, -temperature (0: argmax), -top-k, -prime,
 //     -seed, -device, -memstats, -json.
-//   - eval: -checkpoint, -data, -batch, -seq, -device, -json: loss in
+//   - eval: -checkpoint, -data, -batch, -seq, -device, -unknown, -json: loss in
 //     nats/char and bits/char, cut into streams as training cuts them.
 //   - bench: the workload of bench/torch_charrnn.py; prints
 //     train_tokens_per_s, sample_tokens_per_s, segment_allocs (device

@@ -117,6 +117,9 @@ type evalEvent struct {
 	Loss        float64 `json:"loss"`
 	BitsPerChar float64 `json:"bits_per_char"`
 	Tokens      int64   `json:"tokens"`
+	// Mapped counts the text's characters outside the vocabulary that eval
+	// -unknown read as its character.
+	Mapped int64 `json:"mapped,omitempty"`
 }
 
 // Train runs the train command, phase by phase: it checks the flags and
@@ -526,6 +529,20 @@ func onlyCancelled(err, cause error) bool {
 		return onlyCancelled(u, cause)
 	}
 	return true
+}
+
+// checkUnknown checks an -unknown flag against the checkpoint's
+// vocabulary: empty, or one of its characters.
+func checkUnknown(v *loader.Vocab, unknown string) error {
+	if unknown == "" {
+		return nil
+	}
+	if r := []rune(unknown); len(r) == 1 {
+		if _, ok := v.ID(r[0]); ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: -unknown %q, want one character of the checkpoint's vocabulary", ErrUsage, unknown)
 }
 
 // encodePrime returns the text sampling starts from and its ids: prime, or

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // flagCheck collects the first bad flag of a command: each check names
@@ -118,6 +119,9 @@ func (f *EvalFlags) validate() error {
 	c.positive("batch", int64(f.Batch))
 	c.positive("seq", int64(f.Seq))
 	c.device(f.Device)
+	if f.Unknown != "" && utf8.RuneCountInString(f.Unknown) != 1 {
+		c.fail("unknown", strconv.Quote(f.Unknown), "one character")
+	}
 	return c.err
 }
 
