@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -65,7 +66,8 @@ func onSignal(parent context.Context) (context.Context, func() os.Signal) {
 // after sig (nil: no signal) arrived.
 func exitStatus(err error, sig os.Signal) int {
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "charrnn:", err)
+		// One "charrnn: " in front, whether or not the error has its own.
+		fmt.Fprintln(os.Stderr, "charrnn: "+strings.TrimPrefix(err.Error(), "charrnn: "))
 	}
 	switch {
 	case errors.Is(err, charrnn.ErrUsage):

@@ -79,3 +79,34 @@ func TestSignals(t *testing.T) {
 		})
 	}
 }
+
+// TestErrorExit: a bad flag exits with status 2, another failure with 1,
+// and each message carries one "charrnn: " prefix (an error the package
+// had prefixed itself used to read "charrnn: charrnn: ...").
+func TestErrorExit(t *testing.T) {
+	text := filepath.Join(t.TempDir(), "text.txt")
+	if err := os.WriteFile(text, []byte("outside the vocabulary: é"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args   []string
+		status int
+		says   string
+	}{
+		{[]string{"train", "-accum", "0"}, 2, "-accum 0"},
+		{[]string{"eval", "-device", "cpu", "-checkpoint", "../../models/testdata/torch_lstm.safetensors", "-data", text}, 1, "-unknown"},
+	} {
+		cmd := exec.Command(os.Args[0], c.args...)
+		cmd.Env = append(os.Environ(), "CHARRNN_TEST_MAIN=1")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != c.status {
+			t.Errorf("%v ended with %v, want exit status %d", c.args, err, c.status)
+		}
+		if msg := stderr.String(); !strings.HasPrefix(msg, "charrnn: ") || strings.Contains(msg, "charrnn: charrnn:") || !strings.Contains(msg, c.says) {
+			t.Errorf("%v: stderr %q, want one charrnn: prefix and %q", c.args, msg, c.says)
+		}
+	}
+}
