@@ -427,6 +427,13 @@ type trainProgress struct {
 	bar                  *progress.Bar // nil: lines
 	trainCurve, valCurve plot.Curve
 	lastVal              float64 // the last validation loss, NaN before the first
+
+	// The interval a printed line's tokens/s covers: from the previous
+	// printed step (its tokens and elapsed time), less the validations run
+	// since (each timed from the OnStep before it to its OnEval).
+	repTokens            int64
+	repElapsed, excluded time.Duration
+	lastStepAt           time.Time
 }
 
 func newTrainProgress(f TrainFlags, env Env, p *printer, total int64) *trainProgress {
@@ -440,6 +447,7 @@ func newTrainProgress(f TrainFlags, env Env, p *printer, total int64) *trainProg
 
 // step is train.Config.OnStep.
 func (tp *trainProgress) step(pr train.Progress) {
+	tp.lastStepAt = time.Now()
 	tp.trainCurve.X = append(tp.trainCurve.X, float64(pr.Step))
 	tp.trainCurve.Y = append(tp.trainCurve.Y, pr.Loss)
 	if tp.bar != nil {
@@ -447,16 +455,33 @@ func (tp *trainProgress) step(pr train.Progress) {
 		return
 	}
 	if tp.logEvery > 0 && (pr.Step%tp.logEvery == 0 || pr.Step == 1) {
+		rate := tp.rate(pr)
 		tp.p.emit(stepEvent{Event: "step", Step: pr.Step, Steps: pr.Steps, Epoch: pr.Position.Epoch, Loss: pr.Loss, GradNorm: pr.GradNorm,
-			LR: pr.LR, TokensPerSec: pr.TokensPerSecond, DataWait: pr.DataWait, Skipped: pr.Skipped,
+			LR: pr.LR, TokensPerSec: rate, DataWait: pr.DataWait, Skipped: pr.Skipped,
 			AllocBytes: pr.Memory.AllocatedBytes[alloc.AllPools].Current},
 			fmt.Sprintf("step %d  epoch %d  loss %.4f  grad norm %.3f  lr %.2g  %s tok/s  data wait %.1f%%\n",
-				pr.Step, pr.Position.Epoch, pr.Loss, pr.GradNorm, pr.LR, thousands(pr.TokensPerSecond), 100*pr.DataWait))
+				pr.Step, pr.Position.Epoch, pr.Loss, pr.GradNorm, pr.LR, thousands(rate), 100*pr.DataWait))
 	}
+}
+
+// rate is the training tokens/s since the previous printed step (the
+// run's start for the first), validation time left out, and starts the
+// next interval.
+func (tp *trainProgress) rate(pr train.Progress) float64 {
+	dt := pr.Elapsed - tp.repElapsed - tp.excluded
+	dn := pr.Tokens - tp.repTokens
+	tp.repTokens, tp.repElapsed, tp.excluded = pr.Tokens, pr.Elapsed, 0
+	if dt <= 0 {
+		return pr.TokensPerSecond
+	}
+	return float64(dn) / dt.Seconds()
 }
 
 // eval is train.Config.OnEval.
 func (tp *trainProgress) eval(ev train.Evaluation) {
+	if !tp.lastStepAt.IsZero() {
+		tp.excluded += time.Since(tp.lastStepAt)
+	}
 	tp.lastVal = ev.Loss
 	tp.valCurve.X = append(tp.valCurve.X, float64(ev.Step))
 	tp.valCurve.Y = append(tp.valCurve.Y, ev.Loss)
