@@ -250,7 +250,10 @@ func signature(l *loader.Loader) loaderSignature {
 // the weights, the optimizer state, the carried state, the step count, the
 // position in the data and the model's random state, plus
 // Config.Metadata. The file is written atomically.
-func (t *Trainer) Save(path string) error {
+func (t *Trainer) Save(path string) error { return t.save(path, "") }
+
+// save is Save with the trainer metadata's "stopped" mark (empty: none).
+func (t *Trainer) save(path, stopped string) error {
 	f := &tensorFile{meta: maps.Clone(t.cfg.Metadata), tensors: map[string]tensorData{}}
 	if f.meta == nil {
 		f.meta = map[string]string{}
@@ -278,7 +281,7 @@ func (t *Trainer) Save(path string) error {
 		}
 	}
 	ts := trainerState{Version: 1, Step: t.step, Skipped: t.skipped, Epoch: t.pos.Epoch, Batch: t.pos.Batch,
-		Optimizer: t.cfg.Optimizer, Loader: signature(t.data), Carried: len(t.states), Stopped: t.stopped}
+		Optimizer: t.cfg.Optimizer, Loader: signature(t.data), Carried: len(t.states), Stopped: stopped}
 	if r, ok := t.model.(RandomModel); ok {
 		ts.Random = r.RandomState()
 	}

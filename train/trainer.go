@@ -130,9 +130,8 @@ type Trainer struct {
 	step, skipped int64
 	pos           loader.Position
 
-	skipRun  int64  // steps skipped in a row, for Config.MaxSkips
-	lastSkip error  // the last skipped step's *NonFiniteError
-	stopped  string // the "stopped" mark of the checkpoint being written
+	skipRun  int64 // steps skipped in a row, for Config.MaxSkips
+	lastSkip error // the last skipped step's *NonFiniteError
 
 	unlock func() error // releases Config.Checkpoint's lock; nil: none held
 }
@@ -414,13 +413,13 @@ func (t *Trainer) finish(ctx context.Context, r *run, err error) (Summary, error
 	var nf *NonFiniteError
 	diverged := errors.As(err, &nf)
 	if t.cfg.Checkpoint != "" && (err == nil || stopped || diverged) {
+		mark := ""
 		if diverged {
 			// A refused step changed nothing: the state before it is
 			// whole, and worth keeping.
-			t.stopped = fmt.Sprintf("non-finite step %d", nf.Step)
+			mark = fmt.Sprintf("non-finite step %d", nf.Step)
 		}
-		serr := t.Save(t.cfg.Checkpoint)
-		t.stopped = ""
+		serr := t.save(t.cfg.Checkpoint, mark)
 		switch {
 		case serr != nil:
 			err = errors.Join(err, serr)

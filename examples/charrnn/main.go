@@ -35,6 +35,10 @@ func main() {
 		Stdout: os.Stdout, Stderr: os.Stderr, Live: progress.IsTerminal(os.Stderr), GOROOT: os.Getenv("GOROOT"),
 		CUDA: cuda.Config{BLASLibrary: os.Getenv("GOCURRENT_CUBLAS"), DriverLibrary: os.Getenv("GOCURRENT_CUDA_DRIVER")},
 	})
+	if err != nil {
+		// One "charrnn: " in front, whether or not the error has its own.
+		fmt.Fprintln(os.Stderr, "charrnn: "+strings.TrimPrefix(err.Error(), "charrnn: "))
+	}
 	os.Exit(exitStatus(err, got()))
 }
 
@@ -65,10 +69,6 @@ func onSignal(parent context.Context) (context.Context, func() os.Signal) {
 // exitStatus is the process's exit status for a run that returned err
 // after sig (nil: no signal) arrived.
 func exitStatus(err error, sig os.Signal) int {
-	if err != nil {
-		// One "charrnn: " in front, whether or not the error has its own.
-		fmt.Fprintln(os.Stderr, "charrnn: "+strings.TrimPrefix(err.Error(), "charrnn: "))
-	}
 	switch {
 	case errors.Is(err, charrnn.ErrUsage):
 		return 2

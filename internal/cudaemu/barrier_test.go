@@ -23,7 +23,7 @@ import (
 // thread that reads a neighbour's slot before a barrier guarantees it was
 // written reads the poison or a stale value.
 func TestMissingBarrier(t *testing.T) {
-	real := lib(t)
+	orig := ForTest(t)
 	kernels, err := kernelSources()
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestMissingBarrier(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.file+"#"+string(rune('0'+c.nth)), func(t *testing.T) {
 			t.Parallel()
-			got, want, err := c.run(real)
+			got, want, err := c.run(orig)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,11 +10,8 @@ import (
 	"unsafe"
 )
 
-// lib returns the cached emulator or skips where it cannot be built.
-func lib(t *testing.T) *Lib { return ForTest(t) }
-
 func TestCached(t *testing.T) {
-	l := lib(t)
+	l := ForTest(t)
 	if !filepath.IsAbs(l.Path()) || filepath.Base(l.Path()) != "libgcemu.so" {
 		t.Errorf("Path() = %q, want an absolute path to libgcemu.so", l.Path())
 	}
@@ -28,7 +25,7 @@ func TestCached(t *testing.T) {
 
 // TestLaunch runs a kernel directly, without the emulated driver.
 func TestLaunch(t *testing.T) {
-	l := lib(t)
+	l := ForTest(t)
 	x := make([]float32, 100)
 	args := []uint64{uint64(uintptr(unsafe.Pointer(&x[0]))), uint64(len(x)) - 1, math.Float64bits(1.5)}
 	if err := l.Launch("gc_fill_f32", [3]uint32{3, 1, 1}, [3]uint32{32, 1, 1}, args); err != nil {
