@@ -232,22 +232,33 @@ func LoadCharRNN(d device.Device, path string) (*CharRNN, *train.Checkpoint, err
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg, vocab, err := describeCharRNN(ck)
+	m, err := CharRNNFromCheckpoint(d, ck)
 	if err != nil {
 		return nil, nil, err
-	}
-	m, err := NewCharRNN(d, cfg, vocab, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("models: %s: %w", path, err)
-	}
-	if err := ck.LoadWeights(d, m.Groups()); err != nil {
-		return nil, nil, errors.Join(err, m.Close())
 	}
 	return m, ck, nil
 }
 
-// describeCharRNN reads a checkpoint's model metadata.
-func describeCharRNN(ck *train.Checkpoint) (CharRNNConfig, *loader.Vocab, error) {
+// CharRNNFromCheckpoint is LoadCharRNN for a checkpoint already read, for
+// a caller that looks at it first (DescribeCharRNN, its Record).
+func CharRNNFromCheckpoint(d device.Device, ck *train.Checkpoint) (*CharRNN, error) {
+	cfg, vocab, err := DescribeCharRNN(ck)
+	if err != nil {
+		return nil, err
+	}
+	m, err := NewCharRNN(d, cfg, vocab, 0)
+	if err != nil {
+		return nil, fmt.Errorf("models: %s: %w", ck.Path(), err)
+	}
+	if err := ck.LoadWeights(d, m.Groups()); err != nil {
+		return nil, errors.Join(err, m.Close())
+	}
+	return m, nil
+}
+
+// DescribeCharRNN reads the model a char-RNN checkpoint holds, its shape
+// and vocabulary, without building it. Its errors are LoadCharRNN's.
+func DescribeCharRNN(ck *train.Checkpoint) (CharRNNConfig, *loader.Vocab, error) {
 	meta := ck.Metadata()
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("models: %s: %w: %s", ck.Path(), train.ErrMismatch, fmt.Sprintf(format, args...))

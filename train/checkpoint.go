@@ -214,25 +214,38 @@ const trainerKey = "trainer"
 
 // trainerState is the JSON of the "trainer" metadata key.
 type trainerState struct {
-	Version   int             `json:"version"`
-	Step      int64           `json:"step"`
-	Skipped   int64           `json:"skipped"`
-	Epoch     int             `json:"epoch"`
-	Batch     int64           `json:"batch"`
-	Random    []uint64        `json:"random,omitempty"`
-	Optimizer Optimizer       `json:"optimizer"`
-	Loader    loaderSignature `json:"loader"`
-	Carried   int             `json:"carried"`
+	Version   int        `json:"version"`
+	Step      int64      `json:"step"`
+	Skipped   int64      `json:"skipped"`
+	Epoch     int        `json:"epoch"`
+	Batch     int64      `json:"batch"`
+	Random    []uint64   `json:"random,omitempty"`
+	Optimizer Optimizer  `json:"optimizer"`
+	Loader    DataRecord `json:"loader"`
+	Carried   int        `json:"carried"`
+	// Settings are the run's schedule, clipping and stopping point;
+	// absent from the checkpoints written before they were recorded.
+	Settings *settingsRecord `json:"settings,omitempty"`
 	// Stopped says why the run ended where a checkpoint was written on
 	// its way out of a failure: "non-finite step N" for the state before
 	// step N, whose loss or gradient was NaN or infinite. Empty otherwise.
 	Stopped string `json:"stopped,omitempty"`
 }
 
-// loaderSignature is what must not change between a run and its resumption
-// for the data to continue where it stopped.
-type loaderSignature struct {
-	Mode     string `json:"mode"`
+// settingsRecord is the "settings" of the trainer state.
+type settingsRecord struct {
+	Schedule  Schedule `json:"schedule"`
+	ClipNorm  float64  `json:"clip_norm"`
+	ClipValue float64  `json:"clip_value"`
+	Steps     int64    `json:"steps"`
+	Epochs    int      `json:"epochs"`
+}
+
+// DataRecord is how a run's loader cut the data: what must not change
+// between a run and its resumption for the data to continue where it
+// stopped.
+type DataRecord struct {
+	Mode     string `json:"mode"` // loader.Mode's String
 	Batch    int    `json:"batch"`
 	Seq      int    `json:"seq"`
 	Accum    int    `json:"accum"`
@@ -241,9 +254,76 @@ type loaderSignature struct {
 	PerEpoch int64  `json:"per_epoch"`
 }
 
-func signature(l *loader.Loader) loaderSignature {
+func signature(l *loader.Loader) DataRecord {
 	c := l.Config()
-	return loaderSignature{Mode: c.Mode.String(), Batch: c.Batch, Seq: c.Seq, Accum: c.Accum, Stride: c.Stride, Seed: c.Seed, PerEpoch: l.PerEpoch()}
+	return DataRecord{Mode: c.Mode.String(), Batch: c.Batch, Seq: c.Seq, Accum: c.Accum, Stride: c.Stride, Seed: c.Seed, PerEpoch: l.PerEpoch()}
+}
+
+// Record is what a checkpoint that Trainer.Save wrote records of the run,
+// besides the tensors: where it stopped, its optimizer, how its loader
+// cut the data and, in checkpoints that record them (HasSettings), the
+// settings a caller needs to continue it as it was configured.
+type Record struct {
+	// Step and Skipped are the steps taken and skipped; Position is where
+	// in the data the next step starts.
+	Step, Skipped int64
+	Position      loader.Position
+	// Optimizer is the update with every hyperparameter, the learning
+	// rate included.
+	Optimizer Optimizer
+	// Data is how the loader cut the data.
+	Data DataRecord
+	// HasSettings says the checkpoint records the fields below (the
+	// checkpoints of earlier versions do not).
+	HasSettings bool
+	// Schedule is the learning-rate schedule, a cosine decay's Total
+	// resolved to the step it ends at.
+	Schedule Schedule
+	// ClipNorm and ClipValue are Config's.
+	ClipNorm, ClipValue float64
+	// Steps is the step the run was to reach (0: until the loader's
+	// Epochs, the epochs it was to run, end).
+	Steps  int64
+	Epochs int
+	// Stopped is "non-finite step N" for the checkpoint of a run that
+	// stopped at a non-finite step N (the state before it), and empty
+	// otherwise.
+	Stopped string
+}
+
+// Record returns what the checkpoint records of the run that saved it.
+// A weights-only checkpoint has no record: an error wrapping ErrMismatch.
+func (c *Checkpoint) Record() (Record, error) {
+	ts, err := c.trainerState()
+	if err != nil {
+		return Record{}, err
+	}
+	r := Record{Step: ts.Step, Skipped: ts.Skipped, Position: loader.Position{Epoch: ts.Epoch, Batch: ts.Batch},
+		Optimizer: ts.Optimizer, Data: ts.Loader, Stopped: ts.Stopped}
+	if s := ts.Settings; s != nil {
+		r.HasSettings = true
+		r.Schedule, r.ClipNorm, r.ClipValue, r.Steps, r.Epochs = s.Schedule, s.ClipNorm, s.ClipValue, s.Steps, s.Epochs
+	}
+	return r, nil
+}
+
+// trainerState decodes and checks the "trainer" metadata.
+func (c *Checkpoint) trainerState() (trainerState, error) {
+	var ts trainerState
+	js, ok := c.file.meta[trainerKey]
+	if !ok {
+		return ts, c.mismatch("no trainer state (a weights-only checkpoint: load it with LoadWeights)")
+	}
+	if err := json.Unmarshal([]byte(js), &ts); err != nil {
+		return ts, fmt.Errorf("%s: %w: trainer state: %v", c.path, ErrCorrupt, err)
+	}
+	switch {
+	case ts.Version != 1:
+		return ts, c.mismatch("trainer state version %d, this trainer reads 1", ts.Version)
+	case ts.Step < 0 || ts.Skipped < 0 || ts.Epoch < 0 || ts.Batch < 0:
+		return ts, fmt.Errorf("%s: %w: negative counters in the trainer state", c.path, ErrCorrupt)
+	}
+	return ts, nil
 }
 
 // Save writes a checkpoint of everything a run needs to continue exactly:
@@ -281,7 +361,9 @@ func (t *Trainer) save(path, stopped string) error {
 		}
 	}
 	ts := trainerState{Version: 1, Step: t.step, Skipped: t.skipped, Epoch: t.pos.Epoch, Batch: t.pos.Batch,
-		Optimizer: t.cfg.Optimizer, Loader: signature(t.data), Carried: len(t.states), Stopped: stopped}
+		Optimizer: t.cfg.Optimizer, Loader: signature(t.data), Carried: len(t.states), Stopped: stopped,
+		Settings: &settingsRecord{Schedule: t.cfg.Schedule.resolved(t.cfg.Steps), ClipNorm: t.cfg.ClipNorm, ClipValue: t.cfg.ClipValue,
+			Steps: t.cfg.Steps, Epochs: t.data.Config().Epochs}}
 	if r, ok := t.model.(RandomModel); ok {
 		ts.Random = r.RandomState()
 	}
@@ -303,20 +385,19 @@ func (t *Trainer) save(path, stopped string) error {
 // The loader must cut the data as the saved run's did and the optimizer
 // must be the same algorithm; any difference is an error wrapping
 // ErrMismatch, and nothing is changed unless everything fits.
+//
+// The hyperparameters (learning rate, schedule, clipping, Steps) are the
+// trainer's Config, which may differ from the saved run's; Record says
+// what those were, for a caller that continues the run unchanged. One is
+// kept so that a longer run does not reshape it: a cosine decay whose
+// Total is 0 keeps ending where the saved run's did (its Steps then),
+// not at this trainer's Steps; set Total to end it elsewhere.
 func (t *Trainer) Resume(c *Checkpoint) error {
-	js, ok := c.file.meta[trainerKey]
-	if !ok {
-		return c.mismatch("no trainer state (a weights-only checkpoint: load it with LoadWeights)")
-	}
-	var ts trainerState
-	if err := json.Unmarshal([]byte(js), &ts); err != nil {
-		return fmt.Errorf("%s: %w: trainer state: %v", c.path, ErrCorrupt, err)
+	ts, err := c.trainerState()
+	if err != nil {
+		return err
 	}
 	switch {
-	case ts.Version != 1:
-		return c.mismatch("trainer state version %d, this trainer reads 1", ts.Version)
-	case ts.Step < 0 || ts.Skipped < 0 || ts.Epoch < 0 || ts.Batch < 0:
-		return fmt.Errorf("%s: %w: negative counters in the trainer state", c.path, ErrCorrupt)
 	case ts.Loader != signature(t.data):
 		return c.mismatch("the data was cut as %+v, this loader cuts it as %+v", ts.Loader, signature(t.data))
 	case ts.Optimizer.Algorithm != t.cfg.Optimizer.Algorithm || !slices.Equal(ts.Optimizer.slots(), t.opt.names):
@@ -384,6 +465,9 @@ func (t *Trainer) Resume(c *Checkpoint) error {
 	}
 	t.step, t.skipped = ts.Step, ts.Skipped
 	t.pos = loader.Position{Epoch: ts.Epoch, Batch: ts.Batch}
+	if s := ts.Settings; s != nil && s.Schedule.Decay == "cosine" && t.cfg.Schedule.Decay == "cosine" && t.cfg.Schedule.Total == 0 {
+		t.cfg.Schedule.Total = s.Schedule.Total
+	}
 	if random {
 		if err := r.SetRandomState(ts.Random); err != nil {
 			return fmt.Errorf("train: resuming from %s: %w", c.path, err)

@@ -16,17 +16,29 @@ import (
 //   - "cosine": from LR down to MinLR over the steps from Warmup to Total,
 //     MinLR + (LR-MinLR)·(1+cos(π·(t-Warmup)/(Total-Warmup)))/2, then MinLR
 //     (PyTorch's CosineAnnealingLR over one half period).
+//
+// A checkpoint records the schedule with its fields' JSON names, and
+// with the cosine decay's Total resolved (see Trainer.Resume).
 type Schedule struct {
-	Decay string
+	Decay string `json:"decay,omitempty"`
 	// Warmup is the number of warm-up steps.
-	Warmup int64
+	Warmup int64 `json:"warmup,omitempty"`
 	// Every and Gamma are the step decay's period (steps) and factor.
-	Every int64
-	Gamma float64
+	Every int64   `json:"every,omitempty"`
+	Gamma float64 `json:"gamma,omitempty"`
 	// Total is the step at which the cosine decay reaches MinLR; 0 means
 	// the trainer's Config.Steps.
-	Total int64
-	MinLR float64
+	Total int64   `json:"total,omitempty"`
+	MinLR float64 `json:"min_lr,omitempty"`
+}
+
+// resolved is s with a cosine decay's Total 0 replaced by steps: the
+// schedule as the trainer runs it.
+func (s Schedule) resolved(steps int64) Schedule {
+	if s.Decay == "cosine" && s.Total == 0 {
+		s.Total = steps
+	}
+	return s
 }
 
 func (s Schedule) validate(steps int64) error {

@@ -19,7 +19,14 @@
 //     cancels the context) ends
 //     the run after the step under way and saves the checkpoint. An
 //     existing -checkpoint is replaced only with -force or by -resume
-//     from that same file.
+//     from that same file. -resume continues the run as the checkpoint
+//     records it: its shape, batching, seed, optimizer, rate, clipping,
+//     schedule (a cosine's end included), held-out fraction and, unless
+//     -steps or -epochs is given, its end; -init takes the shape. Those
+//     flags need not be repeated; one given with another value is a usage
+//     error naming both. -steps and -epochs may change (not past a cosine
+//     schedule's end), as may every flag of outputs, validation, logging,
+//     sampling and the device.
 //   - sample: -checkpoint, -n, -temperature (0: argmax), -top-k, -prime,
 //     -seed, -device, -memstats, -json.
 //   - eval: -checkpoint, -data, -batch, -seq, -device, -unknown, -json: loss in

@@ -2,6 +2,7 @@ package charrnn
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -45,6 +46,11 @@ type TrainFlags struct {
 	SampleN                  int
 	SampleTemperature        float64
 	SamplePrime              string
+	// Explicit names the flags the command line gave (parseTrain fills
+	// it). With -init or -resume the others take the checkpoint's values
+	// where it records them, and one named here that contradicts the
+	// checkpoint is an error (see fromCheckpoint).
+	Explicit map[string]bool
 }
 
 func (f *TrainFlags) register(fs *flag.FlagSet) {
@@ -72,7 +78,7 @@ func (f *TrainFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.TF32, "tf32", false, "let float32 GEMMs on a GPU use TF32 tensor cores")
 	fs.Uint64Var(&f.Seed, "seed", 1, "seed of the initial weights and dropout")
 	fs.StringVar(&f.Init, "init", "", "start from this checkpoint's weights (and its model shape and vocabulary)")
-	fs.StringVar(&f.Resume, "resume", "", "continue the run this checkpoint saved, exactly")
+	fs.StringVar(&f.Resume, "resume", "", "continue the run this checkpoint saved, exactly, with the settings it records (shape, batching, optimizer, rate, schedule, ...)")
 	fs.StringVar(&f.Checkpoint, "checkpoint", "charrnn.safetensors", "checkpoint to write at the end, every -checkpoint-every steps and on Ctrl-C (empty: none)")
 	fs.BoolVar(&f.Force, "force", false, "replace an existing -checkpoint this run does not -resume from")
 	fs.Int64Var(&f.CheckpointEvery, "checkpoint-every", 1000, "steps between checkpoints (0: at the end only)")
@@ -93,6 +99,8 @@ func parseTrain(args []string, env Env) (command, error) {
 	if err := parse(fs, args, env, &f); err != nil {
 		return nil, err
 	}
+	f.Explicit = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.Explicit[fl.Name] = true })
 	return func(ctx context.Context) error { return Train(ctx, f, env) }, nil
 }
 
@@ -122,10 +130,12 @@ type evalEvent struct {
 	Mapped int64 `json:"mapped,omitempty"`
 }
 
-// Train runs the train command, phase by phase: it checks the flags and
-// that it can write its outputs (-checkpoint, which it does not replace
-// unless it resumes from it or f.Force says so, and -plot), opens the
-// device, loads the model of -init or -resume, reads the text,
+// Train runs the train command, phase by phase: it checks the flags,
+// reads the checkpoint of -init or -resume and takes the settings it
+// records (fromCheckpoint), checks that it can write its outputs
+// (-checkpoint, which it does not replace unless it resumes from it or
+// f.Force says so, and -plot), opens the device, loads the model of the
+// checkpoint, reads the text,
 // builds the model (unless loaded), the loaders and the trainer, runs it,
 // and reports: the curves (-plot), the summary line, a sample and the
 // allocator's figures (-memstats). What a phase opens is closed when
@@ -135,14 +145,27 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 	if err := f.validate(); err != nil {
 		return err
 	}
+	ck, rec, err := f.fromCheckpoint()
+	if err != nil {
+		return err
+	}
 	opt, sched, err := f.settings()
 	if err != nil {
 		return err
 	}
+	if rec != nil {
+		// Every hyperparameter as the run had it, not only those with flags.
+		opt = rec.Optimizer
+		if rec.HasSettings {
+			sched = rec.Schedule
+		} else {
+			fmt.Fprintf(env.Stderr, "charrnn: %s records no schedule, clipping or end (a checkpoint of an earlier version): -schedule, -warmup, -clip and -steps or -epochs apply as given\n", f.Resume)
+		}
+	}
 	if err := f.checkOutputs(); err != nil {
 		return err
 	}
-	r := &trainRun{f: f, env: env, p: &printer{w: env.Stdout, json: f.JSON}}
+	r := &trainRun{f: f, env: env, p: &printer{w: env.Stdout, json: f.JSON}, ck: ck, rec: rec}
 	defer func() { err = errors.Join(err, r.close()) }()
 	gpu := env.CUDA
 	gpu.TF32 = gpu.TF32 || f.TF32
@@ -222,13 +245,14 @@ func (f *TrainFlags) settings() (train.Optimizer, train.Schedule, error) {
 // trainRun is what the phases of one train command build, and close in
 // reverse order.
 type trainRun struct {
-	f   TrainFlags // f.Model is the checkpoint's with -init or -resume
+	f   TrainFlags // with what the checkpoint of -init or -resume records
 	env Env
 	p   *printer
+	ck  *train.Checkpoint // the checkpoint of -init or -resume, or nil
+	rec *train.Record     // what the checkpoint of -resume records, or nil
 
-	d  device.Device
-	m  *models.CharRNN
-	ck *train.Checkpoint // the checkpoint of -init or -resume, or nil
+	d device.Device
+	m *models.CharRNN
 
 	corpus                   *loader.Corpus
 	text, trainText, valText *loader.Text
@@ -262,21 +286,14 @@ func (r *trainRun) close() error {
 	return errors.Join(errs...)
 }
 
-// loadModel loads the model -init or -resume names, if one does; -resume
-// needs a checkpoint with the trainer's state.
+// loadModel loads the model of the checkpoint of -init or -resume, if
+// there is one.
 func (r *trainRun) loadModel() (err error) {
-	from := r.f.Init + r.f.Resume
-	if from == "" {
+	if r.ck == nil {
 		return nil
 	}
-	if r.m, r.ck, err = models.LoadCharRNN(r.d, from); err != nil {
-		return err
-	}
-	if r.f.Resume != "" && !r.ck.Resumable() {
-		return fmt.Errorf("charrnn: %s holds weights only; start from it with -init", from)
-	}
-	r.f.Model = r.m.Config()
-	return nil
+	r.m, err = models.CharRNNFromCheckpoint(r.d, r.ck)
+	return err
 }
 
 // readText opens -data (or the default corpus), tokenizes it, in the
@@ -338,12 +355,21 @@ func (r *trainRun) newTrainer(opt train.Optimizer, sched train.Schedule) (err er
 		total = int64(f.Epochs) * r.stepsPerEpoch()
 	}
 	r.progress = newTrainProgress(f, r.env, r.p, total)
+	meta := r.m.Metadata()
+	js, err := json.Marshal(trainRecord{ValFrac: f.ValFrac})
+	if err != nil {
+		return err
+	}
+	meta[trainKey] = string(js)
 	cfg := train.Config{
 		Optimizer: opt, Schedule: sched, Steps: f.Steps, ClipNorm: f.Clip,
 		Validation: r.val, EvalEvery: f.EvalEvery,
-		Checkpoint: f.Checkpoint, CheckpointEvery: f.CheckpointEvery, Metadata: r.m.Metadata(),
+		Checkpoint: f.Checkpoint, CheckpointEvery: f.CheckpointEvery, Metadata: meta,
 		SkipNonFinite: f.SkipNonFinite, MaxSkips: f.MaxSkips,
 		OnStep: r.progress.step, OnEval: r.progress.eval,
+	}
+	if r.rec != nil && r.rec.HasSettings {
+		cfg.ClipValue = r.rec.ClipValue // no flag sets it
 	}
 	if r.tr, err = train.New(r.d, r.m, r.data, cfg); err != nil {
 		return err

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"image/png"
+	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -232,6 +234,76 @@ func TestTrainResumeEquivalence(t *testing.T) {
 	}
 }
 
+// -resume with no other flag than -data and -device continues the run as
+// the checkpoint records it: a run of non-default shape, batching,
+// optimizer, rate, clipping, cosine schedule, seed and held-out fraction,
+// stopped at step 3 of 6, resumed with none of those flags repeated, ends
+// in the checkpoint of the run straight to step 6. Before the settings
+// were restored, the resumed run took the defaults (-lr 0.002, -batch 32,
+// ...) and failed or trained another run. -init, given no shape flags,
+// takes the checkpoint's shape; -steps past the end of the recorded
+// cosine schedule is refused.
+func TestTrainResumeRestores(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	dataDev := []string{"train", "-data", corpusPath, "-device", testdevice.Spec(t), "-sample", "0"}
+	settings := []string{"-cell", "gru", "-embed", "12", "-hidden", "24", "-layers", "1", "-batch", "4", "-seq", "12",
+		"-accum", "2", "-optimizer", "rmsprop", "-lr", "0.01", "-clip", "1", "-schedule", "cosine", "-warmup", "1",
+		"-seed", "5", "-val-frac", "0.1", "-eval-every", "0"}
+	straight := filepath.Join(dir, "straight.safetensors")
+	if _, _, err := run(t, ctx, slices.Concat(dataDev, settings, []string{"-steps", "6", "-checkpoint", straight})...); err != nil {
+		t.Fatal(err)
+	}
+	// The first part: the same run stopped as Ctrl-C stops it, after step
+	// 1 (the context is cancelled at step 1's report), so that the
+	// schedule it records ends at step 6.
+	stopped := filepath.Join(dir, "stopped.safetensors")
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err := charrnn.Run(cctx, slices.Concat(dataDev, settings, []string{"-steps", "6", "-json", "-log-every", "1", "-checkpoint", stopped}),
+		testEnv(t, &cancelOnStep{cancel: cancel}, io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, meta := charrnntest.ReadSafetensors(t, stopped)
+	if got := trainerStep(t, meta); got != 1 {
+		t.Fatalf("the interrupted run saved step %d, want 1", got)
+	}
+	if _, _, err := run(t, ctx, "train", "-data", corpusPath, "-device", testdevice.Spec(t), "-sample", "0", "-eval-every", "0",
+		"-resume", stopped, "-checkpoint", stopped); err != nil {
+		t.Fatal(err)
+	}
+	want, wantMeta := charrnntest.ReadSafetensors(t, straight)
+	got, gotMeta := charrnntest.ReadSafetensors(t, stopped)
+	if err := charrnntest.SameTensors(got, want); err != nil {
+		t.Errorf("resumed run vs straight run: %v", err)
+	}
+	if !maps.Equal(gotMeta, wantMeta) {
+		t.Errorf("metadata: resumed %q, straight %q", gotMeta, wantMeta)
+	}
+
+	// -init takes the shape from the checkpoint when no shape flag is
+	// given, or when the one given agrees.
+	for _, extra := range [][]string{nil, {"-hidden", "24", "-cell", "gru"}} {
+		next := filepath.Join(dir, "init.safetensors")
+		if _, _, err := run(t, ctx, slices.Concat(dataDev, extra, []string{"-init", straight, "-steps", "1", "-force", "-checkpoint", next})...); err != nil {
+			t.Fatalf("-init %v: %v", extra, err)
+		}
+		_, meta := charrnntest.ReadSafetensors(t, next)
+		if meta["config"] != wantMeta["config"] {
+			t.Errorf("-init %v: model %s, want the checkpoint's %s", extra, meta["config"], wantMeta["config"])
+		}
+	}
+
+	// The recorded schedule ends at step 6: -steps 6 may be given, -steps
+	// 7 would train at the minimum rate, 0, and is refused.
+	_, _, err = run(t, ctx, "train", "-data", corpusPath, "-device", testdevice.Spec(t), "-sample", "0", "-resume", straight,
+		"-checkpoint", straight, "-steps", "7")
+	if !errors.Is(err, charrnn.ErrUsage) || !strings.Contains(err.Error(), "-steps 7 runs past the end of the cosine schedule") {
+		t.Errorf("-steps 7 past the cosine schedule's end at 6: error %v, want a usage error saying so", err)
+	}
+}
+
 // -resume refuses what it cannot continue exactly, and leaves the
 // checkpoint it was given as it was.
 func TestTrainResumeErrors(t *testing.T) {
@@ -255,14 +327,19 @@ func TestTrainResumeErrors(t *testing.T) {
 		is     error  // when set, the error wraps it
 		substr string // when set, the error says it
 	}{
-		{"other batch", []string{"-resume", ckpt, "-batch", "8"}, train.ErrMismatch, ""},
-		{"other accum", []string{"-resume", ckpt, "-accum", "1"}, train.ErrMismatch, ""},
-		{"other seq", []string{"-resume", ckpt, "-seq", "32"}, train.ErrMismatch, ""},
-		{"other optimizer", []string{"-resume", ckpt, "-optimizer", "sgd"}, train.ErrMismatch, ""},
+		// A flag given that contradicts the checkpoint names both values.
+		{"other batch", []string{"-resume", ckpt, "-batch", "8"}, charrnn.ErrUsage, "-batch 8 contradicts " + ckpt + ", which records -batch 4"},
+		{"other accum", []string{"-resume", ckpt, "-accum", "1"}, charrnn.ErrUsage, "-accum 1 contradicts " + ckpt + ", which records -accum 2"},
+		{"other seq", []string{"-resume", ckpt, "-seq", "32"}, charrnn.ErrUsage, "which records -seq 16"},
+		{"other optimizer", []string{"-resume", ckpt, "-optimizer", "sgd"}, charrnn.ErrUsage, "which records -optimizer adam"},
+		{"other lr", []string{"-resume", ckpt, "-lr", "0.01"}, charrnn.ErrUsage, "-lr 0.01 contradicts " + ckpt + ", which records -lr 0.002"},
+		{"other hidden", []string{"-resume", ckpt, "-hidden", "48"}, charrnn.ErrUsage, "which records -hidden 32"},
+		{"other val-frac", []string{"-resume", ckpt, "-val-frac", "0.1"}, charrnn.ErrUsage, "which records -val-frac 0"},
+		{"other hidden with -init", []string{"-init", ckpt, "-hidden", "48", "-force"}, charrnn.ErrUsage, "which records -hidden 32: -init takes the model's shape"},
 		// SaveWeights's file and PyTorch's have no trainer state. (-force:
 		// the run may replace ckpt, which it does not resume from.)
-		{"weights only", []string{"-resume", weights, "-force"}, nil, "weights only"},
-		{"torch weights", []string{"-resume", fixtures.TorchCheckpoint("gru"), "-force"}, nil, "weights only"},
+		{"weights only", []string{"-resume", weights, "-force"}, charrnn.ErrUsage, "weights only"},
+		{"torch weights", []string{"-resume", fixtures.TorchCheckpoint("gru"), "-force"}, charrnn.ErrUsage, "weights only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := smallTrain(t, ckpt, slices.Concat(flags, tc.extra, []string{"-steps", "4"})...)
