@@ -51,6 +51,10 @@ type TokenizeConfig struct {
 	// one character of Vocab, whose id such characters get. Unknown without
 	// Vocab is an error.
 	Unknown string
+	// OnRead, when set, is called after each chunk (1 MiB) of the pass
+	// with the bytes read so far and the corpus's size: progress for a
+	// large corpus. It runs on Tokenize's goroutine.
+	OnRead func(read, size int64)
 }
 
 const (
@@ -137,6 +141,7 @@ func tokenizeWith(ctx context.Context, c *Corpus, cfg TokenizeConfig, p textPara
 	p.chunk = max(p.chunk, 1)
 	p.readChunk = min(max(p.readChunk, utf8.UTFMax), textReadChunk)
 	tz := newTokenizer(c, cfg.Vocab, unknown)
+	tz.onRead = cfg.OnRead
 	if err := tz.read(ctx, p.chunk); err != nil {
 		return nil, err
 	}
@@ -179,6 +184,7 @@ type tokenizer struct {
 	seenAstral                   map[rune]bool
 	tokens                       int64
 	index                        []int64 // corpus offset of every 1<<textIndexShift-th token
+	onRead                       func(read, size int64)
 }
 
 func newTokenizer(c *Corpus, given *Vocab, unknown int32) *tokenizer {
@@ -224,6 +230,9 @@ func (tz *tokenizer) read(ctx context.Context, chunk int) error {
 			return err
 		}
 		carry = copy(buf, data[done:])
+		if tz.onRead != nil {
+			tz.onRead(pos, size)
+		}
 	}
 	return nil
 }

@@ -831,3 +831,27 @@ func BenchmarkRead(b *testing.B) {
 		}
 	}
 }
+
+// TokenizeConfig.OnRead reports the pass's progress once per chunk: the
+// bytes read so far, rising to the corpus's size, and the size.
+func TestTokenizeOnRead(t *testing.T) {
+	s := strings.Repeat("héllo, wörld\n", 10) // 150 bytes, 2-byte characters across chunk ends
+	var reads []int64
+	cfg := TokenizeConfig{OnRead: func(read, size int64) {
+		if size != int64(len(s)) {
+			t.Errorf("OnRead size %d, want %d", size, len(s))
+		}
+		reads = append(reads, read)
+	}}
+	if _, err := tokenizeWith(t.Context(), stringCorpus(s), cfg, textParams{chunk: 16, readChunk: 16}); err != nil {
+		t.Fatal(err)
+	}
+	var want []int64
+	for n := int64(16); n < int64(len(s)); n += 16 {
+		want = append(want, n)
+	}
+	want = append(want, int64(len(s)))
+	if !slices.Equal(reads, want) {
+		t.Errorf("OnRead calls %v, want %v", reads, want)
+	}
+}

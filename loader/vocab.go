@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -119,7 +120,7 @@ func (v *Vocab) Encode(s string) ([]int32, error) {
 		}
 		id, ok := v.ID(r)
 		if !ok {
-			return nil, fmt.Errorf("loader: encode: byte %d: %s", i, notInVocab(r))
+			return nil, fmt.Errorf("loader: encode: byte %d: character %q (%U) is %w", i, string(r), r, ErrNotInVocab)
 		}
 		ids = append(ids, id)
 		i += size
@@ -139,6 +140,10 @@ func (v *Vocab) Decode(ids []int32) string {
 }
 
 // notInVocab is the reason given for a character outside the vocabulary.
+// ErrNotInVocab is wrapped by Encode's error for a character outside the
+// vocabulary.
+var ErrNotInVocab = errors.New("not in the vocabulary")
+
 func notInVocab(r rune) string {
 	return fmt.Sprintf("character %q (%U) is not in the vocabulary", string(r), r)
 }

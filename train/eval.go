@@ -33,7 +33,21 @@ const evalFlush = 32
 // state from window to window, starting from zeros, as in training;
 // dropout is off. data's iteration starts at its first batch; its Epochs
 // setting is ignored after the first epoch.
-func Evaluate(ctx context.Context, d device.Device, m Model, data *loader.Loader) (ev Evaluation, err error) {
+func Evaluate(ctx context.Context, d device.Device, m Model, data *loader.Loader) (Evaluation, error) {
+	return EvaluateWith(ctx, d, m, data, EvalConfig{})
+}
+
+// EvalConfig configures EvaluateWith.
+type EvalConfig struct {
+	// OnBatch, when set, is called after each batch's forward pass with
+	// the batches done and the epoch's total (loader.PerEpoch): progress
+	// for a long text. The losses are read from the device every 32
+	// batches, so a call does not wait for the device.
+	OnBatch func(done, total int64)
+}
+
+// EvaluateWith is Evaluate configured by cfg.
+func EvaluateWith(ctx context.Context, d device.Device, m Model, data *loader.Loader, cfg EvalConfig) (ev Evaluation, err error) {
 	groups := m.Groups()
 	if len(groups) == 0 {
 		return ev, errors.New("train: Evaluate: the model has no parameters")
@@ -92,6 +106,9 @@ func Evaluate(ctx context.Context, d device.Device, m Model, data *loader.Loader
 		}
 		ev.Batches++
 		ev.Tokens += int64(b.Seq * b.Rows)
+		if cfg.OnBatch != nil {
+			cfg.OnBatch(ev.Batches, perEpoch)
+		}
 		if pending++; pending == evalFlush {
 			if err := flush(); err != nil {
 				return ev, fmt.Errorf("train: Evaluate: %w", err)

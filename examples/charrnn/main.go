@@ -13,10 +13,8 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -31,15 +29,16 @@ var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
 
 func main() {
 	ctx, got := onSignal(context.Background())
-	err := charrnn.Run(ctx, os.Args[1:], charrnn.Env{
+	env := charrnn.Env{
 		Stdout: os.Stdout, Stderr: os.Stderr, Live: progress.IsTerminal(os.Stderr), GOROOT: os.Getenv("GOROOT"),
 		CUDA: cuda.Config{BLASLibrary: os.Getenv("GOCURRENT_CUBLAS"), DriverLibrary: os.Getenv("GOCURRENT_CUDA_DRIVER")},
-	})
-	if err != nil {
-		// One "charrnn: " in front, whether or not the error has its own.
-		fmt.Fprintln(os.Stderr, "charrnn: "+strings.TrimPrefix(err.Error(), "charrnn: "))
 	}
-	os.Exit(exitStatus(err, got()))
+	err := charrnn.Run(ctx, os.Args[1:], env)
+	status := exitStatus(err, got())
+	if err != nil {
+		charrnn.Report(env, os.Args[1:], err, status)
+	}
+	os.Exit(status)
 }
 
 // onSignal returns a context cancelled by the first stop signal, and a

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -108,5 +109,31 @@ func TestErrorExit(t *testing.T) {
 		if msg := stderr.String(); !strings.HasPrefix(msg, "charrnn: ") || strings.Contains(msg, "charrnn: charrnn:") || !strings.Contains(msg, c.says) {
 			t.Errorf("%v: stderr %q, want one charrnn: prefix and %q", c.args, msg, c.says)
 		}
+	}
+}
+
+// TestJSONErrorExit: with -json the command's error is one JSON object on
+// stdout, with the exit status, and stderr stays empty.
+func TestJSONErrorExit(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "train", "-accum", "0", "-json")
+	cmd.Env = append(os.Environ(), "CHARRNN_TEST_MAIN=1")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Errorf("ended with %v, want exit status 2", err)
+	}
+	var ev struct {
+		Event      string `json:"event"`
+		Error      string `json:"error"`
+		ExitStatus int    `json:"exit_status"`
+	}
+	if err := json.Unmarshal([]byte(stdout.String()), &ev); err != nil || ev.Event != "error" || ev.ExitStatus != 2 ||
+		!strings.Contains(ev.Error, "-accum 0") || strings.Count(stdout.String(), "\n") != 1 {
+		t.Errorf("stdout %q (%v), want one error event with exit_status 2 naming -accum 0", stdout.String(), err)
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("stderr %q, want nothing with -json", stderr.String())
 	}
 }

@@ -1,6 +1,7 @@
 package charrnn
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,11 +13,13 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/devices"
+	"github.com/gocurrent/gocurrent/examples/charrnn/internal/progress"
 	"github.com/gocurrent/gocurrent/loader"
 )
 
@@ -36,6 +39,9 @@ type Env struct {
 	// libraries, TF32. main fills BLASLibrary from GOCURRENT_CUBLAS and
 	// DriverLibrary from GOCURRENT_CUDA_DRIVER.
 	CUDA cuda.Config
+	// ProgressEvery is how often a long phase (reading a text, eval's
+	// pass over it) reports its progress off a terminal; 0 means 10 s.
+	ProgressEvery time.Duration
 }
 
 // withDefaults discards the output of writers left nil.
@@ -46,6 +52,9 @@ func (e Env) withDefaults() Env {
 	if e.Stderr == nil {
 		e.Stderr = io.Discard
 	}
+	if e.ProgressEvery <= 0 {
+		e.ProgressEvery = 10 * time.Second
+	}
 	return e
 }
 
@@ -55,12 +64,11 @@ var ErrUsage = errors.New("usage")
 // Run runs the command args[0] ("train", "sample", "eval" or "bench") with
 // the flags that follow. Cancelling ctx (the main program does on Ctrl-C)
 // stops training after the step under way and saves the checkpoint.
+//
+// Run returns its error without printing it; Report prints it as the
+// command line asks.
 func Run(ctx context.Context, args []string, env Env) error {
 	env = env.withDefaults()
-	if len(args) == 0 {
-		fmt.Fprint(env.Stderr, usage)
-		return fmt.Errorf("%w: no command", ErrUsage)
-	}
 	cmd, err := parseCommandLine(args, env)
 	if err != nil || cmd == nil {
 		return err
@@ -79,7 +87,7 @@ func parseCommandLine(args []string, env Env) (command, error) {
 	env = env.withDefaults()
 	if len(args) == 0 {
 		fmt.Fprint(env.Stderr, usage)
-		return nil, fmt.Errorf("%w: no command", ErrUsage)
+		return nil, fmt.Errorf("%w: no command (want train, sample, eval or bench)", ErrUsage)
 	}
 	parsers := map[string]func([]string, Env) (command, error){
 		"train": parseTrain, "sample": parseSample, "eval": parseEval, "bench": parseBench,
@@ -90,8 +98,10 @@ func parseCommandLine(args []string, env Env) (command, error) {
 			fmt.Fprint(env.Stdout, usage)
 			return nil, nil
 		}
-		fmt.Fprint(env.Stderr, usage)
-		return nil, fmt.Errorf("%w: unknown command %q", ErrUsage, args[0])
+		if !mentionsJSON(args) {
+			fmt.Fprint(env.Stderr, usage)
+		}
+		return nil, fmt.Errorf("%w: unknown command %q (want train, sample, eval or bench)", ErrUsage, args[0])
 	}
 	cmd, err := p(args[1:], env)
 	if errors.Is(err, errHelp) {
@@ -103,7 +113,8 @@ func parseCommandLine(args []string, env Env) (command, error) {
 const usage = `usage: charrnn <command> [flags]
 
 commands:
-  train   train a character-level LSTM or GRU (default data: the Go standard library's source)
+  train   train a character-level LSTM or GRU (default data: the hand-written ASCII
+          Go files of the standard library, $(go env GOROOT)/src)
   sample  generate text from a checkpoint
   eval    loss and bits per character of a checkpoint on a text
   bench   training and sampling tokens/s on the workload of bench/torch_charrnn.py
@@ -113,9 +124,16 @@ Run charrnn <command> -h for a command's flags.
 
 // parse parses a command's flags into f and checks them; -h prints them
 // and returns errHelp.
+//
+// The flag package's own report of a bad flag (its message and the flags)
+// goes to Stderr, except with -json, whose error Report prints instead.
 func parse(fs *flag.FlagSet, args []string, env Env, f interface{ validate() error }) error {
-	fs.SetOutput(env.Stderr)
+	var out bytes.Buffer
+	fs.SetOutput(&out)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) || !mentionsJSON(args) {
+			env.Stderr.Write(out.Bytes())
+		}
 		if errors.Is(err, flag.ErrHelp) {
 			return errHelp
 		}
@@ -129,6 +147,84 @@ func parse(fs *flag.FlagSet, args []string, env Env, f interface{ validate() err
 
 // errHelp ends a command that printed its flags.
 var errHelp = errors.New("help")
+
+// commandFlags are a command's flags.
+type commandFlags interface {
+	register(*flag.FlagSet)
+	json() bool
+}
+
+func (f *TrainFlags) json() bool  { return f.JSON }
+func (f *SampleFlags) json() bool { return f.JSON }
+func (f *EvalFlags) json() bool   { return f.JSON }
+func (f *BenchFlags) json() bool  { return f.JSON }
+
+// WantsJSON reports whether the command line args (a command and its
+// flags, as Run takes them) asks for -json output. It reads the flags as
+// the command does; when they do not parse, any -json among them counts.
+func WantsJSON(args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	var f commandFlags
+	switch args[0] {
+	case "train":
+		f = &TrainFlags{}
+	case "sample":
+		f = &SampleFlags{}
+	case "eval":
+		f = &EvalFlags{}
+	case "bench":
+		f = &BenchFlags{}
+	default:
+		return mentionsJSON(args)
+	}
+	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f.register(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		return mentionsJSON(args)
+	}
+	return f.json()
+}
+
+// mentionsJSON reports whether an argument sets -json, whatever the flags
+// around it: for command lines that do not parse.
+func mentionsJSON(args []string) bool {
+	for _, a := range args {
+		switch strings.TrimPrefix(a, "-") {
+		case "-json", "json", "-json=true", "json=true", "-json=1", "json=1":
+			return true
+		}
+	}
+	return false
+}
+
+// Report prints err, the error Run returned for args, as the command line
+// asks: with -json one "error" event on Stdout, {"event": "error",
+// "error": message, "exit_status": status}, so that every line of the
+// output is a JSON object; otherwise "charrnn: message" on Stderr. The
+// message carries one "charrnn: " prefix, whether or not err has its own.
+func Report(env Env, args []string, err error, status int) {
+	env = env.withDefaults()
+	msg := strings.TrimPrefix(err.Error(), "charrnn: ")
+	if WantsJSON(args) {
+		p := &printer{w: env.Stdout, json: true}
+		p.emit(map[string]any{"event": "error", "error": msg, "exit_status": status}, "")
+		return
+	}
+	fmt.Fprintln(env.Stderr, "charrnn: "+msg)
+}
+
+// warn tells the user something a command goes on despite: "charrnn:
+// message" on Stderr, or with -json a "warning" event on Stdout.
+func warn(env Env, p *printer, msg string) {
+	if p.json {
+		p.emit(map[string]any{"event": "warning", "warning": msg}, "")
+		return
+	}
+	fmt.Fprintln(env.Stderr, "charrnn: "+msg)
+}
 
 // openDevice opens the device -device names (devices.Open: auto, cpu,
 // cuda, cuda:N) with gpu for a GPU; a spec devices does not know is a
@@ -252,4 +348,72 @@ func cmdError(err error) string {
 		return fmt.Sprintf("%v: %s", err, strings.TrimSpace(string(ee.Stderr)))
 	}
 	return err.Error()
+}
+
+// phaseProgress reports a long phase of a command (reading a text,
+// evaluating it): on a terminal a bar on Stderr; otherwise a line on
+// Stderr every Env.ProgressEvery (10 s), or with -json a "progress"
+// event (phase, done, total, unit) on Stdout at that pace. A phase that
+// ends within the first interval off a terminal prints nothing.
+type phaseProgress struct {
+	p           *printer
+	phase, unit string
+	bar         *progress.Bar // on a terminal
+	w           io.Writer     // lines, without a terminal or -json
+	every       time.Duration
+	start, last time.Time
+}
+
+func newPhaseProgress(env Env, p *printer, phase, unit string, total int64) *phaseProgress {
+	pp := &phaseProgress{p: p, phase: phase, unit: unit, every: env.ProgressEvery, start: time.Now()}
+	pp.last = pp.start
+	switch {
+	case env.Live && !p.json:
+		pp.bar = progress.New(env.Stderr, total, true)
+	case !p.json:
+		pp.w = env.Stderr
+	}
+	return pp
+}
+
+// update reports done units of total.
+func (pp *phaseProgress) update(done, total int64) {
+	if pp.bar != nil {
+		pp.bar.Update(done, pp.phase+" ("+pp.unit+")")
+		return
+	}
+	now := time.Now()
+	if now.Sub(pp.last) < pp.every {
+		return
+	}
+	pp.last = now
+	if pp.w != nil {
+		elapsed := now.Sub(pp.start)
+		eta := ""
+		if done > 0 && done < total {
+			eta = fmt.Sprintf(", about %s to go", (time.Duration(float64(elapsed) * float64(total-done) / float64(done))).Round(time.Second))
+		}
+		fmt.Fprintf(pp.w, "charrnn: %s: %s of %s %s (%.0f%%) in %s%s\n", pp.phase, thousands(float64(done)), thousands(float64(total)), pp.unit,
+			100*float64(done)/float64(max(total, 1)), elapsed.Round(time.Second), eta)
+		return
+	}
+	pp.p.emit(map[string]any{"event": "progress", "phase": pp.phase, "done": done, "total": total, "unit": pp.unit}, "")
+}
+
+// finish ends the bar, if there is one.
+func (pp *phaseProgress) finish() {
+	if pp.bar != nil {
+		pp.bar.Finish()
+	}
+}
+
+// tokenize is loader.Tokenize with its progress reported, in megabytes
+// read.
+func tokenize(ctx context.Context, c *loader.Corpus, tc loader.TokenizeConfig, env Env, p *printer) (*loader.Text, error) {
+	mb := func(n int64) int64 { return (n + 999_999) / 1_000_000 }
+	pp := newPhaseProgress(env, p, "reading the text", "MB", mb(c.Size()))
+	tc.OnRead = func(read, size int64) { pp.update(mb(read), mb(size)) }
+	text, err := loader.Tokenize(ctx, c, tc)
+	pp.finish()
+	return text, err
 }

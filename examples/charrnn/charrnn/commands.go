@@ -25,13 +25,27 @@ type SampleFlags struct {
 	Prime       string
 	Seed        uint64
 	Device      string
-	MemStats    bool
-	JSON        bool
+	// Unknown, when set, is a character of the checkpoint's vocabulary
+	// that characters of Prime outside it are read as; empty: such a
+	// character is an error.
+	Unknown  string
+	MemStats bool
+	JSON     bool
 }
 
 func parseSample(args []string, env Env) (command, error) {
 	var f SampleFlags
 	fs := flag.NewFlagSet("sample", flag.ContinueOnError)
+	f.register(fs)
+	if err := parse(fs, args, env, &f); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		return Sample(ctx, f, env)
+	}, nil
+}
+
+func (f *SampleFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Checkpoint, "checkpoint", "charrnn.safetensors", "checkpoint to sample from")
 	fs.IntVar(&f.N, "n", 500, "characters to generate")
 	fs.Float64Var(&f.Temperature, "temperature", 1, "softmax temperature (0: always the most likely character)")
@@ -39,14 +53,9 @@ func parseSample(args []string, env Env) (command, error) {
 	fs.StringVar(&f.Prime, "prime", "", "text to start from (default: a newline)")
 	fs.Uint64Var(&f.Seed, "seed", 1, "seed of the draws")
 	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
+	fs.StringVar(&f.Unknown, "unknown", "", "read characters of -prime outside the checkpoint's vocabulary as this one of its characters (default: refuse them)")
 	fs.BoolVar(&f.MemStats, "memstats", false, "print the device allocator's figures at the end")
 	fs.BoolVar(&f.JSON, "json", false, "print the sample (and figures) as JSON objects, one per line")
-	if err := parse(fs, args, env, &f); err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context) error {
-		return Sample(ctx, f, env)
-	}, nil
 }
 
 // Sample runs the sample command: the text goes to Stdout as it is drawn
@@ -66,11 +75,17 @@ func Sample(ctx context.Context, f SampleFlags, env Env) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, m.Close()) }()
-	prime, ids, err := encodePrime(m.Vocab(), f.Prime)
+	prime, ids, mapped, err := encodePrime(m.Vocab(), f.Prime, f.Unknown)
 	if err != nil {
+		if f.Unknown == "" && errors.Is(err, loader.ErrNotInVocab) {
+			err = fmt.Errorf("%w (-unknown CHAR reads such characters as CHAR)", err)
+		}
 		return err
 	}
 	p := &printer{w: env.Stdout, json: f.JSON}
+	if mapped > 0 && !f.JSON { // with -json, the sample event's "mapped"
+		warn(env, p, fmt.Sprintf("%d characters of -prime were outside the vocabulary, read as %q", mapped, f.Unknown))
+	}
 	var text bytes.Buffer
 	out := bufio.NewWriter(env.Stdout)
 	if !f.JSON {
@@ -99,8 +114,12 @@ func Sample(ctx context.Context, f SampleFlags, env Env) (err error) {
 		return err
 	}
 	if f.JSON {
-		p.emit(map[string]any{"event": "sample", "prime": prime, "text": text.String(), "temperature": f.Temperature,
-			"tokens_per_s": float64(f.N) / elapsed.Seconds()}, "")
+		ev := map[string]any{"event": "sample", "prime": prime, "text": text.String(), "temperature": f.Temperature,
+			"tokens_per_s": float64(f.N) / elapsed.Seconds()}
+		if f.Unknown != "" {
+			ev["mapped"] = mapped
+		}
+		p.emit(ev, "")
 	}
 	if f.MemStats {
 		printMemStats(p, d)
@@ -122,13 +141,7 @@ type EvalFlags struct {
 func parseEval(args []string, env Env) (command, error) {
 	var f EvalFlags
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
-	fs.StringVar(&f.Checkpoint, "checkpoint", "charrnn.safetensors", "checkpoint to evaluate")
-	fs.StringVar(&f.Data, "data", "", "text to evaluate on, a file or a directory tree (default: the Go standard library's source)")
-	fs.IntVar(&f.Batch, "batch", 32, "streams per batch")
-	fs.IntVar(&f.Seq, "seq", 64, "characters per window")
-	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
-	fs.StringVar(&f.Unknown, "unknown", "", "read characters outside the checkpoint's vocabulary as this one of its characters (default: refuse them)")
-	fs.BoolVar(&f.JSON, "json", false, "print the result as one JSON object")
+	f.register(fs)
 	if err := parse(fs, args, env, &f); err != nil {
 		return nil, err
 	}
@@ -136,6 +149,16 @@ func parseEval(args []string, env Env) (command, error) {
 		_, err := Eval(ctx, f, env)
 		return err
 	}, nil
+}
+
+func (f *EvalFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.Checkpoint, "checkpoint", "charrnn.safetensors", "checkpoint to evaluate")
+	fs.StringVar(&f.Data, "data", "", "text to evaluate on, a file or a directory tree (default: train's default corpus, the hand-written ASCII Go files of the standard library)")
+	fs.IntVar(&f.Batch, "batch", 32, "streams per batch")
+	fs.IntVar(&f.Seq, "seq", 64, "characters per window")
+	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
+	fs.StringVar(&f.Unknown, "unknown", "", "read characters outside the checkpoint's vocabulary as this one of its characters (default: refuse them)")
+	fs.BoolVar(&f.JSON, "json", false, "print the result (and progress) as JSON objects, one per line")
 }
 
 // Eval runs the eval command: the checkpoint's mean loss over the text,
@@ -163,7 +186,8 @@ func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err e
 	if err := checkUnknown(m.Vocab(), f.Unknown); err != nil {
 		return ev, err
 	}
-	text, err := loader.Tokenize(ctx, corpus, loader.TokenizeConfig{Vocab: m.Vocab(), Unknown: f.Unknown})
+	p := &printer{w: env.Stdout, json: f.JSON}
+	text, err := tokenize(ctx, corpus, loader.TokenizeConfig{Vocab: m.Vocab(), Unknown: f.Unknown}, env, p)
 	if err != nil {
 		if f.Unknown == "" {
 			err = fmt.Errorf("%w (-unknown CHAR reads such characters as CHAR)", err)
@@ -175,10 +199,12 @@ func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err e
 		return ev, fmt.Errorf("charrnn: %w", err)
 	}
 	defer func() { err = errors.Join(err, data.Close()) }()
-	if ev, err = train.Evaluate(ctx, d, m, data); err != nil {
+	pp := newPhaseProgress(env, p, "evaluating", "batches", data.PerEpoch())
+	ev, err = train.EvaluateWith(ctx, d, m, data, train.EvalConfig{OnBatch: pp.update})
+	pp.finish()
+	if err != nil {
 		return ev, err
 	}
-	p := &printer{w: env.Stdout, json: f.JSON}
 	mapped := ""
 	if f.Unknown != "" {
 		mapped = fmt.Sprintf(" (%d characters of the text were outside the vocabulary, read as %q)", text.Mapped(), f.Unknown)
@@ -218,6 +244,17 @@ type BenchResult struct {
 func parseBench(args []string, env Env) (command, error) {
 	var f BenchFlags
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	f.register(fs)
+	if err := parse(fs, args, env, &f); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		_, err := Bench(ctx, f, env)
+		return err
+	}, nil
+}
+
+func (f *BenchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Cell, "cell", "lstm", "lstm or gru")
 	fs.IntVar(&f.Hidden, "hidden", 256, "hidden size")
 	fs.IntVar(&f.Layers, "layers", 2, "layers")
@@ -229,13 +266,6 @@ func parseBench(args []string, env Env) (command, error) {
 	fs.BoolVar(&f.TF32, "tf32", false, "let float32 GEMMs on a GPU use TF32 tensor cores")
 	fs.BoolVar(&f.MemStats, "memstats", false, "print the device allocator's figures at the end")
 	fs.BoolVar(&f.JSON, "json", false, "print the result as one JSON object")
-	if err := parse(fs, args, env, &f); err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context) error {
-		_, err := Bench(ctx, f, env)
-		return err
-	}, nil
 }
 
 // benchVocab is torch_charrnn.py's vocabulary size.

@@ -7,9 +7,9 @@
 // devices.Open's spec. The four commands have the command line of the
 // architecture's public contract:
 //
-//   - train: -data (default: the Go standard library's source under
-//     $(go env GOROOT)/src, its ASCII Go files outside testdata, streamed
-//     from disk), -cell, -embed, -hidden, -layers, -dropout, -batch, -seq,
+//   - train: -data (default: the hand-written, ASCII-only Go files of the
+//     standard library under $(go env GOROOT)/src, outside testdata and
+//     without generated files, streamed from disk), -cell, -embed, -hidden, -layers, -dropout, -batch, -seq,
 //     -accum, -optimizer, -lr, -clip, -steps or -epochs, -val-frac,
 //     -device, -seed, -init, -resume, -checkpoint, -force, -plot, -memstats, -json;
 //     and -schedule, -warmup, -val-tokens, -eval-every, -log-every,
@@ -28,15 +28,18 @@
 //     schedule's end), as may every flag of outputs, validation, logging,
 //     sampling and the device.
 //   - sample: -checkpoint, -n, -temperature (0: argmax), -top-k, -prime,
-//     -seed, -device, -memstats, -json.
+//     -seed, -device, -unknown, -memstats, -json.
 //   - eval: -checkpoint, -data, -batch, -seq, -device, -unknown, -json: loss in
-//     nats/char and bits/char, cut into streams as training cuts them.
+//     nats/char and bits/char, cut into streams as training cuts them,
+//     with progress as it reads and evaluates the text.
 //   - bench: the workload of bench/torch_charrnn.py; prints
 //     train_tokens_per_s, sample_tokens_per_s, segment_allocs (device
 //     allocations during the timed steps) and data_wait; -tf32 on a GPU.
 //
 // -json makes every line of standard output one JSON object with an
-// "event" field. -device auto takes the first GPU if one can be used and
+// "event" field, and leaves standard error empty: warnings are "warning"
+// events, the progress of a long phase "progress" events, and Report
+// prints a failure as an "error" event. -device auto takes the first GPU if one can be used and
 // the CPU otherwise (devices.Open); Env.CUDA carries the GPU's libraries
 // (main reads GOCURRENT_CUBLAS and GOCURRENT_CUDA_DRIVER) and -tf32 sets
 // its TF32.

@@ -167,6 +167,10 @@ func TestHelp(t *testing.T) {
 		{[]string{"help"}, "usage: charrnn", ""},
 		{[]string{"-h"}, "usage: charrnn", ""},
 		{[]string{"train", "-h"}, "", "-checkpoint"},
+		// The default corpus is described as what it is.
+		{[]string{"train", "-h"}, "", "hand-written, ASCII-only Go files of the standard library"},
+		{[]string{"help"}, "hand-written ASCII\n          Go files of the standard library", ""},
+		{[]string{"train", "-h", "-json"}, "", "-checkpoint"},
 		{[]string{"sample", "-h"}, "", "-temperature"},
 		{[]string{"eval", "-h"}, "", "-data"},
 		{[]string{"bench", "-h"}, "", "-hidden"},
@@ -183,5 +187,101 @@ func TestHelp(t *testing.T) {
 				t.Errorf("stderr %q, want it to say %q", stderr, tc.stderr)
 			}
 		})
+	}
+}
+
+// WantsJSON reads -json as the command does: a flag's value that happens
+// to be "-json" is not the flag, and a command line that does not parse
+// counts any -json in it.
+func TestWantsJSON(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"train", "-json"}, true},
+		{[]string{"train", "--json=true"}, true},
+		{[]string{"sample", "-json=false"}, false},
+		{[]string{"train", "-prime", "-json"}, false}, // -prime's text
+		{[]string{"eval", "-no-such-flag", "-json"}, true},
+		{[]string{"frobnicate", "-json"}, true},
+		{[]string{"bench"}, false},
+		{nil, false},
+	} {
+		if got := charrnn.WantsJSON(tc.args); got != tc.want {
+			t.Errorf("WantsJSON(%q) = %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}
+
+// With -json every line of output is a JSON object, errors included
+// (Report's "error" event) and the warnings a command goes on despite,
+// and nothing goes to stderr: before, errors and warnings were text on
+// stderr, and a bad flag also printed the flag package's usage there.
+func TestJSONErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		status int
+		says   string
+	}{
+		{[]string{"train", "-accum", "0", "-json"}, 2, "-accum 0"},
+		{[]string{"train", "-no-such-flag", "-json"}, 2, "no-such-flag"},
+		{[]string{"frobnicate", "-json"}, 2, `unknown command "frobnicate"`},
+		{[]string{"eval", "-json", "-device", "cpu", "-checkpoint", filepath.Join(t.TempDir(), "none.safetensors")}, 1, "none.safetensors"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var o, e bytes.Buffer
+			env := testEnv(t, &o, &e)
+			err := charrnn.Run(context.Background(), tc.args, env)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			charrnn.Report(env, tc.args, err, tc.status)
+			evs := events(t, o.String())
+			errs := ofEvent(evs, "error")
+			if len(errs) != 1 || len(evs) != 1 {
+				t.Fatalf("stdout %q, want one error event", o.String())
+			}
+			if msg, _ := errs[0]["error"].(string); !strings.Contains(msg, tc.says) || strings.HasPrefix(msg, "charrnn:") {
+				t.Errorf("error event %v, want it to say %q (without a charrnn: prefix)", errs[0], tc.says)
+			}
+			if errs[0]["exit_status"] != float64(tc.status) {
+				t.Errorf("error event %v, want exit_status %d", errs[0], tc.status)
+			}
+			if e.Len() != 0 {
+				t.Errorf("stderr %q, want nothing with -json", e.String())
+			}
+		})
+	}
+	// Without -json: the text on stderr, the unknown command named.
+	var o, e bytes.Buffer
+	env := testEnv(t, &o, &e)
+	args := []string{"frobnicate"}
+	err := charrnn.Run(context.Background(), args, env)
+	charrnn.Report(env, args, err, 2)
+	if o.Len() != 0 || !strings.Contains(e.String(), `charrnn: usage: unknown command "frobnicate"`) {
+		t.Errorf("unknown command: stdout %q, stderr %q", o.String(), e.String())
+	}
+}
+
+// A warning (here: too little held-out text for validation) is a
+// "warning" event with -json, a line on stderr without.
+func TestJSONWarnings(t *testing.T) {
+	ckpt := filepath.Join(t.TempDir(), "run.safetensors")
+	// -val-frac 0.001 holds out 5 characters, too few for 4 x 17.
+	args := smallTrain(t, ckpt, "-batch", "4", "-steps", "1", "-val-frac", "0.001")
+	stdout, stderr, err := run(t, context.Background(), append(args, "-json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := ofEvent(events(t, stdout), "warning")
+	if len(w) != 1 || !strings.Contains(w[0]["warning"].(string), "no validation") || stderr != "" {
+		t.Errorf("-json: warnings %v, stderr %q; want one warning event saying no validation, and nothing on stderr", w, stderr)
+	}
+	_, stderr, err = run(t, context.Background(), append(args, "-force")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr, "charrnn: no validation") {
+		t.Errorf("stderr %q, want the warning", stderr)
 	}
 }

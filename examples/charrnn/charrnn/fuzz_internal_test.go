@@ -7,8 +7,9 @@ import (
 )
 
 // No command line makes parsing and checking panic, and every error it
-// gives is a usage error. The target runs only parseCommandLine, which
-// does no work: a valid command line is parsed, not run.
+// gives is a usage error, which Report prints without panicking either.
+// The target runs only parseCommandLine, which does no work: a valid
+// command line is parsed, not run.
 func FuzzCommandLine(f *testing.F) {
 	for _, args := range []string{
 		"train -accum 0",
@@ -23,6 +24,8 @@ func FuzzCommandLine(f *testing.F) {
 		"bench -steps 0 -n 0 -cell gru",
 		"help",
 		"frobnicate -x",
+		"train -json -resume",
+		"sample -prime -json",
 	} {
 		f.Add(strings.ReplaceAll(args, " ", "\x00"))
 	}
@@ -31,6 +34,9 @@ func FuzzCommandLine(f *testing.F) {
 		_, err := parseCommandLine(args, Env{})
 		if err != nil && !errors.Is(err, ErrUsage) {
 			t.Errorf("%q: error %v, want one wrapping ErrUsage", args, err)
+		}
+		if err != nil {
+			Report(Env{}, args, err, 2)
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
@@ -54,7 +55,7 @@ type TrainFlags struct {
 }
 
 func (f *TrainFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.Data, "data", "", "training text, a file or a directory tree (default: the Go standard library's source, $(go env GOROOT)/src)")
+	fs.StringVar(&f.Data, "data", "", "training text, a file or a directory tree (default: the hand-written, ASCII-only Go files of the standard library under $(go env GOROOT)/src, outside testdata and without generated files; nothing to download)")
 	fs.StringVar(&f.Model.Cell, "cell", "lstm", "recurrent cell: lstm or gru")
 	fs.IntVar(&f.Model.Embed, "embed", 64, "embedding size")
 	fs.IntVar(&f.Model.Hidden, "hidden", 256, "hidden size of each layer")
@@ -159,7 +160,7 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 		if rec.HasSettings {
 			sched = rec.Schedule
 		} else {
-			fmt.Fprintf(env.Stderr, "charrnn: %s records no schedule, clipping or end (a checkpoint of an earlier version): -schedule, -warmup, -clip and -steps or -epochs apply as given\n", f.Resume)
+			warn(env, &printer{w: env.Stdout, json: f.JSON}, fmt.Sprintf("%s records no schedule, clipping or end (a checkpoint of an earlier version): -schedule, -warmup, -clip and -steps or -epochs apply as given", f.Resume))
 		}
 	}
 	if err := f.checkOutputs(); err != nil {
@@ -188,7 +189,7 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 	// The sample at the end starts from -prime: check it now, in the
 	// vocabulary, rather than after the last step.
 	if f.SampleN > 0 {
-		if _, _, err := encodePrime(r.m.Vocab(), f.SamplePrime); err != nil {
+		if _, _, _, err := encodePrime(r.m.Vocab(), f.SamplePrime, ""); err != nil {
 			return fmt.Errorf("%w: %w", ErrUsage, err)
 		}
 	}
@@ -307,7 +308,7 @@ func (r *trainRun) readText(ctx context.Context) (err error) {
 	if r.m != nil {
 		tc.Vocab = r.m.Vocab()
 	}
-	if r.text, err = loader.Tokenize(ctx, r.corpus, tc); err != nil {
+	if r.text, err = tokenize(ctx, r.corpus, tc, r.env, r.p); err != nil {
 		return fmt.Errorf("charrnn: %w", err)
 	}
 	r.trainText, r.valText, err = r.text.Split(r.f.ValFrac)
@@ -334,7 +335,7 @@ func (r *trainRun) openLoaders() (err error) {
 	val, err := loader.New(r.d, r.valText, loader.Config{Batch: f.Batch, Seq: f.Seq})
 	switch {
 	case errors.Is(err, loader.ErrTooShort):
-		fmt.Fprintf(r.env.Stderr, "charrnn: no validation: the held-out %d characters are too few for one batch of %d x %d\n", r.valText.Len(), f.Batch, f.Seq+1)
+		warn(r.env, r.p, fmt.Sprintf("no validation: the held-out %d characters are too few for one batch of %d x %d", r.valText.Len(), f.Batch, f.Seq+1))
 	case err != nil:
 		return fmt.Errorf("charrnn: validation text: %w", err)
 	default:
@@ -540,7 +541,7 @@ func (tp *trainProgress) writePlot(path string, cfg models.CharRNNConfig) error 
 
 // sampleAfterTraining prints what the trained model writes.
 func sampleAfterTraining(ctx context.Context, d device.Device, m *models.CharRNN, f TrainFlags, p *printer) error {
-	prime, ids, err := encodePrime(m.Vocab(), f.SamplePrime)
+	prime, ids, _, err := encodePrime(m.Vocab(), f.SamplePrime, "")
 	if err != nil {
 		return err
 	}
@@ -598,19 +599,38 @@ func checkUnknown(v *loader.Vocab, unknown string) error {
 
 // encodePrime returns the text sampling starts from and its ids: prime, or
 // if it is empty a newline (the vocabulary's first character if it has no
-// newline).
-func encodePrime(v *loader.Vocab, prime string) (string, []int32, error) {
+// newline). A character outside the vocabulary is an error, unless
+// unknown (one of its characters; "": none) stands in for it; mapped
+// counts those.
+func encodePrime(v *loader.Vocab, prime, unknown string) (_ string, ids []int32, mapped int, err error) {
 	if prime == "" {
 		prime = string(v.Rune(0))
 		if _, ok := v.ID('\n'); ok {
 			prime = "\n"
 		}
 	}
-	ids, err := v.Encode(prime)
-	if err != nil {
-		return "", nil, fmt.Errorf("charrnn: -prime: %w", err)
+	if unknown == "" {
+		ids, err := v.Encode(prime)
+		if err != nil {
+			return "", nil, 0, fmt.Errorf("charrnn: -prime: %w", err)
+		}
+		return prime, ids, 0, nil
 	}
-	return prime, ids, nil
+	if err := checkUnknown(v, unknown); err != nil {
+		return "", nil, 0, err
+	}
+	if !utf8.ValidString(prime) {
+		return "", nil, 0, fmt.Errorf("%w: -prime %q is not valid UTF-8", ErrUsage, prime)
+	}
+	unk, _ := v.ID([]rune(unknown)[0])
+	for _, r := range prime {
+		id, ok := v.ID(r)
+		if !ok {
+			id, mapped = unk, mapped+1
+		}
+		ids = append(ids, id)
+	}
+	return prime, ids, mapped, nil
 }
 
 // thousands formats v rounded, with commas: 12,345.

@@ -111,6 +111,9 @@ func (f *SampleFlags) validate() error {
 	c.finite("temperature", f.Temperature, 0)
 	c.nonNegative("top-k", int64(f.TopK))
 	c.device(f.Device)
+	if f.Unknown != "" && utf8.RuneCountInString(f.Unknown) != 1 {
+		c.fail("unknown", strconv.Quote(f.Unknown), "one character")
+	}
 	return c.err
 }
 
