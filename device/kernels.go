@@ -20,6 +20,8 @@ type Kernels interface {
 	GRUCell(a GRUCell) error
 	GRUCellGrad(a GRUCellGrad) error
 
+	GatherSeq(a GatherSeq) error
+
 	Embedding(a Embedding) error
 	EmbeddingGrad(a EmbeddingGrad) error
 	SoftmaxCrossEntropy(a SoftmaxCrossEntropy) error
@@ -298,6 +300,65 @@ func (a GRUCellGrad) Check(d Device) error {
 	c.buf("DXPre", a.DXPre, a.DType, 3*bh)
 	c.buf("DHPre", a.DHPre, a.DType, 3*bh)
 	c.buf("DHPrev", a.DHPrev, a.DType, bh)
+	return c.err
+}
+
+// GatherSeq copies the rows of a batch of T steps of B sequences into
+// another order of the sequences, writing zeros at padded steps: for
+// t < T and i < B,
+//
+//	Y[t, i] = X[t, Index[i]]   if t < Lengths[i]
+//	Y[t, i] = 0                otherwise
+//
+// A row is Cols elements; row (t, b) of X starts at element (t·B + b)·LdX
+// and row (t, i) of Y at (t·B + i)·LdY, so a row may be a part of a wider
+// one (one direction's half of a bidirectional output). Index, [B] Int32,
+// none for the identity, maps Y's sequences to X's; Lengths, [B] Int32,
+// none for all T, is the length of Y's sequence i. The recurrent stacks
+// use it to sort a batch by length and back, to take and give back their
+// states, and to interleave a bidirectional output. An index outside
+// [0, B) writes a zero row and raises ErrIndex on the stream. Y must not
+// overlap X.
+type GatherSeq struct {
+	DType      DType
+	T, B, Cols int
+	Index      Buffer // [B] Int32, or none
+	Lengths    Buffer // [B] Int32, or none
+	X          Buffer
+	Y          Buffer
+	// LdX and LdY are the row strides of X and Y in elements; 0 means
+	// Cols.
+	LdX, LdY int
+}
+
+// Check reports whether the arguments are valid for d.
+func (a GatherSeq) Check(d Device) error {
+	c := checker{d: d, kernel: "GatherSeq"}
+	c.float(a.DType)
+	c.nonNegative("T", a.T)
+	c.nonNegative("B", a.B)
+	c.positive("Cols", a.Cols)
+	c.nonNegative("LdX", a.LdX)
+	c.nonNegative("LdY", a.LdY)
+	if c.err != nil || a.T == 0 || a.B == 0 {
+		return c.err
+	}
+	ldx, ldy := a.LdX, a.LdY
+	if ldx == 0 {
+		ldx = a.Cols
+	}
+	if ldy == 0 {
+		ldy = a.Cols
+	}
+	c.atLeast("LdX", ldx, a.Cols)
+	c.atLeast("LdY", ldy, a.Cols)
+	if c.err != nil {
+		return c.err
+	}
+	c.opt("Index", a.Index, Int32, a.B)
+	c.opt("Lengths", a.Lengths, Int32, a.B)
+	c.buf("X", a.X, a.DType, (a.T*a.B-1)*ldx+a.Cols)
+	c.buf("Y", a.Y, a.DType, (a.T*a.B-1)*ldy+a.Cols)
 	return c.err
 }
 

@@ -40,6 +40,15 @@ func (s *stream) exec(c *cmd) error {
 	case opGRUCellGrad:
 		a := &c.gruGrad
 		p.split(wg, c, a.Batch, 8*a.Hidden, pick(a.DType, gruGradPart[float32], gruGradPart[float64]))
+	case opGatherSeq:
+		a := &c.gather
+		p.split(wg, c, a.T*a.B, a.Cols, pick(a.DType, gatherSeqPart[float32], gatherSeqPart[float64]))
+		for i := range c.parts {
+			if j := c.bad[i]; j >= 0 {
+				return fmt.Errorf("cpu: GatherSeq: index %d at position %d is outside [0, %d): %w",
+					elems[int32](a.Index, a.B)[j], j, a.B, device.ErrIndex)
+			}
+		}
 	case opEmbedding:
 		a := &c.emb
 		p.split(wg, c, a.N, a.Dim, pick(a.DType, embeddingPart[float32], embeddingPart[float64]))
@@ -196,6 +205,13 @@ func gruGradPart[T kern.Float](c *cmd, _, lo, hi int) {
 	h := a.Hidden
 	kern.GRUCellGrad(h, rows[T](a.Act, lo, hi, 4*h), rows[T](a.HPrev, lo, hi, h), rows[T](a.DH, lo, hi, h),
 		rows[T](a.DXPre, lo, hi, 3*h), rows[T](a.DHPre, lo, hi, 3*h), rows[T](a.DHPrev, lo, hi, h), a.Accumulate)
+}
+
+func gatherSeqPart[T kern.Float](c *cmd, part, lo, hi int) {
+	a := &c.gather
+	n := a.T * a.B
+	c.bad[part] = kern.GatherSeq(a.T, a.B, a.Cols, a.LdX, a.LdY, lo, hi, elems[int32](a.Index, a.B), elems[int32](a.Lengths, a.B),
+		elems[T](a.X, (n-1)*a.LdX+a.Cols), elems[T](a.Y, (n-1)*a.LdY+a.Cols))
 }
 
 func embeddingPart[T kern.Float](c *cmd, part, lo, hi int) {

@@ -17,6 +17,7 @@ const (
 	opLSTMCellGrad
 	opGRUCell
 	opGRUCellGrad
+	opGatherSeq
 	opEmbedding
 	opEmbeddingGrad
 	opSoftmaxCrossEntropy
@@ -47,6 +48,7 @@ type cmd struct {
 	lstmGrad device.LSTMCellGrad
 	gru      device.GRUCell
 	gruGrad  device.GRUCellGrad
+	gather   device.GatherSeq
 	emb      device.Embedding
 	embGrad  device.EmbeddingGrad
 	sce      device.SoftmaxCrossEntropy
@@ -122,6 +124,18 @@ func (k kernels) GRUCell(a device.GRUCell) error {
 
 func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
 	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.gruGrad = opGRUCellGrad, a })
+}
+
+func (k kernels) GatherSeq(a device.GatherSeq) error {
+	return k.launchN(a.T*a.B, a.Check(k.d), func(c *cmd) {
+		c.op, c.gather = opGatherSeq, a
+		if c.gather.LdX == 0 {
+			c.gather.LdX = a.Cols
+		}
+		if c.gather.LdY == 0 {
+			c.gather.LdY = a.Cols
+		}
+	})
 }
 
 func (k kernels) Embedding(a device.Embedding) error {

@@ -6,6 +6,39 @@ import (
 	"github.com/gocurrent/gocurrent/device"
 )
 
+// GatherSeq is device.GatherSeq over rows [lo, hi) of Y's steps·batch
+// rows: y[t, i] = x[t, index[i]] for t < lengths[i], zeros otherwise
+// (index nil: the identity; lengths nil: all steps), rows ldx and ldy
+// elements apart. An index outside [0, batch) writes a zero row; it
+// returns the sequence i of the first such index, or -1.
+func GatherSeq[T Float](steps, batch, cols, ldx, ldy, lo, hi int, index, lengths []int32, x, y []T) (bad int) {
+	bad = -1
+	for r := lo; r < hi; r++ {
+		t, i := r/batch, r%batch
+		o := y[r*ldy : r*ldy+cols]
+		src, n := i, steps
+		if index != nil {
+			src = int(index[i])
+		}
+		if lengths != nil {
+			n = int(lengths[i])
+		}
+		switch {
+		case t >= n:
+			clear(o)
+		case src < 0 || src >= batch:
+			clear(o)
+			if bad < 0 {
+				bad = i
+			}
+		default:
+			k := (t*batch + src) * ldx
+			copy(o, x[k:k+cols])
+		}
+	}
+	return bad
+}
+
 // Embedding gathers rows of table (device.Embedding): out[i] =
 // table[ids[i]] for rows = len(ids). table is [vocab, dim] and out is
 // [rows, dim]. An id outside [0, vocab) writes a zero row. It returns the
