@@ -114,29 +114,37 @@ func checkFD(t *testing.T, d device.Device, loss func() float64, vars []variable
 // TestRecurrentGradientsFiniteDifference checks Backward of LSTM and GRU
 // stacks (input, every weight and bias, initial h and c) against central
 // differences of L = Σ out·wOut + Σ h_n·wH (+ Σ c_n·wC), with dropout
-// between layers included by replaying the same mask (drawn reset).
+// between layers included by replaying the same mask (drawn reset), for
+// unidirectional and bidirectional stacks, with and without lengths.
 func TestRecurrentGradientsFiniteDifference(t *testing.T) {
-	const T, B, I, H = 3, 2, 3, 4
+	const T, B, I, H = 3, 3, 3, 4
 	for _, lstm := range []bool{true, false} {
 		for _, c := range []struct {
 			layers  int
 			noBias  bool
 			dropout float64
 			state   bool
+			bidir   bool
+			lengths []int32
 		}{
-			{1, false, 0, true}, {1, true, 0, false}, {2, false, 0, true}, {2, false, 0.4, true}, {3, true, 0.3, false},
+			{1, false, 0, true, false, nil}, {1, true, 0, false, false, nil}, {2, false, 0, true, false, nil},
+			{2, false, 0.4, true, false, nil}, {3, true, 0.3, false, false, nil},
+			{2, false, 0.4, true, true, nil}, {1, false, 0, true, true, []int32{1, 3, 2}},
+			{3, true, 0.3, true, true, []int32{2, 3, 1}}, {2, false, 0, true, false, []int32{3, 1, 2}},
+			{2, false, 0.4, false, false, []int32{2, 3, 3}},
 		} {
-			name := fmt.Sprintf("lstm=%v/layers%d/bias=%v/dropout%v/state=%v", lstm, c.layers, !c.noBias, c.dropout, c.state)
+			name := fmt.Sprintf("lstm=%v/layers%d/bias=%v/dropout%v/state=%v/bidirectional=%v/lengths=%v",
+				lstm, c.layers, !c.noBias, c.dropout, c.state, c.bidir, c.lengths)
 			t.Run(name, func(t *testing.T) {
 				d := testdevice.Open(t)
 				s, err := newStack(d, Config{Input: I, Hidden: H, Layers: c.layers, Dropout: c.dropout, NoBias: c.noBias,
-					DType: device.Float64, Seed: 7}, cellFor(lstm))
+					Bidirectional: c.bidir, DType: device.Float64, Seed: 7}, cellFor(lstm))
 				must(t, err)
 				defer s.Close()
-				L := c.layers
+				L, DH := c.layers*s.dirs(), s.dirs()*H
 				r := rand.New(rand.NewPCG(1, 2))
 				x := newBuf(t, d, randoms(r, T*B*I))
-				wOut, wH, wC := randoms(r, T*B*H), randoms(r, L*B*H), randoms(r, L*B*H)
+				wOut, wH, wC := randoms(r, T*B*DH), randoms(r, L*B*H), randoms(r, L*B*H)
 				var st *State
 				if c.state {
 					st, err = s.NewState(B)
@@ -167,12 +175,12 @@ func TestRecurrentGradientsFiniteDifference(t *testing.T) {
 							must(t, k.Copy(device.Copy{Dst: st.C(), Src: c0}))
 						}
 					}
-					out, err := s.Forward(Train, x, T, B, st)
+					out, err := s.ForwardLengths(Train, x, T, B, c.lengths, st)
 					must(t, err)
 					return out
 				}
 				loss := func() float64 {
-					l := dot(down(t, d, forward(), T*B*H), wOut)
+					l := dot(down(t, d, forward(), T*B*DH), wOut)
 					if st != nil {
 						l += dot(down(t, d, st.H(), L*B*H), wH)
 						if lstm {

@@ -37,7 +37,7 @@ func (gruCell) planPass(tmp *arena, _ bool, T, B, H int, p *pass) {
 	p.xpre, p.hpre = tmp.take(T*B*3*H), tmp.take(B*3*H)
 }
 
-func (gruCell) planLayer(*arena, bool, int, int, int, *layerBufs) {}
+func (gruCell) planLayer(*arena, bool, int, int, int, int, *layerBufs) {}
 
 // planGrads: the two pre-activation gradients of every step.
 func (gruCell) planGrads(g *arena, T, B, H int, gb *gradBufs) {
@@ -49,35 +49,47 @@ func (gruCell) projection(lp *layerPass) device.Buffer { return lp.p.xpre }
 func (gruCell) forwardStep(q *queue, lp *layerPass, t int) {
 	H, rows, w := lp.H, lp.rows(t), lp.w
 	q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, TransB: true, M: rows, N: 3 * H, K: H, Alpha: 1,
-		A: lp.h(t), B: w.whh, C: lp.p.hpre}))
+		A: lp.hIn(t), B: w.whh, C: lp.p.hpre}))
 	var act device.Buffer
 	if lp.train {
 		act = lp.step(lp.b.gates, t, 4*H)
 	}
 	q.add(lp.k.GRUCell(device.GRUCell{DType: lp.dt, Batch: rows, Hidden: H, XPre: lp.step(lp.pre, t, 3*H), HPre: lp.p.hpre,
-		BiasIH: w.bih, BiasHH: w.bhh, HPrev: lp.h(t), H: lp.h(t + 1), Act: act}))
+		BiasIH: w.bih, BiasHH: w.bhh, HPrev: lp.hIn(t), H: lp.hOut(t), Act: act}))
 }
 
-func (gruCell) beginBackward(_ *queue, _ *layerPass, lg *layerGrads) {
+// beginBackward: with lengths the pre-activation gradients start at zero,
+// so that padded positions, which no step writes, add nothing to the
+// weights' gradients.
+func (gruCell) beginBackward(q *queue, lp *layerPass, lg *layerGrads) {
 	lg.dPre, lg.dHPre = lg.dxp, lg.dhp
+	if lp.sh.varlen {
+		n := lp.T * lp.B * 3 * lp.H
+		q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: n, X: lg.dxp}))
+		q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: n, X: lg.dhp}))
+	}
 }
 
-// backwardStep writes the gradient with respect to h(t) from the cell
-// (its direct part) and adds the recurrent product's; at t = 0 it goes to
-// the state's gradient when tied, and to the scratch row, unread, when not.
+func (gruCell) endBackward(*queue, *layerPass, *layerGrads) {}
+
+// backwardStep writes the gradient with respect to the state entering
+// step t from the cell (its direct part) and adds the recurrent product's;
+// for the walk's first step it goes to the state's gradient when tied, and
+// to the scratch row, unread, when not.
 func (gruCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int) {
 	H, rows, dt := lp.H, lp.rows(t), lp.dt
 	dPrev, acc := lg.row, false
+	p := lp.prev(t)
 	switch {
-	case t > 0:
-		dPrev, acc = lp.step(lg.dh, t-1, H), true
+	case p >= 0:
+		dPrev, acc = lp.step(lg.dh, p, H), true
 	case lg.tied:
 		dPrev = lg.stH
 	}
 	hp := lp.step(lg.dhp, t, 3*H)
 	q.add(lp.k.GRUCellGrad(device.GRUCellGrad{DType: dt, Batch: rows, Hidden: H, Act: lp.step(lp.b.gates, t, 4*H),
-		HPrev: lp.h(t), DH: lp.step(lg.dh, t, H), DXPre: lp.step(lg.dxp, t, 3*H), DHPre: hp, DHPrev: dPrev, Accumulate: acc}))
-	if t > 0 || lg.tied {
+		HPrev: lp.hIn(t), DH: lp.step(lg.dh, t, H), DXPre: lp.step(lg.dxp, t, 3*H), DHPre: hp, DHPrev: dPrev, Accumulate: acc}))
+	if p >= 0 || lg.tied {
 		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: rows, N: H, K: 3 * H, Alpha: 1, Beta: 1, A: hp, B: lp.w.whh, C: dPrev}))
 	}
 }

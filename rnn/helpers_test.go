@@ -25,6 +25,7 @@ import (
 // recurrent is what LSTM and GRU have in common, for tests over both.
 type recurrent interface {
 	Forward(mode rnn.Mode, x device.Buffer, seq, batch int, s *rnn.State) (device.Buffer, error)
+	ForwardLengths(mode rnn.Mode, x device.Buffer, seq, batch int, lengths []int32, s *rnn.State) (device.Buffer, error)
 	Backward(dy device.Buffer) (device.Buffer, error)
 	NewState(batch int) (*rnn.State, error)
 	Params() *rnn.Params

@@ -40,12 +40,12 @@ func (lstmCell) planPass(tmp *arena, train bool, T, B, H int, p *pass) {
 }
 
 // planLayer: the cells, every step's in training, two slots used in turn
-// without grad.
-func (lstmCell) planLayer(a *arena, train bool, T, B, H int, b *layerBufs) {
+// without grad (and a third for the reverse direction's initial state).
+func (lstmCell) planLayer(a *arena, train bool, dir, T, B, H int, b *layerBufs) {
 	if train {
 		b.cseq = a.take((T + 1) * B * H)
 	} else {
-		b.cseq = a.take(2 * B * H)
+		b.cseq = a.take((2 + dir) * B * H)
 	}
 }
 
@@ -62,17 +62,19 @@ func (lstmCell) forwardStep(q *queue, lp *layerPass, t int) {
 	H, rows, w := lp.H, lp.rows(t), lp.w
 	pt := lp.step(lp.pre, t, 4*H)
 	q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, TransB: true, M: rows, N: 4 * H, K: H, Alpha: 1, Beta: 1,
-		A: lp.h(t), B: w.whh, C: pt}))
+		A: lp.hIn(t), B: w.whh, C: pt}))
 	var act device.Buffer
 	if lp.train {
 		act = pt
 	}
 	q.add(lp.k.LSTMCell(device.LSTMCell{DType: lp.dt, Batch: rows, Hidden: H, Pre: pt, BiasIH: w.bih, BiasHH: w.bhh,
-		CPrev: lp.c(t), C: lp.c(t + 1), H: lp.h(t + 1), Act: act}))
+		CPrev: lp.cIn(t), C: lp.cOut(t), H: lp.hOut(t), Act: act}))
 }
 
 // beginBackward starts dc, carried in lg.row from step to step, at the
 // gradient with respect to the final cell state: the state's, or zero.
+// (With lengths a sequence's row is first read at its own last step, and
+// still holds that.)
 func (lstmCell) beginBackward(q *queue, lp *layerPass, lg *layerGrads) {
 	lg.dPre, lg.dHPre = lp.b.gates, lp.b.gates
 	if lg.tied {
@@ -82,17 +84,23 @@ func (lstmCell) beginBackward(q *queue, lp *layerPass, lg *layerGrads) {
 	}
 }
 
+// endBackward: dc has reached every sequence's initial cell state.
+func (lstmCell) endBackward(q *queue, lp *layerPass, lg *layerGrads) {
+	if lg.tied {
+		q.add(lp.k.Copy(device.Copy{Dst: lg.stC, Src: lg.row}))
+	}
+}
+
 func (lstmCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int) {
 	H, rows, dt := lp.H, lp.rows(t), lp.dt
 	a := lp.step(lp.b.gates, t, 4*H)
 	q.add(lp.k.LSTMCellGrad(device.LSTMCellGrad{DType: dt, Batch: rows, Hidden: H, Act: a,
-		CPrev: lp.c(t), C: lp.c(t + 1), DH: lp.step(lg.dh, t, H), DC: lg.row, DPre: a, DCPrev: lg.row}))
-	switch {
-	case t > 0:
+		CPrev: lp.cIn(t), C: lp.cOut(t), DH: lp.step(lg.dh, t, H), DC: lg.row, DPre: a, DCPrev: lg.row}))
+	switch p := lp.prev(t); {
+	case p >= 0:
 		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: rows, N: H, K: 4 * H, Alpha: 1, Beta: 1, A: a, B: lp.w.whh,
-			C: lp.step(lg.dh, t-1, H)}))
+			C: lp.step(lg.dh, p, H)}))
 	case lg.tied:
 		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: rows, N: H, K: 4 * H, Alpha: 1, A: a, B: lp.w.whh, C: lg.stH}))
-		q.add(lp.k.Copy(device.Copy{Dst: lg.stC, Src: lg.row}))
 	}
 }

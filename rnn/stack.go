@@ -26,29 +26,41 @@ type Config struct {
 	// Seed draws the initial parameters, U(-1/sqrt(Hidden),
 	// 1/sqrt(Hidden)) as PyTorch's, and the dropout masks.
 	Seed uint64
+	// Bidirectional adds to every layer a reverse direction with its own
+	// parameters (PyTorch's bidirectional=True, names ending in
+	// "_reverse"): the output is [T, B, 2·Hidden], the forward direction's
+	// features first, a layer above the first reads 2·Hidden features, and
+	// the state holds Layers·2 rows, layer l's direction d at l·2 + d.
+	Bidirectional bool
 }
 
-// The execution of a stack, and where it will grow.
+// The execution of a stack.
 //
-// A stack runs layer by layer. Everything about one layer's walk over a
-// window is a layerPass: its parameters, its regions of the pass's memory,
-// its input and the rows each step covers. The stack owns what the cells
-// share (the initial and final state, the input projection, dropout between
-// layers, and in Backward the weight and input gradients, which are a few
-// large GEMMs over all steps); a cell (lstmCell, gruCell) owns what differs,
+// A stack runs layer by layer, and within a layer direction by direction
+// (forward, then with Bidirectional the reverse). Everything about one
+// direction's walk over a window is a layerPass: its parameters, its
+// regions of the pass's memory, its input and the rows each step covers.
+// The stack owns what the cells share (the initial and final state, the
+// input projection, dropout between layers, the order of the sequences,
+// and in Backward the weight and input gradients, which are a few large
+// GEMMs over all steps); a cell (lstmCell, gruCell) owns what differs,
 // its per-step forward and backward kernels and the buffers they need.
 //
-// Two extensions are planned, and each is local to this structure:
-//   - A bidirectional stack (PyTorch's bidirectional=True) gives every layer
-//     a second layerPass that walks the steps in reverse with its own
-//     "_reverse" parameters and writes the second half of a [T, B, 2H]
-//     output; the layer above then reads 2H features. The cells' step
-//     functions take the step index and the layerPass, so they serve both
-//     directions unchanged.
-//   - Variable-length sequences, sorted by length, make the active rows of
-//     step t a prefix of the batch: layerPass.rows(t) returns that count
-//     instead of the batch, and every per-step kernel already takes its row
-//     count from it.
+// The reverse direction walks the steps from the last to the first with
+// its own "_reverse" parameters; its states are stored in time order too
+// (the state after step t at position t, its initial state at position
+// T), so both directions' outputs are [T, B, H] sequences, and the layer
+// above reads the two as its 2H input features, through the two column
+// halves of its input weights.
+//
+// With variable lengths the sequences are sorted by length, longest first,
+// once per forward (batchShape): the rows still running at step t are then
+// a prefix of the step's rows, and every per-step kernel covers that
+// prefix only. A sequence's reverse walk starts at its own last step, with
+// its initial state; its forward walk's final state is taken after its own
+// last step. Padded positions of every sequence the stack keeps (inputs,
+// outputs, the gradients of the pre-activations) hold zeros, so the GEMMs
+// over all steps at once (input projection, weight gradients) need no mask.
 
 // stack is what LSTM and GRU share: the fused execution of L layers.
 type stack struct {
@@ -56,6 +68,8 @@ type stack struct {
 	cell   cell
 	cfg    Config
 	params *Params
+	// layers are the parameters of every layer and direction, layer l's
+	// direction d at l·dirs + d.
 	layers []layerParams
 
 	// rec is the saved training forward, nil when there is none; spent
@@ -64,11 +78,13 @@ type stack struct {
 	spent bool
 	// reserve holds what a training forward saves for Backward; work the
 	// temporaries of one pass; grads the gradients flowing between layers
-	// in Backward; dx the gradient with respect to the input.
-	reserve, work, grads, dx scratch
-	lay                      []layerBufs // reused views, one per layer
-	dropSeed                 uint64      // the seed of the dropout masks
-	drawn                    uint64      // dropout mask elements drawn so far
+	// in Backward; dx the gradient with respect to the input; idx the
+	// device copy of a training forward's order and lengths, idxWork a
+	// no-grad forward's.
+	reserve, work, grads, dx, idx, idxWork scratch
+	lay                                    []layerBufs // reused views, as layers
+	dropSeed                               uint64      // the seed of the dropout masks
+	drawn                                  uint64      // dropout mask elements drawn so far
 }
 
 // cell is what differs between the LSTM and the GRU: the size of a layer,
@@ -84,49 +100,58 @@ type cell interface {
 	carriesC() bool
 
 	// planPass takes the temporaries that the layers of a pass share in
-	// turn; planLayer takes a layer's own buffers beyond h and the saved
-	// activations; planGrads takes Backward's per-step temporaries.
+	// turn; planLayer takes the buffers of a layer's direction dir beyond
+	// h and the saved activations; planGrads takes Backward's per-step
+	// temporaries.
 	planPass(tmp *arena, train bool, T, B, H int, p *pass)
-	planLayer(a *arena, train bool, T, B, H int, b *layerBufs)
+	planLayer(a *arena, train bool, dir, T, B, H int, b *layerBufs)
 	planGrads(g *arena, T, B, H int, gb *gradBufs)
 
 	// projection is where the input projection of all steps goes, [T, B,
 	// gates·H], for forwardStep to read.
 	projection(lp *layerPass) device.Buffer
-	// forwardStep queues step t: h(t) (and c(t)) and the step's input
-	// projection in, h(t+1) (and c(t+1)) out, plus the activations
-	// Backward needs in training.
+	// forwardStep queues step t over lp.rows(t) rows: h and c entering the
+	// step (hIn, cIn) and the step's input projection in, h and c leaving
+	// it (hOut, cOut) out, plus the activations Backward needs in
+	// training.
 	forwardStep(q *queue, lp *layerPass, t int)
 
-	// beginBackward prepares a layer's backward walk: it sets lg.dPre and
-	// lg.dHPre, and starts any gradient the cell carries between steps.
+	// beginBackward prepares a direction's backward walk: it sets lg.dPre
+	// and lg.dHPre, and starts any gradient the cell carries between
+	// steps; endBackward finishes it.
 	beginBackward(q *queue, lp *layerPass, lg *layerGrads)
+	endBackward(q *queue, lp *layerPass, lg *layerGrads)
 	// backwardStep queues step t of the walk back: from the gradient with
-	// respect to h(t+1), lg.dh's step t, to the pre-activation gradients
-	// of step t and the gradient with respect to h(t), added into lg.dh's
-	// step t-1 (or written to the state's gradient at t = 0 when tied).
+	// respect to the step's output, lg.dh's step t, to the pre-activation
+	// gradients of step t and the gradient with respect to the state
+	// entering it, added into lg.dh's step lp.prev(t) (or, for the first
+	// step of a walk, written to the state's gradient when tied).
 	backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int)
 }
 
 // record is one training forward: its shape and the state it read.
 type record struct {
-	seq, batch int
-	state      *State
+	sh    batchShape
+	state *State
 }
 
-// layerParams are one layer's parameters and gradients, views of the
-// stack's Params.
+// layerParams are one layer's parameters and gradients in one direction,
+// views of the stack's Params.
 type layerParams struct {
 	in                     int // input features of the layer
 	wih, whh, bih, bhh     device.Buffer
 	gwih, gwhh, gbih, gbhh device.Buffer
 }
 
-// layerBufs are one layer's regions of a pass.
+// layerBufs are one layer's regions of a pass in one direction.
 type layerBufs struct {
-	hseq device.Buffer // [T+1, B, H]: h0, then h1..hT (the layer's output)
-	// cseq is the LSTM's cells: [T+1, B, H] in training; two [B, H]
-	// slots used in turn without grad.
+	// hseq is [T+1, B, H]: the states in time order, the initial one at
+	// position 0 for the forward direction (h0, h1..hT) and at position T
+	// for the reverse one; the other T positions are the output.
+	hseq device.Buffer
+	// cseq is the LSTM's cells, placed as hseq in training; without grad
+	// two [B, H] slots used in turn, and a third holding the reverse
+	// direction's initial state.
 	cseq device.Buffer
 	// gates is [T, B, 4H]: the LSTM's pre-activations, then activations
 	// in place (and their gradients in Backward); the GRU's activations
@@ -139,45 +164,68 @@ type layerBufs struct {
 
 // pass is the layout of one forward.
 type pass struct {
-	x    device.Buffer // training: a copy of the input [T, B, I]
+	// x is the input [T, B, I] as the stack reads it: in training a copy,
+	// with lengths sorted (padding zeroed); nil without grad or lengths.
+	x    device.Buffer
 	xpre device.Buffer // GRU: the input projection [T, B, 3H]
 	hpre device.Buffer // GRU: one step's recurrent product [B, 3H]
 	pre  device.Buffer // LSTM without grad: the gate pre-activations [T, B, 4H]
+	// out is the output [T, B, dirs·H] in the caller's order, when it is
+	// not the top layer's own sequence (bidirectional, or with lengths).
+	out device.Buffer
+	// hEnd and cEnd are [B, H]: with lengths, the forward direction's final
+	// states, each taken after its sequence's last step.
+	hEnd, cEnd device.Buffer
 }
 
 // gradBufs are Backward's buffers, shared by the layers in turn.
 type gradBufs struct {
-	// dh are two [T, B, H] sequences used in turn: the gradient with
-	// respect to one layer's output, then the layer below's.
-	dh [2]device.Buffer
+	// dh are two sets of [T, B, H] sequences, one per direction, used in
+	// turn: the gradient with respect to one layer's outputs, then the
+	// layer below's.
+	dh [2][2]device.Buffer
 	// row is one [B, H] row of steps: the LSTM's carried dc, the GRU's
 	// scratch for a gradient nobody reads.
 	row device.Buffer
 	// dxp and dhp are the GRU's gradients with respect to the input-side
 	// and recurrent pre-activations, [T, B, 3H].
 	dxp, dhp device.Buffer
+	// With lengths: stH and stC are [B, H], a direction's state gradients
+	// in the sorted order, and dxs is the input's gradient [T, B, I]
+	// before it is put back in the caller's order.
+	stH, stC, dxs device.Buffer
 }
 
-// layerPass is one layer's walk over a window in one direction (the only
-// one today): the layer's parameters and buffers, the pass's shared
-// temporaries, and the shape of every step.
+// inPart is one part of a layer's input: width features, read through
+// columns [off, off+width) of the input weights. A layer reads one part
+// (the input, or the layer below's output), or two above a bidirectional
+// layer (its two directions' outputs).
+type inPart struct {
+	buf        device.Buffer // [T, B, width]
+	width, off int
+}
+
+// layerPass is one layer's walk over a window in one direction: the
+// layer's parameters and buffers, the pass's shared temporaries, and the
+// shape of every step.
 type layerPass struct {
 	k       device.Kernels
 	dt      device.DType
 	T, B, H int
 	train   bool
+	sh      *batchShape
+	dir     int // 0 forward, 1 reverse
 	w       *layerParams
 	b       *layerBufs
 	p       *pass
-	// in is the layer's input, [T, B, w.in].
-	in device.Buffer
+	in      []inPart
 	// pre is the input projection of all steps, [T, B, gates·H].
 	pre device.Buffer
 }
 
-// rows is the number of rows step t covers: the batch. (Sorted
-// variable-length sequences will make it the prefix still active at t.)
-func (lp *layerPass) rows(int) int { return lp.B }
+// rows is the number of rows step t covers: the batch, or the prefix of
+// the sorted batch still running at t.
+func (lp *layerPass) rows(t int) int { return lp.sh.rows(t) }
 
 // step returns step t's [B, width] block of a [T, B, width] sequence.
 func (lp *layerPass) step(buf device.Buffer, t, width int) device.Buffer {
@@ -185,40 +233,95 @@ func (lp *layerPass) step(buf device.Buffer, t, width int) device.Buffer {
 	return buf.Elems(lp.dt, t*n, n)
 }
 
-// h is the hidden state entering step t: h(0) is the initial state, h(T)
-// the final one.
-func (lp *layerPass) h(t int) device.Buffer { return lp.step(lp.b.hseq, t, lp.H) }
+// span returns rows [r0, r1) of a [B, width] block.
+func (lp *layerPass) span(block device.Buffer, r0, r1, width int) device.Buffer {
+	return block.Elems(lp.dt, r0*width, (r1-r0)*width)
+}
 
-// c is the cell state entering step t, as h; none for a cell without one.
-// Without grad two slots serve every step in turn.
-func (lp *layerPass) c(t int) device.Buffer {
+// walk lists the steps in the order the direction visits them, up to the
+// longest sequence.
+func (lp *layerPass) walk() []int {
+	n := lp.sh.maxLen
+	ts := make([]int, n)
+	for i := range ts {
+		ts[i] = i
+		if lp.dir == 1 {
+			ts[i] = n - 1 - i
+		}
+	}
+	return ts
+}
+
+// prev is the step the walk visits before t, -1 for none: the step whose
+// output is the state entering t. (For the reverse direction with
+// lengths, rows of step t+1 that are padding stand for the initial
+// states of the sequences that start at t.)
+func (lp *layerPass) prev(t int) int {
+	if lp.dir == 0 {
+		return t - 1
+	}
+	if t+1 < lp.T {
+		return t + 1
+	}
+	return -1
+}
+
+// hIn and hOut are the hidden states entering and leaving step t.
+func (lp *layerPass) hIn(t int) device.Buffer  { return lp.step(lp.b.hseq, t+lp.dir, lp.H) }
+func (lp *layerPass) hOut(t int) device.Buffer { return lp.step(lp.b.hseq, t+1-lp.dir, lp.H) }
+
+// hInit is where the initial state goes: the state entering the first
+// step of the walk.
+func (lp *layerPass) hInit() device.Buffer { return lp.step(lp.b.hseq, lp.dir*lp.T, lp.H) }
+
+// cIn, cOut and cInit are hIn, hOut and hInit for the cell state; none
+// for a cell without one. Without grad two slots serve every step in turn,
+// and a third holds the reverse direction's initial state.
+func (lp *layerPass) cIn(t int) device.Buffer  { return lp.cAt(t + lp.dir) }
+func (lp *layerPass) cOut(t int) device.Buffer { return lp.cAt(t + 1 - lp.dir) }
+func (lp *layerPass) cInit() device.Buffer {
+	if !lp.train && lp.dir == 1 && !lp.b.cseq.IsZero() {
+		return lp.step(lp.b.cseq, 2, lp.H)
+	}
+	return lp.cAt(lp.dir * lp.T)
+}
+
+func (lp *layerPass) cAt(pos int) device.Buffer {
 	if lp.b.cseq.IsZero() {
 		return device.Buffer{}
 	}
 	if !lp.train {
-		t %= 2
+		pos %= 2
 	}
-	return lp.step(lp.b.cseq, t, lp.H)
+	return lp.step(lp.b.cseq, pos, lp.H)
 }
 
-// output is the layer's output h1..hT, [T, B, H].
+// output is the direction's output, [T, B, H] in time order.
 func (lp *layerPass) output() device.Buffer {
 	BH := lp.B * lp.H
-	return lp.b.hseq.Elems(lp.dt, BH, lp.T*BH)
+	return lp.b.hseq.Elems(lp.dt, (1-lp.dir)*BH, lp.T*BH)
 }
 
-// layerGrads are one layer's gradients in Backward.
+// hIns is the states entering every step, [T, B, H] in time order: what
+// the recurrent weights multiplied.
+func (lp *layerPass) hIns() device.Buffer {
+	BH := lp.B * lp.H
+	return lp.b.hseq.Elems(lp.dt, lp.dir*BH, lp.T*BH)
+}
+
+// layerGrads are one layer's gradients in Backward, in one direction.
 type layerGrads struct {
 	gradBufs
-	// dh is the gradient with respect to the layer's output h1..hT, [T, B,
+	// dh is the gradient with respect to the direction's output, [T, B,
 	// H]; the walk back adds the recurrent part into it step by step.
 	dh device.Buffer
 	// dPre and dHPre are the gradients with respect to the input-side and
 	// recurrent pre-activations, [T, B, G·H] (the same for the LSTM).
 	dPre, dHPre device.Buffer
 	// tied says the forward's state is still tied to it: stH and stC are
-	// then the layer's rows of the state's gradients, the gradient with
-	// respect to the final state on entry and the initial one on return.
+	// then the direction's rows of the state's gradients (in the sorted
+	// order with lengths), the gradient with respect to the final state on
+	// entry and the initial one on return.
 	tied     bool
 	stH, stC device.Buffer
 }
@@ -249,44 +352,66 @@ func newStack(d device.Device, c Config, kind cell) (*stack, error) {
 		return nil, err
 	}
 	for l := range c.Layers {
-		s.layers = append(s.layers, s.layerParams(l))
+		for dir := range s.dirs() {
+			s.layers = append(s.layers, s.layerParams(l, dir))
+		}
 	}
-	s.lay = make([]layerBufs, c.Layers)
+	s.lay = make([]layerBufs, c.Layers*s.dirs())
 	return s, nil
+}
+
+// dirs is the number of directions: 2 for a bidirectional stack, else 1.
+func (s *stack) dirs() int {
+	if s.cfg.Bidirectional {
+		return 2
+	}
+	return 1
 }
 
 // layerInput is the number of input features of layer l.
 func (s *stack) layerInput(l int) int {
 	if l > 0 {
-		return s.cfg.Hidden
+		return s.dirs() * s.cfg.Hidden
 	}
 	return s.cfg.Input
 }
 
-// paramSpecs lists the parameters in PyTorch's order, layer by layer.
+// suffix is PyTorch's suffix of direction dir's parameter names.
+func suffix(dir int) string {
+	if dir == 1 {
+		return "_reverse"
+	}
+	return ""
+}
+
+// paramSpecs lists the parameters in PyTorch's order: layer by layer, in
+// each the forward direction's, then the reverse one's.
 func (s *stack) paramSpecs() []paramSpec {
 	c := s.cfg
 	gh, bound := s.cell.gates()*c.Hidden, uniformBound(c.Hidden)
 	var specs []paramSpec
 	for l := range c.Layers {
-		specs = append(specs,
-			paramSpec{name: fmt.Sprintf("weight_ih_l%d", l), shape: []int{gh, s.layerInput(l)}, bound: bound},
-			paramSpec{name: fmt.Sprintf("weight_hh_l%d", l), shape: []int{gh, c.Hidden}, bound: bound})
-		if !c.NoBias {
+		for dir := range s.dirs() {
+			sfx := suffix(dir)
 			specs = append(specs,
-				paramSpec{name: fmt.Sprintf("bias_ih_l%d", l), shape: []int{gh}, bound: bound},
-				paramSpec{name: fmt.Sprintf("bias_hh_l%d", l), shape: []int{gh}, bound: bound})
+				paramSpec{name: fmt.Sprintf("weight_ih_l%d%s", l, sfx), shape: []int{gh, s.layerInput(l)}, bound: bound},
+				paramSpec{name: fmt.Sprintf("weight_hh_l%d%s", l, sfx), shape: []int{gh, c.Hidden}, bound: bound})
+			if !c.NoBias {
+				specs = append(specs,
+					paramSpec{name: fmt.Sprintf("bias_ih_l%d%s", l, sfx), shape: []int{gh}, bound: bound},
+					paramSpec{name: fmt.Sprintf("bias_hh_l%d%s", l, sfx), shape: []int{gh}, bound: bound})
+			}
 		}
 	}
 	return specs
 }
 
-// layerParams returns the views of layer l's parameters; the biases are
-// zero Buffers without bias.
-func (s *stack) layerParams(l int) layerParams {
+// layerParams returns the views of layer l's parameters in direction dir;
+// the biases are zero Buffers without bias.
+func (s *stack) layerParams(l, dir int) layerParams {
 	lp := layerParams{in: s.layerInput(l)}
 	get := func(name string) (v, g device.Buffer) {
-		q, _ := s.params.Lookup(fmt.Sprintf("%s_l%d", name, l))
+		q, _ := s.params.Lookup(fmt.Sprintf("%s_l%d%s", name, l, suffix(dir)))
 		return q.Value, q.Grad
 	}
 	lp.wih, lp.gwih = get("weight_ih")
@@ -313,9 +438,11 @@ func (s *stack) DropoutState() (seed, offset uint64) { return s.dropSeed, s.draw
 // dropout masks (values DropoutState returned).
 func (s *stack) SetDropoutState(seed, offset uint64) { s.dropSeed, s.drawn = seed, offset }
 
-// NewState allocates a zero state for batch sequences.
+// NewState allocates a zero state for batch sequences: Layers·2 rows of
+// each for a bidirectional stack, layer l's direction d at l·2 + d, as
+// PyTorch's h_n.
 func (s *stack) NewState(batch int) (*State, error) {
-	return newState(s.dev, s.cfg.DType, s.cell.carriesC(), s.cfg.Layers, batch, s.cfg.Hidden)
+	return newState(s.dev, s.cfg.DType, s.cell.carriesC(), s.cfg.Layers*s.dirs(), batch, s.cfg.Hidden)
 }
 
 // Close frees the parameters and every buffer the stack holds. The stack
@@ -323,7 +450,7 @@ func (s *stack) NewState(batch int) (*State, error) {
 func (s *stack) Close() error {
 	s.rec = nil
 	var q queue
-	for _, b := range []*scratch{&s.reserve, &s.work, &s.grads, &s.dx} {
+	for _, b := range []*scratch{&s.reserve, &s.work, &s.grads, &s.dx, &s.idx, &s.idxWork} {
 		q.add(b.free(s.dev))
 	}
 	if s.params != nil {
@@ -333,47 +460,62 @@ func (s *stack) Close() error {
 	return q.err
 }
 
-// plan lays out a forward over T steps of B sequences: what Backward needs
-// from res, temporaries from tmp (the same arena without grad).
-func (s *stack) plan(res, tmp *arena, train bool, T, B int) pass {
-	H, L := s.cfg.Hidden, s.cfg.Layers
+// plan lays out a forward of shape sh: what Backward needs from res,
+// temporaries from tmp (the same arena without grad).
+func (s *stack) plan(res, tmp *arena, train bool, sh *batchShape) pass {
+	T, B, H, L, D := sh.T, sh.B, s.cfg.Hidden, s.cfg.Layers, s.dirs()
 	var p pass
-	if train {
+	switch {
+	case train:
 		p.x = res.take(T * B * s.cfg.Input)
+	case sh.varlen:
+		p.x = tmp.take(T * B * s.cfg.Input)
 	}
 	s.cell.planPass(tmp, train, T, B, H, &p)
+	if D == 2 || sh.varlen {
+		p.out = res.take(T * B * D * H)
+	}
+	if sh.varlen {
+		p.hEnd = tmp.take(B * H)
+		if s.cell.carriesC() {
+			p.cEnd = tmp.take(B * H)
+		}
+	}
 	for l := range L {
-		b := &s.lay[l]
-		if train {
-			b.hseq = res.take((T + 1) * B * H)
-			s.cell.planLayer(res, train, T, B, H, b)
-			b.gates = res.take(T * B * 4 * H)
-			if l < L-1 && s.cfg.Dropout > 0 {
-				b.mask, b.drop = res.take(T*B*H), res.take(T*B*H)
+		for dir := range D {
+			b := &s.lay[l*D+dir]
+			if train {
+				b.hseq = res.take((T + 1) * B * H)
+				s.cell.planLayer(res, train, dir, T, B, H, b)
+				b.gates = res.take(T * B * 4 * H)
+				if l < L-1 && s.cfg.Dropout > 0 {
+					b.mask, b.drop = res.take(T*B*H), res.take(T*B*H)
+				}
+				continue
 			}
-			continue
+			// Without grad two layers' sequences serve every layer in turn.
+			if l < 2 {
+				b.hseq = tmp.take((T + 1) * B * H)
+				s.cell.planLayer(tmp, train, dir, T, B, H, b)
+			} else {
+				b.hseq, b.cseq = s.lay[(l-2)*D+dir].hseq, s.lay[(l-2)*D+dir].cseq
+			}
+			b.gates, b.mask, b.drop = device.Buffer{}, device.Buffer{}, device.Buffer{}
 		}
-		// Without grad two sequences serve every layer in turn.
-		if l < 2 {
-			b.hseq = tmp.take((T + 1) * B * H)
-			s.cell.planLayer(tmp, train, T, B, H, b)
-		} else {
-			b.hseq, b.cseq = s.lay[l-2].hseq, s.lay[l-2].cseq
-		}
-		b.gates, b.mask, b.drop = device.Buffer{}, device.Buffer{}, device.Buffer{}
 	}
 	return p
 }
 
 // layout sizes the arenas for a pass, takes their memory from the
-// stack's scratch buffers and lays the pass out in it.
-func (s *stack) layout(train bool, T, B int) (pass, error) {
+// stack's scratch buffers and lays the pass out in it; with lengths it
+// also puts their order on the device.
+func (s *stack) layout(train bool, sh *batchShape) (pass, error) {
 	dt := s.cfg.DType
 	res, tmp := &arena{dt: dt}, &arena{dt: dt}
 	if !train {
 		res = tmp
 	}
-	s.plan(res, tmp, train, T, B)
+	s.plan(res, tmp, train, sh)
 	var err error
 	if train {
 		if res.buf, err = s.reserve.get(s.dev, int64(res.off)*dt.Size()); err != nil {
@@ -383,23 +525,41 @@ func (s *stack) layout(train bool, T, B int) (pass, error) {
 	if tmp.buf, err = s.work.get(s.dev, int64(max(tmp.off, 1))*dt.Size()); err != nil {
 		return pass{}, err
 	}
+	if sh.varlen {
+		idx := &s.idxWork
+		if train {
+			idx = &s.idx
+		}
+		buf, err := idx.get(s.dev, sh.idxBytes())
+		if err == nil {
+			err = sh.upload(s.dev, buf)
+		}
+		if err != nil {
+			return pass{}, err
+		}
+	}
 	res.off, tmp.off = 0, 0
-	return s.plan(res, tmp, train, T, B), nil
+	return s.plan(res, tmp, train, sh), nil
 }
 
-// layerPass returns layer l's walk over a pass of T steps of B rows that
-// reads in.
-func (s *stack) layerPass(p *pass, train bool, l, T, B int, in device.Buffer) *layerPass {
-	return &layerPass{k: s.dev.Kernels(), dt: s.cfg.DType, T: T, B: B, H: s.cfg.Hidden, train: train,
-		w: &s.layers[l], b: &s.lay[l], p: p, in: in}
+// layerPass returns the walk of layer l in direction dir over a pass of
+// shape sh that reads in.
+func (s *stack) layerPass(p *pass, sh *batchShape, train bool, l, dir int, in []inPart) *layerPass {
+	D := s.dirs()
+	return &layerPass{k: s.dev.Kernels(), dt: s.cfg.DType, T: sh.T, B: sh.B, H: s.cfg.Hidden, train: train, sh: sh, dir: dir,
+		w: &s.layers[l*D+dir], b: &s.lay[l*D+dir], p: p, in: in}
 }
 
 // Forward runs the stack over x, [seq, batch, Input] (PyTorch's layout
-// without batch_first), and returns the last layer's output h_1..h_seq,
-// [seq, batch, Hidden].
+// without batch_first), every sequence of length seq, and returns the last
+// layer's output h_1..h_seq, [seq, batch, Hidden], or [seq, batch,
+// 2·Hidden] for a bidirectional stack (the forward direction's Hidden
+// features first, then the reverse direction's).
 //
 // s, when not nil, is the initial state on entry and the final state on
-// return (h_n and c_n); nil means a zero initial state and no final state.
+// return (h_n and c_n, [Layers·dirs, batch, Hidden]); nil means a zero
+// initial state and no final state. The reverse direction's final state is
+// the one after its last step, at the first position.
 //
 // In Train mode the forward saves what Backward needs (x is copied, so the
 // caller may reuse it) and ties s to itself; a state still tied to an
@@ -411,8 +571,29 @@ func (s *stack) layerPass(p *pass, train bool, l, T, B int, in device.Buffer) *l
 // Forward, and must not be written while a training forward waits for its
 // Backward. The work is queued on the compute stream.
 func (s *stack) Forward(mode Mode, x device.Buffer, seq, batch int, st *State) (device.Buffer, error) {
+	return s.ForwardLengths(mode, x, seq, batch, nil, st)
+}
+
+// ForwardLengths is Forward over sequences of different lengths, PyTorch's
+// packed sequences: sequence b (the batch's row b) has lengths[b] steps, 1
+// ≤ lengths[b] ≤ seq, in any order, and x's positions past its end are
+// padding, never read. Each sequence's final state (in s) is the state
+// after its own last step; the reverse direction starts it at its own last
+// step, from its initial state; the output at padded positions is zero,
+// and Backward sends no gradient there (the gradient it returns is zero at
+// padded positions, and dy is not read there). Nil lengths is Forward.
+//
+// The sequences run sorted by length, so every step's kernels cover only
+// the sequences still running: the work is the sum of the lengths, not
+// seq·batch. Putting the order on the device waits for the work queued
+// before (one host synchronisation per call).
+func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengths []int32, st *State) (device.Buffer, error) {
 	op := s.cell.name() + ".Forward"
 	if err := s.checkForward(op, mode, x, seq, batch, st); err != nil {
+		return device.Buffer{}, err
+	}
+	sh, err := newShape(op, seq, batch, lengths)
+	if err != nil {
 		return device.Buffer{}, err
 	}
 	train := mode == Train
@@ -420,17 +601,17 @@ func (s *stack) Forward(mode Mode, x device.Buffer, seq, batch int, st *State) (
 		// The reserve is about to be overwritten.
 		s.rec, s.spent = nil, false
 	}
-	p, err := s.layout(train, seq, batch)
+	p, err := s.layout(train, &sh)
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
 	}
 	var q queue
-	out := s.forwardLayers(&q, &p, train, x, seq, batch, st)
+	out := s.forwardLayers(&q, &p, &sh, train, x, st)
 	if q.err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, q.err)
 	}
 	if train {
-		s.save(&q, seq, batch, st)
+		s.save(&q, sh, st)
 	}
 	if q.err != nil {
 		s.rec = nil
@@ -454,7 +635,7 @@ func (s *stack) checkForward(op string, mode Mode, x device.Buffer, seq, batch i
 	if st == nil {
 		return nil
 	}
-	if err := st.check(op, s.dev, dt, s.cell.carriesC(), c.Layers, batch, c.Hidden); err != nil {
+	if err := st.check(op, s.dev, dt, s.cell.carriesC(), c.Layers*s.dirs(), batch, c.Hidden); err != nil {
 		return err
 	}
 	if mode == Train && st.tie != nil {
@@ -466,69 +647,155 @@ func (s *stack) checkForward(op string, mode Mode, x device.Buffer, seq, batch i
 }
 
 // forwardLayers queues the layers' forwards over x, [T, B, Input], and
-// returns the top layer's output (after no dropout: the top has none).
-func (s *stack) forwardLayers(q *queue, p *pass, train bool, x device.Buffer, T, B int, st *State) device.Buffer {
-	dt := s.cfg.DType
-	in := x.Slice(0, int64(T*B*s.cfg.Input)*dt.Size())
-	if train {
-		q.add(s.dev.Kernels().Copy(device.Copy{Dst: p.x, Src: in}))
+// returns the output: the top layer's (which has no dropout), in the
+// caller's order and with both directions interleaved.
+func (s *stack) forwardLayers(q *queue, p *pass, sh *batchShape, train bool, x device.Buffer, st *State) device.Buffer {
+	dt, T, B, I, H, D := s.cfg.DType, sh.T, sh.B, s.cfg.Input, s.cfg.Hidden, s.dirs()
+	k := s.dev.Kernels()
+	in := x.Slice(0, int64(T*B*I)*dt.Size())
+	switch {
+	case sh.varlen:
+		q.add(k.GatherSeq(sh.toSorted(dt, T, I, in, p.x)))
+		in = p.x
+	case train:
+		q.add(k.Copy(device.Copy{Dst: p.x, Src: in}))
 		in = p.x
 	}
+	parts := []inPart{{buf: in, width: I}}
+	var outs [2]device.Buffer
 	for l := range s.cfg.Layers {
-		lp := s.layerPass(p, train, l, T, B, in)
-		s.forwardLayer(q, lp, l, st)
-		in = s.dropout(q, lp)
+		for dir := range D {
+			lp := s.layerPass(p, sh, train, l, dir, parts)
+			s.forwardLayer(q, lp, l, st)
+			outs[dir] = s.dropout(q, lp)
+		}
+		parts = parts[:0:0]
+		for dir := range D {
+			parts = append(parts, inPart{buf: outs[dir], width: H, off: dir * H})
+		}
 	}
-	return in
+	if D == 1 && !sh.varlen {
+		return outs[0]
+	}
+	for dir := range D {
+		g := sh.fromSorted(dt, T, H, outs[dir], p.out.Elems(dt, dir*H, T*B*D*H-dir*H))
+		g.LdY = D * H
+		q.add(k.GatherSeq(g))
+	}
+	return p.out.Elems(dt, 0, T*B*D*H)
 }
 
-// forwardLayer queues layer l's walk over the steps: the initial state,
-// the input projection of every step at once, the steps, and the final
-// state.
+// forwardLayer queues layer l's walk over the steps in one direction: the
+// initial state, the input projection of every step at once, the steps,
+// and the final state.
 func (s *stack) forwardLayer(q *queue, lp *layerPass, l int, st *State) {
-	s.initial(q, st, l, lp.h(0), lp.c(0))
-	lp.pre = s.cell.projection(lp)
-	q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, TransB: true, M: lp.T * lp.B, N: s.cell.gates() * lp.H, K: lp.w.in,
-		Alpha: 1, A: lp.in, B: lp.w.wih, C: lp.pre}))
-	for t := range lp.T {
-		s.cell.forwardStep(q, lp, t)
+	sh, H := lp.sh, lp.H
+	if sh.varlen {
+		// Padded positions of the output stay zero.
+		q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: (lp.T + 1) * lp.B * H, X: lp.b.hseq}))
 	}
-	s.final(q, st, l, lp.h(lp.T), lp.c(lp.T))
+	s.initial(q, lp, st, l)
+	lp.pre = s.cell.projection(lp)
+	for j, part := range lp.in {
+		q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, TransB: true, M: lp.T * lp.B, N: s.cell.gates() * H, K: part.width,
+			Alpha: 1, Beta: float64(min(j, 1)), A: part.buf, B: weightCols(lp.dt, lp.w.wih, part.off), LdB: lp.w.in, C: lp.pre}))
+	}
+	ends := lp.dir == 0 && sh.varlen && st != nil
+	for _, t := range lp.walk() {
+		if lp.dir == 1 {
+			s.enter(q, lp, t)
+		}
+		s.cell.forwardStep(q, lp, t)
+		if e0, e1 := lp.rows(t+1), lp.rows(t); ends && e1 > e0 {
+			// Sequences of length t+1 end here: keep their final states.
+			q.add(lp.k.Copy(device.Copy{Dst: lp.span(lp.p.hEnd, e0, e1, H), Src: lp.span(lp.hOut(t), e0, e1, H)}))
+			if !lp.p.cEnd.IsZero() {
+				q.add(lp.k.Copy(device.Copy{Dst: lp.span(lp.p.cEnd, e0, e1, H), Src: lp.span(lp.cOut(t), e0, e1, H)}))
+			}
+		}
+	}
+	if lp.dir == 1 && sh.varlen {
+		// The initial states copied into padded positions of the output
+		// are zeroed again; Backward puts them back.
+		for _, t := range lp.walk() {
+			if e0, e1 := lp.rows(t+1), lp.rows(t); e1 > e0 && t+1 < lp.T {
+				q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: (e1 - e0) * H, X: lp.span(lp.hIn(t), e0, e1, H)}))
+			}
+		}
+	}
+	s.final(q, lp, st, l)
 }
 
-// initial queues writing layer l's initial state into h0 and c0 (c0 none
-// for a cell without one): the state's values, or zeros without a state.
-func (s *stack) initial(q *queue, st *State, l int, h0, c0 device.Buffer) {
-	k, dt := s.dev.Kernels(), s.cfg.DType
-	n := int(h0.Len() / dt.Size())
-	for _, part := range []struct{ dst, src device.Buffer }{{h0, st.layerH(l, n)}, {c0, st.layerC(l, n)}} {
-		switch {
-		case part.dst.IsZero():
-		case st == nil:
-			q.add(k.Fill(device.Fill{DType: dt, N: n, X: part.dst}))
-		default:
-			q.add(k.Copy(device.Copy{Dst: part.dst, Src: part.src}))
+// weightCols is the view of a [rows, in] weight that starts at column off:
+// with LdB = in, the columns [off, off+width) of every row.
+func weightCols(dt device.DType, w device.Buffer, off int) device.Buffer {
+	return w.Slice(int64(off)*dt.Size(), w.Len()-int64(off)*dt.Size())
+}
+
+// enter queues, before step t of the reverse walk, the initial states of
+// the sequences whose walk starts at t (those of length t+1, rows
+// [rows(t+1), rows(t)) of the sorted batch) into the state entering t,
+// unless that is where they are.
+func (s *stack) enter(q *queue, lp *layerPass, t int) {
+	e0, e1 := lp.rows(t+1), lp.rows(t)
+	if e1 <= e0 {
+		return
+	}
+	for _, c := range [][2]device.Buffer{{lp.hIn(t), lp.hInit()}, {lp.cIn(t), lp.cInit()}} {
+		if !c[0].IsZero() && c[0] != c[1] {
+			q.add(lp.k.Copy(device.Copy{Dst: lp.span(c[0], e0, e1, lp.H), Src: lp.span(c[1], e0, e1, lp.H)}))
 		}
 	}
 }
 
-// final queues copying layer l's final state, hT and cT (cT none for a
-// cell without one), into the state, if there is one.
-func (s *stack) final(q *queue, st *State, l int, hT, cT device.Buffer) {
-	if st == nil {
-		return
-	}
-	k, dt := s.dev.Kernels(), s.cfg.DType
-	n := int(hT.Len() / dt.Size())
-	q.add(k.Copy(device.Copy{Dst: st.layerH(l, n), Src: hT}))
-	if !cT.IsZero() {
-		q.add(k.Copy(device.Copy{Dst: st.layerC(l, n), Src: cT}))
+// initial queues writing the initial state of layer l's direction into
+// its place: the state's values (sorted with lengths), or zeros without a
+// state.
+func (s *stack) initial(q *queue, lp *layerPass, st *State, l int) {
+	n, idx := lp.B*lp.H, l*s.dirs()+lp.dir
+	for _, part := range []struct{ dst, src device.Buffer }{{lp.hInit(), st.layerH(idx, n)}, {lp.cInit(), st.layerC(idx, n)}} {
+		switch {
+		case part.dst.IsZero():
+		case st == nil:
+			q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: n, X: part.dst}))
+		case lp.sh.varlen:
+			q.add(lp.k.GatherSeq(lp.sh.toSorted(lp.dt, 1, lp.H, part.src, part.dst)))
+		default:
+			q.add(lp.k.Copy(device.Copy{Dst: part.dst, Src: part.src}))
+		}
 	}
 }
 
-// dropout queues the dropout of a layer's output, for the layers below the
-// top in training, and returns the input of the layer above: the output,
-// or its dropped copy.
+// final queues copying the final state of layer l's direction into the
+// state, if there is one: the state leaving the walk's last step (the
+// forward direction's with lengths, each sequence's, kept in hEnd and
+// cEnd), in the caller's order.
+func (s *stack) final(q *queue, lp *layerPass, st *State, l int) {
+	if st == nil {
+		return
+	}
+	n, idx := lp.B*lp.H, l*s.dirs()+lp.dir
+	hT, cT := lp.hOut(lp.T-1), lp.cOut(lp.T-1)
+	switch {
+	case lp.dir == 1:
+		hT, cT = lp.hOut(0), lp.cOut(0)
+	case lp.sh.varlen:
+		hT, cT = lp.p.hEnd, lp.p.cEnd
+	}
+	for _, part := range []struct{ dst, src device.Buffer }{{st.layerH(idx, n), hT}, {st.layerC(idx, n), cT}} {
+		switch {
+		case part.dst.IsZero():
+		case lp.sh.varlen:
+			q.add(lp.k.GatherSeq(lp.sh.fromSorted(lp.dt, 1, lp.H, part.src, part.dst)))
+		default:
+			q.add(lp.k.Copy(device.Copy{Dst: part.dst, Src: part.src.Elems(lp.dt, 0, n)}))
+		}
+	}
+}
+
+// dropout queues the dropout of a direction's output, for the layers
+// below the top in training, and returns the input of the layer above:
+// the output, or its dropped copy.
 func (s *stack) dropout(q *queue, lp *layerPass) device.Buffer {
 	out := lp.output()
 	if lp.b.drop.IsZero() {
@@ -543,8 +810,8 @@ func (s *stack) dropout(q *queue, lp *layerPass) device.Buffer {
 
 // save records a training forward for Backward and ties the state to it,
 // zeroing the state's gradients for the caller to write into.
-func (s *stack) save(q *queue, T, B int, st *State) {
-	s.rec = &record{seq: T, batch: B, state: st}
+func (s *stack) save(q *queue, sh batchShape, st *State) {
+	s.rec = &record{sh: sh, state: st}
 	if st == nil {
 		return
 	}
@@ -552,18 +819,19 @@ func (s *stack) save(q *queue, T, B int, st *State) {
 	k, dt := s.dev.Kernels(), s.cfg.DType
 	for _, g := range []device.Buffer{st.dh, st.dc} {
 		if !g.IsZero() {
-			q.add(k.Fill(device.Fill{DType: dt, N: s.cfg.Layers * B * s.cfg.Hidden, X: g}))
+			q.add(k.Fill(device.Fill{DType: dt, N: s.cfg.Layers * s.dirs() * sh.B * s.cfg.Hidden, X: g}))
 		}
 	}
 }
 
 // Backward differentiates the saved training forward, given dy, the
-// gradient of the loss with respect to its output, [seq, batch, Hidden]
-// (read, not written). It adds the parameter gradients into Params' Grad
-// buffers, replaces the gradient in the forward's state, if that state is
-// still tied to it, with the gradient with respect to the initial state, and
-// returns the gradient with respect to x, [seq, batch, Input], valid until
-// the next Backward.
+// gradient of the loss with respect to its output, [seq, batch, dirs·Hidden]
+// (read, not written; with lengths, not read at padded positions). It adds
+// the parameter gradients into Params' Grad buffers, replaces the gradient
+// in the forward's state, if that state is still tied to it, with the
+// gradient with respect to the initial state, and returns the gradient with
+// respect to x, [seq, batch, Input] (zero at padded positions), valid
+// until the next Backward.
 //
 // Backward consumes what the forward saved: calling it without a training
 // forward, or twice for one, returns ErrNoForward.
@@ -574,14 +842,15 @@ func (s *stack) Backward(dy device.Buffer) (device.Buffer, error) {
 		return device.Buffer{}, noForward(op, s.spent)
 	}
 	c, dt := s.cfg, s.cfg.DType
-	T, B, H, I := rec.seq, rec.batch, c.Hidden, c.Input
-	if err := input(op, "dy", s.dev, dy, dt, T*B*H, fmt.Sprintf("seq·batch·hidden = %d·%d·%d", T, B, H)); err != nil {
+	T, B, H, I, D := rec.sh.T, rec.sh.B, c.Hidden, c.Input, s.dirs()
+	if err := input(op, "dy", s.dev, dy, dt, T*B*D*H, fmt.Sprintf("seq·batch·%shidden = %d·%d·%d", map[bool]string{true: "2·"}[D == 2], T, B, D*H)); err != nil {
 		return device.Buffer{}, err
 	}
 	s.rec, s.spent = nil, true
-	p, err := s.layout(true, T, B)
+	sh := rec.sh
+	p, err := s.layoutSaved(&sh)
 	if err == nil {
-		err = s.backward(&p, rec, dy)
+		err = s.backward(&p, &sh, rec, dy)
 	}
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
@@ -589,16 +858,44 @@ func (s *stack) Backward(dy device.Buffer) (device.Buffer, error) {
 	return s.dx.buf.Elems(dt, 0, T*B*I), nil
 }
 
+// layoutSaved lays out the saved training forward of shape sh again, in
+// the memory that holds it.
+func (s *stack) layoutSaved(sh *batchShape) (pass, error) {
+	dt := s.cfg.DType
+	res, tmp := &arena{dt: dt}, &arena{dt: dt}
+	s.plan(res, tmp, true, sh)
+	var err error
+	if res.buf, err = s.reserve.get(s.dev, int64(res.off)*dt.Size()); err != nil {
+		return pass{}, err
+	}
+	if tmp.buf, err = s.work.get(s.dev, int64(max(tmp.off, 1))*dt.Size()); err != nil {
+		return pass{}, err
+	}
+	res.off, tmp.off = 0, 0
+	return s.plan(res, tmp, true, sh), nil
+}
+
 // gradLayout takes Backward's buffers from the stack's scratch: the
 // gradients flowing between layers and the gradient with respect to x.
-func (s *stack) gradLayout(T, B int) (gradBufs, error) {
+func (s *stack) gradLayout(sh *batchShape) (gradBufs, error) {
 	c, dt := s.cfg, s.cfg.DType
+	T, B, D := sh.T, sh.B, s.dirs()
 	g := &arena{dt: dt}
 	take := func() (gb gradBufs) {
 		BH := B * c.Hidden
-		gb.dh[0], gb.dh[1] = g.take(T*BH), g.take(T*BH)
+		for slot := range 2 {
+			for dir := range D {
+				gb.dh[slot][dir] = g.take(T * BH)
+			}
+		}
 		gb.row = g.take(BH)
 		s.cell.planGrads(g, T, B, c.Hidden, &gb)
+		if sh.varlen {
+			gb.stH, gb.dxs = g.take(BH), g.take(T*B*c.Input)
+			if s.cell.carriesC() {
+				gb.stC = g.take(BH)
+			}
+		}
 		return gb
 	}
 	take()
@@ -614,86 +911,176 @@ func (s *stack) gradLayout(T, B int) (gradBufs, error) {
 	return gb, nil
 }
 
-func (s *stack) backward(p *pass, rec *record, dy device.Buffer) error {
+func (s *stack) backward(p *pass, sh *batchShape, rec *record, dy device.Buffer) error {
 	c, dt := s.cfg, s.cfg.DType
-	T, B, H, L := rec.seq, rec.batch, c.Hidden, c.Layers
-	gb, err := s.gradLayout(T, B)
+	T, B, H, I, L, D := sh.T, sh.B, c.Hidden, c.Input, c.Layers, s.dirs()
+	gb, err := s.gradLayout(sh)
 	if err != nil {
 		return err
 	}
+	k := s.dev.Kernels()
 	var q queue
 	st := rec.state
 	tied := st != nil && st.tie == rec
-	dh := gb.dh[(L-1)%2]
-	q.add(s.dev.Kernels().Copy(device.Copy{Dst: dh, Src: dy.Slice(0, int64(T*B*H)*dt.Size())}))
+	// The gradient with respect to the top layer's output, in the stack's
+	// order, one sequence per direction.
+	top := gb.dh[(L-1)%2]
+	if D == 1 && !sh.varlen {
+		q.add(k.Copy(device.Copy{Dst: top[0], Src: dy.Slice(0, int64(T*B*H)*dt.Size())}))
+	} else {
+		for dir := range D {
+			g := sh.toSorted(dt, T, H, dy.Elems(dt, dir*H, T*B*D*H-dir*H), top[dir])
+			g.LdX = D * H
+			q.add(k.GatherSeq(g))
+		}
+	}
 	for l := L - 1; l >= 0; l-- {
-		lp := s.layerPass(p, true, l, T, B, s.layerInputSeq(p, l, T, B))
-		lg := &layerGrads{gradBufs: gb, dh: dh, tied: tied}
-		if tied {
-			lg.stH, lg.stC = st.layerGradH(l, B*H), st.layerGradC(l, B*H)
+		in := s.layerInputs(p, sh, l)
+		// dst receives the gradient with respect to each part of the input.
+		dst := []device.Buffer{s.dx.buf}
+		if sh.varlen {
+			dst[0] = gb.dxs
 		}
-		s.backwardLayer(&q, lp, lg)
-		dst := s.dx.buf
 		if l > 0 {
-			dst = gb.dh[(l-1)%2]
+			dst = gb.dh[(l-1)%2][:D]
 		}
-		s.inputGrad(&q, lp, lg, l, dst)
-		dh = dst
+		for dir := range D {
+			lp := s.layerPass(p, sh, true, l, dir, in)
+			lg := &layerGrads{gradBufs: gb, dh: gb.dh[l%2][dir], tied: tied}
+			idx := l*D + dir
+			if tied {
+				lg.stH, lg.stC = st.layerGradH(idx, B*H), st.layerGradC(idx, B*H)
+				if sh.varlen {
+					lg.stH, lg.stC = s.sortedGrads(&q, sh, lg, gb)
+				}
+			}
+			s.backwardLayer(&q, lp, lg)
+			if tied && sh.varlen {
+				q.add(k.GatherSeq(sh.fromSorted(dt, 1, H, lg.stH, st.layerGradH(idx, B*H))))
+				if !lg.stC.IsZero() {
+					q.add(k.GatherSeq(sh.fromSorted(dt, 1, H, lg.stC, st.layerGradC(idx, B*H))))
+				}
+			}
+			s.weightGrads(&q, lp, lg)
+			s.inputGrads(&q, lp, lg, dst, dir > 0)
+		}
+		if l > 0 {
+			for dir := range D {
+				if m := s.lay[(l-1)*D+dir].mask; !m.IsZero() {
+					q.add(k.Mul(device.Mul{DType: dt, N: T * B * H, X: dst[dir], Y: m, Z: dst[dir]}))
+				}
+			}
+		}
+	}
+	if sh.varlen {
+		q.add(k.GatherSeq(sh.fromSorted(dt, T, I, gb.dxs, s.dx.buf)))
 	}
 	return q.err
 }
 
-// layerInputSeq is the input that layer l read in the training forward of
-// pass p, over T steps of B rows: x, or the output of the layer below,
-// dropped when it was.
-func (s *stack) layerInputSeq(p *pass, l, T, B int) device.Buffer {
-	if l == 0 {
-		return p.x
+// sortedGrads queues gathering a direction's state gradients (lg.stH,
+// lg.stC, in the caller's order) into the sorted order, and returns the
+// sorted buffers.
+func (s *stack) sortedGrads(q *queue, sh *batchShape, lg *layerGrads, gb gradBufs) (h, c device.Buffer) {
+	k, dt, H := s.dev.Kernels(), s.cfg.DType, s.cfg.Hidden
+	q.add(k.GatherSeq(sh.toSorted(dt, 1, H, lg.stH, gb.stH)))
+	if !lg.stC.IsZero() {
+		q.add(k.GatherSeq(sh.toSorted(dt, 1, H, lg.stC, gb.stC)))
+		c = gb.stC
 	}
-	below := &s.lay[l-1]
-	if !below.drop.IsZero() {
-		return below.drop
-	}
-	BH := B * s.cfg.Hidden
-	return below.hseq.Elems(s.cfg.DType, BH, T*BH)
+	return gb.stH, c
 }
 
-// backwardLayer queues the walk back over a layer's steps, then the
-// gradients of its weights and biases over all steps at once.
+// layerInputs is the input that layer l read in the training forward of
+// pass p: x, or the outputs of the layer below, dropped when they were.
+func (s *stack) layerInputs(p *pass, sh *batchShape, l int) []inPart {
+	if l == 0 {
+		return []inPart{{buf: p.x, width: s.cfg.Input}}
+	}
+	var parts []inPart
+	for dir := range s.dirs() {
+		below := s.layerPass(p, sh, true, l-1, dir, nil)
+		buf := below.b.drop
+		if buf.IsZero() {
+			buf = below.output()
+		}
+		parts = append(parts, inPart{buf: buf, width: s.cfg.Hidden, off: dir * s.cfg.Hidden})
+	}
+	return parts
+}
+
+// backwardLayer queues the walk back over a direction's steps.
 func (s *stack) backwardLayer(q *queue, lp *layerPass, lg *layerGrads) {
+	H := lp.H
 	if lg.tied {
-		// The gradient with respect to the final state joins that of the
-		// last output.
-		q.add(lp.k.Axpby(device.Axpby{DType: lp.dt, N: lp.B * lp.H, Alpha: 1, X: lg.stH, Beta: 1, Y: lp.step(lg.dh, lp.T-1, lp.H)}))
+		// The gradient with respect to a final state joins that of the
+		// output of the step that produced it.
+		for _, t := range lp.walk() {
+			e0, e1 := lp.rows(t+1), lp.rows(t)
+			if lp.dir == 1 {
+				if t != 0 {
+					continue
+				}
+				e0 = 0
+			}
+			if e1 > e0 {
+				q.add(lp.k.Axpby(device.Axpby{DType: lp.dt, N: (e1 - e0) * H, Alpha: 1, X: lp.span(lg.stH, e0, e1, H), Beta: 1,
+					Y: lp.span(lp.step(lg.dh, t, H), e0, e1, H)}))
+			}
+		}
+	}
+	if lp.dir == 1 && lp.sh.varlen {
+		// The initial states the forward zeroed in padded positions of the
+		// output, for the recurrent weights' gradient and the cells.
+		for _, t := range lp.walk() {
+			s.enter(q, lp, t)
+		}
 	}
 	s.cell.beginBackward(q, lp, lg)
-	for t := lp.T - 1; t >= 0; t-- {
+	walk := lp.walk()
+	for i := len(walk) - 1; i >= 0; i-- {
+		t := walk[i]
 		s.cell.backwardStep(q, lp, lg, t)
+		if p := lp.prev(t); lg.tied && lp.dir == 1 && p >= 0 {
+			// The sequences whose reverse walk started at t: the gradient
+			// with respect to their initial state is in padded rows of p.
+			if e0, e1 := lp.rows(t+1), lp.rows(t); e1 > e0 {
+				q.add(lp.k.Copy(device.Copy{Dst: lp.span(lg.stH, e0, e1, H), Src: lp.span(lp.step(lg.dh, p, H), e0, e1, H)}))
+			}
+		}
 	}
-	s.weightGrads(q, lp, lg)
+	s.cell.endBackward(q, lp, lg)
 }
 
-// weightGrads queues the gradients of a layer's weights and biases, added
-// over all steps by three large products and two row sums.
+// weightGrads queues the gradients of a direction's weights and biases,
+// added over all steps by a few large products and two row sums.
 func (s *stack) weightGrads(q *queue, lp *layerPass, lg *layerGrads) {
 	GH, TB, dt, w := s.cell.gates()*lp.H, lp.T*lp.B, lp.dt, lp.w
 	dPre, dHPre := lg.dPre.Elems(dt, 0, TB*GH), lg.dHPre.Elems(dt, 0, TB*GH)
-	q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: w.in, K: TB, Alpha: 1, Beta: 1, A: dPre, B: lp.in, C: w.gwih}))
-	q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: lp.H, K: TB, Alpha: 1, Beta: 1, A: dHPre, B: lp.b.hseq, C: w.gwhh}))
+	for _, part := range lp.in {
+		q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: part.width, K: TB, Alpha: 1, Beta: 1, A: dPre, B: part.buf,
+			C: weightCols(dt, w.gwih, part.off), LdC: w.in}))
+	}
+	q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: lp.H, K: TB, Alpha: 1, Beta: 1, A: dHPre, B: lp.hIns(), C: w.gwhh}))
 	if !s.cfg.NoBias {
 		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: TB, Cols: GH, X: dPre, Out: w.gbih, Accumulate: true}))
 		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: TB, Cols: GH, X: dHPre, Out: w.gbhh, Accumulate: true}))
 	}
 }
 
-// inputGrad queues the gradient with respect to layer l's input into dst,
-// [T, B, in]: through the input weights, then through the dropout mask of
-// the layer below if it had one.
-func (s *stack) inputGrad(q *queue, lp *layerPass, lg *layerGrads, l int, dst device.Buffer) {
+// inputGrads queues the gradient with respect to each part of a
+// direction's input into dst (one buffer per part, [T, B, width]): through
+// the input weights' columns of the part, added to what dst holds with
+// accumulate (the other direction's).
+func (s *stack) inputGrads(q *queue, lp *layerPass, lg *layerGrads, dst []device.Buffer, accumulate bool) {
 	GH, TB, dt, w := s.cell.gates()*lp.H, lp.T*lp.B, lp.dt, lp.w
 	dPre := lg.dPre.Elems(dt, 0, TB*GH)
-	q.add(lp.k.Gemm(device.Gemm{DType: dt, M: TB, N: w.in, K: GH, Alpha: 1, A: dPre, B: w.wih, C: dst}))
-	if l > 0 && !s.lay[l-1].mask.IsZero() {
-		q.add(lp.k.Mul(device.Mul{DType: dt, N: TB * lp.H, X: dst, Y: s.lay[l-1].mask, Z: dst}))
+	beta := 0.0
+	if accumulate {
+		beta = 1
+	}
+	for j, part := range lp.in {
+		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: TB, N: part.width, K: GH, Alpha: 1, Beta: beta, A: dPre,
+			B: weightCols(dt, w.wih, part.off), LdB: w.in, C: dst[j]}))
 	}
 }

@@ -1,0 +1,269 @@
+package rnn_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/testdevice"
+	"github.com/gocurrent/gocurrent/rnn"
+)
+
+// aloneTol bounds the difference between a sequence run in a padded
+// batch and run alone: the same float64 operations on the same values,
+// only with GEMMs of other row counts (which may block their sums
+// differently), so a few ulps of the values, ≲ 1e-15 relative; 1e-12 is
+// torchTol's budget, orders of magnitude below what a row taken from the
+// wrong sequence or a step from the padding gives.
+const aloneTol = 1e-12
+
+// TestPackedEqualsAlone: a padded batch with lengths (unsorted, 1 and T
+// among them, a repeated length) gives each sequence the output, final
+// state and gradients (input, initial state, and parameters summed over
+// the sequences) of that sequence run alone, over two windows whose state
+// is carried with Detach between them (truncated backpropagation through
+// time), for LSTM and GRU stacks of 2 layers, uni- and bidirectional,
+// with dy random at padded positions (which must not matter).
+func TestPackedEqualsAlone(t *testing.T) {
+	const T, B, I, H, L = 7, 5, 3, 4, 2
+	windows := [][]int32{{4, 7, 1, 7, 3}, {2, 5, 7, 1, 6}}
+	for _, cell := range []string{"lstm", "gru"} {
+		for _, bidir := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/bidirectional=%v", cell, bidir), func(t *testing.T) {
+				d := testdevice.Open(t)
+				cfg := rnn.Config{Input: I, Hidden: H, Layers: L, Bidirectional: bidir, DType: device.Float64, Seed: 3}
+				batch, alone := newRecurrent(t, d, cell, cfg), newRecurrent(t, d, cell, cfg)
+				D, lstm := 1, cell == "lstm"
+				if bidir {
+					D = 2
+				}
+				LD := L * D
+				r := rand.New(rand.NewPCG(5, 6))
+				// Random initial states of every sequence, carried from window
+				// to window: st for the batch, one state per sequence alone.
+				st, err := batch.NewState(B)
+				ok(t, err)
+				defer st.Free()
+				h0, c0 := randomsF(r, LD*B*H), randomsF(r, LD*B*H)
+				put(t, d, st.H(), h0)
+				if lstm {
+					put(t, d, st.C(), c0)
+				}
+				singles := make([]*rnn.State, B)
+				for b := range singles {
+					singles[b], err = alone.NewState(1)
+					ok(t, err)
+					defer singles[b].Free()
+					put(t, d, singles[b].H(), column(h0, LD, B, H, b))
+					if lstm {
+						put(t, d, singles[b].C(), column(c0, LD, B, H, b))
+					}
+				}
+				for w, lengths := range windows {
+					x, dy := randomsF(r, T*B*I), randomsF(r, T*B*D*H)
+					dhn, dcn := randomsF(r, LD*B*H), randomsF(r, LD*B*H)
+					ok(t, batch.Params().ZeroGrad())
+					ok(t, alone.Params().ZeroGrad())
+					st.Detach()
+					out, err := batch.ForwardLengths(rnn.Train, upload(t, d, x), T, B, lengths, st)
+					ok(t, err)
+					gotOut := download(t, d, out, T*B*D*H)
+					gotH, gotC := download(t, d, st.H(), LD*B*H), []float64(nil)
+					if lstm {
+						gotC = download(t, d, st.C(), LD*B*H)
+					}
+					put(t, d, st.GradH(), dhn)
+					if lstm {
+						put(t, d, st.GradC(), dcn)
+					}
+					dx, err := batch.Backward(upload(t, d, dy))
+					ok(t, err)
+					gotDX, gotDH := download(t, d, dx, T*B*I), download(t, d, st.GradH(), LD*B*H)
+					var gotDC []float64
+					if lstm {
+						gotDC = download(t, d, st.GradC(), LD*B*H)
+					}
+					for b, n := range lengths {
+						where := fmt.Sprintf("window %d sequence %d (length %d)", w, b, n)
+						one := singles[b]
+						one.Detach()
+						xb := make([]float64, int(n)*I)
+						for s := range int(n) {
+							copy(xb[s*I:], x[(s*B+b)*I:(s*B+b+1)*I])
+						}
+						y, err := alone.Forward(rnn.Train, upload(t, d, xb), int(n), 1, one)
+						ok(t, err)
+						wantOut := download(t, d, y, int(n)*D*H)
+						for s := range T {
+							row := gotOut[(s*B+b)*D*H : (s*B+b+1)*D*H]
+							if s < int(n) {
+								compare(t, fmt.Sprintf("%s: out step %d", where, s), row, wantOut[s*D*H:(s+1)*D*H], aloneTol)
+							} else {
+								compare(t, fmt.Sprintf("%s: out step %d (padding)", where, s), row, make([]float64, D*H), 0)
+							}
+						}
+						compare(t, where+": h_n", column(gotH, LD, B, H, b), download(t, d, one.H(), LD*H), aloneTol)
+						if lstm {
+							compare(t, where+": c_n", column(gotC, LD, B, H, b), download(t, d, one.C(), LD*H), aloneTol)
+						}
+						dyb := make([]float64, int(n)*D*H)
+						for s := range int(n) {
+							copy(dyb[s*D*H:], dy[(s*B+b)*D*H:(s*B+b+1)*D*H])
+						}
+						put(t, d, one.GradH(), column(dhn, LD, B, H, b))
+						if lstm {
+							put(t, d, one.GradC(), column(dcn, LD, B, H, b))
+						}
+						dxb, err := alone.Backward(upload(t, d, dyb))
+						ok(t, err)
+						wantDX := download(t, d, dxb, int(n)*I)
+						for s := range T {
+							row := gotDX[(s*B+b)*I : (s*B+b+1)*I]
+							if s < int(n) {
+								compare(t, fmt.Sprintf("%s: dx step %d", where, s), row, wantDX[s*I:(s+1)*I], aloneTol)
+							} else {
+								compare(t, fmt.Sprintf("%s: dx step %d (padding)", where, s), row, make([]float64, I), 0)
+							}
+						}
+						compare(t, where+": dh0", column(gotDH, LD, B, H, b), download(t, d, one.GradH(), LD*H), aloneTol)
+						if lstm {
+							compare(t, where+": dc0", column(gotDC, LD, B, H, b), download(t, d, one.GradC(), LD*H), aloneTol)
+						}
+					}
+					for q := range batch.Params().All() {
+						got, err := batch.Params().Grad(q.Name)
+						want, err2 := alone.Params().Grad(q.Name)
+						ok(t, err2)
+						compare(t, fmt.Sprintf("window %d: grad %s (the sum over the sequences alone)", w, q.Name),
+							hostData(t, got, err), hostData(t, want, nil), aloneTol)
+					}
+				}
+			})
+		}
+	}
+}
+
+// randomsF draws n values uniform in [-1, 1).
+func randomsF(r *rand.Rand, n int) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = 2*r.Float64() - 1
+	}
+	return v
+}
+
+// column is sequence b's rows of a [rows, B, H] state: [rows, H].
+func column(v []float64, rows, B, H, b int) []float64 {
+	out := make([]float64, 0, rows*H)
+	for l := range rows {
+		out = append(out, v[(l*B+b)*H:(l*B+b+1)*H]...)
+	}
+	return out
+}
+
+// TestLengthErrors: lengths that do not fit the batch are refused before
+// anything runs, naming the sequence; a state still tied to a training
+// forward is refused with lengths too.
+func TestLengthErrors(t *testing.T) {
+	const T, B, I, H = 4, 3, 2, 3
+	d := testdevice.Open(t)
+	r := newRecurrent(t, d, "lstm", rnn.Config{Input: I, Hidden: H, Bidirectional: true, DType: device.Float64})
+	x := upload(t, d, make([]float64, T*B*I))
+	for _, c := range []struct {
+		lengths []int32
+		says    string
+	}{
+		{[]int32{2, 0, 3}, "sequence 1 has length 0, want 1 ≤ length ≤ seq = 4"},
+		{[]int32{2, 5, 3}, "sequence 1 has length 5"},
+		{[]int32{-1, 2, 3}, "sequence 0 has length -1"},
+		{[]int32{2, 3}, "2 lengths for a batch of 3 sequences"},
+	} {
+		_, err := r.ForwardLengths(rnn.NoGrad, x, T, B, c.lengths, nil)
+		if !errors.Is(err, device.ErrShape) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("lengths %v: %v, want a shape error saying %q", c.lengths, err, c.says)
+		}
+	}
+	st, err := r.NewState(B)
+	ok(t, err)
+	defer st.Free()
+	_, err = r.ForwardLengths(rnn.Train, x, T, B, []int32{1, 2, 3}, st)
+	ok(t, err)
+	if _, err := r.ForwardLengths(rnn.Train, x, T, B, []int32{3, 2, 1}, st); err == nil || !strings.Contains(err.Error(), "Detach") {
+		t.Errorf("a second training forward on a tied state: %v, want an error pointing to Detach", err)
+	}
+}
+
+// TestNoGradBetweenTrainAndBackward: a no-grad forward with other lengths
+// between a training forward and its Backward leaves what the training
+// forward saved (its order of the sequences included): the gradients are
+// those without it, bit for bit.
+func TestNoGradBetweenTrainAndBackward(t *testing.T) {
+	const T, B, I, H = 6, 4, 3, 5
+	for _, cell := range []string{"lstm", "gru"} {
+		t.Run(cell, func(t *testing.T) {
+			d := testdevice.Open(t)
+			r := newRecurrent(t, d, cell, rnn.Config{Input: I, Hidden: H, Layers: 2, Bidirectional: true, DType: device.Float64, Seed: 9})
+			g := rand.New(rand.NewPCG(7, 8))
+			x, x2, dy := upload(t, d, randomsF(g, T*B*I)), upload(t, d, randomsF(g, T*B*I)), upload(t, d, randomsF(g, T*B*2*H))
+			grads := func(between bool) []float64 {
+				ok(t, r.Params().ZeroGrad())
+				_, err := r.ForwardLengths(rnn.Train, x, T, B, []int32{3, 6, 1, 4}, nil)
+				ok(t, err)
+				if between {
+					_, err := r.ForwardLengths(rnn.NoGrad, x2, T, B, []int32{6, 2, 5, 1}, nil)
+					ok(t, err)
+				}
+				dx, err := r.Backward(dy)
+				ok(t, err)
+				_, gr := r.Params().Flat()
+				return append(download(t, d, dx, T*B*I), download(t, d, gr, r.Params().Len())...)
+			}
+			compare(t, "dx and parameter gradients", grads(true), grads(false), 0)
+		})
+	}
+}
+
+// TestNoGradMemoryFlatWithLengths: 10,000 no-grad forwards of a
+// bidirectional 2-layer LSTM over batches padded to one length, with
+// lengths drawn anew for each, leave the device's memory figures as the
+// first 10 left them: the stack's buffers depend on the padded shape only.
+func TestNoGradMemoryFlatWithLengths(t *testing.T) {
+	const T, B, I, H = 12, 8, 4, 8
+	d := testdevice.Open(t)
+	r := newRecurrent(t, d, "lstm", rnn.Config{Input: I, Hidden: H, Layers: 2, Bidirectional: true})
+	x, err := d.Alloc(int64(T * B * I * 4))
+	ok(t, err)
+	ok(t, d.Kernels().Fill(device.Fill{DType: device.Float32, N: T * B * I, X: x, Value: 0.5}))
+	st, err := r.NewState(B)
+	ok(t, err)
+	defer st.Free()
+	g := rand.New(rand.NewPCG(1, 1))
+	lengths := make([]int32, B)
+	step := func() {
+		for i := range lengths {
+			lengths[i] = int32(1 + g.IntN(T))
+		}
+		_, err := r.ForwardLengths(rnn.NoGrad, x, T, B, lengths, st)
+		ok(t, err)
+	}
+	figures := func() [5]int64 {
+		ok(t, d.Synchronize())
+		s := d.MemStats()
+		return [5]int64{s.AllocatedBytes[alloc.AllPools].Current, s.ReservedBytes[alloc.AllPools].Current,
+			s.AllocatedBytes[alloc.AllPools].Peak, s.ReservedBytes[alloc.AllPools].Peak, s.DeviceAllocs}
+	}
+	for range 10 {
+		step()
+	}
+	after10 := figures()
+	for range 10_000 - 10 {
+		step()
+	}
+	if after := figures(); after != after10 {
+		t.Errorf("memory figures [allocated, reserved, peak allocated, peak reserved, device allocs]: %v after 10,000 calls, %v after 10", after, after10)
+	}
+}
