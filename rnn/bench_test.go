@@ -226,3 +226,72 @@ func BenchmarkCharRNN(b *testing.B) {
 		})
 	}
 }
+
+// The variable-length workload of bench/torch_seq.py: a bidirectional
+// 2-layer LSTM of hidden 256 over input 128, batch 32, lengths 5 to 60
+// (seqLength; the batch padded to 60), against a fixed-length batch of the
+// same token count (32 sequences of the mean length). tokens/s counts real
+// tokens only, the sum of the lengths.
+const (
+	seqBatch, seqInput, seqHidden, seqMax = 32, 128, 256, 60
+)
+
+// seqLength is sequence i's length in the workload, spread over [5, 60]
+// by a fixed formula bench/torch_seq.py repeats.
+func seqLength(i int) int32 { return int32(5 + (i*37+11)%56) }
+
+func BenchmarkSequences(b *testing.B) {
+	lengths := make([]int32, seqBatch)
+	total := 0
+	for i := range lengths {
+		lengths[i] = seqLength(i)
+		total += int(lengths[i])
+	}
+	mean := (total + seqBatch/2) / seqBatch
+	for _, c := range []struct {
+		name    string
+		T       int
+		lengths []int32
+	}{
+		{"lengths5-60", seqMax, lengths},
+		{fmt.Sprintf("fixed%d", mean), mean, nil},
+	} {
+		for _, backward := range []bool{false, true} {
+			name := c.name + "/forward"
+			if backward {
+				name += "+backward"
+			}
+			b.Run(name, func(b *testing.B) { benchSequences(b, c.T, c.lengths, backward) })
+		}
+	}
+}
+
+func benchSequences(b *testing.B, T int, lengths []int32, backward bool) {
+	d := testdevice.Open(b)
+	m := newRecurrent(b, d, "lstm", rnn.Config{Input: seqInput, Hidden: seqHidden, Layers: 2, Bidirectional: true})
+	B := seqBatch
+	x := fill32(b, d, T*B*seqInput, 0.1)
+	dy := fill32(b, d, T*B*2*seqHidden, 0.01)
+	tokens := T * B
+	if lengths != nil {
+		tokens = 0
+		for _, n := range lengths {
+			tokens += int(n)
+		}
+	}
+	mode := rnn.NoGrad
+	if backward {
+		mode = rnn.Train
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_, err := m.ForwardLengths(mode, x, T, B, lengths, nil)
+		ok(b, err)
+		if backward {
+			_, err = m.Backward(dy)
+			ok(b, err)
+		}
+		ok(b, d.Synchronize())
+	}
+	b.ReportMetric(float64(b.N*tokens)/b.Elapsed().Seconds(), "tokens/s")
+}

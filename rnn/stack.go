@@ -194,6 +194,14 @@ type gradBufs struct {
 	// in the sorted order, and dxs is the input's gradient [T, B, I]
 	// before it is put back in the caller's order.
 	stH, stC, dxs device.Buffer
+	// With lengths, the operands of the GEMMs over all steps packed (the
+	// running rows of every step, one step after the other, PyTorch's
+	// PackedSequence data), so that their work is the sum of the lengths:
+	// the pre-activation gradients (pPre, and the GRU's recurrent ones
+	// pHPre), the layer's input (pIn, a part's width·T·B elements at
+	// part.off·T·B), the states entering the steps (pH), and the input's
+	// gradient (pDst, as pIn).
+	pPre, pHPre, pIn, pH, pDst device.Buffer
 }
 
 // inPart is one part of a layer's input: width features, read through
@@ -892,6 +900,11 @@ func (s *stack) gradLayout(sh *batchShape) (gradBufs, error) {
 		s.cell.planGrads(g, T, B, c.Hidden, &gb)
 		if sh.varlen {
 			gb.stH, gb.dxs = g.take(BH), g.take(T*B*c.Input)
+			GH, in := s.cell.gates()*c.Hidden, max(c.Input, D*c.Hidden)
+			gb.pPre, gb.pIn, gb.pH, gb.pDst = g.take(T*B*GH), g.take(T*B*in), g.take(T*BH), g.take(T*B*in)
+			if !s.cell.carriesC() {
+				gb.pHPre = g.take(T * B * GH)
+			}
 			if s.cell.carriesC() {
 				gb.stC = g.take(BH)
 			}
@@ -944,6 +957,17 @@ func (s *stack) backward(p *pass, sh *batchShape, rec *record, dy device.Buffer)
 		if l > 0 {
 			dst = gb.dh[(l-1)%2][:D]
 		}
+		var packed []inPart // with lengths, the input packed, and its gradient
+		var pdst []device.Buffer
+		if sh.varlen {
+			for _, part := range in {
+				pp := part
+				pp.buf = gb.pIn.Elems(dt, T*B*part.off, T*B*part.width)
+				s.pack(&q, sh, part.buf, pp.buf, part.width)
+				packed = append(packed, pp)
+				pdst = append(pdst, gb.pDst.Elems(dt, T*B*part.off, T*B*part.width))
+			}
+		}
 		for dir := range D {
 			lp := s.layerPass(p, sh, true, l, dir, in)
 			lg := &layerGrads{gradBufs: gb, dh: gb.dh[l%2][dir], tied: tied}
@@ -961,8 +985,18 @@ func (s *stack) backward(p *pass, sh *batchShape, rec *record, dy device.Buffer)
 					q.add(k.GatherSeq(sh.fromSorted(dt, 1, H, lg.stC, st.layerGradC(idx, B*H))))
 				}
 			}
-			s.weightGrads(&q, lp, lg)
-			s.inputGrads(&q, lp, lg, dst, dir > 0)
+			if sh.varlen {
+				s.packedGrads(&q, lp, lg, packed, pdst, dir > 0)
+			} else {
+				s.weightGrads(&q, lp, lg)
+				s.inputGrads(&q, lp, lg, dst, dir > 0)
+			}
+		}
+		if sh.varlen {
+			for j, part := range in {
+				q.add(k.Fill(device.Fill{DType: dt, N: T * B * part.width, X: dst[j]}))
+				s.unpack(&q, sh, pdst[j], dst[j], part.width)
+			}
 		}
 		if l > 0 {
 			for dir := range D {
@@ -1082,5 +1116,69 @@ func (s *stack) inputGrads(q *queue, lp *layerPass, lg *layerGrads, dst []device
 	for j, part := range lp.in {
 		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: TB, N: part.width, K: GH, Alpha: 1, Beta: beta, A: dPre,
 			B: weightCols(dt, w.wih, part.off), LdB: w.in, C: dst[j]}))
+	}
+}
+
+// pack queues copying the running rows of every step of src, a [T, B,
+// width] sequence in the sorted order, into dst one step after the other:
+// sum-of-lengths rows.
+func (s *stack) pack(q *queue, sh *batchShape, src, dst device.Buffer, width int) {
+	s.packing(q, sh, src, dst, width, true)
+}
+
+// unpack is pack's inverse; dst's padded rows are left as they are.
+func (s *stack) unpack(q *queue, sh *batchShape, src, dst device.Buffer, width int) {
+	s.packing(q, sh, dst, src, width, false)
+}
+
+func (s *stack) packing(q *queue, sh *batchShape, seq, packed device.Buffer, width int, pack bool) {
+	k, dt, off := s.dev.Kernels(), s.cfg.DType, 0
+	for t := range sh.maxLen {
+		n := sh.rows(t)
+		a, b := seq.Elems(dt, t*sh.B*width, n*width), packed.Elems(dt, off*width, n*width)
+		if pack {
+			q.add(k.Copy(device.Copy{Dst: b, Src: a}))
+		} else {
+			q.add(k.Copy(device.Copy{Dst: a, Src: b}))
+		}
+		off += n
+	}
+}
+
+// tokens is the sum of the lengths.
+func (sh *batchShape) tokens() int {
+	n := 0
+	for t := range sh.maxLen {
+		n += sh.rows(t)
+	}
+	return n
+}
+
+// packedGrads is weightGrads and inputGrads with lengths: the same
+// products over the packed running rows (in, the layer's input packed,
+// and dst, its gradient packed, added into with accumulate).
+func (s *stack) packedGrads(q *queue, lp *layerPass, lg *layerGrads, in []inPart, dst []device.Buffer, accumulate bool) {
+	GH, TB, dt, w, n := s.cell.gates()*lp.H, lp.T*lp.B, lp.dt, lp.w, lp.sh.tokens()
+	dPre, dHPre := lg.pPre, lg.pPre
+	s.pack(q, lp.sh, lg.dPre.Elems(dt, 0, TB*GH), dPre, GH)
+	if lg.dHPre != lg.dPre {
+		dHPre = lg.pHPre
+		s.pack(q, lp.sh, lg.dHPre.Elems(dt, 0, TB*GH), dHPre, GH)
+	}
+	s.pack(q, lp.sh, lp.hIns(), lg.pH, lp.H)
+	beta := 0.0
+	if accumulate {
+		beta = 1
+	}
+	for j, part := range in {
+		q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: part.width, K: n, Alpha: 1, Beta: 1, A: dPre, B: part.buf,
+			C: weightCols(dt, w.gwih, part.off), LdC: w.in}))
+		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: n, N: part.width, K: GH, Alpha: 1, Beta: beta, A: dPre,
+			B: weightCols(dt, w.wih, part.off), LdB: w.in, C: dst[j]}))
+	}
+	q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: lp.H, K: n, Alpha: 1, Beta: 1, A: dHPre, B: lg.pH, C: w.gwhh}))
+	if !s.cfg.NoBias {
+		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: n, Cols: GH, X: dPre, Out: w.gbih, Accumulate: true}))
+		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: n, Cols: GH, X: dHPre, Out: w.gbhh, Accumulate: true}))
 	}
 }
