@@ -17,6 +17,24 @@
 // buffers, never overwritten, so gradient accumulation over micro-batches
 // costs nothing: zero them (Params.ZeroGrad) once per optimizer step.
 //
+// # Bidirectional stacks and variable lengths
+//
+// Config.Bidirectional gives every layer a reverse direction, as
+// PyTorch's bidirectional=True: parameters named and ordered as PyTorch's
+// (weight_ih_l0, ..., then weight_ih_l0_reverse, ...), so a state dict
+// moves unchanged; an output [seq, batch, 2·Hidden] with the forward
+// direction's features first; states of Layers·2 rows, layer l's direction
+// d at l·2 + d; layers above the first read 2·Hidden features.
+//
+// ForwardLengths takes each sequence's length, as PyTorch's
+// pack_padded_sequence(enforce_sorted=False) does: final states are taken
+// after each sequence's own last step, the reverse direction starts each
+// sequence at its own last step, outputs at padded positions are zero and
+// Backward sends no gradient there. The stack sorts the batch by length
+// once per call, so every step's kernels run on the sequences still
+// running and nothing else: the work is the sum of the lengths. Without
+// lengths nothing changes.
+//
 // # Modes and memory
 //
 // Forward takes a Mode. Train saves what Backward needs in a reserve
