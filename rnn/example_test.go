@@ -3,6 +3,7 @@ package rnn_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/cpu"
@@ -122,4 +123,76 @@ func (m *model) step(ids, targets device.Buffer, seq, batch int, state *rnn.Stat
 		return device.Buffer{}, err
 	}
 	return y, m.emb.Backward(dx)
+}
+
+// A bidirectional GRU over three sequences of lengths 2, 4 and 1 padded to
+// 4 steps, as a tagger reads sentences: the output has both directions'
+// features, zeros at padded positions, and the final states hold each
+// sequence's own last step (forward) and first position (reverse).
+func ExampleGRU_ForwardLengths() {
+	if err := packedBatch(); err != nil {
+		fmt.Println("error:", err)
+	}
+	// Output:
+	// output [4 steps, 3 sequences, 6 features]
+	// step 0: nonzero true true true
+	// step 1: nonzero true true false
+	// step 2: nonzero false true false
+	// step 3: nonzero false true false
+	// h_n[0] (forward) of sequence 0 is its output at step 1: true
+	// h_n[1] (reverse) of sequence 0 is its output at step 0: true
+}
+
+func packedBatch() (err error) {
+	d, err := cpu.Open(cpu.Config{})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, d.Close()) }()
+	const T, B, I, H = 4, 3, 2, 3
+	gru, err := rnn.NewGRU(d, rnn.Config{Input: I, Hidden: H, Bidirectional: true, DType: device.Float64, Seed: 1})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, gru.Close()) }()
+	x, err := d.Alloc(T * B * I * 8)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, d.Free(x)) }()
+	in := make([]float64, T*B*I)
+	for i := range in {
+		in[i] = float64(i%7) / 7
+	}
+	if err := device.UploadSlice(d, x, in); err != nil {
+		return err
+	}
+	st, err := gru.NewState(B)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, st.Free()) }()
+	y, err := gru.ForwardLengths(rnn.NoGrad, x, T, B, []int32{2, 4, 1}, st)
+	if err != nil {
+		return err
+	}
+	out, hn := make([]float64, T*B*2*H), make([]float64, 2*B*H)
+	if err := device.DownloadSlice(d, out, y); err != nil {
+		return err
+	}
+	if err := device.DownloadSlice(d, hn, st.H()); err != nil {
+		return err
+	}
+	row := func(t, b int) []float64 { return out[(t*B+b)*2*H : (t*B+b+1)*2*H] }
+	fmt.Printf("output [%d steps, %d sequences, %d features]\n", T, B, 2*H)
+	for t := range T {
+		fmt.Printf("step %d: nonzero", t)
+		for b := range B {
+			fmt.Printf(" %v", slices.ContainsFunc(row(t, b), func(v float64) bool { return v != 0 }))
+		}
+		fmt.Println()
+	}
+	fmt.Println("h_n[0] (forward) of sequence 0 is its output at step 1:", slices.Equal(hn[0:H], row(1, 0)[:H]))
+	fmt.Println("h_n[1] (reverse) of sequence 0 is its output at step 0:", slices.Equal(hn[B*H:B*H+H], row(0, 0)[H:]))
+	return nil
 }
