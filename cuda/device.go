@@ -529,6 +529,7 @@ const (
 	statusEmbedding           = 1
 	statusEmbeddingGrad       = 2
 	statusSoftmaxCrossEntropy = 4
+	statusGatherSeq           = 8
 )
 
 // startStatus makes the status word, zeroed, and what reads it back.
@@ -609,7 +610,7 @@ func (d *Device) indexError(bits uint32) error {
 		bit  uint32
 		name string
 	}{{statusEmbedding, "Embedding: a token id"}, {statusEmbeddingGrad, "EmbeddingGrad: a token id"},
-		{statusSoftmaxCrossEntropy, "SoftmaxCrossEntropy: a target class"}} {
+		{statusSoftmaxCrossEntropy, "SoftmaxCrossEntropy: a target class"}, {statusGatherSeq, "GatherSeq: a sequence index"}} {
 		if bits&k.bit != 0 {
 			names = append(names, k.name)
 		}

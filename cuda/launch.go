@@ -18,6 +18,7 @@ const (
 	kLSTMCellGrad
 	kGRUCell
 	kGRUCellGrad
+	kGatherSeq
 	kEmbedding
 	kEmbeddingGradScan
 	kEmbeddingGradSeq
@@ -43,6 +44,7 @@ var kernelNames = [numKernels]string{
 	kLSTMCellGrad:      "lstm_cell_grad",
 	kGRUCell:           "gru_cell",
 	kGRUCellGrad:       "gru_cell_grad",
+	kGatherSeq:         "gather_seq",
 	kEmbedding:         "embedding",
 	kEmbeddingGradScan: "embedding_grad_scan",
 	kEmbeddingGradSeq:  "embedding_grad_seq",
@@ -208,6 +210,22 @@ func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
 	}
 	return k.d.launch(kGRUCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.Act), ptr(a.HPrev), ptr(a.DH), ptr(a.DXPre), ptr(a.DHPre), ptr(a.DHPrev), flag(a.Accumulate), i64(a.Batch), i64(a.Hidden))
+}
+
+func (k kernels) GatherSeq(a device.GatherSeq) error {
+	if err := k.check("GatherSeq", a); err != nil || a.T == 0 || a.B == 0 {
+		return err
+	}
+	ldx, ldy := a.LdX, a.LdY
+	if ldx == 0 {
+		ldx = a.Cols
+	}
+	if ldy == 0 {
+		ldy = a.Cols
+	}
+	d := k.d
+	return d.launch(kGatherSeq, a.DType, grid1(a.T*a.B*a.Cols), block1, ptr(a.Index), ptr(a.Lengths), ptr(a.X), ptr(a.Y),
+		i64(a.T), i64(a.B), i64(a.Cols), i64(ldx), i64(ldy), uint64(d.statusDev))
 }
 
 func (k kernels) Embedding(a device.Embedding) error {

@@ -1,6 +1,6 @@
-// Embedding and its backward, the softmax cross-entropy, the softmax and
-// dropout (device.Embedding, EmbeddingGrad, SoftmaxCrossEntropy, Softmax,
-// Dropout). Rows of logits are handled one warp per row: 32 lanes stride
+// Embedding and its backward, the gather of sequence rows, the softmax
+// cross-entropy, the softmax and dropout (device.Embedding, EmbeddingGrad,
+// GatherSeq, SoftmaxCrossEntropy, Softmax, Dropout). Rows of logits are handled one warp per row: 32 lanes stride
 // over the classes, so loads are coalesced, and the row's max and sum are
 // warp shuffles, in a fixed order.
 #include "common.cuh"
@@ -17,6 +17,30 @@ __device__ void embedding(const T* table, const int* ids, T* out, long long n, l
     } else {
       out[e] = table[(long long)id * dim + d];
     }
+  }
+}
+
+// Element (r, c) of Y, r = t·B + i over steps·batch rows: row (t, index[i])
+// of X, or zero past lengths[i] (index NULL: the identity; lengths NULL:
+// all steps); an index outside [0, batch) writes zero and raises the bit.
+template <typename T>
+__device__ void gather_seq(const int* index, const int* lengths, const T* x, T* y, long long steps,
+                           long long batch, long long cols, long long ldx, long long ldy,
+                           unsigned int* status) {
+  GC_FOR(e, steps * batch * cols) {
+    long long r = e / cols, c = e - r * cols;
+    long long t = r / batch, i = r - t * batch;
+    long long src = index ? (long long)index[i] : i;
+    long long n = lengths ? (long long)lengths[i] : steps;
+    T v = T(0);
+    if (t < n) {
+      if (src < 0 || src >= batch) {
+        if (c == 0) atomicOr(status, GC_STATUS_GATHER_SEQ);
+      } else {
+        v = x[(t * batch + src) * ldx + c];
+      }
+    }
+    y[r * ldy + c] = v;
   }
 }
 
@@ -141,6 +165,12 @@ __device__ void dropout(const T* x, T* y, T* mask, long long n, double p,
 }
 
 #define GC_NN(T, S)                                                                           \
+  extern "C" __global__ void gc_gather_seq_##S(const int* index, const int* lengths,         \
+                                               const T* x, T* y, long long steps,             \
+                                               long long batch, long long cols, long long ldx,\
+                                               long long ldy, unsigned int* status) {         \
+    gather_seq(index, lengths, x, y, steps, batch, cols, ldx, ldy, status);                   \
+  }                                                                                           \
   extern "C" __global__ void gc_embedding_##S(const T* table, const int* ids, T* out,         \
                                               long long n, long long dim, long long vocab,    \
                                               unsigned int* status) {                         \

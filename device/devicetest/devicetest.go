@@ -72,6 +72,7 @@ func RunGroups(t *testing.T, open func(t testing.TB) device.Device, keep func(gr
 		{"LSTMCellGrad", testLSTMCellGrad},
 		{"GRUCell", testGRUCell},
 		{"GRUCellGrad", testGRUCellGrad},
+		{"GatherSeq", testGatherSeq},
 		{"Embedding", testEmbedding},
 		{"EmbeddingGrad", testEmbeddingGrad},
 		{"SoftmaxCrossEntropy", testSoftmaxCrossEntropy},
@@ -208,6 +209,8 @@ func launchKernel(k device.Kernels, a any) error {
 		return k.GRUCell(a)
 	case device.GRUCellGrad:
 		return k.GRUCellGrad(a)
+	case device.GatherSeq:
+		return k.GatherSeq(a)
 	case device.Embedding:
 		return k.Embedding(a)
 	case device.EmbeddingGrad:

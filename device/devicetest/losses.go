@@ -9,6 +9,98 @@ import (
 	"github.com/gocurrent/gocurrent/device"
 )
 
+// testGatherSeq checks GatherSeq against refGatherSeq: a plain copy
+// between strided rows (one half of a [T, B, 2H] row, as a bidirectional
+// output is interleaved), a permutation with lengths 1 and T and padding
+// (whose zeros must replace what Y held), a one-step gather (a state), and
+// an index out of range.
+func testGatherSeq(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		for _, s := range []struct {
+			name               string
+			steps, batch, cols int
+			ldx, ldy           int
+			index, lengths     bool
+		}{
+			{"Copy/Strided", 5, 3, 4, 4, 8, false, false},
+			{"Copy/StridedX", 5, 3, 4, 10, 0, false, false},
+			{"Permute/Lengths", 6, 5, 3, 0, 0, true, true},
+			{"Permute", 4, 7, 5, 0, 0, true, false},
+			{"Lengths", 4, 7, 5, 0, 6, false, true},
+			{"State", 1, 9, 6, 0, 0, true, false},
+			{"Large", 60, 32, 256, 0, 512, true, true},
+		} {
+			e.run(s.name, func(e *env) {
+				ldx, ldy := max(s.ldx, s.cols), max(s.ldy, s.cols)
+				n := s.steps * s.batch
+				x := e.uniform((n-1)*ldx+s.cols, -1, 1)
+				a := device.GatherSeq{DType: e.dt, T: s.steps, B: s.batch, Cols: s.cols, LdX: s.ldx, LdY: s.ldy}
+				var index, lengths []int32
+				if s.index {
+					index = make([]int32, s.batch)
+					for i, j := range e.rng.Perm(s.batch) {
+						index[i] = int32(j)
+					}
+					a.Index = e.ids(index).buf
+				}
+				if s.lengths {
+					lengths = make([]int32, s.batch)
+					for i := range lengths {
+						lengths[i] = int32(1 + e.rng.IntN(s.steps))
+					}
+					lengths[0], lengths[s.batch-1] = 1, int32(s.steps)
+					a.Lengths = e.ids(lengths).buf
+				}
+				y0 := nans((n-1)*ldy + s.cols)
+				vX, vY := e.vec(x), e.vec(y0)
+				a.X, a.Y = vX.buf, vY.buf
+				e.launch(a)
+				checkExact(e.t, "Y", e.get("Y", vY), refGatherSeq(s.steps, s.batch, s.cols, ldx, ldy, index, lengths, x, y0))
+			})
+		}
+		e.run("T=0", func(e *env) {
+			// With no rows no buffer is needed.
+			e.launch(device.GatherSeq{DType: e.dt, T: 0, B: 3, Cols: 2})
+			e.sync()
+		})
+		e.run("OutOfRange", func(e *env) {
+			const steps, batch, cols = 3, 4, 2
+			x := e.uniform(steps*batch*cols, -1, 1)
+			index := []int32{2, -1, 4, 0}
+			vX, vI, vY := e.vec(x), e.ids(index), e.vec(nans(steps*batch*cols))
+			a := device.GatherSeq{DType: e.dt, T: steps, B: batch, Cols: cols, Index: vI.buf, X: vX.buf, Y: vY.buf}
+			e.checkIndexError(a)
+			// Rows of bad indices are zeros, the others gathered.
+			checkExact(e.t, "Y", e.get("Y", vY), refGatherSeq(steps, batch, cols, cols, cols, index, nil, x, nans(steps*batch*cols)))
+		})
+	})
+}
+
+// refGatherSeq is GatherSeq's definition over a copy of y: row (t, i) of
+// y becomes row (t, index[i]) of x when t < lengths[i], zeros otherwise
+// (and for an index out of range); y's elements between rows stay.
+func refGatherSeq(steps, batch, cols, ldx, ldy int, index, lengths []int32, x, y []float64) []float64 {
+	out := clone(y)
+	for t := range steps {
+		for i := range batch {
+			src, n := i, steps
+			if index != nil {
+				src = int(index[i])
+			}
+			if lengths != nil {
+				n = int(lengths[i])
+			}
+			row := out[(t*batch+i)*ldy : (t*batch+i)*ldy+cols]
+			if t >= n || src < 0 || src >= batch {
+				clear(row)
+				continue
+			}
+			copy(row, x[(t*batch+src)*ldx:])
+		}
+	}
+	return out
+}
+
 func testEmbedding(t *testing.T, open opener) {
 	forTypes(t, open, func(e *env) {
 		for _, s := range []struct{ n, dim, vocab int }{{1, 1, 1}, {200, 17, 50}, {4096, 256, 1000}} {

@@ -85,6 +85,14 @@ func (e *env) misuseCases() []misuseCase {
 	gg := device.GRUCellGrad{DType: f32, Batch: 2, Hidden: 3, Act: z(24), HPrev: z(6), DH: z(6), DXPre: z(18), DHPre: z(18), DHPrev: z(6)}
 	add(misuseCase{args: gg, shapes: shapes(gg, "Batch", 0, "Hidden", -2, "DType", device.Int32)})
 
+	gs := device.GatherSeq{DType: f32, T: 2, B: 3, Cols: 2, Index: zi(3), Lengths: zi(3), X: z(12), Y: z(12)}
+	add(misuseCase{args: gs, optional: []string{"Index", "Lengths"},
+		shapes: append(shapes(gs, "Cols", 0, "T", -1, "B", -1, "LdX", 1, "LdY", -1, "DType", device.Int32),
+			// Buffers too small for the row strides.
+			shapeCase{"X", with(gs, "LdX", 3)},
+			shapeCase{"Y", with(gs, "LdY", 4)},
+		)})
+
 	emb := device.Embedding{DType: f32, N: 4, Dim: 3, Vocab: 5, Table: z(15), IDs: zi(4), Out: z(12)}
 	add(misuseCase{args: emb, shapes: shapes(emb, "N", -1, "Dim", 0, "Vocab", 0, "DType", device.Int32)})
 
