@@ -217,19 +217,14 @@ func TestNoGradMemoryIsConstant(t *testing.T) {
 				next := int32(slices.Index(probs, slices.Max(probs)))
 				ok(t, device.UploadSlice(d, id, []int32{next}))
 			}
-			figures := func() [5]int64 {
-				s := d.MemStats()
-				return [5]int64{s.AllocatedBytes[alloc.AllPools].Current, s.ReservedBytes[alloc.AllPools].Current,
-					s.AllocatedBytes[alloc.AllPools].Peak, s.ReservedBytes[alloc.AllPools].Peak, s.DeviceAllocs}
-			}
 			for range 10 {
 				step()
 			}
-			after10 := figures()
+			after10 := memFigures(d)
 			for range 10_000 - 10 {
 				step()
 			}
-			if after := figures(); after != after10 {
+			if after := memFigures(d); after != after10 {
 				t.Errorf("memory figures [allocated, reserved, peak allocated, peak reserved, device allocs]: %v after 10,000 steps, %v after 10", after, after10)
 			}
 			if math.IsNaN(float64(probs[0])) {
@@ -237,4 +232,12 @@ func TestNoGradMemoryIsConstant(t *testing.T) {
 			}
 		})
 	}
+}
+
+// memFigures are the device's memory figures a flat-memory test compares:
+// allocated, reserved, peak allocated, peak reserved, device allocations.
+func memFigures(d device.Device) [5]int64 {
+	s := d.MemStats()
+	return [5]int64{s.AllocatedBytes[alloc.AllPools].Current, s.ReservedBytes[alloc.AllPools].Current,
+		s.AllocatedBytes[alloc.AllPools].Peak, s.ReservedBytes[alloc.AllPools].Peak, s.DeviceAllocs}
 }

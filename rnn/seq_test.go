@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/rnn"
@@ -250,20 +249,16 @@ func TestNoGradMemoryFlatWithLengths(t *testing.T) {
 		_, err := r.ForwardLengths(rnn.NoGrad, x, T, B, lengths, st)
 		ok(t, err)
 	}
-	figures := func() [5]int64 {
-		ok(t, d.Synchronize())
-		s := d.MemStats()
-		return [5]int64{s.AllocatedBytes[alloc.AllPools].Current, s.ReservedBytes[alloc.AllPools].Current,
-			s.AllocatedBytes[alloc.AllPools].Peak, s.ReservedBytes[alloc.AllPools].Peak, s.DeviceAllocs}
-	}
 	for range 10 {
 		step()
 	}
-	after10 := figures()
+	ok(t, d.Synchronize())
+	after10 := memFigures(d)
 	for range 10_000 - 10 {
 		step()
 	}
-	if after := figures(); after != after10 {
+	ok(t, d.Synchronize())
+	if after := memFigures(d); after != after10 {
 		t.Errorf("memory figures [allocated, reserved, peak allocated, peak reserved, device allocs]: %v after 10,000 calls, %v after 10", after, after10)
 	}
 }

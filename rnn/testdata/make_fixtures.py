@@ -48,15 +48,23 @@ def case(cell, layers, bias, initial_state, seed):
         h_n, c_n = st
     else:
         h_n, c_n = st, None
-    w_out = torch.randn_like(out)
-    w_h = torch.randn_like(h_n)
-    loss = (out * w_out).sum() + (h_n * w_h).sum()
     rec = {
         "cell": cell, "layers": layers, "bias": bias, "initial_state": initial_state,
         "seed": seed, "seq": T, "batch": B, "input": I, "hidden": H,
+    }
+    return record(rec, rnn, x, out, h_n, c_n, h0, c0)
+
+
+def record(rec, rnn, x, out, h_n, c_n, h0, c0):
+    """Adds to rec the inputs, the random loss weights, the outputs and the
+    gradients of L = sum(out·w_out) + sum(h_n·w_h) (+ sum(c_n·w_c))."""
+    w_out = torch.randn_like(out)
+    w_h = torch.randn_like(h_n)
+    loss = (out * w_out).sum() + (h_n * w_h).sum()
+    rec.update({
         "x": flat(x), "w_out": flat(w_out), "w_h": flat(w_h),
         "params": {name: flat(p) for name, p in rnn.named_parameters()},
-    }
+    })
     if c_n is not None:
         w_c = torch.randn_like(c_n)
         loss = loss + (c_n * w_c).sum()

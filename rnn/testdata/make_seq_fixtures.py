@@ -28,11 +28,9 @@ import sys
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from make_fixtures import record
+
 T, B, I, H = 5, 5, 3, 4
-
-
-def flat(t):
-    return {"shape": list(t.shape), "data": [float(v) for v in t.detach().reshape(-1).tolist()]}
 
 
 def lengths_for(seed):
@@ -68,36 +66,13 @@ def case(cell, layers, bidirectional, bias, initial_state, packed, seed):
         h_n, c_n = st
     else:
         h_n, c_n = st, None
-    w_out = torch.randn_like(out)
-    w_h = torch.randn_like(h_n)
-    loss = (out * w_out).sum() + (h_n * w_h).sum()
     rec = {
         "cell": cell, "layers": layers, "bidirectional": bidirectional, "bias": bias,
         "initial_state": initial_state, "lengths": lengths,
         "seed": seed, "seq": T, "batch": B, "input": I, "hidden": H,
-        "x": flat(x), "w_out": flat(w_out), "w_h": flat(w_h),
-        "params": {name: flat(p) for name, p in rnn.named_parameters()},
         "param_order": [name for name, _ in rnn.named_parameters()],
     }
-    if c_n is not None:
-        w_c = torch.randn_like(c_n)
-        loss = loss + (c_n * w_c).sum()
-        rec["w_c"] = flat(w_c)
-    loss.backward()
-    rec.update({
-        "out": flat(out), "h_n": flat(h_n), "loss": float(loss),
-        "grad_x": flat(x.grad),
-        "grad_params": {name: flat(p.grad) for name, p in rnn.named_parameters()},
-    })
-    if c_n is not None:
-        rec["c_n"] = flat(c_n)
-    if h0 is not None:
-        rec["h0"] = flat(h0)
-        rec["grad_h0"] = flat(h0.grad)
-    if c0 is not None:
-        rec["c0"] = flat(c0)
-        rec["grad_c0"] = flat(c0.grad)
-    return rec
+    return record(rec, rnn, x, out, h_n, c_n, h0, c0)
 
 
 def main():
