@@ -216,16 +216,9 @@ func (k kernels) GatherSeq(a device.GatherSeq) error {
 	if err := k.check("GatherSeq", a); err != nil || a.T == 0 || a.B == 0 {
 		return err
 	}
-	ldx, ldy := a.LdX, a.LdY
-	if ldx == 0 {
-		ldx = a.Cols
-	}
-	if ldy == 0 {
-		ldy = a.Cols
-	}
-	d := k.d
+	a, d := a.WithDefaults(), k.d
 	return d.launch(kGatherSeq, a.DType, grid1(a.T*a.B*a.Cols), block1, ptr(a.Index), ptr(a.Lengths), ptr(a.X), ptr(a.Y),
-		i64(a.T), i64(a.B), i64(a.Cols), i64(ldx), i64(ldy), uint64(d.statusDev))
+		i64(a.T), i64(a.B), i64(a.Cols), i64(a.LdX), i64(a.LdY), uint64(d.statusDev))
 }
 
 func (k kernels) Embedding(a device.Embedding) error {

@@ -317,8 +317,8 @@ func (a GRUCellGrad) Check(d Device) error {
 // none for all T, is the length of Y's sequence i. The recurrent stacks
 // use it to sort a batch by length and back, to take and give back their
 // states, and to interleave a bidirectional output. An index outside
-// [0, B) writes a zero row and raises ErrIndex on the stream. Y must not
-// overlap X.
+// [0, B) writes zero rows and raises ErrIndex on the stream, whatever the
+// sequence's length. Y must not overlap X.
 type GatherSeq struct {
 	DType      DType
 	T, B, Cols int
@@ -329,6 +329,17 @@ type GatherSeq struct {
 	// LdX and LdY are the row strides of X and Y in elements; 0 means
 	// Cols.
 	LdX, LdY int
+}
+
+// WithDefaults returns a with its zero LdX and LdY replaced by Cols.
+func (a GatherSeq) WithDefaults() GatherSeq {
+	if a.LdX == 0 {
+		a.LdX = a.Cols
+	}
+	if a.LdY == 0 {
+		a.LdY = a.Cols
+	}
+	return a
 }
 
 // Check reports whether the arguments are valid for d.
@@ -343,13 +354,8 @@ func (a GatherSeq) Check(d Device) error {
 	if c.err != nil || a.T == 0 || a.B == 0 {
 		return c.err
 	}
-	ldx, ldy := a.LdX, a.LdY
-	if ldx == 0 {
-		ldx = a.Cols
-	}
-	if ldy == 0 {
-		ldy = a.Cols
-	}
+	w := a.WithDefaults()
+	ldx, ldy := w.LdX, w.LdY
 	c.atLeast("LdX", ldx, a.Cols)
 	c.atLeast("LdY", ldy, a.Cols)
 	if c.err != nil {

@@ -22,7 +22,8 @@ __device__ void embedding(const T* table, const int* ids, T* out, long long n, l
 
 // Element (r, c) of Y, r = t·B + i over steps·batch rows: row (t, index[i])
 // of X, or zero past lengths[i] (index NULL: the identity; lengths NULL:
-// all steps); an index outside [0, batch) writes zero and raises the bit.
+// all steps); an index outside [0, batch) writes zeros and raises the bit,
+// whatever the length.
 template <typename T>
 __device__ void gather_seq(const int* index, const int* lengths, const T* x, T* y, long long steps,
                            long long batch, long long cols, long long ldx, long long ldy,
@@ -33,12 +34,10 @@ __device__ void gather_seq(const int* index, const int* lengths, const T* x, T* 
     long long src = index ? (long long)index[i] : i;
     long long n = lengths ? (long long)lengths[i] : steps;
     T v = T(0);
-    if (t < n) {
-      if (src < 0 || src >= batch) {
-        if (c == 0) atomicOr(status, GC_STATUS_GATHER_SEQ);
-      } else {
-        v = x[(t * batch + src) * ldx + c];
-      }
+    if (src < 0 || src >= batch) {
+      if (c == 0) atomicOr(status, GC_STATUS_GATHER_SEQ);
+    } else if (t < n) {
+      v = x[(t * batch + src) * ldx + c];
     }
     y[r * ldy + c] = v;
   }

@@ -43,12 +43,7 @@ func (s *stream) exec(c *cmd) error {
 	case opGatherSeq:
 		a := &c.gather
 		p.split(wg, c, a.T*a.B, a.Cols, pick(a.DType, gatherSeqPart[float32], gatherSeqPart[float64]))
-		for i := range c.parts {
-			if j := c.bad[i]; j >= 0 {
-				return fmt.Errorf("cpu: GatherSeq: index %d at position %d is outside [0, %d): %w",
-					elems[int32](a.Index, a.B)[j], j, a.B, device.ErrIndex)
-			}
-		}
+		return badIndex(c, "GatherSeq: index", a.Index, a.B, a.B)
 	case opEmbedding:
 		a := &c.emb
 		p.split(wg, c, a.N, a.Dim, pick(a.DType, embeddingPart[float32], embeddingPart[float64]))

@@ -127,15 +127,7 @@ func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
 }
 
 func (k kernels) GatherSeq(a device.GatherSeq) error {
-	return k.launchN(a.T*a.B, a.Check(k.d), func(c *cmd) {
-		c.op, c.gather = opGatherSeq, a
-		if c.gather.LdX == 0 {
-			c.gather.LdX = a.Cols
-		}
-		if c.gather.LdY == 0 {
-			c.gather.LdY = a.Cols
-		}
-	})
+	return k.launchN(a.T*a.B, a.Check(k.d), func(c *cmd) { c.op, c.gather = opGatherSeq, a.WithDefaults() })
 }
 
 func (k kernels) Embedding(a device.Embedding) error {

@@ -73,6 +73,16 @@ func testGatherSeq(t *testing.T, open opener) {
 			// Rows of bad indices are zeros, the others gathered.
 			checkExact(e.t, "Y", e.get("Y", vY), refGatherSeq(steps, batch, cols, cols, cols, index, nil, x, nans(steps*batch*cols)))
 		})
+		e.run("OutOfRange/Padded", func(e *env) {
+			// A bad index is found whatever the sequence's length: here 0,
+			// every step padding.
+			const steps, batch, cols = 3, 4, 2
+			x := e.uniform(steps*batch*cols, -1, 1)
+			index, lengths := []int32{2, 1, 0, 7}, []int32{3, 1, 2, 0}
+			vX, vI, vL, vY := e.vec(x), e.ids(index), e.ids(lengths), e.vec(nans(steps*batch*cols))
+			e.launchIndexError(device.GatherSeq{DType: e.dt, T: steps, B: batch, Cols: cols, Index: vI.buf, Lengths: vL.buf, X: vX.buf, Y: vY.buf})
+			checkExact(e.t, "Y", e.get("Y", vY), refGatherSeq(steps, batch, cols, cols, cols, index, lengths, x, nans(steps*batch*cols)))
+		})
 	})
 }
 

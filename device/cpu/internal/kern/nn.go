@@ -9,8 +9,9 @@ import (
 // GatherSeq is device.GatherSeq over rows [lo, hi) of Y's steps·batch
 // rows: y[t, i] = x[t, index[i]] for t < lengths[i], zeros otherwise
 // (index nil: the identity; lengths nil: all steps), rows ldx and ldy
-// elements apart. An index outside [0, batch) writes a zero row; it
-// returns the sequence i of the first such index, or -1.
+// elements apart. An index outside [0, batch) writes zero rows, whatever
+// the sequence's length; it returns the sequence i of the first such
+// index, or -1.
 func GatherSeq[T Float](steps, batch, cols, ldx, ldy, lo, hi int, index, lengths []int32, x, y []T) (bad int) {
 	bad = -1
 	for r := lo; r < hi; r++ {
@@ -24,13 +25,13 @@ func GatherSeq[T Float](steps, batch, cols, ldx, ldy, lo, hi int, index, lengths
 			n = int(lengths[i])
 		}
 		switch {
-		case t >= n:
-			clear(o)
 		case src < 0 || src >= batch:
 			clear(o)
 			if bad < 0 {
 				bad = i
 			}
+		case t >= n:
+			clear(o)
 		default:
 			k := (t*batch + src) * ldx
 			copy(o, x[k:k+cols])
