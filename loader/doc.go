@@ -13,6 +13,20 @@
 // thousand tokens whatever the corpus size. Text.Split keeps the end of the
 // text for validation.
 //
+// # Labelled data
+//
+// For tagging and classification, ExampleReader streams the examples of a
+// file in CoNLL-U (the word form and the UPOS or XPOS column; comments,
+// multiword tokens and empty nodes as the format says), two-column TSV
+// (token<TAB>tag, sentences separated by blank lines) or JSON lines
+// ({"tokens", "tags"}, {"tokens", "label"} or {"text", "label"}).
+// OpenDataset reads a file once to build its vocabularies (Words: words or
+// characters with 0 for padding and 1 for unknown, a minimum count;
+// Labels) or check it against given ones, and to index it (each example's
+// offset and length), then reads any example from disk: memory holds a few
+// numbers per example. Malformed input is a *LineError with the file, the
+// line and the reason.
+//
 // # Batches
 //
 // A Loader cuts a Text into batches by the Mode of its Config. In Streams
