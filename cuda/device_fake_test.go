@@ -363,6 +363,10 @@ func TestFakeStatusWord(t *testing.T) {
 	if err := d.Download(make([]byte, 4), b); !errors.Is(err, device.ErrIndex) || !strings.Contains(err.Error(), "Embedding: a token id") {
 		t.Errorf("Download = %v, want ErrIndex naming Embedding", err)
 	}
+	raise(statusGatherSeq)
+	if err := d.Synchronize(); !errors.Is(err, device.ErrIndex) || !strings.Contains(err.Error(), "GatherSeq: a sequence index") {
+		t.Errorf("Synchronize = %v, want ErrIndex naming GatherSeq", err)
+	}
 	raise(statusEmbeddingGrad)
 	if err := d.Close(); !errors.Is(err, device.ErrIndex) {
 		t.Errorf("Close with an unreported index error = %v, want ErrIndex", err)
@@ -406,6 +410,10 @@ func TestFakeLaunches(t *testing.T) {
 		{func() error {
 			return k.SumRows(device.SumRows{DType: f32, Rows: 100, Cols: 1000, X: x, Out: y})
 		}, []string{"gc_sum_rows_f32"}, 5, [3]uint32{32, 1, 1}, [3]uint32{32, 8, 1}},
+		{func() error {
+			// 5·8·100 = 4,000 elements: 16 blocks of 256.
+			return k.GatherSeq(device.GatherSeq{DType: f64, T: 5, B: 8, Cols: 100, Index: ids, X: x, Y: y})
+		}, []string{"gc_gather_seq_f64"}, 10, [3]uint32{16, 1, 1}, block1},
 		{func() error {
 			return k.EmbeddingGrad(device.EmbeddingGrad{DType: f32, N: 512, Dim: 200, Vocab: 97, IDs: ids, DOut: x, DTable: y})
 		}, []string{"gc_check_ids", "gc_embedding_grad_scan_f32"}, 6, [3]uint32{2, 97, 1}, [3]uint32{128, 1, 1}},
@@ -457,6 +465,20 @@ func TestFakeLaunches(t *testing.T) {
 	}
 	if a[12] != 0 || a[13] != 1 {
 		t.Errorf("Adam coupled, shrink = %d, %d; want 0, 1 for AdamW", a[12], a[13])
+	}
+	// GatherSeq's zero strides reach the kernel as Cols, a given one as
+	// given; a missing Lengths as NULL.
+	f.launches = nil
+	if err := k.GatherSeq(device.GatherSeq{DType: f32, T: 2, B: 3, Cols: 7, LdY: 9, X: x, Y: y}); err != nil {
+		t.Fatal(err)
+	}
+	if a := f.launches[0].args; a[1] != 0 || a[7] != 7 || a[8] != 9 {
+		t.Errorf("GatherSeq lengths, ldx, ldy = %#x, %d, %d; want NULL, 7 (Cols), 9", a[1], a[7], a[8])
+	}
+	// Nothing to copy: no launch.
+	f.launches = nil
+	if err := k.GatherSeq(device.GatherSeq{DType: f32, T: 0, B: 3, Cols: 7}); err != nil || len(f.launches) != 0 {
+		t.Errorf("GatherSeq with T = 0 = %v with %d launches, want nil and none", err, len(f.launches))
 	}
 }
 

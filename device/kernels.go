@@ -314,11 +314,12 @@ func (a GRUCellGrad) Check(d Device) error {
 // and row (t, i) of Y at (t·B + i)·LdY, so a row may be a part of a wider
 // one (one direction's half of a bidirectional output). Index, [B] Int32,
 // none for the identity, maps Y's sequences to X's; Lengths, [B] Int32,
-// none for all T, is the length of Y's sequence i. The recurrent stacks
+// none for all T, is the length of Y's sequence i (a length past T counts
+// as T, one below 1 makes the sequence all zeros). The recurrent stacks
 // use it to sort a batch by length and back, to take and give back their
 // states, and to interleave a bidirectional output. An index outside
-// [0, B) writes zero rows and raises ErrIndex on the stream, whatever the
-// sequence's length. Y must not overlap X.
+// [0, B) makes its sequence's rows zeros and raises ErrIndex on the
+// stream, whatever the sequence's length. Y must not overlap X.
 type GatherSeq struct {
 	DType      DType
 	T, B, Cols int
@@ -349,22 +350,16 @@ func (a GatherSeq) Check(d Device) error {
 	c.nonNegative("T", a.T)
 	c.nonNegative("B", a.B)
 	c.positive("Cols", a.Cols)
-	c.nonNegative("LdX", a.LdX)
-	c.nonNegative("LdY", a.LdY)
-	if c.err != nil || a.T == 0 || a.B == 0 {
-		return c.err
-	}
 	w := a.WithDefaults()
-	ldx, ldy := w.LdX, w.LdY
-	c.atLeast("LdX", ldx, a.Cols)
-	c.atLeast("LdY", ldy, a.Cols)
-	if c.err != nil {
+	c.atLeast("LdX", w.LdX, a.Cols)
+	c.atLeast("LdY", w.LdY, a.Cols)
+	if c.err != nil || a.T == 0 || a.B == 0 {
 		return c.err
 	}
 	c.opt("Index", a.Index, Int32, a.B)
 	c.opt("Lengths", a.Lengths, Int32, a.B)
-	c.buf("X", a.X, a.DType, (a.T*a.B-1)*ldx+a.Cols)
-	c.buf("Y", a.Y, a.DType, (a.T*a.B-1)*ldy+a.Cols)
+	c.buf("X", a.X, a.DType, (a.T*a.B-1)*w.LdX+a.Cols)
+	c.buf("Y", a.Y, a.DType, (a.T*a.B-1)*w.LdY+a.Cols)
 	return c.err
 }
 

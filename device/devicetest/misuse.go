@@ -85,13 +85,14 @@ func (e *env) misuseCases() []misuseCase {
 	gg := device.GRUCellGrad{DType: f32, Batch: 2, Hidden: 3, Act: z(24), HPrev: z(6), DH: z(6), DXPre: z(18), DHPre: z(18), DHPrev: z(6)}
 	add(misuseCase{args: gg, shapes: shapes(gg, "Batch", 0, "Hidden", -2, "DType", device.Int32)})
 
-	gs := device.GatherSeq{DType: f32, T: 2, B: 3, Cols: 2, Index: zi(3), Lengths: zi(3), X: z(12), Y: z(12)}
-	add(misuseCase{args: gs, optional: []string{"Index", "Lengths"},
-		shapes: append(shapes(gs, "Cols", 0, "T", -1, "B", -1, "LdX", 1, "LdY", -1, "DType", device.Int32),
-			// Buffers too small for the row strides.
-			shapeCase{"X", with(gs, "LdX", 3)},
-			shapeCase{"Y", with(gs, "LdY", 4)},
-		)})
+	// Strides past Cols: a check that ignored them would take X and Y
+	// one element short.
+	gs := device.GatherSeq{DType: f32, T: 3, B: 2, Cols: 4, LdX: 5, LdY: 6,
+		Index: zi(2), Lengths: zi(2), X: z((3*2-1)*5 + 4), Y: z((3*2-1)*6 + 4)}
+	add(misuseCase{args: gs, optional: []string{"Index", "Lengths"}, shapes: append(shapes(gs,
+		"T", -1, "B", -1, "Cols", 0, "LdX", 3, "LdY", -1, "DType", device.Int32),
+		// The strides are checked when there is nothing to copy, too.
+		shapeCase{"LdX", with(with(gs, "T", 0), "LdX", 3)})})
 
 	emb := device.Embedding{DType: f32, N: 4, Dim: 3, Vocab: 5, Table: z(15), IDs: zi(4), Out: z(12)}
 	add(misuseCase{args: emb, shapes: shapes(emb, "N", -1, "Dim", 0, "Vocab", 0, "DType", device.Int32)})
@@ -168,7 +169,7 @@ func elemSize(a any, field string) int64 {
 	switch {
 	case reflect.TypeOf(a) == reflect.TypeOf(device.Copy{}):
 		return 1
-	case field == "IDs" || field == "Targets":
+	case field == "IDs" || field == "Targets" || field == "Index" || field == "Lengths":
 		return device.Int32.Size()
 	}
 	return reflect.ValueOf(a).FieldByName("DType").Interface().(device.DType).Size()

@@ -184,6 +184,17 @@ func TestGemmReference(t *testing.T) {
 	}
 }
 
+func TestGatherSeqReference(t *testing.T) {
+	// T = 2, B = 3, one column, X's rows holding 10·t + b. Index (2, 0, 9):
+	// sequence 2 of X, sequence 0, and a bad index; lengths (2, 1, 2).
+	// Y's rows are LdY = 2 apart in a Y of -1s, the gaps untouched:
+	// Y[0] = (x[0,2], x[0,0], 0) = (2, 0, 0) and Y[1] = (x[1,2], 0 (past
+	// length 1), 0) = (12, 0, 0).
+	x := []float64{0, 1, 2, 10, 11, 12}
+	got := refGatherSeq(2, 3, 1, 1, 2, []int32{2, 0, 9}, []int32{2, 1, 2}, x, constant(12, -1))
+	checkExact(t, "refGatherSeq", got, []float64{2, -1, 0, -1, 0, -1, 12, -1, 0, -1, 0, -1})
+}
+
 // recorder is a testing.TB that records failures instead of failing.
 type recorder struct {
 	testing.TB
