@@ -25,7 +25,9 @@
 // Labels) or check it against given ones, and to index it (each example's
 // offset and length), then reads any example from disk: memory holds a few
 // numbers per example. Malformed input is a *LineError with the file, the
-// line and the reason.
+// line and the reason. Buckets groups examples of similar lengths into
+// batches (sorted within pools of batches, seeded per epoch, an optional
+// token budget), and Padding says what fraction of a batching is padding.
 //
 // # Batches
 //

@@ -1,0 +1,101 @@
+package loader
+
+import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+)
+
+// BucketConfig says how the examples of a labelled dataset are grouped
+// into batches of similar lengths, to cut padding (the scheme of Hugging
+// Face's length-grouped sampler and torchtext's BucketIterator).
+type BucketConfig struct {
+	// Batch is the most examples a batch holds.
+	Batch int
+	// MaxTokens, when > 0, is a token budget: a batch's padded size (its
+	// examples times its longest length) stays within it, so batches of
+	// short examples hold more of them, up to Batch. An example longer
+	// than the budget makes a batch of its own.
+	MaxTokens int
+	// Pool is the number of batches whose examples are sorted by length
+	// together: a pool of Pool·Batch examples, taken in the epoch's
+	// order, is sorted longest first and cut into batches. 0 means 50; 1
+	// sorts within each batch only.
+	Pool int
+	// Shuffle draws each epoch's order of the examples and of the batches
+	// from Seed and the epoch, so an epoch's batches are the same on every
+	// run and a resumed run continues them exactly; without it the
+	// examples are taken in file order and the batches kept in order.
+	Shuffle bool
+	Seed    uint64
+}
+
+// withDefaults checks c and fills in its defaults.
+func (c BucketConfig) withDefaults() (BucketConfig, error) {
+	switch {
+	case c.Batch <= 0:
+		return c, fmt.Errorf("loader: bucketing: Batch %d, want > 0", c.Batch)
+	case c.MaxTokens < 0 || c.Pool < 0:
+		return c, fmt.Errorf("loader: bucketing: MaxTokens %d, Pool %d; neither may be negative", c.MaxTokens, c.Pool)
+	}
+	if c.Pool == 0 {
+		c.Pool = 50
+	}
+	return c, nil
+}
+
+// Buckets returns epoch's batches of the examples whose lengths are given:
+// each batch a list of example indices, longest first; every example is in
+// exactly one batch. The result depends only on the lengths, c and epoch.
+func Buckets(lengths []int32, c BucketConfig, epoch int) ([][]int32, error) {
+	c, err := c.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	order := make([]int32, len(lengths))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	var r *rand.Rand
+	if c.Shuffle {
+		r = rand.New(rand.NewPCG(c.Seed, uint64(epoch)))
+		r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	}
+	longestFirst := func(a, b int32) int { return cmp.Compare(lengths[b], lengths[a]) }
+	var batches [][]int32
+	for start := 0; start < len(order); start += c.Pool * c.Batch {
+		pool := order[start:min(start+c.Pool*c.Batch, len(order))]
+		slices.SortStableFunc(pool, longestFirst)
+		for len(pool) > 0 {
+			n := 1
+			for n < len(pool) && n < c.Batch && (c.MaxTokens == 0 || (n+1)*int(lengths[pool[0]]) <= c.MaxTokens) {
+				n++
+			}
+			batches = append(batches, slices.Clone(pool[:n]))
+			pool = pool[n:]
+		}
+	}
+	if r != nil {
+		r.Shuffle(len(batches), func(i, j int) { batches[i], batches[j] = batches[j], batches[i] })
+	}
+	return batches, nil
+}
+
+// Padding is the fraction of padded positions in batches of the examples
+// whose lengths are given: 1 - Σ lengths / Σ (batch size · longest).
+func Padding(lengths []int32, batches [][]int32) float64 {
+	var real, padded int64
+	for _, b := range batches {
+		longest := int32(0)
+		for _, i := range b {
+			real += int64(lengths[i])
+			longest = max(longest, lengths[i])
+		}
+		padded += int64(len(b)) * int64(longest)
+	}
+	if padded == 0 {
+		return 0
+	}
+	return 1 - float64(real)/float64(padded)
+}

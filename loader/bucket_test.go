@@ -1,0 +1,93 @@
+package loader
+
+import (
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+)
+
+// lognormalLengths draws n lengths as the research note's synthetic
+// long-tailed distribution: lognormal(μ = 3, σ = 0.7), clipped to 1..512.
+func lognormalLengths(n int, seed uint64) []int32 {
+	r := rand.New(rand.NewPCG(seed, 0))
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = int32(min(max(math.Round(math.Exp(3+0.7*r.NormFloat64())), 1), 512))
+	}
+	return out
+}
+
+// Every epoch's batches hold every example exactly once, at most Batch
+// each, longest first; the same epoch gives the same batches (what exact
+// resume needs), another epoch others; and sorting within pools cuts the
+// padding of random batches (72% in the research note's measurement of
+// this distribution at batch 32; 11% with pools of 50 batches).
+func TestBuckets(t *testing.T) {
+	lengths := lognormalLengths(20_000, 1)
+	cfg := BucketConfig{Batch: 32, Shuffle: true, Seed: 7}
+	epoch0, err := Buckets(lengths, cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make([]int, len(lengths))
+	for _, b := range epoch0 {
+		if len(b) == 0 || len(b) > 32 {
+			t.Fatalf("a batch of %d examples", len(b))
+		}
+		for k, i := range b {
+			seen[i]++
+			if k > 0 && lengths[i] > lengths[b[k-1]] {
+				t.Fatalf("batch %v is not longest first", b)
+			}
+		}
+	}
+	for i, n := range seen {
+		if n != 1 {
+			t.Fatalf("example %d is in %d batches, want 1", i, n)
+		}
+	}
+	again, _ := Buckets(lengths, cfg, 0)
+	if !reflect.DeepEqual(again, epoch0) {
+		t.Error("epoch 0's batches differ between two calls")
+	}
+	epoch1, _ := Buckets(lengths, cfg, 1)
+	if reflect.DeepEqual(epoch1, epoch0) {
+		t.Error("epochs 0 and 1 have the same batches")
+	}
+	random, _ := Buckets(lengths, BucketConfig{Batch: 32, Pool: 1, Shuffle: true, Seed: 7}, 0)
+	pr, pp := Padding(lengths, random), Padding(lengths, epoch0)
+	t.Logf("padding: %.3f random, %.3f in pools of 50 batches", pr, pp)
+	if !(pr > 0.6 && pp < 0.15) {
+		t.Errorf("padding %.3f random, %.3f pooled; want > 0.6 and < 0.15 (the research note measured 0.72 and 0.11)", pr, pp)
+	}
+}
+
+// A token budget bounds every batch's padded size, except a batch of one
+// example longer than the budget; without Shuffle the batches follow the
+// file's order.
+func TestBucketsTokenBudget(t *testing.T) {
+	lengths := []int32{5, 40, 3, 3, 12, 100, 7, 8}
+	got, err := Buckets(lengths, BucketConfig{Batch: 3, MaxTokens: 30, Pool: 100}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sorted longest first: 100, 40, 12, 8, 7, 5, 3, 3. 100 and 40 exceed
+	// 30 alone; 12+12 fits, a third 12 not; 8·3 = 24 fits.
+	want := [][]int32{{5}, {1}, {4, 7}, {6, 0, 2}, {3}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("batches %v, want %v", got, want)
+	}
+	for _, bad := range []BucketConfig{{Batch: 0}, {Batch: 2, MaxTokens: -1}, {Batch: 2, Pool: -3}} {
+		if _, err := Buckets(lengths, bad, 0); err == nil {
+			t.Errorf("Buckets with %+v: no error", bad)
+		}
+	}
+	if p := Padding([]int32{2, 4}, [][]int32{{1, 0}}); p != 0.25 {
+		t.Errorf("Padding of lengths 4 and 2 in one batch = %v, want 0.25", p)
+	}
+	if !slices.Equal(got[0], []int32{5}) {
+		t.Error("the longest example is not first without Shuffle")
+	}
+}
