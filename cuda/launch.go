@@ -273,7 +273,8 @@ func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) (err error) {
 	}
 	defer d.freeTemp("SoftmaxCrossEntropy", rows, &err)
 	if err := d.launch(kSoftmaxXent, a.DType, rowGrid(a.N), block1,
-		ptr(a.Logits), ptr(a.Targets), i64(a.N), i64(a.Classes), f64(a.Scale), ptr(a.DLogits), uint64(rows), uint64(d.statusDev)); err != nil {
+		ptr(a.Logits), ptr(a.Targets), i64(a.N), i64(a.Classes), f64(a.Scale), ptr(a.DLogits), uint64(rows), uint64(d.statusDev),
+		flag(a.Ignore), i64(int(a.IgnoreIndex)), ptr(a.Weights)); err != nil {
 		return err
 	}
 	return d.launch(kSumFinish, a.DType, [3]uint32{1, 1, 1}, block1,

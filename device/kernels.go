@@ -418,15 +418,19 @@ func (a EmbeddingGrad) Check(d Device) error {
 
 // SoftmaxCrossEntropy computes, over N rows of logits,
 //
-//	Loss = Scale · Σ_i -log softmax(Logits[i])[Targets[i]]
-//	DLogits[i] = Scale · (softmax(Logits[i]) - onehot(Targets[i]))
+//	Loss = Scale · Σ_i w_i · -log softmax(Logits[i])[Targets[i]]
+//	DLogits[i] = Scale · w_i · (softmax(Logits[i]) - onehot(Targets[i]))
 //
-// so Scale = 1/N gives the mean (and 1/(N·K) the mean over K accumulated
-// micro-batches). The softmax is computed stably (max subtracted) and the
-// sum in float64 on the CPU device. A target outside [0, Classes) adds
-// nothing, leaves its row of DLogits zero and raises ErrIndex. The row
-// losses are summed in an order fixed by the shape, so the same call gives
-// the same bits every time, on every device.
+// with w_i = Weights[Targets[i]], or 1 without Weights, so Scale = 1/N
+// gives the mean (and 1/(N·K) the mean over K accumulated micro-batches;
+// with Weights, PyTorch's mean is Scale = 1/Σ_i w_i). The softmax is
+// computed stably (max subtracted) and the sum in float64 on the CPU
+// device. With Ignore, a row whose target is IgnoreIndex (PyTorch's
+// ignore_index, -100 by default there) adds nothing and leaves its row of
+// DLogits zero: padding; Scale then counts the other rows. Any other target
+// outside [0, Classes) adds nothing, leaves its row of DLogits zero and
+// raises ErrIndex. The row losses are summed in an order fixed by the
+// shape, so the same call gives the same bits every time, on every device.
 type SoftmaxCrossEntropy struct {
 	DType      DType
 	N, Classes int
@@ -440,6 +444,12 @@ type SoftmaxCrossEntropy struct {
 	// DLogits is [N, Classes], or none for the loss alone. It may be
 	// Logits.
 	DLogits Buffer
+	// Ignore and IgnoreIndex: rows whose target is IgnoreIndex are left
+	// out (see above).
+	Ignore      bool
+	IgnoreIndex int32
+	// Weights is [Classes] of DType, a weight per class, or none.
+	Weights Buffer
 }
 
 // Check reports whether the arguments are valid for d.
@@ -455,6 +465,7 @@ func (a SoftmaxCrossEntropy) Check(d Device) error {
 	c.buf("Targets", a.Targets, Int32, a.N)
 	c.buf("Loss", a.Loss, a.DType, 1)
 	c.opt("DLogits", a.DLogits, a.DType, a.N*a.Classes)
+	c.opt("Weights", a.Weights, a.DType, a.Classes)
 	return c.err
 }
 

@@ -16,6 +16,8 @@ type CrossEntropy struct {
 	dev     device.Device
 	dtype   device.DType
 	classes int
+	cfg     CrossEntropyConfig
+	weights device.Buffer // [classes], or none
 	total   device.Buffer // one element: the running loss
 	dLogits scratch
 	rows    int // rows of the saved training forward, 0 when none
@@ -25,23 +27,71 @@ type CrossEntropy struct {
 // NewCrossEntropy makes a loss over classes classes, with values of type
 // dt (0 means Float32), and a zero running total.
 func NewCrossEntropy(d device.Device, classes int, dt device.DType) (*CrossEntropy, error) {
+	return NewCrossEntropyConfig(d, CrossEntropyConfig{Classes: classes, DType: dt})
+}
+
+// CrossEntropyConfig configures a CrossEntropy: PyTorch's
+// nn.CrossEntropyLoss(weight, ignore_index).
+type CrossEntropyConfig struct {
+	Classes int
+	// DType is the values' type; 0 means Float32.
+	DType device.DType
+	// Ignore leaves out the rows whose target is IgnoreIndex (PyTorch's
+	// ignore_index, -100 there by default): padding positions of a batch
+	// of sequences. They add nothing to the loss and get a zero gradient.
+	Ignore      bool
+	IgnoreIndex int32
+	// Weights, when set, has one weight per class: each row's loss and
+	// gradient are multiplied by its target's weight (PyTorch's weight).
+	Weights []float64
+}
+
+// NewCrossEntropyConfig makes the loss cfg describes, with a zero
+// running total.
+func NewCrossEntropyConfig(d device.Device, cfg CrossEntropyConfig) (_ *CrossEntropy, err error) {
+	const op = "rnn: NewCrossEntropy"
 	if d == nil {
-		return nil, fmt.Errorf("rnn: NewCrossEntropy: no device")
+		return nil, fmt.Errorf("%s: no device", op)
 	}
-	dt, err := floatType(dt)
-	if err != nil {
+	if cfg.DType, err = floatType(cfg.DType); err != nil {
 		return nil, err
 	}
+	dt, classes := cfg.DType, cfg.Classes
 	if classes <= 0 {
-		return nil, fmt.Errorf("rnn: NewCrossEntropy: classes %d, want > 0: %w", classes, device.ErrShape)
+		return nil, fmt.Errorf("%s: classes %d, want > 0: %w", op, classes, device.ErrShape)
 	}
-	total, err := d.Alloc(dt.Size())
-	if err != nil {
-		return nil, fmt.Errorf("rnn: NewCrossEntropy: %w", err)
+	if cfg.Weights != nil && len(cfg.Weights) != classes {
+		return nil, fmt.Errorf("%s: %d weights for %d classes, want one per class: %w", op, len(cfg.Weights), classes, device.ErrShape)
 	}
-	c := &CrossEntropy{dev: d, dtype: dt, classes: classes, total: total}
+	cfg.Weights = append([]float64(nil), cfg.Weights...)
+	c := &CrossEntropy{dev: d, dtype: dt, classes: classes, cfg: cfg}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%s: %w", op, errors.Join(err, c.Close()))
+		}
+	}()
+	if c.total, err = d.Alloc(dt.Size()); err != nil {
+		return nil, err
+	}
 	if err := c.ResetLoss(); err != nil {
-		return nil, fmt.Errorf("rnn: NewCrossEntropy: %w", errors.Join(err, d.Free(total)))
+		return nil, err
+	}
+	if cfg.Weights != nil {
+		if c.weights, err = d.Alloc(int64(classes) * dt.Size()); err != nil {
+			return nil, err
+		}
+		if dt == device.Float64 {
+			err = device.UploadSlice(d, c.weights, cfg.Weights)
+		} else {
+			w := make([]float32, classes)
+			for i, v := range cfg.Weights {
+				w[i] = float32(v)
+			}
+			err = device.UploadSlice(d, c.weights, w)
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -55,6 +105,21 @@ func NewCrossEntropy(d device.Device, classes int, dt device.DType) (*CrossEntro
 // [0, classes) adds nothing and raises device.ErrIndex at the next
 // synchronisation (naming the target and its position on the CPU device).
 func (c *CrossEntropy) Forward(mode Mode, logits, targets device.Buffer, rows int, scale float64) error {
+	if scale == 0 {
+		scale = 1
+	}
+	if rows > 0 {
+		scale /= float64(rows)
+	}
+	return c.ForwardSum(mode, logits, targets, rows, scale)
+}
+
+// ForwardSum is Forward with the sum over the rows instead of the mean:
+// it adds scale · Σ_i w_i · -log softmax(logits_i)[target_i] over the rows
+// not ignored (w_i the target's weight, or 1), so that a caller who knows
+// the rows counted (the real tokens of a batch of sequences, or Σ w_i)
+// passes 1/that for PyTorch's mean.
+func (c *CrossEntropy) ForwardSum(mode Mode, logits, targets device.Buffer, rows int, scale float64) error {
 	const op = "CrossEntropy.Forward"
 	if err := checkMode(op, mode); err != nil {
 		return err
@@ -68,11 +133,8 @@ func (c *CrossEntropy) Forward(mode Mode, logits, targets device.Buffer, rows in
 	if err := input(op, "targets", c.dev, targets, device.Int32, rows, "rows"); err != nil {
 		return err
 	}
-	if scale == 0 {
-		scale = 1
-	}
 	a := device.SoftmaxCrossEntropy{DType: c.dtype, N: rows, Classes: c.classes, Logits: logits, Targets: targets,
-		Scale: scale / float64(rows), Loss: c.total, Accumulate: true}
+		Scale: scale, Loss: c.total, Accumulate: true, Ignore: c.cfg.Ignore, IgnoreIndex: c.cfg.IgnoreIndex, Weights: c.weights}
 	if mode == Train {
 		c.rows, c.spent = 0, false
 		var err error
@@ -126,9 +188,11 @@ func (c *CrossEntropy) ResetLoss() error {
 func (c *CrossEntropy) Close() error {
 	var q queue
 	q.add(c.dLogits.free(c.dev))
-	if !c.total.IsZero() {
-		q.add(c.dev.Free(c.total))
-		c.total = device.Buffer{}
+	for _, b := range []*device.Buffer{&c.total, &c.weights} {
+		if !b.IsZero() {
+			q.add(c.dev.Free(*b))
+			*b = device.Buffer{}
+		}
 	}
 	return q.err
 }

@@ -95,12 +95,15 @@ __device__ void embedding_grad_seq(const int* ids, const T* dout, T* dtable, lon
 template <typename T>
 __device__ void softmax_xent(const T* logits, const int* targets, long long n,
                              long long classes, double scale, T* dlogits, double* rowloss,
-                             unsigned int* status) {
+                             unsigned int* status, long long ignore, long long ignore_index,
+                             const T* weights) {
   int lane = threadIdx.x & 31;
   GC_WARP_ROWS(row, n) {
     const T* x = logits + row * classes;
     int target = targets[row];
-    bool bad = target < 0 || target >= classes;
+    bool skip = ignore && target == (int)ignore_index;
+    bool bad = !skip && (target < 0 || target >= classes);
+    double w = (skip || bad || !weights) ? 1.0 : (double)weights[target];
     // Read before the shuffles below: with dlogits = logits another lane
     // may overwrite the target's logit once the warp has synchronised.
     double xt = bad ? 0.0 : (double)x[target];
@@ -111,21 +114,21 @@ __device__ void softmax_xent(const T* logits, const int* targets, long long n,
     for (long long j = lane; j < classes; j += 32) s += (double)gc_exp((T)((double)x[j] - m));
     s = gc_warp_sum(s);
     if (lane == 0) {
-      if (bad) {
+      if (bad || skip) {
         rowloss[row] = 0;
-        atomicOr(status, GC_STATUS_SOFTMAX_XENT);
+        if (bad) atomicOr(status, GC_STATUS_SOFTMAX_XENT);
       } else {
-        rowloss[row] = log(s) - (xt - m);
+        rowloss[row] = w * (log(s) - (xt - m));
       }
     }
     if (dlogits) {
       T* y = dlogits + row * classes;
       for (long long j = lane; j < classes; j += 32) {
-        if (bad) {
+        if (bad || skip) {
           y[j] = T(0);
         } else {
           double p = (double)gc_exp((T)((double)x[j] - m)) / s;
-          y[j] = (T)(scale * (p - (j == target ? 1.0 : 0.0)));
+          y[j] = (T)(scale * w * (p - (j == target ? 1.0 : 0.0)));
         }
       }
     }
@@ -189,8 +192,10 @@ __device__ void dropout(const T* x, T* y, T* mask, long long n, double p,
   extern "C" __global__ void gc_softmax_xent_##S(const T* logits, const int* targets,         \
                                                  long long n, long long classes,              \
                                                  double scale, T* dlogits, double* rowloss,   \
-                                                 unsigned int* status) {                      \
-    softmax_xent(logits, targets, n, classes, scale, dlogits, rowloss, status);               \
+                                                 unsigned int* status, long long ignore,      \
+                                                 long long ignore_index, const T* weights) {  \
+    softmax_xent(logits, targets, n, classes, scale, dlogits, rowloss, status, ignore,        \
+                 ignore_index, weights);                                                      \
   }                                                                                           \
   extern "C" __global__ void gc_softmax_##S(const T* logits, T* probs, long long n,           \
                                             long long classes, double inv_temp) {             \

@@ -224,7 +224,7 @@ func embeddingGradPart[T kern.Float](c *cmd, part, lo, hi int) {
 func sceePart[T kern.Float](c *cmd, part, lo, hi int) {
 	a := &c.sce
 	loss, bad := kern.SoftmaxCrossEntropy(a.Classes, rows[T](a.Logits, lo, hi, a.Classes), rows[int32](a.Targets, lo, hi, 1),
-		a.Scale, rows[T](a.DLogits, lo, hi, a.Classes))
+		a.Scale, rows[T](a.DLogits, lo, hi, a.Classes), a.Ignore, a.IgnoreIndex, elems[T](a.Weights, a.Classes))
 	c.partial[part], c.bad[part] = loss, offset(bad, lo)
 }
 

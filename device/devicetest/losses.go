@@ -275,6 +275,37 @@ func testSoftmaxCrossEntropy(t *testing.T, open opener) {
 				e.checkCE(n, classes, logits, targets, 0.5, dLogits, true, true)
 			})
 		}
+		// Ignored rows (padding of a batch of sequences) and per-class
+		// weights, PyTorch's ignore_index and weight.
+		for _, c := range []struct {
+			name        string
+			ignore      bool
+			ignoreIndex int32
+			weights     bool
+			dLogits     string
+		}{
+			{"Ignore", true, -100, false, "separate"},
+			{"Ignore/LossOnly", true, -100, false, "none"},
+			{"Ignore/AClass", true, 2, false, "separate"},
+			{"Weights", false, 0, true, "separate"},
+			{"IgnoreAndWeights/Aliased", true, -100, true, "logits"},
+		} {
+			e.run("CE/"+c.name, func(e *env) {
+				const n, classes = 40, 7
+				logits := e.uniform(n*classes, -3, 3)
+				targets := e.randomIDs(n, classes)
+				for i := range targets {
+					if c.ignore && i%3 == 1 {
+						targets[i] = c.ignoreIndex
+					}
+				}
+				var weights []float64
+				if c.weights {
+					weights = e.uniform(classes, 0.1, 2)
+				}
+				e.checkCEWeighted(n, classes, logits, targets, c.ignore, c.ignoreIndex, weights, c.dLogits)
+			})
+		}
 		e.run("Deterministic", func(e *env) {
 			// The row losses are summed in an order that does not vary
 			// from call to call: the same call gives the same bits. 600
@@ -306,6 +337,65 @@ func testSoftmaxCrossEntropy(t *testing.T, open opener) {
 			e.checkCE(n, classes, logits, []int32{3, 7, 39}, 0.5, "separate", false, false)
 		})
 	})
+}
+
+// checkCEWeighted checks SoftmaxCrossEntropy with Ignore and Weights at
+// PyTorch's mean, Scale = 1/Σ w_i over the rows not ignored: the loss and
+// the gradient against ceRow's, each row weighted, ignored rows zero.
+func (e *env) checkCEWeighted(n, classes int, logits []float64, targets []int32, ignore bool, ignoreIndex int32, weights []float64, dLogits string) {
+	e.t.Helper()
+	w := func(t int32) float64 {
+		if weights == nil {
+			return 1
+		}
+		return e.r(weights[t])
+	}
+	total := 0.0
+	for _, t := range targets {
+		if !(ignore && t == ignoreIndex) {
+			total += w(t)
+		}
+	}
+	scale := 1 / total
+	vL, vT, vLoss := e.vec(logits), e.ids(targets), e.vec([]float64{math.NaN()})
+	a := device.SoftmaxCrossEntropy{DType: e.dt, N: n, Classes: classes, Logits: vL.buf, Targets: vT.buf, Scale: scale, Loss: vLoss.buf,
+		Ignore: ignore, IgnoreIndex: ignoreIndex}
+	if weights != nil {
+		a.Weights = e.vec(weights).buf
+	}
+	var vD vec
+	switch dLogits {
+	case "separate":
+		vD = e.vec(nans(n * classes))
+		a.DLogits = vD.buf
+	case "logits":
+		vD, a.DLogits = vL, vL.buf
+	}
+	e.launch(a)
+	s := e.r(scale)
+	var want, mag float64
+	wantD, dMag := make([]float64, n*classes), make([]float64, n*classes)
+	for i, t := range targets {
+		if ignore && t == ignoreIndex {
+			continue // zero loss, zero gradient
+		}
+		l, m, d := ceRow(logits[i*classes:(i+1)*classes], t)
+		sw := s * w(t)
+		want += sw * l
+		mag += math.Abs(sw) * m
+		for j, v := range d {
+			wantD[i*classes+j] = sw * v
+			dMag[i*classes+j] = math.Abs(sw * v)
+			if int32(j) == t {
+				dMag[i*classes+j] = math.Abs(sw) * (v + 2)
+			}
+		}
+	}
+	sum := SumTolerance(e.dt, n+classes)
+	checkScalar(e.t, "Loss", e.get("Loss", vLoss)[0], want, mag, PointwiseTolerance(e.dt).Plus(sum))
+	if dLogits != "none" {
+		checkClose(e.t, "DLogits", e.get("DLogits", vD), wantD, dMag, Tolerance{Rel: PointwiseTolerance(e.dt).Rel + sum.Rel})
+	}
 }
 
 func (e *env) checkCE(n, classes int, logits []float64, targets []int32, scale float64, dLogits string, accumulate, bad bool) {

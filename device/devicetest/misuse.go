@@ -100,8 +100,8 @@ func (e *env) misuseCases() []misuseCase {
 	eg := device.EmbeddingGrad{DType: f32, N: 4, Dim: 3, Vocab: 5, IDs: zi(4), DOut: z(12), DTable: z(15)}
 	add(misuseCase{args: eg, shapes: shapes(eg, "N", -1, "Dim", 0, "Vocab", -1, "DType", device.Int32)})
 
-	ce := device.SoftmaxCrossEntropy{DType: f32, N: 2, Classes: 3, Logits: z(6), Targets: zi(2), Scale: 1, Loss: z(1), DLogits: z(6)}
-	add(misuseCase{args: ce, optional: []string{"DLogits"}, shapes: shapes(ce, "N", 0, "Classes", 0, "DType", device.Int32)})
+	ce := device.SoftmaxCrossEntropy{DType: f32, N: 2, Classes: 3, Logits: z(6), Targets: zi(2), Scale: 1, Loss: z(1), DLogits: z(6), Weights: z(3)}
+	add(misuseCase{args: ce, optional: []string{"DLogits", "Weights"}, shapes: shapes(ce, "N", 0, "Classes", 0, "DType", device.Int32)})
 
 	sm := device.Softmax{DType: f32, N: 2, Classes: 3, Logits: z(6), Probs: z(6)}
 	add(misuseCase{args: sm, shapes: shapes(sm, "N", 0, "Classes", -1, "Temperature", -1.0, "DType", device.Int32)})

@@ -121,7 +121,7 @@ func BenchmarkSoftmaxCrossEntropy(b *testing.B) {
 	dLogits := make([]float32, rows*classes)
 	b.ReportAllocs()
 	for b.Loop() {
-		SoftmaxCrossEntropy(classes, logits, targets, 1.0/rows, dLogits)
+		SoftmaxCrossEntropy(classes, logits, targets, 1.0/rows, dLogits, false, 0, nil)
 	}
 	reportGBs(b, 4*(2*rows*classes+rows))
 	b.ReportMetric(float64(rows*classes)*float64(b.N)/b.Elapsed().Seconds()/1e6, "Melem/s")

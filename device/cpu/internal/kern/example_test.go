@@ -12,7 +12,7 @@ import (
 // 0.5·0.42100; the last gradient is 0.5·(1/(1+2e⁻⁵) - 1) = -0.0066485.
 func ExampleSoftmaxCrossEntropy() {
 	logits := []float32{2, 1, 0, 0, 0, 5}
-	loss, bad := kern.SoftmaxCrossEntropy(3, logits, []int32{0, 2}, 0.5, logits)
+	loss, bad := kern.SoftmaxCrossEntropy(3, logits, []int32{0, 2}, 0.5, logits, false, 0, nil)
 	fmt.Printf("loss %.4f, bad %d\n", loss, bad)
 	fmt.Printf("dLogits %.4f\n", logits)
 	// Output:

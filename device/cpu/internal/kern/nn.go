@@ -111,7 +111,7 @@ func EmbeddingGrad[T Float](dim, vocab, c0, c1 int, ids []int32, dOut, dTable []
 // times scale/sum: two roundings, so a float32 element is within 1.5 ulp
 // of the exact value (one rounding would need a second exp per element).
 // The target entries, scale·(p - 1), are computed from float64 values.
-func SoftmaxCrossEntropy[T Float](classes int, logits []T, targets []int32, scale float64, dLogits []T) (loss float64, bad int) {
+func SoftmaxCrossEntropy[T Float](classes int, logits []T, targets []int32, scale float64, dLogits []T, ignore bool, ignoreIndex int32, weights []T) (loss float64, bad int) {
 	fast := single[T]()
 	bad = -1
 	var sum float64
@@ -122,12 +122,20 @@ func SoftmaxCrossEntropy[T Float](classes int, logits []T, targets []int32, scal
 		if dLogits != nil {
 			d = dLogits[r*classes : r*classes+classes]
 		}
+		if ignore && t == ignoreIndex {
+			clear(d)
+			continue
+		}
 		if t < 0 || int(t) >= classes {
 			if bad < 0 {
 				bad = r
 			}
 			clear(d)
 			continue
+		}
+		w := 1.0
+		if weights != nil {
+			w = float64(weights[t])
 		}
 		m := rowMax(x)
 		xt := float64(x[t]) - m // read before d, which may be x, is written
@@ -149,15 +157,16 @@ func SoftmaxCrossEntropy[T Float](classes int, logits []T, targets []int32, scal
 				}
 			}
 		}
-		sum += math.Log(s) - xt
+		sum += w * (math.Log(s) - xt)
 		if d != nil {
-			w := scale / s
+			ws := scale * w
+			f := ws / s
 			for k, e := range d {
-				d[k] = T(float64(e) * w)
+				d[k] = T(float64(e) * f)
 			}
-			// scale·(p_t - 1) from float64 values: rounding p_t to T
+			// scale·w·(p_t - 1) from float64 values: rounding p_t to T
 			// first would lose the difference when p_t is near 1.
-			d[t] = T(scale * (et/s - 1))
+			d[t] = T(ws * (et/s - 1))
 		}
 	}
 	return scale * sum, bad

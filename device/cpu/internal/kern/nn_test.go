@@ -88,19 +88,19 @@ func TestSoftmaxCrossEntropy(t *testing.T) {
 	targets := []int32{3, 69, -1, 0, 70, 12}
 	const scale = 1.0 / 4 // the mean over the 4 valid rows
 	wantD := make([]float64, len(logits))
-	wantLoss, _ := SoftmaxCrossEntropy(classes, logits, targets, scale, wantD)
+	wantLoss, _ := SoftmaxCrossEntropy(classes, logits, targets, scale, wantD, false, 0, nil)
 	t.Run("float64", func(t *testing.T) {
 		d := make([]float64, len(logits))
-		loss, bad := SoftmaxCrossEntropy(classes, logits, targets, scale, d)
+		loss, bad := SoftmaxCrossEntropy(classes, logits, targets, scale, d, false, 0, nil)
 		if bad != 2 {
 			t.Errorf("bad = %d, want 2", bad)
 		}
-		lossOnly, bad2 := SoftmaxCrossEntropy(classes, logits, targets, scale, nil)
+		lossOnly, bad2 := SoftmaxCrossEntropy(classes, logits, targets, scale, nil, false, 0, nil)
 		if lossOnly != loss || bad2 != bad {
 			t.Errorf("without dLogits: loss %v, bad %d; want %v, %d", lossOnly, bad2, loss, bad)
 		}
 		alias := append([]float64(nil), logits...)
-		lossAlias, _ := SoftmaxCrossEntropy(classes, alias, targets, scale, alias)
+		lossAlias, _ := SoftmaxCrossEntropy(classes, alias, targets, scale, alias, false, 0, nil)
 		if lossAlias != loss {
 			t.Errorf("dLogits = logits: loss %v, want %v", lossAlias, loss)
 		}
@@ -109,7 +109,7 @@ func TestSoftmaxCrossEntropy(t *testing.T) {
 	t.Run("float32", func(t *testing.T) {
 		l32 := to[float32](logits)
 		d := make([]float32, len(l32))
-		loss, bad := SoftmaxCrossEntropy(classes, l32, targets, scale, d)
+		loss, bad := SoftmaxCrossEntropy(classes, l32, targets, scale, d, false, 0, nil)
 		if bad != 2 {
 			t.Errorf("bad = %d, want 2", bad)
 		}
@@ -120,7 +120,7 @@ func TestSoftmaxCrossEntropy(t *testing.T) {
 		// can be up to one ulp of the result), so ≤ 1.5 ulp.
 		checkULP32(t, "dLogits", d, wantD, 1.5, 0)
 		alias := append([]float32(nil), l32...)
-		lossAlias, _ := SoftmaxCrossEntropy(classes, alias, targets, scale, alias)
+		lossAlias, _ := SoftmaxCrossEntropy(classes, alias, targets, scale, alias, false, 0, nil)
 		if lossAlias != loss {
 			t.Errorf("dLogits = logits: loss %v, want %v", lossAlias, loss)
 		}
