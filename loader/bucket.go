@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"unicode/utf8"
 )
 
 // BucketConfig says how the examples of a labelled dataset are grouped
@@ -98,4 +99,88 @@ func Padding(lengths []int32, batches [][]int32) float64 {
 		return 0
 	}
 	return 1 - float64(real)/float64(padded)
+}
+
+// IgnoreLabel is the label of padded positions in a collated batch of
+// tagged sequences: PyTorch's default ignore_index, which the loss leaves
+// out (rnn.CrossEntropyConfig.Ignore).
+const IgnoreLabel = -100
+
+// HostBatch is a batch of examples collated on the host, as the device
+// will hold it: time-major, padded to the longest example.
+type HostBatch struct {
+	// Seq is the longest length, Rows the number of examples.
+	Seq, Rows int
+	// Examples are the dataset's indices of the rows.
+	Examples []int32
+	// Lengths are the rows' lengths (tokens, or a text's characters).
+	Lengths []int32
+	// Tokens is [Seq, Rows]: the token of row r at step t at t·Rows + r,
+	// word ids (character ids for a text), PadID past a row's length.
+	Tokens []int32
+	// Labels is [Seq, Rows] for tagging, IgnoreLabel past a row's length;
+	// [Rows] for a labelled sequence.
+	Labels []int32
+	// Real is the number of real tokens, Σ Lengths: the rows a tagging
+	// loss counts.
+	Real int
+}
+
+// Collate reads the examples of batch from d and lays them out as a
+// HostBatch, in the order given, in d's vocabularies (a word or character
+// outside them is UnknownID).
+func Collate(d *Dataset, batch []int32) (HostBatch, error) {
+	hb := HostBatch{Rows: len(batch), Examples: append([]int32(nil), batch...)}
+	exs := make([]Example, len(batch))
+	for r, i := range batch {
+		ex, err := d.Example(int(i))
+		if err != nil {
+			return hb, err
+		}
+		exs[r] = ex
+		n := int32(len(ex.Tokens))
+		if ex.Text != "" {
+			n = int32(utf8.RuneCountInString(ex.Text))
+		}
+		hb.Lengths = append(hb.Lengths, n)
+		hb.Seq = max(hb.Seq, int(n))
+		hb.Real += int(n)
+	}
+	R := hb.Rows
+	hb.Tokens = make([]int32, hb.Seq*R)
+	if d.Tagging {
+		hb.Labels = make([]int32, hb.Seq*R)
+		for k := range hb.Labels {
+			hb.Labels[k] = IgnoreLabel
+		}
+	} else {
+		hb.Labels = make([]int32, R)
+	}
+	for r, ex := range exs {
+		if ex.Text != "" {
+			t := 0
+			for _, c := range ex.Text {
+				hb.Tokens[t*R+r] = d.Chars.ID(string(c))
+				t++
+			}
+		}
+		for t, w := range ex.Tokens {
+			hb.Tokens[t*R+r] = d.Words.ID(w)
+		}
+		for t, tag := range ex.Tags {
+			id, ok := d.Labels.ID(tag)
+			if !ok {
+				return hb, &LineError{File: d.path, Line: ex.Line, Reason: fmt.Sprintf("tag %q is not one of the %d known", tag, d.Labels.Len())}
+			}
+			hb.Labels[t*R+r] = id
+		}
+		if !d.Tagging {
+			id, ok := d.Labels.ID(ex.Label)
+			if !ok {
+				return hb, &LineError{File: d.path, Line: ex.Line, Reason: fmt.Sprintf("label %q is not one of the %d known", ex.Label, d.Labels.Len())}
+			}
+			hb.Labels[r] = id
+		}
+	}
+	return hb, nil
 }

@@ -1,8 +1,11 @@
 package loader
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
@@ -89,5 +92,50 @@ func TestBucketsTokenBudget(t *testing.T) {
 	}
 	if !slices.Equal(got[0], []int32{5}) {
 		t.Error("the longest example is not first without Shuffle")
+	}
+}
+
+// Collate lays a batch out time-major, padded with PadID, tags IgnoreLabel
+// past each row's length, in the dataset's vocabularies; labelled texts
+// become character ids with one label per row.
+func TestCollate(t *testing.T) {
+	dir := t.TempDir()
+	tsv := filepath.Join(dir, "tags.tsv")
+	os.WriteFile(tsv, []byte("the\tDET\ncat\tNOUN\nsat\tVERB\n\nzebra\tNOUN\n"), 0o644)
+	d, err := OpenDataset(context.Background(), tsv, DatasetConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	hb, err := Collate(d, []int32{1, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := d.Words.ID
+	noun, _ := d.Labels.ID("NOUN")
+	det, _ := d.Labels.ID("DET")
+	verb, _ := d.Labels.ID("VERB")
+	want := HostBatch{Seq: 3, Rows: 2, Examples: []int32{1, 0}, Lengths: []int32{1, 3}, Real: 4,
+		// Steps 0, 1, 2 of rows (zebra) and (the cat sat).
+		Tokens: []int32{w("zebra"), w("the"), PadID, w("cat"), PadID, w("sat")},
+		Labels: []int32{noun, det, IgnoreLabel, noun, IgnoreLabel, verb}}
+	if !reflect.DeepEqual(hb, want) {
+		t.Errorf("Collate = %+v\nwant %+v", hb, want)
+	}
+
+	jsonl := filepath.Join(dir, "texts.jsonl")
+	os.WriteFile(jsonl, []byte(`{"text": "ab", "label": "x"}`+"\n"+`{"text": "b", "label": "y"}`+"\n"), 0o644)
+	d2, err := OpenDataset(context.Background(), jsonl, DatasetConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	hb, err = Collate(d2, []int32{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d2.Chars.ID
+	if !reflect.DeepEqual(hb.Tokens, []int32{c("a"), c("b"), c("b"), PadID}) || !reflect.DeepEqual(hb.Labels, []int32{0, 1}) || hb.Real != 3 {
+		t.Errorf("texts: %+v", hb)
 	}
 }
