@@ -50,6 +50,7 @@ func (c CharRNNConfig) validate() error {
 // recurrent is what rnn.LSTM and rnn.GRU share.
 type recurrent interface {
 	Forward(mode rnn.Mode, x device.Buffer, seq, batch int, st *rnn.State) (device.Buffer, error)
+	ForwardLengths(mode rnn.Mode, x device.Buffer, seq, batch int, lengths []int32, st *rnn.State) (device.Buffer, error)
 	Backward(dy device.Buffer) (device.Buffer, error)
 	NewState(batch int) (*rnn.State, error)
 	Params() *rnn.Params

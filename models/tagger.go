@@ -1,0 +1,173 @@
+package models
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/loader"
+	"github.com/gocurrent/gocurrent/rnn"
+	"github.com/gocurrent/gocurrent/train"
+)
+
+// TaggerFormat is the "format" metadata of a tagger checkpoint.
+const TaggerFormat = "gocurrent.tagger/1"
+
+// TaggerConfig is a tagger's shape: PyTorch's nn.Embedding(V, Embed) ->
+// nn.LSTM or nn.GRU(Embed, Hidden, Layers, dropout=Dropout,
+// bidirectional=Bidirectional) over packed sentences -> nn.Linear(Hidden·
+// directions, tags) at every token. Its JSON is the checkpoint's "config"
+// metadata.
+type TaggerConfig struct {
+	Cell          string  `json:"cell"`
+	Embed         int     `json:"embed"`
+	Hidden        int     `json:"hidden"`
+	Layers        int     `json:"layers"`
+	Bidirectional bool    `json:"bidirectional"`
+	Dropout       float64 `json:"dropout"`
+	// CharEmbed and CharHidden size the character features (a
+	// bidirectional character LSTM over each word); 0 for none, which is
+	// all this version builds.
+	CharEmbed  int `json:"char_embed"`
+	CharHidden int `json:"char_hidden"`
+	// DType is the parameters' type: Float32 (0) or Float64 (for checks);
+	// not recorded.
+	DType device.DType `json:"-"`
+}
+
+func (c TaggerConfig) validate() error {
+	switch {
+	case c.Cell != "lstm" && c.Cell != "gru":
+		return fmt.Errorf("models: tagger cell %q, want lstm or gru", c.Cell)
+	case c.Embed <= 0 || c.Hidden <= 0 || c.Layers <= 0:
+		return fmt.Errorf("models: tagger embed %d, hidden %d, layers %d; each must be > 0", c.Embed, c.Hidden, c.Layers)
+	case !(c.Dropout >= 0 && c.Dropout < 1):
+		return fmt.Errorf("models: tagger dropout %v, want [0, 1)", c.Dropout)
+	case c.CharEmbed != 0 || c.CharHidden != 0:
+		return errors.New("models: tagger character features (char_embed, char_hidden) are not built yet; set both to 0")
+	}
+	return nil
+}
+
+// Tagger tags every token of a sentence: word embedding, a recurrent
+// stack over the sentence (both ways when bidirectional), a linear layer
+// per token. Its parameter groups are "emb", "rnn" and "out", so its
+// checkpoint tensors carry PyTorch's names (emb.weight,
+// rnn.weight_ih_l0_reverse, out.weight, ...). It is not safe for
+// concurrent use.
+type Tagger struct {
+	cfg   TaggerConfig
+	words *loader.Words
+	tags  *loader.Labels
+	emb   *rnn.Embedding
+	rnn   recurrent
+	out   *rnn.Linear
+}
+
+// NewTagger builds a tagger on d over the word and tag vocabularies, its
+// parameters drawn with PyTorch's initialisation from seed. What was built
+// is freed on error.
+func NewTagger(d device.Device, cfg TaggerConfig, words *loader.Words, tags *loader.Labels, seed uint64) (_ *Tagger, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if words == nil || tags == nil {
+		return nil, errors.New("models: a tagger needs word and tag vocabularies")
+	}
+	m := &Tagger{cfg: cfg, words: words, tags: tags}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, m.Close())
+		}
+	}()
+	if m.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: words.Len(), Dim: cfg.Embed, DType: cfg.DType, Seed: seed*3 + 1}); err != nil {
+		return nil, fmt.Errorf("models: tagger embedding: %w", err)
+	}
+	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout, Bidirectional: cfg.Bidirectional,
+		DType: cfg.DType, Seed: seed*3 + 2}
+	if m.rnn, err = newRecurrent(d, cfg.Cell, rc); err != nil {
+		return nil, fmt.Errorf("models: tagger %s stack: %w", strings.ToUpper(cfg.Cell), err)
+	}
+	if m.out, err = rnn.NewLinear(d, rnn.LinearConfig{In: m.directions() * cfg.Hidden, Out: tags.Len(), DType: cfg.DType, Seed: seed*3 + 3}); err != nil {
+		return nil, fmt.Errorf("models: tagger output layer: %w", err)
+	}
+	return m, nil
+}
+
+func (m *Tagger) directions() int {
+	if m.cfg.Bidirectional {
+		return 2
+	}
+	return 1
+}
+
+// Config is the model's shape.
+func (m *Tagger) Config() TaggerConfig { return m.cfg }
+
+// Words and Tags are the model's vocabularies.
+func (m *Tagger) Words() *loader.Words { return m.words }
+func (m *Tagger) Tags() *loader.Labels { return m.tags }
+
+// Groups are the parameter groups: "emb", "rnn", "out".
+func (m *Tagger) Groups() []train.Group {
+	return []train.Group{{Name: "emb", Params: m.emb.Params()}, {Name: "rnn", Params: m.rnn.Params()}, {Name: "out", Params: m.out.Params()}}
+}
+
+// Forward returns the tag logits of a batch of sentences, [seq·rows, tags]
+// in the batch's time-major order: tokens are [seq, rows] word ids (as
+// loader.Collate lays them out), sentence r of length lengths[r]. Logits
+// at padded positions are the output layer's bias (the stack's output is
+// zero there); the loss leaves them out (rnn.CrossEntropyConfig.Ignore
+// with loader.IgnoreLabel).
+func (m *Tagger) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int, lengths []int32) (device.Buffer, error) {
+	n := seq * rows
+	x, err := m.emb.Forward(mode, tokens, n)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	y, err := m.rnn.ForwardLengths(mode, x, seq, rows, lengths, nil)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	return m.out.Forward(mode, y, n)
+}
+
+// Backward differentiates the training Forward, given the gradient with
+// respect to its logits, adding into the parameters' gradients.
+func (m *Tagger) Backward(dLogits device.Buffer) error {
+	dy, err := m.out.Backward(dLogits)
+	if err != nil {
+		return err
+	}
+	dx, err := m.rnn.Backward(dy)
+	if err != nil {
+		return err
+	}
+	return m.emb.Backward(dx)
+}
+
+// Metadata is the checkpoint metadata that describes the model: format,
+// config, words and tags.
+func (m *Tagger) Metadata() map[string]string {
+	cfg, _ := json.Marshal(m.cfg)
+	words, _ := json.Marshal(m.words.Items())
+	tags, _ := json.Marshal(m.tags.Items())
+	return map[string]string{"format": TaggerFormat, "config": string(cfg), "words": string(words), "tags": string(tags)}
+}
+
+// Close frees the model's device memory.
+func (m *Tagger) Close() error {
+	var errs []error
+	if m.emb != nil {
+		errs = append(errs, m.emb.Close())
+	}
+	if m.rnn != nil {
+		errs = append(errs, m.rnn.Close())
+	}
+	if m.out != nil {
+		errs = append(errs, m.out.Close())
+	}
+	return errors.Join(errs...)
+}
