@@ -27,7 +27,10 @@
 // numbers per example. Malformed input is a *LineError with the file, the
 // line and the reason. Buckets groups examples of similar lengths into
 // batches (sorted within pools of batches, seeded per epoch, an optional
-// token budget), and Padding says what fraction of a batching is padding.
+// token budget), Padding says what fraction of a batching is padding,
+// Collate lays a batch out time-major with its lengths and labels
+// (IgnoreLabel at padding), and a SeqLoader delivers those batches to a
+// device through a staging ring and a copy stream, from any Position.
 //
 // # Batches
 //

@@ -1,0 +1,360 @@
+package loader
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"iter"
+	"sync"
+
+	"github.com/gocurrent/gocurrent/device"
+)
+
+// SeqConfig says how a SeqLoader batches a labelled dataset.
+type SeqConfig struct {
+	// Bucket groups the examples into batches (Batch is required).
+	Bucket BucketConfig
+	// Epochs is the number of passes; 0 means no end.
+	Epochs int
+	// Prefetch is the number of batches prepared ahead of the one the
+	// consumer holds; 0 means 2. The ring of Prefetch+1 staging buffers
+	// and device batches is allocated once.
+	Prefetch int
+}
+
+// SeqBatch is one batch of labelled sequences resident on the device,
+// with its host copy. Its device buffers belong to the loader, valid
+// while the loop body runs (as Batch's).
+type SeqBatch struct {
+	// Tokens is [Seq, Rows] device.Int32, time-major, PadID past a row's
+	// length; Labels is [Seq, Rows] (tagging, IgnoreLabel past a row's
+	// length) or [Rows]; Lengths is [Rows].
+	Tokens, Labels, Lengths device.Buffer
+	// Host is the batch as collated on the host: its Lengths are what
+	// rnn's ForwardLengths takes and its Real the tokens a loss counts.
+	Host HostBatch
+	// Epoch and Index place the batch in its epoch; Next is the position
+	// after it, which a checkpoint saves to resume there.
+	Epoch int
+	Index int64
+	Next  Position
+}
+
+// SeqLoader delivers the batches of a Dataset to a device: a producer
+// goroutine reads each batch's examples from disk, collates them into a
+// staging buffer and copies them on a copy stream the compute stream
+// waits on; one iteration runs at a time.
+type SeqLoader struct {
+	dev    device.Device
+	data   *Dataset
+	cfg    SeqConfig
+	copy   device.Stream
+	slots  []seqSlot
+	cap    int // tokens a slot holds: Seq·Rows at most
+	epochs map[int][][]int32
+
+	mu      sync.Mutex
+	running bool
+	closed  bool
+	stop    context.CancelFunc
+}
+
+type seqSlot struct {
+	host             device.HostBuffer
+	dev              device.Buffer
+	copied, released device.Event
+}
+
+// NewSeqLoader makes a loader of data's batches onto d.
+func NewSeqLoader(d device.Device, data *Dataset, cfg SeqConfig) (*SeqLoader, error) {
+	if d == nil || data == nil {
+		return nil, errors.New("loader: NewSeqLoader needs a device and a dataset")
+	}
+	b, err := cfg.Bucket.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Epochs < 0 || cfg.Prefetch < 0 {
+		return nil, fmt.Errorf("loader: Epochs %d, Prefetch %d; neither may be negative", cfg.Epochs, cfg.Prefetch)
+	}
+	if cfg.Prefetch == 0 {
+		cfg.Prefetch = 2
+	}
+	cfg.Bucket = b
+	longest := 0
+	for i := range data.Len() {
+		longest = max(longest, data.Length(i))
+	}
+	l := &SeqLoader{dev: d, data: data, cfg: cfg, cap: b.Batch * longest, epochs: map[int][][]int32{}}
+	if b.MaxTokens > 0 {
+		l.cap = min(l.cap, max(b.MaxTokens, longest))
+	}
+	if l.copy, err = d.NewStream(); err != nil {
+		return nil, fmt.Errorf("loader: copy stream: %w", err)
+	}
+	bytes := int64(2*l.cap+b.Batch) * 4
+	created, err := d.Stream().Record()
+	for range cfg.Prefetch + 1 {
+		if err != nil {
+			break
+		}
+		var s seqSlot
+		if s.host, err = d.Staging(bytes); err == nil {
+			if s.dev, err = d.Alloc(bytes); err != nil {
+				err = errors.Join(err, d.FreeStaging(s.host))
+			}
+		}
+		s.released = created
+		if err == nil {
+			l.slots = append(l.slots, s)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loader: staging ring: %w", errors.Join(err, l.free()))
+	}
+	return l, nil
+}
+
+// batches is epoch's batches, computed once.
+func (l *SeqLoader) batches(epoch int) [][]int32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	bs, ok := l.epochs[epoch]
+	if !ok {
+		bs, _ = Buckets(l.data.lengths, l.cfg.Bucket, epoch) // the config was checked
+		// Keep the epochs the consumer and the producer, a few batches
+		// ahead, are in.
+		for e := range l.epochs {
+			if e < epoch-1 || e > epoch+1 {
+				delete(l.epochs, e)
+			}
+		}
+		l.epochs[epoch] = bs
+	}
+	return bs
+}
+
+// PerEpoch is the number of batches of epoch (with a token budget it
+// varies from epoch to epoch).
+func (l *SeqLoader) PerEpoch(epoch int) int64 { return int64(len(l.batches(epoch))) }
+
+// Padding is the fraction of padded positions in epoch's batches.
+func (l *SeqLoader) Padding(epoch int) float64 { return Padding(l.data.lengths, l.batches(epoch)) }
+
+func (l *SeqLoader) next(pos Position) Position {
+	pos.Batch++
+	if pos.Batch >= l.PerEpoch(pos.Epoch) {
+		pos.Epoch, pos.Batch = pos.Epoch+1, 0
+	}
+	return pos
+}
+
+type seqResult struct {
+	slot   int
+	pos    Position
+	hb     HostBatch
+	copied device.Event
+	err    error
+}
+
+// Batches iterates over the batches from position from (the zero Position
+// is the start) to the end of the configured epochs, or until the consumer
+// stops, ctx is cancelled (the last pair carries ctx's error) or the
+// loader is closed (ErrClosed).
+func (l *SeqLoader) Batches(ctx context.Context, from Position) iter.Seq2[SeqBatch, error] {
+	return func(yield func(SeqBatch, error) bool) {
+		if from.Epoch < 0 || from.Batch < 0 || from.Batch >= l.PerEpoch(from.Epoch) {
+			yield(SeqBatch{}, fmt.Errorf("loader: position %+v is outside epoch %d's %d batches", from, from.Epoch, l.PerEpoch(from.Epoch)))
+			return
+		}
+		l.mu.Lock()
+		switch {
+		case l.closed:
+			l.mu.Unlock()
+			yield(SeqBatch{}, errClosed)
+			return
+		case l.running:
+			l.mu.Unlock()
+			yield(SeqBatch{}, errors.New("loader: Batches is already running; one iteration at a time"))
+			return
+		}
+		ctx, l.stop = context.WithCancel(ctx)
+		l.running = true
+		l.mu.Unlock()
+
+		free := make(chan int, len(l.slots))
+		for i := range l.slots {
+			free <- i
+		}
+		ready := make(chan seqResult, len(l.slots))
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go l.produce(ctx, from, free, ready, &wg)
+		listening, err := l.consume(ctx, free, ready, yield)
+		l.mu.Lock()
+		l.stop()
+		l.mu.Unlock()
+		wg.Wait()
+		var errs []error
+		for i := range l.slots {
+			if ev := l.slots[i].copied; ev != nil {
+				errs = append(errs, ev.Wait())
+			}
+		}
+		l.mu.Lock()
+		l.running = false
+		if l.closed {
+			errs = append(errs, l.free())
+		}
+		l.mu.Unlock()
+		if endErr := errors.Join(errs...); endErr != nil {
+			err = errors.Join(err, fmt.Errorf("loader: ending the iteration: %w", endErr))
+		}
+		if err != nil && listening {
+			yield(SeqBatch{}, err)
+		}
+	}
+}
+
+// produce collates the batches from pos on into free slots and copies
+// them to the device, in order.
+func (l *SeqLoader) produce(ctx context.Context, pos Position, free <-chan int, ready chan<- seqResult, wg *sync.WaitGroup) {
+	defer wg.Done()
+	defer close(ready)
+	for l.cfg.Epochs == 0 || pos.Epoch < l.cfg.Epochs {
+		var i int
+		select {
+		case i = <-free:
+		case <-ctx.Done():
+			return
+		}
+		r := seqResult{slot: i, pos: pos}
+		r.hb, r.err = Collate(l.data, l.batches(pos.Epoch)[pos.Batch])
+		s := &l.slots[i]
+		if r.err == nil && s.copied != nil {
+			r.err = s.copied.Wait()
+		}
+		if r.err == nil {
+			l.stage(s, r.hb)
+			if r.err = l.copy.Wait(s.released); r.err == nil {
+				r.copied, r.err = l.dev.CopyToDevice(s.dev, s.host, l.copy)
+				s.copied = r.copied
+			}
+		}
+		if r.err != nil {
+			r.err = fmt.Errorf("loader: batch %d of epoch %d: %w", pos.Batch, pos.Epoch, r.err)
+		}
+		ready <- r // room for every slot: never blocks
+		if r.err != nil {
+			return
+		}
+		pos = l.next(pos)
+	}
+}
+
+// stage writes a collated batch into a slot's staging buffer: tokens,
+// labels, lengths, each at a fixed offset.
+func (l *SeqLoader) stage(s *seqSlot, hb HostBatch) {
+	b := s.host.Bytes()
+	put := func(off int, v []int32) {
+		for k, x := range v {
+			binary.LittleEndian.PutUint32(b[4*(off+k):], uint32(x))
+		}
+	}
+	put(0, hb.Tokens)
+	put(l.cap, hb.Labels)
+	put(2*l.cap, hb.Lengths)
+}
+
+// consume hands the batches to yield in order; it returns whether the
+// consumer still listens and the error that ended the iteration, not yet
+// yielded (nil when the epochs ended or the consumer stopped).
+func (l *SeqLoader) consume(ctx context.Context, free chan<- int, ready <-chan seqResult, yield func(SeqBatch, error) bool) (bool, error) {
+	compute := l.dev.Stream()
+	for {
+		var r seqResult
+		var open bool
+		select {
+		case r, open = <-ready:
+			if !open {
+				if ctx.Err() != nil {
+					return true, l.stopped(ctx)
+				}
+				return true, nil
+			}
+		case <-ctx.Done():
+			return true, l.stopped(ctx)
+		}
+		if r.err == nil {
+			r.err = compute.Wait(r.copied)
+		}
+		if r.err != nil {
+			return true, r.err
+		}
+		s := &l.slots[r.slot]
+		hb := r.hb
+		n := hb.Seq * hb.Rows
+		labels := len(hb.Labels)
+		b := SeqBatch{Tokens: s.dev.Elems(device.Int32, 0, n), Labels: s.dev.Elems(device.Int32, l.cap, labels),
+			Lengths: s.dev.Elems(device.Int32, 2*l.cap, hb.Rows), Host: hb, Epoch: r.pos.Epoch, Index: r.pos.Batch, Next: l.next(r.pos)}
+		more := yield(b, nil)
+		released, err := compute.Record()
+		if err != nil {
+			return more, fmt.Errorf("loader: releasing a batch: %w", err)
+		}
+		s.released = released
+		free <- r.slot
+		if !more {
+			return false, nil
+		}
+	}
+}
+
+// stopped is why a cancelled iteration ended: Close or ctx.
+func (l *SeqLoader) stopped(ctx context.Context) error {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return errClosed
+	}
+	return ctx.Err()
+}
+
+// Close ends a running iteration (its consumer sees ErrClosed) and frees
+// the ring and the copy stream once no iteration runs.
+func (l *SeqLoader) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	if l.running {
+		l.stop()
+		return nil
+	}
+	return l.free()
+}
+
+func (l *SeqLoader) free() error {
+	var errs []error
+	for _, s := range l.slots {
+		if s.copied != nil {
+			errs = append(errs, s.copied.Wait())
+		}
+		if !s.dev.IsZero() {
+			errs = append(errs, l.dev.Free(s.dev))
+		}
+		if s.host.Len() > 0 {
+			errs = append(errs, l.dev.FreeStaging(s.host))
+		}
+	}
+	l.slots = nil
+	if l.copy != nil {
+		errs = append(errs, l.copy.Close())
+		l.copy = nil
+	}
+	return errors.Join(errs...)
+}
