@@ -85,14 +85,35 @@ type Loader struct {
 	stop    context.CancelFunc // ends the running iteration
 }
 
-// slot is one staging buffer and its device batch.
-type slot struct {
-	host device.HostBuffer // inputs then targets, 2·Seq·Rows int32
-	dev  device.Buffer     // the same on the device
+// ringSlot is one staging buffer of a loader's ring and its device batch.
+type ringSlot struct {
+	host device.HostBuffer
+	dev  device.Buffer // the same on the device
 	// copied is the event of the last copy out of host; released is the
 	// compute stream's event after the consumer returned the batch.
 	copied, released device.Event
-	ready            chan result // the producer's report for the slot's batch
+}
+
+// free waits for the slot's last copy and frees its buffers.
+func (s *ringSlot) free(d device.Device) []error {
+	var errs []error
+	if s.copied != nil {
+		errs = append(errs, s.copied.Wait())
+	}
+	if !s.dev.IsZero() {
+		errs = append(errs, d.Free(s.dev))
+	}
+	if s.host.Len() > 0 {
+		errs = append(errs, d.FreeStaging(s.host))
+	}
+	return errs
+}
+
+// slot is one staging buffer (inputs then targets, 2·Seq·Rows int32) and
+// its device batch.
+type slot struct {
+	ringSlot
+	ready chan result // the producer's report for the slot's batch
 }
 
 // result is a filled and copied slot, or why it failed.
@@ -439,16 +460,8 @@ func (l *Loader) Close() error {
 // free returns the ring's memory and closes the copy stream.
 func (l *Loader) free() error {
 	var errs []error
-	for _, s := range l.slots {
-		if s.copied != nil {
-			errs = append(errs, s.copied.Wait())
-		}
-		if !s.dev.IsZero() {
-			errs = append(errs, l.dev.Free(s.dev))
-		}
-		if s.host.Len() > 0 {
-			errs = append(errs, l.dev.FreeStaging(s.host))
-		}
+	for i := range l.slots {
+		errs = append(errs, l.slots[i].free(l.dev)...)
 	}
 	l.slots = nil
 	if l.copy != nil {

@@ -60,11 +60,9 @@ type SeqLoader struct {
 	stop    context.CancelFunc
 }
 
-type seqSlot struct {
-	host             device.HostBuffer
-	dev              device.Buffer
-	copied, released device.Event
-}
+// seqSlot is a ring slot: tokens, labels (cap int32 each) and lengths
+// (Batch int32).
+type seqSlot = ringSlot
 
 // NewSeqLoader makes a loader of data's batches onto d.
 func NewSeqLoader(d device.Device, data *Dataset, cfg SeqConfig) (*SeqLoader, error) {
@@ -340,16 +338,8 @@ func (l *SeqLoader) Close() error {
 
 func (l *SeqLoader) free() error {
 	var errs []error
-	for _, s := range l.slots {
-		if s.copied != nil {
-			errs = append(errs, s.copied.Wait())
-		}
-		if !s.dev.IsZero() {
-			errs = append(errs, l.dev.Free(s.dev))
-		}
-		if s.host.Len() > 0 {
-			errs = append(errs, l.dev.FreeStaging(s.host))
-		}
+	for i := range l.slots {
+		errs = append(errs, l.slots[i].free(l.dev)...)
 	}
 	l.slots = nil
 	if l.copy != nil {

@@ -169,15 +169,36 @@ func (m *CharRNN) Forward(mode rnn.Mode, ids device.Buffer, seq, rows int, st tr
 
 // Backward implements train.Model.
 func (m *CharRNN) Backward(dLogits device.Buffer) error {
-	dy, err := m.out.Backward(dLogits)
+	return backwardChain(m.emb, m.rnn, m.out, dLogits)
+}
+
+// backwardChain differentiates embedding -> stack -> output layer, given
+// the gradient with respect to the logits.
+func backwardChain(emb *rnn.Embedding, r recurrent, out *rnn.Linear, dLogits device.Buffer) error {
+	dy, err := out.Backward(dLogits)
 	if err != nil {
 		return err
 	}
-	dx, err := m.rnn.Backward(dy)
+	dx, err := r.Backward(dy)
 	if err != nil {
 		return err
 	}
-	return m.emb.Backward(dx)
+	return emb.Backward(dx)
+}
+
+// closeChain closes the layers of a model that were built.
+func closeChain(emb *rnn.Embedding, r recurrent, out *rnn.Linear) error {
+	var errs []error
+	if emb != nil {
+		errs = append(errs, emb.Close())
+	}
+	if r != nil {
+		errs = append(errs, r.Close())
+	}
+	if out != nil {
+		errs = append(errs, out.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // RandomState implements train.RandomModel: the seed and offset of the
@@ -207,19 +228,7 @@ func (m *CharRNN) Metadata() map[string]string {
 
 // Close frees the model's device memory. The model must not be used
 // afterwards.
-func (m *CharRNN) Close() error {
-	var errs []error
-	if m.emb != nil {
-		errs = append(errs, m.emb.Close())
-	}
-	if m.rnn != nil {
-		errs = append(errs, m.rnn.Close())
-	}
-	if m.out != nil {
-		errs = append(errs, m.out.Close())
-	}
-	return errors.Join(errs...)
-}
+func (m *CharRNN) Close() error { return closeChain(m.emb, m.rnn, m.out) }
 
 // LoadCharRNN builds the char-RNN a checkpoint describes (its format,
 // config and vocab metadata) on d and loads its weights; the file may

@@ -137,15 +137,7 @@ func (m *Tagger) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int, len
 // Backward differentiates the training Forward, given the gradient with
 // respect to its logits, adding into the parameters' gradients.
 func (m *Tagger) Backward(dLogits device.Buffer) error {
-	dy, err := m.out.Backward(dLogits)
-	if err != nil {
-		return err
-	}
-	dx, err := m.rnn.Backward(dy)
-	if err != nil {
-		return err
-	}
-	return m.emb.Backward(dx)
+	return backwardChain(m.emb, m.rnn, m.out, dLogits)
 }
 
 // Metadata is the checkpoint metadata that describes the model: format,
@@ -158,16 +150,4 @@ func (m *Tagger) Metadata() map[string]string {
 }
 
 // Close frees the model's device memory.
-func (m *Tagger) Close() error {
-	var errs []error
-	if m.emb != nil {
-		errs = append(errs, m.emb.Close())
-	}
-	if m.rnn != nil {
-		errs = append(errs, m.rnn.Close())
-	}
-	if m.out != nil {
-		errs = append(errs, m.out.Close())
-	}
-	return errors.Join(errs...)
-}
+func (m *Tagger) Close() error { return closeChain(m.emb, m.rnn, m.out) }
