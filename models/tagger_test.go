@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"gorgonia.org/tensor"
-
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/loader"
@@ -79,20 +77,7 @@ func TestTaggerAgreesWithTorch(t *testing.T) {
 				Bidirectional: c.Bidirectional, DType: device.Float64}, words, tags, 1)
 			check(t, err)
 			defer m.Close()
-			n := 0
-			for _, g := range m.Groups() {
-				for q := range g.Params.All() {
-					v, ok := c.Params[g.Name+"."+q.Name]
-					if !ok {
-						t.Fatalf("%s.%s is not in PyTorch's state dict", g.Name, q.Name)
-					}
-					check(t, g.Params.SetValue(q.Name, tensor.New(tensor.WithShape(v.Shape...), tensor.WithBacking(v.Data))))
-					n++
-				}
-			}
-			if n != len(c.Params) {
-				t.Fatalf("the tagger has %d parameters, PyTorch's %d", n, len(c.Params))
-			}
+			setParams(t, m.Groups(), c)
 			T, B := c.Seq, c.Batch
 			tokens, labels := upInt32(t, d, c.Tokens), upInt32(t, d, c.Labels)
 			ce, err := rnn.NewCrossEntropyConfig(d, rnn.CrossEntropyConfig{Classes: c.Tags, DType: device.Float64, Ignore: true, IgnoreIndex: loader.IgnoreLabel})
@@ -112,43 +97,13 @@ func TestTaggerAgreesWithTorch(t *testing.T) {
 			if e := math.Abs(loss-c.Loss) / math.Abs(c.Loss); !(e <= taggerTol) {
 				t.Errorf("loss %v, PyTorch %v (relative error %.3g)", loss, c.Loss, e)
 			}
-			right := 0
-			for i, l := range c.Labels {
-				if l < 0 {
-					continue
-				}
-				row := lg[i*c.Tags : (i+1)*c.Tags]
-				best := 0
-				for k := range row {
-					if row[k] > row[best] {
-						best = k
-					}
-				}
-				if int32(best) == l {
-					right++
-				}
-			}
-			if acc := float64(right) / float64(real); acc != c.Accuracy {
+			if acc := argmaxAccuracy(lg, c.Tags, c.Labels); acc != c.Accuracy {
 				t.Errorf("accuracy %v, PyTorch %v", acc, c.Accuracy)
 			}
 			dl, err := ce.Backward()
 			check(t, err)
 			check(t, m.Backward(dl))
-			for _, g := range m.Groups() {
-				for q := range g.Params.All() {
-					got, err := g.Params.Grad(q.Name)
-					check(t, err)
-					want := c.GradParams[g.Name+"."+q.Name].Data
-					gv := got.Data().([]float64)
-					worst := 0.0
-					for i := range want {
-						worst = math.Max(worst, math.Abs(gv[i]-want[i])/math.Max(1, math.Abs(want[i])))
-					}
-					if !(worst <= taggerTol) {
-						t.Errorf("grad %s.%s off by %.3g", g.Name, q.Name, worst)
-					}
-				}
-			}
+			checkGrads(t, m.Groups(), c)
 			meta := m.Metadata()
 			if meta["format"] != models.TaggerFormat || !strings.Contains(meta["config"], `"bidirectional":`+fmt.Sprint(c.Bidirectional)) {
 				t.Errorf("metadata %v", meta)

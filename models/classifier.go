@@ -1,0 +1,246 @@
+package models
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/loader"
+	"github.com/gocurrent/gocurrent/rnn"
+	"github.com/gocurrent/gocurrent/train"
+)
+
+// ClassifierConfig is a sequence classifier's shape: PyTorch's
+// nn.Embedding(V, Embed) -> nn.LSTM or nn.GRU(Embed, Hidden, Layers,
+// dropout=Dropout, bidirectional=Bidirectional) over packed sequences ->
+// pooling -> nn.Linear(Hidden·directions, classes).
+type ClassifierConfig struct {
+	Cell          string  `json:"cell"`
+	Embed         int     `json:"embed"`
+	Hidden        int     `json:"hidden"`
+	Layers        int     `json:"layers"`
+	Bidirectional bool    `json:"bidirectional"`
+	Dropout       float64 `json:"dropout"`
+	// Pool is how a sequence becomes one vector: "last" (the default),
+	// the top layer's final states, cat(h_n[-2], h_n[-1]) in PyTorch's
+	// terms when bidirectional: the forward direction after each
+	// sequence's last token and the reverse one after its first. (Mean and
+	// max over the real positions are not built yet.)
+	Pool string `json:"pool"`
+	// DType is the parameters' type: Float32 (0) or Float64; not recorded.
+	DType device.DType `json:"-"`
+}
+
+func (c ClassifierConfig) validate() error {
+	switch {
+	case c.Cell != "lstm" && c.Cell != "gru":
+		return fmt.Errorf("models: classifier cell %q, want lstm or gru", c.Cell)
+	case c.Embed <= 0 || c.Hidden <= 0 || c.Layers <= 0:
+		return fmt.Errorf("models: classifier embed %d, hidden %d, layers %d; each must be > 0", c.Embed, c.Hidden, c.Layers)
+	case !(c.Dropout >= 0 && c.Dropout < 1):
+		return fmt.Errorf("models: classifier dropout %v, want [0, 1)", c.Dropout)
+	case c.Pool != "" && c.Pool != "last":
+		return fmt.Errorf("models: classifier pooling %q: only \"last\" is built yet", c.Pool)
+	}
+	return nil
+}
+
+// Classifier labels whole sequences (of words, or of a text's characters):
+// embedding, a recurrent stack over each sequence's own length, the
+// final states pooled, a linear layer. Its parameter groups are "emb",
+// "rnn" and "out", PyTorch's names. It is not safe for concurrent use.
+type Classifier struct {
+	cfg    ClassifierConfig
+	tokens *loader.Words
+	labels *loader.Labels
+	emb    *rnn.Embedding
+	rnn    recurrent
+	out    *rnn.Linear
+	dev    device.Device
+
+	st   *rnn.State // for the last batch size
+	feat scratch    // [rows, dirs·H]: the pooled states
+	zero scratch    // zeros: the gradient of the unused outputs
+	seq  int        // the training forward's steps, for Backward
+}
+
+// scratch is a device buffer grown on demand; get with zero fills a fresh
+// one with zeros.
+type scratch struct {
+	buf device.Buffer
+}
+
+func (s *scratch) get(d device.Device, dt device.DType, n int, zero bool) (device.Buffer, error) {
+	if s.buf.IsZero() || s.buf.Len() < int64(n)*dt.Size() {
+		if !s.buf.IsZero() {
+			if err := d.Free(s.buf); err != nil {
+				return device.Buffer{}, err
+			}
+			s.buf = device.Buffer{}
+		}
+		b, err := d.Alloc(int64(n) * dt.Size())
+		if err != nil {
+			return device.Buffer{}, err
+		}
+		s.buf = b
+		if zero {
+			if err := d.Kernels().Fill(device.Fill{DType: dt, N: n, X: b}); err != nil {
+				return device.Buffer{}, err
+			}
+		}
+	}
+	return s.buf.Elems(dt, 0, n), nil
+}
+
+// NewClassifier builds a classifier on d over the token and label
+// vocabularies, its parameters drawn with PyTorch's initialisation from
+// seed.
+func NewClassifier(d device.Device, cfg ClassifierConfig, tokens *loader.Words, labels *loader.Labels, seed uint64) (_ *Classifier, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if tokens == nil || labels == nil {
+		return nil, errors.New("models: a classifier needs token and label vocabularies")
+	}
+	if cfg.Pool == "" {
+		cfg.Pool = "last"
+	}
+	if cfg.DType == 0 {
+		cfg.DType = device.Float32
+	}
+	m := &Classifier{cfg: cfg, tokens: tokens, labels: labels, dev: d}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, m.Close())
+		}
+	}()
+	if m.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: tokens.Len(), Dim: cfg.Embed, DType: cfg.DType, Seed: seed*3 + 1}); err != nil {
+		return nil, fmt.Errorf("models: classifier embedding: %w", err)
+	}
+	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout, Bidirectional: cfg.Bidirectional,
+		DType: cfg.DType, Seed: seed*3 + 2}
+	if m.rnn, err = newRecurrent(d, cfg.Cell, rc); err != nil {
+		return nil, fmt.Errorf("models: classifier %s stack: %w", strings.ToUpper(cfg.Cell), err)
+	}
+	if m.out, err = rnn.NewLinear(d, rnn.LinearConfig{In: m.directions() * cfg.Hidden, Out: labels.Len(), DType: cfg.DType, Seed: seed*3 + 3}); err != nil {
+		return nil, fmt.Errorf("models: classifier output layer: %w", err)
+	}
+	return m, nil
+}
+
+func (m *Classifier) directions() int {
+	if m.cfg.Bidirectional {
+		return 2
+	}
+	return 1
+}
+
+// Config is the model's shape.
+func (m *Classifier) Config() ClassifierConfig { return m.cfg }
+
+// Groups are the parameter groups: "emb", "rnn", "out".
+func (m *Classifier) Groups() []train.Group {
+	return []train.Group{{Name: "emb", Params: m.emb.Params()}, {Name: "rnn", Params: m.rnn.Params()}, {Name: "out", Params: m.out.Params()}}
+}
+
+// state is a zero state for rows sequences, detached.
+func (m *Classifier) state(rows int) (*rnn.State, error) {
+	if m.st != nil && m.st.Batch() != rows {
+		if err := m.st.Free(); err != nil {
+			return nil, err
+		}
+		m.st = nil
+	}
+	if m.st == nil {
+		st, err := m.rnn.NewState(rows)
+		if err != nil {
+			return nil, err
+		}
+		m.st = st
+		return st, nil
+	}
+	return m.st, m.st.Reset()
+}
+
+// Forward returns the class logits of a batch of sequences, [rows,
+// classes]: tokens are [seq, rows] ids (as loader.Collate lays them out),
+// sequence r of length lengths[r].
+func (m *Classifier) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int, lengths []int32) (device.Buffer, error) {
+	dt, H, D := m.cfg.DType, m.cfg.Hidden, m.directions()
+	x, err := m.emb.Forward(mode, tokens, seq*rows)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	st, err := m.state(rows)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	if _, err := m.rnn.ForwardLengths(mode, x, seq, rows, lengths, st); err != nil {
+		return device.Buffer{}, err
+	}
+	feat, err := m.feat.get(m.dev, dt, rows*D*H, false)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	// The top layer's final states, one direction after the other in each
+	// row.
+	k := m.dev.Kernels()
+	for d := range D {
+		top := st.H().Elems(dt, ((m.cfg.Layers-1)*D+d)*rows*H, rows*H)
+		if err := k.GatherSeq(device.GatherSeq{DType: dt, T: 1, B: rows, Cols: H, X: top,
+			Y: feat.Elems(dt, d*H, rows*D*H-d*H), LdY: D * H}); err != nil {
+			return device.Buffer{}, err
+		}
+	}
+	if mode == rnn.Train {
+		m.seq = seq
+	}
+	return m.out.Forward(mode, feat, rows)
+}
+
+// Backward differentiates the training Forward, given the gradient with
+// respect to its logits, adding into the parameters' gradients.
+func (m *Classifier) Backward(dLogits device.Buffer) error {
+	dt, H, D := m.cfg.DType, m.cfg.Hidden, m.directions()
+	dfeat, err := m.out.Backward(dLogits)
+	if err != nil {
+		return err
+	}
+	st := m.st
+	rows := st.Batch()
+	k := m.dev.Kernels()
+	// The pooled gradient is the gradient with respect to the final
+	// states; the forward zeroed the state's gradients, the other layers'
+	// stay zero.
+	for d := range D {
+		top := st.GradH().Elems(dt, ((m.cfg.Layers-1)*D+d)*rows*H, rows*H)
+		if err := k.GatherSeq(device.GatherSeq{DType: dt, T: 1, B: rows, Cols: H, X: dfeat.Elems(dt, d*H, rows*D*H-d*H), LdX: D * H, Y: top}); err != nil {
+			return err
+		}
+	}
+	// The outputs are not used: their gradient is zero.
+	dy, err := m.zero.get(m.dev, dt, m.seq*rows*D*H, true)
+	if err != nil {
+		return err
+	}
+	dx, err := m.rnn.Backward(dy)
+	if err != nil {
+		return err
+	}
+	return m.emb.Backward(dx)
+}
+
+// Close frees the model's device memory.
+func (m *Classifier) Close() error {
+	errs := []error{closeChain(m.emb, m.rnn, m.out)}
+	if m.st != nil {
+		errs = append(errs, m.st.Free())
+	}
+	for _, s := range []*scratch{&m.feat, &m.zero} {
+		if !s.buf.IsZero() {
+			errs = append(errs, m.dev.Free(s.buf))
+		}
+	}
+	return errors.Join(errs...)
+}
