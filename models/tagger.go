@@ -151,3 +151,47 @@ func (m *Tagger) Metadata() map[string]string {
 
 // Close frees the model's device memory.
 func (m *Tagger) Close() error { return closeChain(m.emb, m.rnn, m.out) }
+
+// LoadTagger builds the tagger a checkpoint describes (its format, config,
+// words and tags metadata) on d and loads its weights. Metadata that is
+// missing, of another format or inconsistent is an error wrapping
+// train.ErrMismatch; a damaged file, one wrapping train.ErrCorrupt.
+func LoadTagger(d device.Device, path string) (*Tagger, *train.Checkpoint, error) {
+	ck, err := train.ReadCheckpoint(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	meta := ck.Metadata()
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("models: %s: %w: %s", path, train.ErrMismatch, fmt.Sprintf(format, args...))
+	}
+	if f := meta["format"]; f != TaggerFormat {
+		return nil, nil, bad("format %q, want %q", f, TaggerFormat)
+	}
+	var cfg TaggerConfig
+	var words, tags []string
+	for _, part := range []struct {
+		key string
+		v   any
+	}{{"config", &cfg}, {"words", &words}, {"tags", &tags}} {
+		if err := json.Unmarshal([]byte(meta[part.key]), part.v); err != nil {
+			return nil, nil, bad("%s metadata: %v", part.key, err)
+		}
+	}
+	wv, err := loader.NewWords(words)
+	if err != nil {
+		return nil, nil, bad("%v", err)
+	}
+	tv, err := loader.NewLabels(tags)
+	if err != nil {
+		return nil, nil, bad("%v", err)
+	}
+	m, err := NewTagger(d, cfg, wv, tv, 0)
+	if err != nil {
+		return nil, nil, bad("%v", err)
+	}
+	if err := ck.LoadWeights(d, m.Groups()); err != nil {
+		return nil, nil, errors.Join(err, m.Close())
+	}
+	return m, ck, nil
+}

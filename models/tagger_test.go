@@ -2,9 +2,12 @@ package models_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/models"
 	"github.com/gocurrent/gocurrent/rnn"
+	"github.com/gocurrent/gocurrent/train"
 )
 
 // taggerTol: float64 on both sides, the same operations in other orders
@@ -125,5 +129,114 @@ func check(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A tagger saved with its metadata loads back with the same shape,
+// vocabularies and weights; a char-RNN checkpoint is not a tagger.
+func TestTaggerSaveLoad(t *testing.T) {
+	d := testdevice.Open(t)
+	words, err := loader.NewWords([]string{"<pad>", "<unk>", "the", "cat"})
+	check(t, err)
+	tags, err := loader.NewLabels([]string{"DET", "NOUN"})
+	check(t, err)
+	cfg := models.TaggerConfig{Cell: "gru", Embed: 4, Hidden: 3, Layers: 2, Bidirectional: true}
+	m, err := models.NewTagger(d, cfg, words, tags, 7)
+	check(t, err)
+	defer m.Close()
+	path := filepath.Join(t.TempDir(), "tagger.safetensors")
+	check(t, train.SaveWeights(path, d, m.Groups(), m.Metadata()))
+	back, _, err := models.LoadTagger(d, path)
+	check(t, err)
+	defer back.Close()
+	if back.Config() != m.Config() || !slices.Equal(back.Words().Items(), words.Items()) || !slices.Equal(back.Tags().Items(), tags.Items()) {
+		t.Errorf("loaded %+v %v %v, saved %+v %v %v", back.Config(), back.Words().Items(), back.Tags().Items(), cfg, words.Items(), tags.Items())
+	}
+	for i, g := range m.Groups() {
+		for q := range g.Params.All() {
+			a, err := g.Params.Value(q.Name)
+			check(t, err)
+			b, err := back.Groups()[i].Params.Value(q.Name)
+			check(t, err)
+			if !slices.Equal(a.Data().([]float32), b.Data().([]float32)) {
+				t.Errorf("%s.%s differs after the round trip", g.Name, q.Name)
+			}
+		}
+	}
+	if _, _, err := models.LoadTagger(d, "testdata/torch_lstm.safetensors"); !errors.Is(err, train.ErrMismatch) {
+		t.Errorf("loading a char-RNN checkpoint as a tagger: %v, want ErrMismatch", err)
+	}
+}
+
+// The loss of a step is the mean over all its real tokens, so two
+// micro-batches, each summed at 1/(the step's real tokens), give the
+// gradients of the one batch that holds both (the accumulation contract
+// for variable-length batches: -batch 8 -accum 4 as -batch 32), within the
+// rounding of sums grouped differently (float64: aloneTol's budget).
+func TestTaggerAccumulation(t *testing.T) {
+	d := testdevice.Open(t)
+	items := []string{"<pad>", "<unk>"}
+	for i := range 10 {
+		items = append(items, fmt.Sprint("w", i))
+	}
+	words, err := loader.NewWords(items)
+	check(t, err)
+	tags, err := loader.NewLabels([]string{"A", "B", "C"})
+	check(t, err)
+	m, err := models.NewTagger(d, models.TaggerConfig{Cell: "lstm", Embed: 4, Hidden: 5, Layers: 2, Bidirectional: true, DType: device.Float64}, words, tags, 3)
+	check(t, err)
+	defer m.Close()
+	ce, err := rnn.NewCrossEntropyConfig(d, rnn.CrossEntropyConfig{Classes: 3, DType: device.Float64, Ignore: true, IgnoreIndex: loader.IgnoreLabel})
+	check(t, err)
+	defer ce.Close()
+	// Four sentences of lengths 5, 2, 4, 1, padded to 5, time-major.
+	lengths := []int32{5, 2, 4, 1}
+	const T = 5
+	tok := func(rows []int) ([]int32, []int32, []int32) {
+		var ids, labs, lens []int32
+		for t := range T {
+			for _, r := range rows {
+				if t < int(lengths[r]) {
+					ids, labs = append(ids, int32(2+(3*r+t)%10)), append(labs, int32((r+t)%3))
+				} else {
+					ids, labs = append(ids, loader.PadID), append(labs, loader.IgnoreLabel)
+				}
+			}
+		}
+		for _, r := range rows {
+			lens = append(lens, lengths[r])
+		}
+		return ids, labs, lens
+	}
+	real := 5 + 2 + 4 + 1
+	grads := func(parts [][]int) []float64 {
+		for _, g := range m.Groups() {
+			check(t, g.Params.ZeroGrad())
+		}
+		for _, rows := range parts {
+			ids, labs, lens := tok(rows)
+			logits, err := m.Forward(rnn.Train, upInt32(t, d, ids), T, len(rows), lens)
+			check(t, err)
+			check(t, ce.ForwardSum(rnn.Train, logits, upInt32(t, d, labs), T*len(rows), 1/float64(real)))
+			dl, err := ce.Backward()
+			check(t, err)
+			check(t, m.Backward(dl))
+		}
+		var all []float64
+		for _, g := range m.Groups() {
+			_, gb := g.Params.Flat()
+			v := make([]float64, g.Params.Len())
+			check(t, device.DownloadSlice(d, v, gb))
+			all = append(all, v...)
+		}
+		return all
+	}
+	one, two := grads([][]int{{0, 1, 2, 3}}), grads([][]int{{0, 1}, {2, 3}})
+	worst := 0.0
+	for i := range one {
+		worst = math.Max(worst, math.Abs(one[i]-two[i])/math.Max(1, math.Abs(one[i])))
+	}
+	if !(worst <= 1e-12) {
+		t.Errorf("two micro-batches' gradients differ from the whole batch's by %.3g", worst)
 	}
 }
