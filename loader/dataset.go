@@ -42,7 +42,9 @@ func NewWords(items []string) (*Words, error) {
 	return w, nil
 }
 
-// ID is s's id, UnknownID for a string outside the vocabulary.
+// ID is s's id, UnknownID for a string outside the vocabulary; a word that
+// is literally "<pad>" or "<unk>" reads as unknown too, so that text never
+// becomes padding.
 func (w *Words) ID(s string) int32 {
 	if id, ok := w.ids[s]; ok && id > UnknownID {
 		return id
