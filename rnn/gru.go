@@ -58,16 +58,8 @@ func (gruCell) forwardStep(q *queue, lp *layerPass, t int) {
 		BiasIH: w.bih, BiasHH: w.bhh, HPrev: lp.hIn(t), H: lp.hOut(t), Act: act}))
 }
 
-// beginBackward: with lengths the pre-activation gradients start at zero,
-// so that padded positions, which no step writes, add nothing to the
-// weights' gradients.
-func (gruCell) beginBackward(q *queue, lp *layerPass, lg *layerGrads) {
+func (gruCell) beginBackward(_ *queue, _ *layerPass, lg *layerGrads) {
 	lg.dPre, lg.dHPre = lg.dxp, lg.dhp
-	if lp.sh.varlen {
-		n := lp.T * lp.B * 3 * lp.H
-		q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: n, X: lg.dxp}))
-		q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: n, X: lg.dhp}))
-	}
 }
 
 func (gruCell) endBackward(*queue, *layerPass, *layerGrads) {}

@@ -57,10 +57,14 @@ type Config struct {
 // once per forward (batchShape): the rows still running at step t are then
 // a prefix of the step's rows, and every per-step kernel covers that
 // prefix only. A sequence's reverse walk starts at its own last step, with
-// its initial state; its forward walk's final state is taken after its own
-// last step. Padded positions of every sequence the stack keeps (inputs,
-// outputs, the gradients of the pre-activations) hold zeros, so the GEMMs
-// over all steps at once (input projection, weight gradients) need no mask.
+// its initial state (copied into the padded position the step reads); its
+// forward walk's final state is taken after its own last step. Padded
+// positions of the stack's own sequences are never read: the input
+// projection computes rows nobody reads, Backward's GEMMs over all steps
+// run on the running rows packed, and the caller's output and input
+// gradient are gathered with zeros at padded positions. Only the gradients
+// flowing into a layer's outputs (dh) start at zero there, where the
+// reverse walk adds up the gradients of the initial states.
 
 // stack is what LSTM and GRU share: the fused execution of L layers.
 type stack struct {
@@ -698,10 +702,6 @@ func (s *stack) forwardLayers(q *queue, p *pass, sh *batchShape, train bool, x d
 // and the final state.
 func (s *stack) forwardLayer(q *queue, lp *layerPass, l int, st *State) {
 	sh, H := lp.sh, lp.H
-	if sh.varlen {
-		// Padded positions of the output stay zero.
-		q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: (lp.T + 1) * lp.B * H, X: lp.b.hseq}))
-	}
 	s.initial(q, lp, st, l)
 	lp.pre = s.cell.projection(lp)
 	for j, part := range lp.in {
@@ -719,15 +719,6 @@ func (s *stack) forwardLayer(q *queue, lp *layerPass, l int, st *State) {
 			q.add(lp.k.Copy(device.Copy{Dst: lp.span(lp.p.hEnd, e0, e1, H), Src: lp.span(lp.hOut(t), e0, e1, H)}))
 			if !lp.p.cEnd.IsZero() {
 				q.add(lp.k.Copy(device.Copy{Dst: lp.span(lp.p.cEnd, e0, e1, H), Src: lp.span(lp.cOut(t), e0, e1, H)}))
-			}
-		}
-	}
-	if lp.dir == 1 && sh.varlen {
-		// The initial states copied into padded positions of the output
-		// are zeroed again; Backward puts them back.
-		for _, t := range lp.walk() {
-			if e0, e1 := lp.rows(t+1), lp.rows(t); e1 > e0 && t+1 < lp.T {
-				q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: (e1 - e0) * H, X: lp.span(lp.hIn(t), e0, e1, H)}))
 			}
 		}
 	}
@@ -1061,13 +1052,6 @@ func (s *stack) backwardLayer(q *queue, lp *layerPass, lg *layerGrads) {
 				q.add(lp.k.Axpby(device.Axpby{DType: lp.dt, N: (e1 - e0) * H, Alpha: 1, X: lp.span(lg.stH, e0, e1, H), Beta: 1,
 					Y: lp.span(lp.step(lg.dh, t, H), e0, e1, H)}))
 			}
-		}
-	}
-	if lp.dir == 1 && lp.sh.varlen {
-		// The initial states the forward zeroed in padded positions of the
-		// output, for the recurrent weights' gradient and the cells.
-		for _, t := range lp.walk() {
-			s.enter(q, lp, t)
 		}
 	}
 	s.cell.beginBackward(q, lp, lg)
