@@ -82,11 +82,9 @@ func newRecurrent(d device.Device, cell string, c rnn.Config) (recurrent, error)
 // parameter groups are "emb", "rnn" and "out", so its checkpoint tensors
 // carry PyTorch's names. It is not safe for concurrent use.
 type CharRNN struct {
+	chain
 	cfg   CharRNNConfig
 	vocab *loader.Vocab
-	emb   *rnn.Embedding
-	rnn   recurrent
-	out   *rnn.Linear
 }
 
 var _ train.RandomModel = (*CharRNN)(nil)
@@ -108,16 +106,9 @@ func NewCharRNN(d device.Device, cfg CharRNNConfig, vocab *loader.Vocab, seed ui
 			err = errors.Join(err, m.Close())
 		}
 	}()
-	// Three seeds from one, so the layers do not draw the same numbers.
-	if m.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: vocab.Len(), Dim: cfg.Embed, Seed: seed*3 + 1}); err != nil {
-		return nil, fmt.Errorf("models: char-RNN embedding: %w", err)
-	}
-	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout, Seed: seed*3 + 2}
-	if m.rnn, err = newRecurrent(d, cfg.Cell, rc); err != nil {
-		return nil, fmt.Errorf("models: char-RNN %s stack: %w", strings.ToUpper(cfg.Cell), err)
-	}
-	if m.out, err = rnn.NewLinear(d, rnn.LinearConfig{In: cfg.Hidden, Out: vocab.Len(), Seed: seed*3 + 3}); err != nil {
-		return nil, fmt.Errorf("models: char-RNN output layer: %w", err)
+	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout}
+	if err := m.build(d, "char-RNN", cfg.Cell, vocab.Len(), vocab.Len(), rc, seed); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -129,9 +120,7 @@ func (m *CharRNN) Config() CharRNNConfig { return m.cfg }
 func (m *CharRNN) Vocab() *loader.Vocab { return m.vocab }
 
 // Groups implements train.Model: "emb", "rnn", "out".
-func (m *CharRNN) Groups() []train.Group {
-	return []train.Group{{Name: "emb", Params: m.emb.Params()}, {Name: "rnn", Params: m.rnn.Params()}, {Name: "out", Params: m.out.Params()}}
-}
+func (m *CharRNN) Groups() []train.Group { return m.groups() }
 
 // Classes implements train.Model: the vocabulary's size.
 func (m *CharRNN) Classes() int { return m.vocab.Len() }
@@ -168,35 +157,70 @@ func (m *CharRNN) Forward(mode rnn.Mode, ids device.Buffer, seq, rows int, st tr
 }
 
 // Backward implements train.Model.
-func (m *CharRNN) Backward(dLogits device.Buffer) error {
-	return backwardChain(m.emb, m.rnn, m.out, dLogits)
+func (m *CharRNN) Backward(dLogits device.Buffer) error { return m.backward(dLogits) }
+
+// chain is the layers every model here is built of: an embedding, a
+// recurrent stack over it and a linear layer over the stack's output,
+// groups "emb", "rnn" and "out".
+type chain struct {
+	emb *rnn.Embedding
+	rnn recurrent
+	out *rnn.Linear
 }
 
-// backwardChain differentiates embedding -> stack -> output layer, given
-// the gradient with respect to the logits.
-func backwardChain(emb *rnn.Embedding, r recurrent, out *rnn.Linear, dLogits device.Buffer) error {
-	dy, err := out.Backward(dLogits)
+// build makes the chain over vocab ids for classes outputs: an embedding of
+// rc.Input features, the stack rc describes (cell "lstm" or "gru") and a
+// linear layer over its output, in rc.DType, drawing three seeds from one
+// so the layers do not draw the same numbers. name says which model in
+// errors. On error the layers built so far stay for close.
+func (c *chain) build(d device.Device, name, cell string, vocab, classes int, rc rnn.Config, seed uint64) (err error) {
+	if c.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: vocab, Dim: rc.Input, DType: rc.DType, Seed: seed*3 + 1}); err != nil {
+		return fmt.Errorf("models: %s embedding: %w", name, err)
+	}
+	rc.Seed = seed*3 + 2
+	if c.rnn, err = newRecurrent(d, cell, rc); err != nil {
+		return fmt.Errorf("models: %s %s stack: %w", name, strings.ToUpper(cell), err)
+	}
+	in := rc.Hidden
+	if rc.Bidirectional {
+		in *= 2
+	}
+	if c.out, err = rnn.NewLinear(d, rnn.LinearConfig{In: in, Out: classes, DType: rc.DType, Seed: seed*3 + 3}); err != nil {
+		return fmt.Errorf("models: %s output layer: %w", name, err)
+	}
+	return nil
+}
+
+// groups are the chain's parameter groups: "emb", "rnn", "out".
+func (c *chain) groups() []train.Group {
+	return []train.Group{{Name: "emb", Params: c.emb.Params()}, {Name: "rnn", Params: c.rnn.Params()}, {Name: "out", Params: c.out.Params()}}
+}
+
+// backward differentiates the chain's training forward, given the
+// gradient with respect to the logits.
+func (c *chain) backward(dLogits device.Buffer) error {
+	dy, err := c.out.Backward(dLogits)
 	if err != nil {
 		return err
 	}
-	dx, err := r.Backward(dy)
+	dx, err := c.rnn.Backward(dy)
 	if err != nil {
 		return err
 	}
-	return emb.Backward(dx)
+	return c.emb.Backward(dx)
 }
 
-// closeChain closes the layers of a model that were built.
-func closeChain(emb *rnn.Embedding, r recurrent, out *rnn.Linear) error {
+// close closes the layers that were built.
+func (c *chain) close() error {
 	var errs []error
-	if emb != nil {
-		errs = append(errs, emb.Close())
+	if c.emb != nil {
+		errs = append(errs, c.emb.Close())
 	}
-	if r != nil {
-		errs = append(errs, r.Close())
+	if c.rnn != nil {
+		errs = append(errs, c.rnn.Close())
 	}
-	if out != nil {
-		errs = append(errs, out.Close())
+	if c.out != nil {
+		errs = append(errs, c.out.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -228,7 +252,7 @@ func (m *CharRNN) Metadata() map[string]string {
 
 // Close frees the model's device memory. The model must not be used
 // afterwards.
-func (m *CharRNN) Close() error { return closeChain(m.emb, m.rnn, m.out) }
+func (m *CharRNN) Close() error { return m.close() }
 
 // LoadCharRNN builds the char-RNN a checkpoint describes (its format,
 // config and vocab metadata) on d and loads its weights; the file may

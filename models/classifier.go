@@ -3,7 +3,6 @@ package models
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/loader"
@@ -51,12 +50,10 @@ func (c ClassifierConfig) validate() error {
 // final states pooled, a linear layer. Its parameter groups are "emb",
 // "rnn" and "out", PyTorch's names. It is not safe for concurrent use.
 type Classifier struct {
+	chain
 	cfg    ClassifierConfig
 	tokens *loader.Words
 	labels *loader.Labels
-	emb    *rnn.Embedding
-	rnn    recurrent
-	out    *rnn.Linear
 	dev    device.Device
 
 	st   *rnn.State // for the last batch size
@@ -115,16 +112,10 @@ func NewClassifier(d device.Device, cfg ClassifierConfig, tokens *loader.Words, 
 			err = errors.Join(err, m.Close())
 		}
 	}()
-	if m.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: tokens.Len(), Dim: cfg.Embed, DType: cfg.DType, Seed: seed*3 + 1}); err != nil {
-		return nil, fmt.Errorf("models: classifier embedding: %w", err)
-	}
 	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout, Bidirectional: cfg.Bidirectional,
-		DType: cfg.DType, Seed: seed*3 + 2}
-	if m.rnn, err = newRecurrent(d, cfg.Cell, rc); err != nil {
-		return nil, fmt.Errorf("models: classifier %s stack: %w", strings.ToUpper(cfg.Cell), err)
-	}
-	if m.out, err = rnn.NewLinear(d, rnn.LinearConfig{In: m.directions() * cfg.Hidden, Out: labels.Len(), DType: cfg.DType, Seed: seed*3 + 3}); err != nil {
-		return nil, fmt.Errorf("models: classifier output layer: %w", err)
+		DType: cfg.DType}
+	if err := m.build(d, "classifier", cfg.Cell, tokens.Len(), labels.Len(), rc, seed); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -140,9 +131,7 @@ func (m *Classifier) directions() int {
 func (m *Classifier) Config() ClassifierConfig { return m.cfg }
 
 // Groups are the parameter groups: "emb", "rnn", "out".
-func (m *Classifier) Groups() []train.Group {
-	return []train.Group{{Name: "emb", Params: m.emb.Params()}, {Name: "rnn", Params: m.rnn.Params()}, {Name: "out", Params: m.out.Params()}}
-}
+func (m *Classifier) Groups() []train.Group { return m.groups() }
 
 // state is a zero state for rows sequences, detached.
 func (m *Classifier) state(rows int) (*rnn.State, error) {
@@ -233,7 +222,7 @@ func (m *Classifier) Backward(dLogits device.Buffer) error {
 
 // Close frees the model's device memory.
 func (m *Classifier) Close() error {
-	errs := []error{closeChain(m.emb, m.rnn, m.out)}
+	errs := []error{m.close()}
 	if m.st != nil {
 		errs = append(errs, m.st.Free())
 	}

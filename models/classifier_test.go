@@ -11,7 +11,6 @@ import (
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
-	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/models"
 	"github.com/gocurrent/gocurrent/rnn"
 	"github.com/gocurrent/gocurrent/train"
@@ -44,14 +43,7 @@ func TestClassifierAgreesWithTorch(t *testing.T) {
 	d := testdevice.Open(t)
 	for _, c := range fx.Cases {
 		t.Run(fmt.Sprintf("%s/layers%d/bidirectional=%v", c.Cell, c.Layers, c.Bidirectional), func(t *testing.T) {
-			items := []string{"<pad>", "<unk>"}
-			for i := 2; i < c.Vocab; i++ {
-				items = append(items, fmt.Sprintf("w%d", i))
-			}
-			words, err := loader.NewWords(items)
-			check(t, err)
-			labels, err := loader.NewLabels([]string{"x", "y", "z"}[:c.Classes])
-			check(t, err)
+			words, labels := fixtureVocabs(t, c.Vocab, []string{"x", "y", "z"}[:c.Classes])
 			m, err := models.NewClassifier(d, models.ClassifierConfig{Cell: c.Cell, Embed: c.Embed, Hidden: c.Hidden, Layers: c.Layers,
 				Bidirectional: c.Bidirectional, DType: device.Float64}, words, labels, 1)
 			check(t, err)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/loader"
@@ -58,12 +57,10 @@ func (c TaggerConfig) validate() error {
 // rnn.weight_ih_l0_reverse, out.weight, ...). It is not safe for
 // concurrent use.
 type Tagger struct {
+	chain
 	cfg   TaggerConfig
 	words *loader.Words
 	tags  *loader.Labels
-	emb   *rnn.Embedding
-	rnn   recurrent
-	out   *rnn.Linear
 }
 
 // NewTagger builds a tagger on d over the word and tag vocabularies, its
@@ -82,25 +79,12 @@ func NewTagger(d device.Device, cfg TaggerConfig, words *loader.Words, tags *loa
 			err = errors.Join(err, m.Close())
 		}
 	}()
-	if m.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: words.Len(), Dim: cfg.Embed, DType: cfg.DType, Seed: seed*3 + 1}); err != nil {
-		return nil, fmt.Errorf("models: tagger embedding: %w", err)
-	}
 	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout, Bidirectional: cfg.Bidirectional,
-		DType: cfg.DType, Seed: seed*3 + 2}
-	if m.rnn, err = newRecurrent(d, cfg.Cell, rc); err != nil {
-		return nil, fmt.Errorf("models: tagger %s stack: %w", strings.ToUpper(cfg.Cell), err)
-	}
-	if m.out, err = rnn.NewLinear(d, rnn.LinearConfig{In: m.directions() * cfg.Hidden, Out: tags.Len(), DType: cfg.DType, Seed: seed*3 + 3}); err != nil {
-		return nil, fmt.Errorf("models: tagger output layer: %w", err)
+		DType: cfg.DType}
+	if err := m.build(d, "tagger", cfg.Cell, words.Len(), tags.Len(), rc, seed); err != nil {
+		return nil, err
 	}
 	return m, nil
-}
-
-func (m *Tagger) directions() int {
-	if m.cfg.Bidirectional {
-		return 2
-	}
-	return 1
 }
 
 // Config is the model's shape.
@@ -111,9 +95,7 @@ func (m *Tagger) Words() *loader.Words { return m.words }
 func (m *Tagger) Tags() *loader.Labels { return m.tags }
 
 // Groups are the parameter groups: "emb", "rnn", "out".
-func (m *Tagger) Groups() []train.Group {
-	return []train.Group{{Name: "emb", Params: m.emb.Params()}, {Name: "rnn", Params: m.rnn.Params()}, {Name: "out", Params: m.out.Params()}}
-}
+func (m *Tagger) Groups() []train.Group { return m.groups() }
 
 // Forward returns the tag logits of a batch of sentences, [seq·rows, tags]
 // in the batch's time-major order: tokens are [seq, rows] word ids (as
@@ -137,7 +119,7 @@ func (m *Tagger) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int, len
 // Backward differentiates the training Forward, given the gradient with
 // respect to its logits, adding into the parameters' gradients.
 func (m *Tagger) Backward(dLogits device.Buffer) error {
-	return backwardChain(m.emb, m.rnn, m.out, dLogits)
+	return m.backward(dLogits)
 }
 
 // Metadata is the checkpoint metadata that describes the model: format,
@@ -150,7 +132,7 @@ func (m *Tagger) Metadata() map[string]string {
 }
 
 // Close frees the model's device memory.
-func (m *Tagger) Close() error { return closeChain(m.emb, m.rnn, m.out) }
+func (m *Tagger) Close() error { return m.close() }
 
 // LoadTagger builds the tagger a checkpoint describes (its format, config,
 // words and tags metadata) on d and loads its weights. Metadata that is

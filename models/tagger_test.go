@@ -69,14 +69,7 @@ func TestTaggerAgreesWithTorch(t *testing.T) {
 	d := testdevice.Open(t)
 	for _, c := range fx.Cases {
 		t.Run(fmt.Sprintf("%s/layers%d/bidirectional=%v", c.Cell, c.Layers, c.Bidirectional), func(t *testing.T) {
-			items := []string{"<pad>", "<unk>"}
-			for i := 2; i < c.Vocab; i++ {
-				items = append(items, fmt.Sprintf("w%d", i))
-			}
-			words, err := loader.NewWords(items)
-			check(t, err)
-			tags, err := loader.NewLabels([]string{"A", "B", "C", "D"}[:c.Tags])
-			check(t, err)
+			words, tags := fixtureVocabs(t, c.Vocab, []string{"A", "B", "C", "D"}[:c.Tags])
 			m, err := models.NewTagger(d, models.TaggerConfig{Cell: c.Cell, Embed: c.Embed, Hidden: c.Hidden, Layers: c.Layers,
 				Bidirectional: c.Bidirectional, DType: device.Float64}, words, tags, 1)
 			check(t, err)
@@ -239,4 +232,19 @@ func TestTaggerAccumulation(t *testing.T) {
 	if !(worst <= 1e-12) {
 		t.Errorf("two micro-batches' gradients differ from the whole batch's by %.3g", worst)
 	}
+}
+
+// fixtureVocabs are the vocabularies of a PyTorch fixture: words "<pad>",
+// "<unk>", then w2, w3, ... up to n ids, and the labels given.
+func fixtureVocabs(t *testing.T, n int, labels []string) (*loader.Words, *loader.Labels) {
+	t.Helper()
+	items := []string{"<pad>", "<unk>"}
+	for i := 2; i < n; i++ {
+		items = append(items, fmt.Sprintf("w%d", i))
+	}
+	words, err := loader.NewWords(items)
+	check(t, err)
+	l, err := loader.NewLabels(labels)
+	check(t, err)
+	return words, l
 }
