@@ -79,10 +79,42 @@ type Loader struct {
 
 	batches, tokens, waitNS atomic.Int64
 
+	runGuard
+}
+
+// runGuard is what a loader's one iteration at a time and its Close share.
+type runGuard struct {
 	mu      sync.Mutex
 	running bool
 	closed  bool
 	stop    context.CancelFunc // ends the running iteration
+}
+
+// closeWith marks the loader closed, and ends a running iteration (which
+// frees the ring when it ends) or frees the ring with free at once.
+func (g *runGuard) closeWith(free func() error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil
+	}
+	g.closed = true
+	if g.running {
+		g.stop()
+		return nil
+	}
+	return free()
+}
+
+// stopped is why an iteration cancelled through ctx ended: Close or ctx.
+func (g *runGuard) stopped(ctx context.Context) error {
+	g.mu.Lock()
+	closed := g.closed
+	g.mu.Unlock()
+	if closed {
+		return errClosed
+	}
+	return ctx.Err()
 }
 
 // ringSlot is one staging buffer of a loader's ring and its device batch.
@@ -317,13 +349,13 @@ func (l *Loader) consume(run *iteration, from Position, yield func(Batch, error)
 				return true, nil // the configured epochs are done
 			}
 		case <-run.ctx.Done():
-			return true, l.stopped(run)
+			return true, l.stopped(run.ctx)
 		}
 		s := &l.slots[e.slot]
 		select {
 		case r = <-s.ready:
 		case <-run.ctx.Done():
-			return true, l.stopped(run)
+			return true, l.stopped(run.ctx)
 		}
 		l.waitNS.Add(int64(time.Since(start)))
 		if r.err == nil {
@@ -351,17 +383,6 @@ func (l *Loader) consume(run *iteration, from Position, yield func(Batch, error)
 			return false, nil
 		}
 	}
-}
-
-// stopped is why a cancelled iteration ended: Close or ctx.
-func (l *Loader) stopped(run *iteration) error {
-	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
-		return errClosed
-	}
-	return run.ctx.Err()
 }
 
 // dispatch hands out slots in delivery order, one batch position each.
@@ -443,19 +464,7 @@ func (l *Loader) fill(s *slot, j job, window []int32) error {
 
 // Close ends a running iteration (its consumer sees ErrClosed), and frees
 // the ring and the copy stream once no iteration runs.
-func (l *Loader) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil
-	}
-	l.closed = true
-	if l.running {
-		l.stop()
-		return nil
-	}
-	return l.free()
-}
+func (l *Loader) Close() error { return l.closeWith(l.free) }
 
 // free returns the ring's memory and closes the copy stream.
 func (l *Loader) free() error {

@@ -54,10 +54,7 @@ type SeqLoader struct {
 	cap    int // tokens a slot holds: Seq·Rows at most
 	epochs map[int][][]int32
 
-	mu      sync.Mutex
-	running bool
-	closed  bool
-	stop    context.CancelFunc
+	runGuard
 }
 
 // seqSlot is a ring slot: tokens, labels (cap int32 each) and lengths
@@ -309,32 +306,9 @@ func (l *SeqLoader) consume(ctx context.Context, free chan<- int, ready <-chan s
 	}
 }
 
-// stopped is why a cancelled iteration ended: Close or ctx.
-func (l *SeqLoader) stopped(ctx context.Context) error {
-	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
-		return errClosed
-	}
-	return ctx.Err()
-}
-
 // Close ends a running iteration (its consumer sees ErrClosed) and frees
 // the ring and the copy stream once no iteration runs.
-func (l *SeqLoader) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil
-	}
-	l.closed = true
-	if l.running {
-		l.stop()
-		return nil
-	}
-	return l.free()
-}
+func (l *SeqLoader) Close() error { return l.closeWith(l.free) }
 
 func (l *SeqLoader) free() error {
 	var errs []error
