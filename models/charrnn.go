@@ -87,8 +87,6 @@ type CharRNN struct {
 	vocab *loader.Vocab
 }
 
-var _ train.RandomModel = (*CharRNN)(nil)
-
 // NewCharRNN builds a float32 char-RNN on d for vocab, its parameters
 // drawn with PyTorch's initialisation from seed. An invalid cfg, an empty
 // vocabulary or a layer the device cannot hold (an error wrapping
@@ -225,19 +223,19 @@ func (c *chain) close() error {
 	return errors.Join(errs...)
 }
 
-// RandomState implements train.RandomModel: the seed and offset of the
-// dropout masks.
-func (m *CharRNN) RandomState() []uint64 {
-	seed, off := m.rnn.DropoutState()
+// RandomState implements train.RandomModel for every model built on a
+// chain: the seed and offset of the stack's dropout masks.
+func (c *chain) RandomState() []uint64 {
+	seed, off := c.rnn.DropoutState()
 	return []uint64{seed, off}
 }
 
 // SetRandomState implements train.RandomModel.
-func (m *CharRNN) SetRandomState(v []uint64) error {
+func (c *chain) SetRandomState(v []uint64) error {
 	if len(v) != 2 {
-		return fmt.Errorf("models: char-RNN random state of %d numbers, want 2 (seed, offset)", len(v))
+		return fmt.Errorf("models: random state of %d numbers, want 2 (seed, offset)", len(v))
 	}
-	m.rnn.SetDropoutState(v[0], v[1])
+	c.rnn.SetDropoutState(v[0], v[1])
 	return nil
 }
 

@@ -188,6 +188,14 @@ func (m *Classifier) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int,
 	return m.out.Forward(mode, feat, rows)
 }
 
+// Classes implements train.SeqModel: the number of labels.
+func (m *Classifier) Classes() int { return m.labels.Len() }
+
+// ForwardBatch implements train.SeqModel: Forward on a loader's batch.
+func (m *Classifier) ForwardBatch(mode rnn.Mode, b loader.SeqBatch) (device.Buffer, error) {
+	return m.Forward(mode, b.Tokens, b.Host.Seq, b.Host.Rows, b.Host.Lengths)
+}
+
 // Backward differentiates the training Forward, given the gradient with
 // respect to its logits, adding into the parameters' gradients.
 func (m *Classifier) Backward(dLogits device.Buffer) error {
@@ -233,3 +241,5 @@ func (m *Classifier) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+var _ train.SeqModel = (*Classifier)(nil)

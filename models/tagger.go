@@ -116,6 +116,14 @@ func (m *Tagger) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int, len
 	return m.out.Forward(mode, y, n)
 }
 
+// Classes implements train.SeqModel: the number of tags.
+func (m *Tagger) Classes() int { return m.tags.Len() }
+
+// ForwardBatch implements train.SeqModel: Forward on a loader's batch.
+func (m *Tagger) ForwardBatch(mode rnn.Mode, b loader.SeqBatch) (device.Buffer, error) {
+	return m.Forward(mode, b.Tokens, b.Host.Seq, b.Host.Rows, b.Host.Lengths)
+}
+
 // Backward differentiates the training Forward, given the gradient with
 // respect to its logits, adding into the parameters' gradients.
 func (m *Tagger) Backward(dLogits device.Buffer) error {
@@ -177,3 +185,8 @@ func LoadTagger(d device.Device, path string) (*Tagger, *train.Checkpoint, error
 	}
 	return m, ck, nil
 }
+
+var (
+	_ train.SeqModel    = (*Tagger)(nil)
+	_ train.RandomModel = (*CharRNN)(nil)
+)

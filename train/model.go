@@ -2,6 +2,7 @@ package train
 
 import (
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/rnn"
 )
 
@@ -102,4 +103,25 @@ func (r RecurrentState) Carried() []Carried {
 		out = append(out, Carried{Name: "c", DType: dt, Len: n, Buffer: c})
 	}
 	return out
+}
+
+// SeqModel is what the trainer trains on a labelled dataset: a network
+// that maps a batch of variable-length sequences (loader.SeqBatch) to
+// logits, one row per token when the batch carries a tag per token
+// (tagging), one row per sequence when it carries a label per sequence
+// (classification). The batch decides which; the model must agree with
+// it. The tagger and classifier of the models package are two.
+type SeqModel interface {
+	// Groups lists the parameters, in a fixed order, as Model's.
+	Groups() []Group
+	// Classes is the number of logits per row (tags or labels).
+	Classes() int
+	// ForwardBatch queues the forward pass of b: logits [Seq·Rows,
+	// Classes] (time-major, as b.Tokens) for tagging, [Rows, Classes] for
+	// classification, in the parameters' DType, owned by the model until
+	// its next forward. In rnn.Train mode the model saves what Backward
+	// needs.
+	ForwardBatch(mode rnn.Mode, b loader.SeqBatch) (logits device.Buffer, err error)
+	// Backward is Model's.
+	Backward(dLogits device.Buffer) error
 }
