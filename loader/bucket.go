@@ -24,6 +24,15 @@ type BucketConfig struct {
 	// order, is sorted longest first and cut into batches. 0 means 50; 1
 	// sorts within each batch only.
 	Pool int
+	// Accum is the number of batches an optimizer step accumulates (0
+	// means 1): the pool holds Pool·Accum batches' examples, cut into runs
+	// of Accum batches (a pool's last run shorter when its batches do not
+	// divide), and shuffling moves whole runs; each run is a step
+	// (SeqBatch.Group, Last). A step's batches are then the cut of what
+	// one batch of Batch·Accum examples would hold: without a token
+	// budget, batches of 8 accumulated 4 at a time are the batches of 32,
+	// split.
+	Accum int
 	// Shuffle draws each epoch's order of the examples and of the batches
 	// from Seed and the epoch, so an epoch's batches are the same on every
 	// run and a resumed run continues them exactly; without it the
@@ -37,11 +46,14 @@ func (c BucketConfig) withDefaults() (BucketConfig, error) {
 	switch {
 	case c.Batch <= 0:
 		return c, fmt.Errorf("loader: bucketing: Batch %d, want > 0", c.Batch)
-	case c.MaxTokens < 0 || c.Pool < 0:
-		return c, fmt.Errorf("loader: bucketing: MaxTokens %d, Pool %d; neither may be negative", c.MaxTokens, c.Pool)
+	case c.MaxTokens < 0 || c.Pool < 0 || c.Accum < 0:
+		return c, fmt.Errorf("loader: bucketing: MaxTokens %d, Pool %d, Accum %d; none may be negative", c.MaxTokens, c.Pool, c.Accum)
 	}
 	if c.Pool == 0 {
 		c.Pool = 50
+	}
+	if c.Accum == 0 {
+		c.Accum = 1
 	}
 	return c, nil
 }
@@ -50,6 +62,17 @@ func (c BucketConfig) withDefaults() (BucketConfig, error) {
 // each batch a list of example indices, longest first; every example is in
 // exactly one batch. The result depends only on the lengths, c and epoch.
 func Buckets(lengths []int32, c BucketConfig, epoch int) ([][]int32, error) {
+	runs, err := bucketRuns(lengths, c, epoch)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Concat(runs...), nil
+}
+
+// bucketRuns is Buckets with the batches in their runs of Accum (the
+// steps), a pool's last run shorter when its batches are not a multiple of
+// Accum.
+func bucketRuns(lengths []int32, c BucketConfig, epoch int) ([][][]int32, error) {
 	c, err := c.withDefaults()
 	if err != nil {
 		return nil, err
@@ -64,10 +87,12 @@ func Buckets(lengths []int32, c BucketConfig, epoch int) ([][]int32, error) {
 		r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	}
 	longestFirst := func(a, b int32) int { return cmp.Compare(lengths[b], lengths[a]) }
-	var batches [][]int32
-	for start := 0; start < len(order); start += c.Pool * c.Batch {
-		pool := order[start:min(start+c.Pool*c.Batch, len(order))]
+	var runs [][][]int32
+	size := c.Pool * c.Batch * c.Accum
+	for start := 0; start < len(order); start += size {
+		pool := order[start:min(start+size, len(order))]
 		slices.SortStableFunc(pool, longestFirst)
+		var batches [][]int32
 		for len(pool) > 0 {
 			n := 1
 			for n < len(pool) && n < c.Batch && (c.MaxTokens == 0 || (n+1)*int(lengths[pool[0]]) <= c.MaxTokens) {
@@ -76,11 +101,14 @@ func Buckets(lengths []int32, c BucketConfig, epoch int) ([][]int32, error) {
 			batches = append(batches, slices.Clone(pool[:n]))
 			pool = pool[n:]
 		}
+		for k := 0; k < len(batches); k += c.Accum {
+			runs = append(runs, batches[k:min(k+c.Accum, len(batches))])
+		}
 	}
 	if r != nil {
-		r.Shuffle(len(batches), func(i, j int) { batches[i], batches[j] = batches[j], batches[i] })
+		r.Shuffle(len(runs), func(i, j int) { runs[i], runs[j] = runs[j], runs[i] })
 	}
-	return batches, nil
+	return runs, nil
 }
 
 // Padding is the fraction of padded positions in batches of the examples

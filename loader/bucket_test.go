@@ -139,3 +139,45 @@ func TestCollate(t *testing.T) {
 		t.Errorf("texts: %+v", hb)
 	}
 }
+
+// With Accum, each step's batches are a batch of Batch·Accum split, so
+// accumulating 4 batches of 8 trains on the examples batches of 32 would,
+// step for step, shuffled or not; with a token budget the runs still
+// partition the epoch and each is at most Accum batches.
+func TestBucketRuns(t *testing.T) {
+	lengths := lognormalLengths(1_000, 3)
+	for _, shuffle := range []bool{false, true} {
+		big, err := Buckets(lengths, BucketConfig{Batch: 32, Pool: 5, Shuffle: shuffle, Seed: 2}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs, err := bucketRuns(lengths, BucketConfig{Batch: 8, Accum: 4, Pool: 5, Shuffle: shuffle, Seed: 2}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(runs) != len(big) {
+			t.Fatalf("shuffle %v: %d steps of 8×4, %d batches of 32", shuffle, len(runs), len(big))
+		}
+		for i, run := range runs {
+			if got := slices.Concat(run...); !slices.Equal(got, big[i]) {
+				t.Fatalf("shuffle %v: step %d holds %v, the batch of 32 %v", shuffle, i, got, big[i])
+			}
+		}
+	}
+	runs, err := bucketRuns(lengths, BucketConfig{Batch: 16, Accum: 3, MaxTokens: 300, Shuffle: true, Seed: 2}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, run := range runs {
+		if len(run) == 0 || len(run) > 3 {
+			t.Fatalf("a step of %d batches, want 1..3", len(run))
+		}
+		for _, b := range run {
+			seen += len(b)
+		}
+	}
+	if seen != len(lengths) {
+		t.Errorf("the steps hold %d examples, want %d", seen, len(lengths))
+	}
+}

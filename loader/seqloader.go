@@ -39,6 +39,10 @@ type SeqBatch struct {
 	Epoch int
 	Index int64
 	Next  Position
+	// Group is the batch's place among the batches of its step
+	// (BucketConfig.Accum), from 0; Last says it ends the step.
+	Group int
+	Last  bool
 }
 
 // SeqLoader delivers the batches of a Dataset to a device: a producer
@@ -52,7 +56,7 @@ type SeqLoader struct {
 	copy   device.Stream
 	slots  []seqSlot
 	cap    int // tokens a slot holds: Seq·Rows at most
-	epochs map[int][][]int32
+	epochs map[int]epochBatches
 
 	runGuard
 }
@@ -81,7 +85,7 @@ func NewSeqLoader(d device.Device, data *Dataset, cfg SeqConfig) (*SeqLoader, er
 	for i := range data.Len() {
 		longest = max(longest, data.Length(i))
 	}
-	l := &SeqLoader{dev: d, data: data, cfg: cfg, cap: b.Batch * longest, epochs: map[int][][]int32{}}
+	l := &SeqLoader{dev: d, data: data, cfg: cfg, cap: b.Batch * longest, epochs: map[int]epochBatches{}}
 	if b.MaxTokens > 0 {
 		l.cap = min(l.cap, max(b.MaxTokens, longest))
 	}
@@ -111,31 +115,60 @@ func NewSeqLoader(d device.Device, data *Dataset, cfg SeqConfig) (*SeqLoader, er
 	return l, nil
 }
 
+// epochBatches are an epoch's batches, each with its place in its step.
+type epochBatches struct {
+	batches [][]int32
+	group   []int32 // the batch's index in its step
+	last    []bool  // the batch ends its step
+}
+
 // batches is epoch's batches, computed once.
-func (l *SeqLoader) batches(epoch int) [][]int32 {
+func (l *SeqLoader) batches(epoch int) epochBatches {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	bs, ok := l.epochs[epoch]
+	e, ok := l.epochs[epoch]
 	if !ok {
-		bs, _ = Buckets(l.data.lengths, l.cfg.Bucket, epoch) // the config was checked
-		// Keep the epochs the consumer and the producer, a few batches
-		// ahead, are in.
-		for e := range l.epochs {
-			if e < epoch-1 || e > epoch+1 {
-				delete(l.epochs, e)
+		runs, _ := bucketRuns(l.data.lengths, l.cfg.Bucket, epoch) // the config was checked
+		for _, run := range runs {
+			for g, b := range run {
+				e.batches = append(e.batches, b)
+				e.group = append(e.group, int32(g))
+				e.last = append(e.last, g == len(run)-1)
 			}
 		}
-		l.epochs[epoch] = bs
+		// Keep the epochs the consumer and the producer, a few batches
+		// ahead, are in.
+		for k := range l.epochs {
+			if k < epoch-1 || k > epoch+1 {
+				delete(l.epochs, k)
+			}
+		}
+		l.epochs[epoch] = e
 	}
-	return bs
+	return e
 }
 
 // PerEpoch is the number of batches of epoch (with a token budget it
 // varies from epoch to epoch).
-func (l *SeqLoader) PerEpoch(epoch int) int64 { return int64(len(l.batches(epoch))) }
+func (l *SeqLoader) PerEpoch(epoch int) int64 { return int64(len(l.batches(epoch).batches)) }
+
+// StepStart reports whether pos is the first batch of a step, where a
+// run may resume.
+func (l *SeqLoader) StepStart(pos Position) bool {
+	e := l.batches(pos.Epoch)
+	return pos.Batch >= 0 && pos.Batch < int64(len(e.batches)) && e.group[pos.Batch] == 0
+}
+
+// Config is the loader's configuration, its defaults filled in.
+func (l *SeqLoader) Config() SeqConfig { return l.cfg }
+
+// Dataset is the dataset the loader batches.
+func (l *SeqLoader) Dataset() *Dataset { return l.data }
 
 // Padding is the fraction of padded positions in epoch's batches.
-func (l *SeqLoader) Padding(epoch int) float64 { return Padding(l.data.lengths, l.batches(epoch)) }
+func (l *SeqLoader) Padding(epoch int) float64 {
+	return Padding(l.data.lengths, l.batches(epoch).batches)
+}
 
 func (l *SeqLoader) next(pos Position) Position {
 	pos.Batch++
@@ -225,7 +258,7 @@ func (l *SeqLoader) produce(ctx context.Context, pos Position, free <-chan int, 
 			return
 		}
 		r := seqResult{slot: i, pos: pos}
-		r.hb, r.err = Collate(l.data, l.batches(pos.Epoch)[pos.Batch])
+		r.hb, r.err = Collate(l.data, l.batches(pos.Epoch).batches[pos.Batch])
 		s := &l.slots[i]
 		if r.err == nil && s.copied != nil {
 			r.err = s.copied.Wait()
@@ -293,6 +326,8 @@ func (l *SeqLoader) consume(ctx context.Context, free chan<- int, ready <-chan s
 		labels := len(hb.Labels)
 		b := SeqBatch{Tokens: s.dev.Elems(device.Int32, 0, n), Labels: s.dev.Elems(device.Int32, l.cap, labels),
 			Lengths: s.dev.Elems(device.Int32, 2*l.cap, hb.Rows), Host: hb, Epoch: r.pos.Epoch, Index: r.pos.Batch, Next: l.next(r.pos)}
+		e := l.batches(r.pos.Epoch)
+		b.Group, b.Last = int(e.group[r.pos.Batch]), e.last[r.pos.Batch]
 		more := yield(b, nil)
 		released, err := compute.Record()
 		if err != nil {

@@ -9,17 +9,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/models"
-	"github.com/gocurrent/gocurrent/rnn"
 	"github.com/gocurrent/gocurrent/train"
 )
 
 // TestTaggerLearnsTheNextWord trains taggers end to end (a TSV file,
 // loader.OpenDataset, a SeqLoader's bucketed batches on the device, the
-// Tagger, cross-entropy over the real tokens, plain SGD) on sentences
+// Tagger, train.NewSeq with plain SGD, train.EvaluateSeq) on sentences
 // whose every tag is the class of the next word: only the reverse
 // direction sees it. The bidirectional tagger learns it (token accuracy
 // above 0.9); the unidirectional one cannot beat guessing by much (below
@@ -56,51 +54,28 @@ func TestTaggerLearnsTheNextWord(t *testing.T) {
 				data.Words, data.Labels, 5)
 			check(t, err)
 			defer m.Close()
-			ce, err := rnn.NewCrossEntropyConfig(d, rnn.CrossEntropyConfig{Classes: data.Labels.Len(), Ignore: true, IgnoreIndex: loader.IgnoreLabel})
-			check(t, err)
-			defer ce.Close()
 			l, err := loader.NewSeqLoader(d, data, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: 16, Pool: 4, Shuffle: true, Seed: 3}, Epochs: 25})
 			check(t, err)
 			defer l.Close()
-			k := d.Kernels()
-			step := 0
-			for batch, err := range l.Batches(context.Background(), loader.Position{}) {
-				check(t, err)
-				hb := batch.Host
-				for _, g := range m.Groups() {
-					check(t, g.Params.ZeroGrad())
-				}
-				logits, err := m.Forward(rnn.Train, batch.Tokens, hb.Seq, hb.Rows, hb.Lengths)
-				check(t, err)
-				check(t, ce.ForwardSum(rnn.Train, logits, batch.Labels, hb.Seq*hb.Rows, 1/float64(hb.Real)))
-				dl, err := ce.Backward()
-				check(t, err)
-				check(t, m.Backward(dl))
-				step++
-				for _, g := range m.Groups() {
-					v, gr := g.Params.Flat()
-					check(t, k.SGD(device.SGD{DType: device.Float32, N: g.Params.Len(), LR: 0.5, Step: step, Param: v, Grad: gr}))
-				}
-			}
-			// Token accuracy over the whole dataset, no grad.
 			eval, err := loader.NewSeqLoader(d, data, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: 32}, Epochs: 1})
 			check(t, err)
 			defer eval.Close()
-			conf := train.NewConfusion(data.Labels.Len())
-			for batch, err := range eval.Batches(context.Background(), loader.Position{}) {
-				check(t, err)
-				hb := batch.Host
-				logits, err := m.Forward(rnn.NoGrad, batch.Tokens, hb.Seq, hb.Rows, hb.Lengths)
-				check(t, err)
-				lg := make([]float32, hb.Seq*hb.Rows*data.Labels.Len())
-				check(t, device.DownloadSlice(d, lg, logits))
-				f := make([]float64, len(lg))
-				for i, v := range lg {
-					f[i] = float64(v)
-				}
-				check(t, conf.Add(f, hb.Labels))
+			sgd, err := train.NewOptimizer(train.SGD, 0.5)
+			check(t, err)
+			tr, err := train.NewSeq(d, m, l, train.Config{Optimizer: sgd}, train.SeqOptions{Validation: eval})
+			check(t, err)
+			defer tr.Close()
+			sum, err := tr.Run(context.Background())
+			check(t, err)
+			step, ev := sum.Steps, sum.Validation
+			if ev == nil {
+				t.Fatal("no validation at the end of the run")
 			}
+			conf := ev.Confusion
 			acc := conf.Accuracy()
+			if ev.Accuracy != acc || conf.Total() != data.Tokens() || ev.Tokens != data.Tokens() {
+				t.Errorf("accuracy %v over %d tokens, the confusion's %v over %d; the data has %d", ev.Accuracy, ev.Tokens, acc, conf.Total(), data.Tokens())
+			}
 			t.Logf("token accuracy %.3f after %d steps (%d tokens)", acc, step, conf.Total())
 			if bidir && !(acc > 0.9) || !bidir && !(acc < 0.6) {
 				t.Errorf("token accuracy %.3f; want > 0.9 bidirectional, < 0.6 forward only", acc)

@@ -245,13 +245,19 @@ type settingsRecord struct {
 // between a run and its resumption for the data to continue where it
 // stopped.
 type DataRecord struct {
-	Mode     string `json:"mode"` // loader.Mode's String
+	Mode     string `json:"mode"` // loader.Mode's String, or "sequences"
 	Batch    int    `json:"batch"`
 	Seq      int    `json:"seq"`
 	Accum    int    `json:"accum"`
 	Stride   int    `json:"stride"`
 	Seed     uint64 `json:"seed"`
 	PerEpoch int64  `json:"per_epoch"`
+	// For a labelled dataset (Mode "sequences"): the bucketing's token
+	// budget, pool and shuffling, and the number of examples.
+	MaxTokens int  `json:"max_tokens,omitempty"`
+	Pool      int  `json:"pool,omitempty"`
+	Shuffle   bool `json:"shuffle,omitempty"`
+	Examples  int  `json:"examples,omitempty"`
 }
 
 func signature(l *loader.Loader) DataRecord {
@@ -361,10 +367,10 @@ func (t *Trainer) save(path, stopped string) error {
 		}
 	}
 	ts := trainerState{Version: 1, Step: t.step, Skipped: t.skipped, Epoch: t.pos.Epoch, Batch: t.pos.Batch,
-		Optimizer: t.cfg.Optimizer, Loader: signature(t.data), Carried: len(t.states), Stopped: stopped,
+		Optimizer: t.cfg.Optimizer, Loader: t.src.record(), Carried: len(t.states), Stopped: stopped,
 		Settings: &settingsRecord{Schedule: t.cfg.Schedule.resolved(t.cfg.Steps), ClipNorm: t.cfg.ClipNorm, ClipValue: t.cfg.ClipValue,
-			Steps: t.cfg.Steps, Epochs: t.data.Config().Epochs}}
-	if r, ok := t.model.(RandomModel); ok {
+			Steps: t.cfg.Steps, Epochs: t.src.epochs()}}
+	if r := t.src.random(); r != nil {
 		ts.Random = r.RandomState()
 	}
 	js, err := json.Marshal(ts)
@@ -398,17 +404,18 @@ func (t *Trainer) Resume(c *Checkpoint) error {
 		return err
 	}
 	switch {
-	case ts.Loader != signature(t.data):
-		return c.mismatch("the data was cut as %+v, this loader cuts it as %+v", ts.Loader, signature(t.data))
+	case ts.Loader != t.src.record():
+		return c.mismatch("the data was cut as %+v, this loader cuts it as %+v", ts.Loader, t.src.record())
 	case ts.Optimizer.Algorithm != t.cfg.Optimizer.Algorithm || !slices.Equal(ts.Optimizer.slots(), t.opt.names):
 		return c.mismatch("optimizer %s with state %v, this trainer's is %s with %v",
 			ts.Optimizer.Algorithm, ts.Optimizer.slots(), t.cfg.Optimizer.Algorithm, t.opt.names)
 	case ts.Carried != len(t.states):
 		return c.mismatch("%d carried states, this trainer has %d", ts.Carried, len(t.states))
-	case ts.Batch%int64(max(t.data.Config().Accum, 1)) != 0:
+	case !t.src.stepStart(loader.Position{Epoch: ts.Epoch, Batch: ts.Batch}):
 		return fmt.Errorf("%s: %w: position %d is inside a step", c.path, ErrCorrupt, ts.Batch)
 	}
-	r, random := t.model.(RandomModel)
+	r := t.src.random()
+	random := r != nil
 	if random != (ts.Random != nil) {
 		return c.mismatch("random state present: %v, the model draws random numbers: %v", ts.Random != nil, random)
 	}

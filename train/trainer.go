@@ -116,15 +116,14 @@ type Summary struct {
 // across processes. A Trainer is used by one goroutine at a time.
 type Trainer struct {
 	dev    device.Device
-	model  Model
-	data   *loader.Loader
+	src    source
 	cfg    Config
 	groups []Group
 
 	opt    *optimizer
 	ce     *rnn.CrossEntropy
 	norm   device.Buffer // one element: the gradient's squared norm
-	states []State       // one per micro-batch group; nil in Windows mode
+	states []State       // one per micro-batch group; nil when nothing is carried
 	backup [][]device.Buffer
 
 	step, skipped int64
@@ -136,19 +135,28 @@ type Trainer struct {
 	unlock func() error // releases Config.Checkpoint's lock; nil: none held
 }
 
-// New returns a trainer of m on the batches of data, allocating the
-// optimizer state and one carried state per micro-batch group on d.
+// New returns a trainer of the language model m on the batches of data,
+// allocating the optimizer state and one carried state per micro-batch
+// group on d.
 func New(d device.Device, m Model, data *loader.Loader, cfg Config) (*Trainer, error) {
+	if data == nil || m == nil {
+		return nil, errors.New("train: New needs a model and a loader")
+	}
+	return newTrainer(d, m.Groups(), m.Classes(), &windows{dev: d, data: data, model: m, val: cfg.Validation}, cfg)
+}
+
+// newTrainer is New and NewSeq once they made their source.
+func newTrainer(d device.Device, groups []Group, classes int, src source, cfg Config) (*Trainer, error) {
 	if cfg.Optimizer.Algorithm == "" {
 		var err error
 		if cfg.Optimizer, err = NewOptimizer(Adam, 2e-3); err != nil {
 			return nil, err
 		}
 	}
-	if err := cfg.validate(data); err != nil {
+	if err := cfg.validate(src); err != nil {
 		return nil, err
 	}
-	t := &Trainer{dev: d, model: m, data: data, cfg: cfg, groups: m.Groups()}
+	t := &Trainer{dev: d, src: src, cfg: cfg, groups: groups}
 	if len(t.groups) == 0 {
 		return nil, errors.New("train: the model has no parameters")
 	}
@@ -165,7 +173,7 @@ func New(d device.Device, m Model, data *loader.Loader, cfg Config) (*Trainer, e
 		}
 		t.unlock = unlock
 	}
-	if err := t.allocate(dt); err != nil {
+	if err := t.allocate(dt, classes); err != nil {
 		return nil, errors.Join(err, t.Close())
 	}
 	return t, nil
@@ -174,19 +182,19 @@ func New(d device.Device, m Model, data *loader.Loader, cfg Config) (*Trainer, e
 // allocate makes the trainer's device state: the optimizer's, the loss,
 // the norm's scalar, the carried states and their backups. On error the
 // caller frees what was made with Close.
-func (t *Trainer) allocate(dt device.DType) error {
+func (t *Trainer) allocate(dt device.DType, classes int) error {
 	d := t.dev
 	var err error
 	if t.opt, err = newOptimizer(d, t.cfg.Optimizer, t.groups); err != nil {
 		return err
 	}
-	if t.ce, err = rnn.NewCrossEntropy(d, t.model.Classes(), dt); err != nil {
+	if t.ce, err = rnn.NewCrossEntropyConfig(d, t.src.lossConfig(classes, dt)); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
 	if t.norm, err = d.Alloc(dt.Size()); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
-	t.states, err = carriedStates(t.model, t.data.Config())
+	t.states, err = t.src.states()
 	if err != nil {
 		return fmt.Errorf("train: carried state: %w", err)
 	}
@@ -222,7 +230,7 @@ func carriedStates(m Model, lc loader.Config) ([]State, error) {
 	return states, nil
 }
 
-func (c Config) validate(data *loader.Loader) error {
+func (c Config) validate(src source) error {
 	if err := c.Optimizer.validate(); err != nil {
 		return err
 	}
@@ -231,11 +239,9 @@ func (c Config) validate(data *loader.Loader) error {
 	}
 	bad := func(v float64) bool { return v < 0 || math.IsNaN(v) || math.IsInf(v, 0) }
 	switch {
-	case data == nil:
-		return errors.New("train: no loader")
 	case c.Steps < 0 || c.EvalEvery < 0 || c.CheckpointEvery < 0:
 		return fmt.Errorf("train: Steps %d, EvalEvery %d, CheckpointEvery %d; none may be negative", c.Steps, c.EvalEvery, c.CheckpointEvery)
-	case c.Steps == 0 && data.Config().Epochs == 0:
+	case c.Steps == 0 && src.epochs() == 0:
 		return errors.New("train: neither Steps nor the loader's Epochs say when to stop")
 	case bad(c.ClipNorm) || bad(c.ClipValue):
 		return fmt.Errorf("train: ClipNorm %v, ClipValue %v; want finite and >= 0", c.ClipNorm, c.ClipValue)
@@ -274,18 +280,13 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 // run is the bookkeeping of one Run, for its Progress and its Summary.
 type run struct {
 	start  time.Time
-	wait0  time.Duration // the loader's wait before the run
-	accum  int           // micro-batches per step
+	wait0  time.Duration // the wait for data before the run
 	tokens int64         // trained on so far
 	sum    Summary
 }
 
 func (t *Trainer) newRun() *run {
-	r := &run{start: time.Now(), wait0: t.data.Stats().Wait, accum: 1, sum: Summary{Loss: math.NaN()}}
-	if lc := t.data.Config(); lc.Mode == loader.Streams {
-		r.accum = lc.Accum
-	}
-	return r
+	return &run{start: time.Now(), wait0: t.src.wait(), sum: Summary{Loss: math.NaN()}}
 }
 
 // steps takes steps until the target is reached, the data ends, ctx is
@@ -294,7 +295,7 @@ func (t *Trainer) steps(ctx context.Context, r *run) error {
 	// The loader does not see ctx: a cancellation ends the run between
 	// steps, so a step never stops halfway.
 	inStep := false
-	for b, err := range t.data.Batches(context.WithoutCancel(ctx), t.pos) {
+	for b, err := range t.src.batches(context.WithoutCancel(ctx), t.pos) {
 		if err == nil {
 			inStep, err = t.feed(r, b, inStep)
 		}
@@ -304,11 +305,11 @@ func (t *Trainer) steps(ctx context.Context, r *run) error {
 			}
 			return err
 		}
-		if b.Group != r.accum-1 {
+		if !b.last {
 			continue
 		}
 		inStep = false
-		p, err := t.endStep(b.Next)
+		p, err := t.endStep(b.next)
 		if err != nil {
 			return err
 		}
@@ -332,17 +333,17 @@ func (t *Trainer) steps(ctx context.Context, r *run) error {
 
 // feed runs micro-batch b, beginning a step first unless one is under
 // way, and reports whether a step is under way after it.
-func (t *Trainer) feed(r *run, b loader.Batch, inStep bool) (bool, error) {
+func (t *Trainer) feed(r *run, b micro, inStep bool) (bool, error) {
 	if !inStep {
-		if b.Group != 0 {
-			return false, fmt.Errorf("train: the loader started at micro-batch %d of a step", b.Group)
+		if b.group != 0 {
+			return false, fmt.Errorf("train: the loader started at micro-batch %d of a step", b.group)
 		}
 		if err := t.beginStep(); err != nil {
 			return false, err
 		}
 	}
-	r.tokens += int64(b.Seq * b.Rows)
-	return true, t.microBatch(b, r.accum)
+	r.tokens += b.tokens
+	return true, t.microBatch(b)
 }
 
 // afterStep completes p's figures and reports them, then validates and
@@ -352,12 +353,12 @@ func (t *Trainer) afterStep(ctx context.Context, r *run, p *Progress) (done bool
 	elapsed := time.Since(r.start)
 	p.Tokens, p.Elapsed = r.tokens, elapsed
 	p.TokensPerSecond = float64(r.tokens) / elapsed.Seconds()
-	p.DataWait = float64(t.data.Stats().Wait-r.wait0) / float64(elapsed)
+	p.DataWait = float64(t.src.wait()-r.wait0) / float64(elapsed)
 	r.sum.Loss, r.sum.Tokens = p.Loss, r.tokens
 	if t.cfg.OnStep != nil {
 		t.cfg.OnStep(*p)
 	}
-	if t.cfg.Validation != nil && t.cfg.EvalEvery > 0 && t.step%t.cfg.EvalEvery == 0 {
+	if t.src.hasValidation() && t.cfg.EvalEvery > 0 && t.step%t.cfg.EvalEvery == 0 {
 		ev, err := t.validate(ctx)
 		if err != nil {
 			return false, err
@@ -403,7 +404,7 @@ const defaultMaxSkips = 100
 // failure).
 func (t *Trainer) finish(ctx context.Context, r *run, err error) (Summary, error) {
 	r.sum.Steps, r.sum.Skipped, r.sum.Elapsed = t.step, t.skipped, time.Since(r.start)
-	if err == nil && t.cfg.Validation != nil && (r.sum.Validation == nil || r.sum.Validation.Step != t.step) {
+	if err == nil && t.src.hasValidation() && (r.sum.Validation == nil || r.sum.Validation.Step != t.step) {
 		var ev Evaluation
 		if ev, err = t.validate(ctx); err == nil {
 			r.sum.Validation = &ev
@@ -466,33 +467,20 @@ func (t *Trainer) rollBack() error {
 	return nil
 }
 
-// microBatch runs the forward and backward of one micro-batch of a step of
-// accum, its loss weighted 1/accum so the step's gradient is that of the
-// mean over all its positions.
-func (t *Trainer) microBatch(b loader.Batch, accum int) error {
+// microBatch runs the forward, loss and backward of one micro-batch of a
+// step, adding its gradient into the step's.
+func (t *Trainer) microBatch(b micro) error {
 	var st State
 	if t.states != nil {
-		st = t.states[b.Group]
-		if b.Reset {
+		st = t.states[b.group]
+		if b.reset {
 			if err := st.Reset(); err != nil {
 				return fmt.Errorf("train: %w", err)
 			}
 		}
 	}
-	n := b.Seq * b.Rows
-	logits, err := t.model.Forward(rnn.Train, b.Inputs, b.Seq, b.Rows, st)
-	if err != nil {
-		return fmt.Errorf("train: forward: %w", err)
-	}
-	if err := t.ce.Forward(rnn.Train, logits, b.Targets, n, 1/float64(accum)); err != nil {
-		return fmt.Errorf("train: loss: %w", err)
-	}
-	dl, err := t.ce.Backward()
-	if err != nil {
-		return fmt.Errorf("train: loss: %w", err)
-	}
-	if err := t.model.Backward(dl); err != nil {
-		return fmt.Errorf("train: backward: %w", err)
+	if err := t.src.run(b, t.ce, st); err != nil {
+		return err
 	}
 	if st != nil {
 		st.Detach()
@@ -503,11 +491,15 @@ func (t *Trainer) microBatch(b loader.Batch, accum int) error {
 // endStep checks the loss and the gradient, clips and updates. It returns
 // nil Progress for a skipped step.
 func (t *Trainer) endStep(next loader.Position) (*Progress, error) {
+	// A source whose micro-batches add sums (sequences) makes them the
+	// step's mean here: the norm and loss by scale, the gradient in clip.
+	scale := t.src.scale()
 	norm, err := t.gradNorm()
 	var loss float64
 	if err == nil {
 		loss, err = t.ce.Loss()
 	}
+	norm, loss = norm*scale, loss*scale
 	if err == nil && (!finite(loss) || !finite(norm)) {
 		err = &NonFiniteError{Step: t.step + 1, Loss: loss, GradNorm: norm}
 		if t.cfg.SkipNonFinite {
@@ -525,7 +517,7 @@ func (t *Trainer) endStep(next loader.Position) (*Progress, error) {
 		}
 	}
 	if err == nil {
-		err = t.clip(norm)
+		err = t.clip(norm, scale)
 	}
 	lr := t.cfg.Schedule.Rate(t.cfg.Optimizer.LR, t.step, t.cfg.Steps)
 	if err == nil {
@@ -558,18 +550,22 @@ func (t *Trainer) gradNorm() (float64, error) {
 	return math.Sqrt(sq), nil
 }
 
-// clip applies ClipNorm (PyTorch's coefficient max/(norm+1e-6), applied
-// only when below 1) and ClipValue to the gradients.
-func (t *Trainer) clip(norm float64) error {
+// clip multiplies the gradients by scale (the source's, making a sum a
+// mean) and applies ClipNorm (PyTorch's coefficient max/(norm+1e-6),
+// applied only when below 1) to the scaled gradient, whose norm is norm,
+// in one pass; then ClipValue.
+func (t *Trainer) clip(norm, scale float64) error {
 	k := t.dev.Kernels()
 	dt := t.groups[0].Params.DType()
-	if c := t.cfg.ClipNorm; c > 0 {
-		if coef := c / (norm + 1e-6); coef < 1 {
-			for _, g := range t.groups {
-				_, grad := g.Params.Flat()
-				if err := k.Axpby(device.Axpby{DType: dt, N: g.Params.Len(), Alpha: coef, X: grad, Y: grad}); err != nil {
-					return fmt.Errorf("train: clipping: %w", err)
-				}
+	coef := scale
+	if c := t.cfg.ClipNorm; c > 0 && c/(norm+1e-6) < 1 {
+		coef *= c / (norm + 1e-6)
+	}
+	if coef != 1 {
+		for _, g := range t.groups {
+			_, grad := g.Params.Flat()
+			if err := k.Axpby(device.Axpby{DType: dt, N: g.Params.Len(), Alpha: coef, X: grad, Y: grad}); err != nil {
+				return fmt.Errorf("train: clipping: %w", err)
 			}
 		}
 	}
@@ -585,7 +581,7 @@ func (t *Trainer) clip(norm float64) error {
 }
 
 func (t *Trainer) validate(ctx context.Context) (Evaluation, error) {
-	ev, err := Evaluate(ctx, t.dev, t.model, t.cfg.Validation)
+	ev, err := t.src.validate(ctx)
 	if err != nil {
 		return ev, fmt.Errorf("train: validation after step %d: %w", t.step, err)
 	}
