@@ -160,6 +160,9 @@ type Dataset struct {
 	// Tagging says the examples carry a tag per token; otherwise one
 	// label per sequence.
 	Tagging bool
+	// Texts says the examples are texts ({"text": ...} lines), read as
+	// characters in Chars; otherwise sequences of words in Words.
+	Texts bool
 	// offsets[i] and lines[i] are where example i's reading starts: the
 	// byte after the previous example, and the lines before it.
 	offsets []int64
@@ -208,11 +211,14 @@ func OpenDataset(ctx context.Context, path string, cfg DatasetConfig) (_ *Datase
 		if err != nil {
 			return nil, err
 		}
-		tagging := ex.Tags != nil
-		if len(d.offsets) == 0 {
-			d.Tagging = tagging
-		} else if tagging != d.Tagging {
+		tagging, text := ex.Tags != nil, ex.Text != ""
+		switch {
+		case len(d.offsets) == 0:
+			d.Tagging, d.Texts = tagging, text
+		case tagging != d.Tagging:
 			return nil, &LineError{File: path, Line: ex.Line, Reason: "a tagged sequence and a labelled one in one file"}
+		case text != d.Texts:
+			return nil, &LineError{File: path, Line: ex.Line, Reason: "a text and a sequence of tokens in one file"}
 		}
 		n := len(ex.Tokens)
 		for _, w := range ex.Tokens {
