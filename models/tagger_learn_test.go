@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -184,6 +185,14 @@ func TestTaggerLearnsSuffixes(t *testing.T) {
 			for batch, err := range l.Batches(ctx, loader.Position{}) {
 				check(t, err)
 				hb := batch.Host
+				if chars {
+					// The loader's order of the words is the one the
+					// fixture tests lay out (wordOrder).
+					index, positions := wordOrder(hb.Seq, hb.Rows, hb.Lengths)
+					if !slices.Equal(hb.WordIndex, index) || !slices.Equal(hb.WordPositions, positions) {
+						t.Fatalf("batch %d: word index %v and positions %v, want %v and %v", step, hb.WordIndex, hb.WordPositions, index, positions)
+					}
+				}
 				for _, g := range m.Groups() {
 					check(t, g.Params.ZeroGrad())
 				}
