@@ -152,12 +152,76 @@ type HostBatch struct {
 	// Real is the number of real tokens, Σ Lengths: the rows a tagging
 	// loss counts.
 	Real int
+
+	// The characters of the batch's words, for a model's character
+	// features (CollateConfig.Chars); empty otherwise. Only the Real words
+	// are laid out, not the padded positions: word j is the j-th real
+	// position in the time-major order of Tokens (PyTorch's packed order
+	// when the rows are longest first, as Buckets makes them).
+	//
+	// WordLen is the longest word's characters (at most MaxWordChars), the
+	// steps of Chars; 0 when the batch carries no characters.
+	WordLen int
+	// Chars is [WordLen, Real], time-major over the words: character i of
+	// word j at i·Real + j, in the dataset's character vocabulary
+	// (UnknownID for a character outside it), PadID past the word's
+	// length.
+	Chars []int32
+	// CharLengths is [Real]: each word's characters, in [1, WordLen].
+	CharLengths []int32
+	// WordIndex is [Seq, Rows], a permutation of the Seq·Rows positions:
+	// the word at each real position (0 .. Real-1), then Real, Real+1, ...
+	// at the padded positions in order. WordPositions is its inverse: the
+	// position of word j for j < Real, then the padded positions. A model
+	// gathers its per-word features into the sentences' layout with
+	// WordIndex (rows Real and up of the features being zeros), and their
+	// gradients back with WordPositions.
+	WordIndex, WordPositions []int32
+}
+
+// CollateConfig says what a collated batch carries beyond its tokens,
+// labels and lengths. The zero value collates the tokens alone.
+type CollateConfig struct {
+	// Chars adds the characters of the words (HostBatch.Chars and the
+	// fields after it) to batches of word sequences (tagging, or labelled
+	// token sequences; a text's batch has no words and is an error).
+	Chars bool
+	// MaxWordChars, when > 0 with Chars, keeps a word's first
+	// MaxWordChars characters and drops the rest, so that one long token
+	// (a URL, a run of punctuation) does not widen every batch's Chars and
+	// the staging ring's slots; 0 keeps every character.
+	MaxWordChars int
+}
+
+func (c CollateConfig) validate() error {
+	if c.MaxWordChars < 0 {
+		return fmt.Errorf("loader: MaxWordChars %d, want ≥ 0", c.MaxWordChars)
+	}
+	return nil
+}
+
+// wordLen is the characters a word of n characters keeps.
+func (c CollateConfig) wordLen(n int) int {
+	if c.MaxWordChars > 0 {
+		return min(n, c.MaxWordChars)
+	}
+	return n
 }
 
 // Collate reads the examples of batch from d and lays them out as a
 // HostBatch, in the order given, in d's vocabularies (a word or character
-// outside them is UnknownID).
+// outside them is UnknownID): CollateConfig{}.Collate.
 func Collate(d *Dataset, batch []int32) (HostBatch, error) {
+	return CollateConfig{}.Collate(d, batch)
+}
+
+// Collate reads the examples of batch from d and lays them out as a
+// HostBatch, in the order given, in d's vocabularies (a word or character
+// outside them is UnknownID), with what c adds.
+func (c CollateConfig) Collate(d *Dataset, batch []int32) (HostBatch, error) {
+	if err := c.validate(); err != nil {
+		return HostBatch{}, err
+	}
 	hb := HostBatch{Rows: len(batch), Examples: append([]int32(nil), batch...)}
 	exs := make([]Example, len(batch))
 	for r, i := range batch {
@@ -210,5 +274,50 @@ func Collate(d *Dataset, batch []int32) (HostBatch, error) {
 			hb.Labels[r] = id
 		}
 	}
+	if c.Chars {
+		for _, ex := range exs {
+			if ex.Text != "" {
+				return hb, fmt.Errorf("loader: %s:%d: the characters of words asked for a text, which has none (its tokens are characters already)", d.path, ex.Line)
+			}
+		}
+		c.addChars(d, &hb, exs)
+	}
 	return hb, nil
+}
+
+// addChars lays out the characters of the words of exs, hb's rows.
+func (c CollateConfig) addChars(d *Dataset, hb *HostBatch, exs []Example) {
+	n, R := hb.Seq*hb.Rows, hb.Rows
+	hb.WordIndex, hb.WordPositions = make([]int32, n), make([]int32, n)
+	hb.CharLengths = make([]int32, 0, hb.Real)
+	words := make([]string, 0, hb.Real)
+	real, pad := 0, hb.Real
+	for p := range n {
+		t, r := p/R, p%R
+		j := pad
+		if t < int(hb.Lengths[r]) {
+			j = real
+			real++
+			w := exs[r].Tokens[t]
+			words = append(words, w)
+			k := c.wordLen(utf8.RuneCountInString(w))
+			hb.CharLengths = append(hb.CharLengths, int32(k))
+			hb.WordLen = max(hb.WordLen, k)
+		} else {
+			pad++
+		}
+		hb.WordIndex[p], hb.WordPositions[j] = int32(j), int32(p)
+	}
+	W := hb.Real
+	hb.Chars = make([]int32, hb.WordLen*W) // PadID
+	for j, w := range words {
+		i := 0
+		for _, ch := range w {
+			if i == int(hb.CharLengths[j]) {
+				break
+			}
+			hb.Chars[i*W+j] = d.Chars.ID(string(ch))
+			i++
+		}
+	}
 }

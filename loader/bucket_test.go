@@ -123,6 +123,43 @@ func TestCollate(t *testing.T) {
 		t.Errorf("Collate = %+v\nwant %+v", hb, want)
 	}
 
+	// The words' characters: the four words in time-major order (zebra,
+	// the, cat, sat), cut to four characters, in a given character
+	// vocabulary without "z" (unknown).
+	cv, err := NewWords([]string{"<pad>", "<unk>", "e", "b", "r", "a", "t", "h", "c", "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := OpenDataset(context.Background(), tsv, DatasetConfig{Chars: cv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	hb, err = CollateConfig{Chars: true, MaxWordChars: 4}.Collate(dc, []int32{1, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dc.LongestWord() != 5 {
+		t.Errorf("longest word %d, want 5 (zebra)", dc.LongestWord())
+	}
+	c := cv.ID
+	want.WordLen = 4
+	want.Chars = []int32{
+		UnknownID, c("t"), c("c"), c("s"),
+		c("e"), c("h"), c("a"), c("a"),
+		c("b"), c("e"), c("t"), c("t"),
+		c("r"), PadID, PadID, PadID}
+	want.CharLengths = []int32{4, 3, 3, 3}
+	// Positions 0, 1, 3, 5 are words 0-3; 2 and 4 padding.
+	want.WordIndex = []int32{0, 1, 4, 2, 5, 3}
+	want.WordPositions = []int32{0, 1, 3, 5, 2, 4}
+	if !reflect.DeepEqual(hb, want) {
+		t.Errorf("with characters: Collate = %+v\nwant %+v", hb, want)
+	}
+	if _, err := (CollateConfig{MaxWordChars: -1}).Collate(dc, []int32{0}); err == nil {
+		t.Error("MaxWordChars -1: no error")
+	}
+
 	jsonl := filepath.Join(dir, "texts.jsonl")
 	os.WriteFile(jsonl, []byte(`{"text": "ab", "label": "x"}`+"\n"+`{"text": "b", "label": "y"}`+"\n"), 0o644)
 	d2, err := OpenDataset(context.Background(), jsonl, DatasetConfig{})
@@ -134,9 +171,16 @@ func TestCollate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := d2.Chars.ID
+	c = d2.Chars.ID
 	if !reflect.DeepEqual(hb.Tokens, []int32{c("a"), c("b"), c("b"), PadID}) || !reflect.DeepEqual(hb.Labels, []int32{0, 1}) || hb.Real != 3 {
 		t.Errorf("texts: %+v", hb)
+	}
+	// A text has no words to take characters of.
+	if _, err := (CollateConfig{Chars: true}).Collate(d2, []int32{0, 1}); err == nil {
+		t.Error("characters of a text's words: no error")
+	}
+	if d2.LongestWord() != 0 {
+		t.Errorf("longest word of texts %d, want 0", d2.LongestWord())
 	}
 }
 

@@ -169,6 +169,8 @@ type Dataset struct {
 	lines   []int32
 	lengths []int32
 	tokens  int64
+	// longestWord is the most characters of a word, 0 without words.
+	longestWord int
 }
 
 // OpenDataset reads the labelled data at path once: it checks every line,
@@ -223,9 +225,12 @@ func OpenDataset(ctx context.Context, path string, cfg DatasetConfig) (_ *Datase
 		n := len(ex.Tokens)
 		for _, w := range ex.Tokens {
 			words[w]++
+			k := 0
 			for _, r := range w {
 				chars[string(r)]++
+				k++
 			}
+			d.longestWord = max(d.longestWord, k)
 		}
 		if ex.Text != "" {
 			n = utf8.RuneCountInString(ex.Text)
@@ -273,6 +278,10 @@ func (d *Dataset) Tokens() int64 { return d.tokens }
 
 // Length is example i's number of tokens (characters of a text).
 func (d *Dataset) Length(i int) int { return int(d.lengths[i]) }
+
+// LongestWord is the most characters of any word of the examples (what a
+// batch's HostBatch.WordLen can reach), 0 when they hold no words (texts).
+func (d *Dataset) LongestWord() int { return d.longestWord }
 
 // Example reads example i from the file.
 func (d *Dataset) Example(i int) (Example, error) {

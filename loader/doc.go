@@ -29,8 +29,11 @@
 // batches (sorted within pools of batches, seeded per epoch, an optional
 // token budget), Padding says what fraction of a batching is padding,
 // Collate lays a batch out time-major with its lengths and labels
-// (IgnoreLabel at padding), and a SeqLoader delivers those batches to a
-// device through a staging ring and a copy stream, from any Position.
+// (IgnoreLabel at padding), CollateConfig.Chars adds the characters of its
+// words for a model's character features (the real words only, time-major
+// over them, with the permutation between the batch's positions and its
+// words), and a SeqLoader delivers those batches to a device through a
+// staging ring and a copy stream, from any Position.
 //
 // # Batches
 //

@@ -21,6 +21,13 @@ type SeqConfig struct {
 	// consumer holds; 0 means 2. The ring of Prefetch+1 staging buffers
 	// and device batches is allocated once.
 	Prefetch int
+	// CollateConfig says what a batch carries besides tokens, labels and
+	// lengths: with Chars, its words' characters (SeqBatch.Chars and
+	// after), for a dataset of words. A slot then also holds Chars for the
+	// longest word (Dataset.LongestWord, at most MaxWordChars) times the
+	// most tokens a batch holds: set MaxWordChars when a few very long
+	// tokens would make that large.
+	CollateConfig
 }
 
 // SeqBatch is one batch of labelled sequences resident on the device,
@@ -31,6 +38,10 @@ type SeqBatch struct {
 	// length; Labels is [Seq, Rows] (tagging, IgnoreLabel past a row's
 	// length) or [Rows]; Lengths is [Rows].
 	Tokens, Labels, Lengths device.Buffer
+	// With SeqConfig.Chars, the device copies of Host's characters, Int32:
+	// Chars [Host.WordLen, Host.Real], CharLengths [Host.Real], WordIndex
+	// and WordPositions [Seq·Rows] (see HostBatch); none otherwise.
+	Chars, CharLengths, WordIndex, WordPositions device.Buffer
 	// Host is the batch as collated on the host: its Lengths are what
 	// rnn's ForwardLengths takes and its Real the tokens a loss counts.
 	Host HostBatch
@@ -50,20 +61,43 @@ type SeqBatch struct {
 // staging buffer and copies them on a copy stream the compute stream
 // waits on; one iteration runs at a time.
 type SeqLoader struct {
-	dev    device.Device
-	data   *Dataset
-	cfg    SeqConfig
-	copy   device.Stream
-	slots  []seqSlot
-	cap    int // tokens a slot holds: Seq·Rows at most
-	epochs map[int]epochBatches
+	dev   device.Device
+	data  *Dataset
+	cfg   SeqConfig
+	copy  device.Stream
+	slots []seqSlot
+	cap   int // tokens a slot holds: Seq·Rows at most
+	// wordLen is the characters of the longest word a batch holds, 0
+	// without characters.
+	wordLen int
+	epochs  map[int]epochBatches
 
 	runGuard
 }
 
-// seqSlot is a ring slot: tokens, labels (cap int32 each) and lengths
-// (Batch int32).
+// seqSlot is a ring slot: tokens, labels (cap int32 each), lengths
+// (Batch int32), and with characters word lengths, word index, word
+// positions (cap int32 each) and the characters (wordLen·cap int32), last
+// so that a copy covers the slot's used part only.
 type seqSlot = ringSlot
+
+// The offsets in a slot, in int32 elements.
+func (l *SeqLoader) labelsAt() int  { return l.cap }
+func (l *SeqLoader) lengthsAt() int { return 2 * l.cap }
+func (l *SeqLoader) charLengthsAt() int {
+	return 2*l.cap + l.cfg.Bucket.Batch
+}
+func (l *SeqLoader) wordIndexAt() int     { return l.charLengthsAt() + l.cap }
+func (l *SeqLoader) wordPositionsAt() int { return l.charLengthsAt() + 2*l.cap }
+func (l *SeqLoader) charsAt() int         { return l.charLengthsAt() + 3*l.cap }
+
+// slotLen is a slot's size in int32 elements.
+func (l *SeqLoader) slotLen() int {
+	if l.wordLen == 0 {
+		return l.charLengthsAt()
+	}
+	return l.charsAt() + l.wordLen*l.cap
+}
 
 // NewSeqLoader makes a loader of data's batches onto d.
 func NewSeqLoader(d device.Device, data *Dataset, cfg SeqConfig) (*SeqLoader, error) {
@@ -73,6 +107,12 @@ func NewSeqLoader(d device.Device, data *Dataset, cfg SeqConfig) (*SeqLoader, er
 	b, err := cfg.Bucket.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if err := cfg.CollateConfig.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Chars && data.LongestWord() == 0 {
+		return nil, errors.New("loader: characters of words asked for a dataset of texts, which has no words")
 	}
 	if cfg.Epochs < 0 || cfg.Prefetch < 0 {
 		return nil, fmt.Errorf("loader: Epochs %d, Prefetch %d; neither may be negative", cfg.Epochs, cfg.Prefetch)
@@ -89,10 +129,13 @@ func NewSeqLoader(d device.Device, data *Dataset, cfg SeqConfig) (*SeqLoader, er
 	if b.MaxTokens > 0 {
 		l.cap = min(l.cap, max(b.MaxTokens, longest))
 	}
+	if cfg.Chars {
+		l.wordLen = cfg.wordLen(data.LongestWord())
+	}
 	if l.copy, err = d.NewStream(); err != nil {
 		return nil, fmt.Errorf("loader: copy stream: %w", err)
 	}
-	bytes := int64(2*l.cap+b.Batch) * 4
+	bytes := int64(l.slotLen()) * 4
 	created, err := d.Stream().Record()
 	for range cfg.Prefetch + 1 {
 		if err != nil {
@@ -258,15 +301,15 @@ func (l *SeqLoader) produce(ctx context.Context, pos Position, free <-chan int, 
 			return
 		}
 		r := seqResult{slot: i, pos: pos}
-		r.hb, r.err = Collate(l.data, l.batches(pos.Epoch).batches[pos.Batch])
+		r.hb, r.err = l.cfg.Collate(l.data, l.batches(pos.Epoch).batches[pos.Batch])
 		s := &l.slots[i]
 		if r.err == nil && s.copied != nil {
 			r.err = s.copied.Wait()
 		}
 		if r.err == nil {
-			l.stage(s, r.hb)
+			used := l.stage(s, r.hb)
 			if r.err = l.copy.Wait(s.released); r.err == nil {
-				r.copied, r.err = l.dev.CopyToDevice(s.dev, s.host, l.copy)
+				r.copied, r.err = l.dev.CopyToDevice(s.dev, s.host.Slice(0, int64(used)*4), l.copy)
 				s.copied = r.copied
 			}
 		}
@@ -282,8 +325,9 @@ func (l *SeqLoader) produce(ctx context.Context, pos Position, free <-chan int, 
 }
 
 // stage writes a collated batch into a slot's staging buffer: tokens,
-// labels, lengths, each at a fixed offset.
-func (l *SeqLoader) stage(s *seqSlot, hb HostBatch) {
+// labels, lengths (and the characters' parts), each at a fixed offset. It
+// returns the int32 elements of the slot the batch uses, from its start.
+func (l *SeqLoader) stage(s *seqSlot, hb HostBatch) int {
 	b := s.host.Bytes()
 	put := func(off int, v []int32) {
 		for k, x := range v {
@@ -291,8 +335,16 @@ func (l *SeqLoader) stage(s *seqSlot, hb HostBatch) {
 		}
 	}
 	put(0, hb.Tokens)
-	put(l.cap, hb.Labels)
-	put(2*l.cap, hb.Lengths)
+	put(l.labelsAt(), hb.Labels)
+	put(l.lengthsAt(), hb.Lengths)
+	if l.wordLen == 0 {
+		return l.slotLen()
+	}
+	put(l.charLengthsAt(), hb.CharLengths)
+	put(l.wordIndexAt(), hb.WordIndex)
+	put(l.wordPositionsAt(), hb.WordPositions)
+	put(l.charsAt(), hb.Chars)
+	return l.charsAt() + len(hb.Chars)
 }
 
 // consume hands the batches to yield in order; it returns whether the
@@ -324,10 +376,16 @@ func (l *SeqLoader) consume(ctx context.Context, free chan<- int, ready <-chan s
 		hb := r.hb
 		n := hb.Seq * hb.Rows
 		labels := len(hb.Labels)
-		b := SeqBatch{Tokens: s.dev.Elems(device.Int32, 0, n), Labels: s.dev.Elems(device.Int32, l.cap, labels),
-			Lengths: s.dev.Elems(device.Int32, 2*l.cap, hb.Rows), Host: hb, Epoch: r.pos.Epoch, Index: r.pos.Batch, Next: l.next(r.pos)}
+		b := SeqBatch{Tokens: s.dev.Elems(device.Int32, 0, n), Labels: s.dev.Elems(device.Int32, l.labelsAt(), labels),
+			Lengths: s.dev.Elems(device.Int32, l.lengthsAt(), hb.Rows), Host: hb, Epoch: r.pos.Epoch, Index: r.pos.Batch, Next: l.next(r.pos)}
 		e := l.batches(r.pos.Epoch)
 		b.Group, b.Last = int(e.group[r.pos.Batch]), e.last[r.pos.Batch]
+		if l.wordLen > 0 {
+			b.Chars = s.dev.Elems(device.Int32, l.charsAt(), len(hb.Chars))
+			b.CharLengths = s.dev.Elems(device.Int32, l.charLengthsAt(), hb.Real)
+			b.WordIndex = s.dev.Elems(device.Int32, l.wordIndexAt(), n)
+			b.WordPositions = s.dev.Elems(device.Int32, l.wordPositionsAt(), n)
+		}
 		more := yield(b, nil)
 		released, err := compute.Record()
 		if err != nil {

@@ -16,14 +16,19 @@ import (
 )
 
 // taggedDataset writes n tagged sentences of lengths 1 to 20 (TSV) and
-// opens them.
+// opens them. The words are "w" and a number below 50, and now and then a
+// letter, one to 11 times.
 func taggedDataset(t *testing.T, n int) *Dataset {
 	t.Helper()
 	r := rand.New(rand.NewPCG(3, 4))
 	var b strings.Builder
 	for range n {
 		for range 1 + r.IntN(20) {
-			fmt.Fprintf(&b, "w%d\tT%d\n", r.IntN(50), r.IntN(5))
+			w := fmt.Sprint("w", r.IntN(50))
+			if r.IntN(4) == 0 {
+				w = strings.Repeat(string(rune('a'+r.IntN(26))), 1+r.IntN(11))
+			}
+			fmt.Fprintf(&b, "%s\tT%d\n", w, r.IntN(5))
 		}
 		b.WriteString("\n")
 	}
@@ -50,13 +55,23 @@ func downloadInt32(t *testing.T, dev device.Device, b device.Buffer, n int) []in
 }
 
 // A SeqLoader delivers, epoch after epoch, the batches Buckets makes, each
-// on the device as Collate lays it out (tokens, labels, lengths), every
+// on the device as Collate lays it out (tokens, labels, lengths, and the
+// words' characters when asked for, whole or cut to MaxWordChars), every
 // example once per epoch; from a position it delivers the rest of the same
 // sequence (exact resume), and ends cleanly when the consumer stops.
 func TestSeqLoader(t *testing.T) {
 	dev := testdevice.Open(t)
 	d := taggedDataset(t, 200)
-	cfg := SeqConfig{Bucket: BucketConfig{Batch: 8, MaxTokens: 96, Pool: 5, Shuffle: true, Seed: 9}, Epochs: 2}
+	if d.LongestWord() != 11 {
+		t.Fatalf("longest word of %d characters, want 11", d.LongestWord())
+	}
+	for _, cc := range []CollateConfig{{}, {Chars: true}, {Chars: true, MaxWordChars: 4}} {
+		t.Run(fmt.Sprintf("%+v", cc), func(t *testing.T) { testSeqLoader(t, dev, d, cc) })
+	}
+}
+
+func testSeqLoader(t *testing.T, dev device.Device, d *Dataset, cc CollateConfig) {
+	cfg := SeqConfig{Bucket: BucketConfig{Batch: 8, MaxTokens: 96, Pool: 5, Shuffle: true, Seed: 9}, Epochs: 2, CollateConfig: cc}
 	l, err := NewSeqLoader(dev, d, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -64,13 +79,14 @@ func TestSeqLoader(t *testing.T) {
 	defer l.Close()
 	var all []Position
 	var examples [][]int32
+	var hosts []HostBatch
 	seen := map[int][]int{0: make([]int, d.Len()), 1: make([]int, d.Len())}
 	for b, err := range l.Batches(context.Background(), Position{}) {
 		if err != nil {
 			t.Fatal(err)
 		}
 		pos := Position{b.Epoch, b.Index}
-		want, err := Collate(d, mustBuckets(t, d, cfg.Bucket, b.Epoch)[b.Index])
+		want, err := cc.Collate(d, mustBuckets(t, d, cfg.Bucket, b.Epoch)[b.Index])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,6 +103,23 @@ func TestSeqLoader(t *testing.T) {
 		if got := downloadInt32(t, dev, b.Lengths, want.Rows); !reflect.DeepEqual(got, want.Lengths) {
 			t.Fatalf("batch %+v: device lengths differ", pos)
 		}
+		if cc.Chars {
+			if want.WordLen == 0 || cc.MaxWordChars > 0 && want.WordLen > cc.MaxWordChars {
+				t.Fatalf("batch %+v: words of up to %d characters (MaxWordChars %d)", pos, want.WordLen, cc.MaxWordChars)
+			}
+			for _, part := range []struct {
+				name string
+				buf  device.Buffer
+				want []int32
+			}{{"chars", b.Chars, want.Chars}, {"char lengths", b.CharLengths, want.CharLengths},
+				{"word index", b.WordIndex, want.WordIndex}, {"word positions", b.WordPositions, want.WordPositions}} {
+				if got := downloadInt32(t, dev, part.buf, len(part.want)); !reflect.DeepEqual(got, part.want) {
+					t.Fatalf("batch %+v: device %s %v, want %v", pos, part.name, got, part.want)
+				}
+			}
+		} else if !b.Chars.IsZero() || want.WordLen != 0 || want.Chars != nil {
+			t.Fatalf("batch %+v: characters not asked for, but delivered", pos)
+		}
 		if want.Seq*want.Rows > 96 && want.Rows > 1 {
 			t.Errorf("batch %+v: %d x %d over the token budget of 96", pos, want.Seq, want.Rows)
 		}
@@ -95,6 +128,7 @@ func TestSeqLoader(t *testing.T) {
 		}
 		all = append(all, pos)
 		examples = append(examples, want.Examples)
+		hosts = append(hosts, want)
 	}
 	if int64(len(all)) != l.PerEpoch(0)+l.PerEpoch(1) {
 		t.Fatalf("%d batches, want %d + %d", len(all), l.PerEpoch(0), l.PerEpoch(1))
@@ -120,6 +154,11 @@ func TestSeqLoader(t *testing.T) {
 		}
 		if !reflect.DeepEqual(b.Host.Examples, examples[i]) {
 			t.Fatalf("resumed batch %d: examples %v, want %v", i, b.Host.Examples, examples[i])
+		}
+		if cc.Chars {
+			if got := downloadInt32(t, dev, b.Chars, len(b.Host.Chars)); !reflect.DeepEqual(got, hosts[i].Chars) {
+				t.Fatalf("resumed batch %d: characters %v, want %v", i, got, hosts[i].Chars)
+			}
 		}
 		i++
 	}
@@ -171,4 +210,31 @@ func mustBuckets(t *testing.T, d *Dataset, c BucketConfig, epoch int) [][]int32 
 		t.Fatal(err)
 	}
 	return bs
+}
+
+// Characters are asked for a dataset of words, with MaxWordChars ≥ 0.
+func TestSeqLoaderCharsConfig(t *testing.T) {
+	dev := testdevice.Open(t)
+	path := filepath.Join(t.TempDir(), "texts.jsonl")
+	if err := os.WriteFile(path, []byte(`{"text": "ab", "label": "x"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	texts, err := OpenDataset(context.Background(), path, DatasetConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer texts.Close()
+	for _, c := range []struct {
+		name string
+		data *Dataset
+		cc   CollateConfig
+	}{
+		{"texts", texts, CollateConfig{Chars: true}},
+		{"MaxWordChars -1", taggedDataset(t, 3), CollateConfig{Chars: true, MaxWordChars: -1}},
+	} {
+		if l, err := NewSeqLoader(dev, c.data, SeqConfig{Bucket: BucketConfig{Batch: 2}, CollateConfig: c.cc}); err == nil {
+			l.Close()
+			t.Errorf("%s: no error", c.name)
+		}
+	}
 }

@@ -171,8 +171,15 @@ type chain struct {
 // linear layer over its output, in rc.DType, drawing three seeds from one
 // so the layers do not draw the same numbers. name says which model in
 // errors. On error the layers built so far stay for close.
-func (c *chain) build(d device.Device, name, cell string, vocab, classes int, rc rnn.Config, seed uint64) (err error) {
-	if c.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: vocab, Dim: rc.Input, DType: rc.DType, Seed: seed*3 + 1}); err != nil {
+func (c *chain) build(d device.Device, name, cell string, vocab, classes int, rc rnn.Config, seed uint64) error {
+	return c.buildEmbed(d, name, cell, vocab, rc.Input, classes, rc, seed)
+}
+
+// buildEmbed is build with an embedding of embed features, fewer than the
+// stack's rc.Input when the model puts more features beside them (the
+// tagger's character features).
+func (c *chain) buildEmbed(d device.Device, name, cell string, vocab, embed, classes int, rc rnn.Config, seed uint64) (err error) {
+	if c.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: vocab, Dim: embed, DType: rc.DType, Seed: seed*3 + 1}); err != nil {
 		return fmt.Errorf("models: %s embedding: %w", name, err)
 	}
 	rc.Seed = seed*3 + 2

@@ -17,7 +17,8 @@ const TaggerFormat = "gocurrent.tagger/1"
 // TaggerConfig is a tagger's shape: PyTorch's nn.Embedding(V, Embed) ->
 // nn.LSTM or nn.GRU(Embed, Hidden, Layers, dropout=Dropout,
 // bidirectional=Bidirectional) over packed sentences -> nn.Linear(Hidden·
-// directions, tags) at every token. Its JSON is the checkpoint's "config"
+// directions, tags) at every token, with optional character features
+// beside the word embedding. Its JSON is the checkpoint's "config"
 // metadata.
 type TaggerConfig struct {
 	Cell          string  `json:"cell"`
@@ -26,9 +27,15 @@ type TaggerConfig struct {
 	Layers        int     `json:"layers"`
 	Bidirectional bool    `json:"bidirectional"`
 	Dropout       float64 `json:"dropout"`
-	// CharEmbed and CharHidden size the character features (a
-	// bidirectional character LSTM over each word); 0 for none, which is
-	// all this version builds.
+	// CharEmbed and CharHidden, both > 0, add character features:
+	// PyTorch's char_emb = nn.Embedding(C, CharEmbed) over each word's
+	// characters (C the character vocabulary's size) and char_rnn =
+	// nn.LSTM(CharEmbed, CharHidden, 1, bidirectional=True) over them,
+	// packed by word length; a token's features are then cat(emb(word),
+	// h_n[0], h_n[1]), the forward direction's final state after the
+	// word's last character and the reverse one's after its first, and
+	// the recurrent stack reads Embed + 2·CharHidden features. Both 0 (the
+	// default): the word embedding alone.
 	CharEmbed  int `json:"char_embed"`
 	CharHidden int `json:"char_hidden"`
 	// DType is the parameters' type: Float32 (0) or Float64 (for checks);
@@ -44,45 +51,97 @@ func (c TaggerConfig) validate() error {
 		return fmt.Errorf("models: tagger embed %d, hidden %d, layers %d; each must be > 0", c.Embed, c.Hidden, c.Layers)
 	case !(c.Dropout >= 0 && c.Dropout < 1):
 		return fmt.Errorf("models: tagger dropout %v, want [0, 1)", c.Dropout)
-	case c.CharEmbed != 0 || c.CharHidden != 0:
-		return errors.New("models: tagger character features (char_embed, char_hidden) are not built yet; set both to 0")
+	case c.CharEmbed < 0 || c.CharHidden < 0 || (c.CharEmbed == 0) != (c.CharHidden == 0):
+		return fmt.Errorf("models: tagger char_embed %d, char_hidden %d; both > 0 for character features, or both 0 for none", c.CharEmbed, c.CharHidden)
 	}
 	return nil
 }
 
-// Tagger tags every token of a sentence: word embedding, a recurrent
-// stack over the sentence (both ways when bidirectional), a linear layer
-// per token. Its parameter groups are "emb", "rnn" and "out", so its
-// checkpoint tensors carry PyTorch's names (emb.weight,
-// rnn.weight_ih_l0_reverse, out.weight, ...). It is not safe for
-// concurrent use.
+// hasChars reports whether the config asks for character features.
+func (c TaggerConfig) hasChars() bool { return c.CharEmbed > 0 }
+
+// Tagger tags every token of a sentence: word embedding (beside it, with
+// character features, the final states of a bidirectional LSTM over the
+// word's characters), a recurrent stack over the sentence (both ways when
+// bidirectional), a linear layer per token. Its parameter groups are
+// "emb", "rnn" and "out", then "char_emb" and "char_rnn" with character
+// features, so its checkpoint tensors carry PyTorch's names (emb.weight,
+// rnn.weight_ih_l0_reverse, out.weight, char_emb.weight,
+// char_rnn.weight_hh_l0_reverse, ...). It is not safe for concurrent use.
 type Tagger struct {
 	chain
 	cfg   TaggerConfig
 	words *loader.Words
 	tags  *loader.Labels
+	dev   device.Device
+
+	// With character features: the character vocabulary and layers, and
+	// the character LSTM's state, for the last batch's number of words;
+	// all nil without.
+	chars   *loader.Words
+	charEmb *rnn.Embedding
+	charRNN *rnn.LSTM
+	charSt  *rnn.State
+	// feat is [positions, 2·CharHidden]: the words' features in the
+	// words' order, then zero rows for the padded positions (in Backward,
+	// their gradients); cat the stack's input [positions, Embed +
+	// 2·CharHidden]; dEmb the word embedding's gradient [positions,
+	// Embed]; zero zeros, the gradient of the character LSTM's outputs,
+	// which nothing uses; positions the training forward's word
+	// positions (loader.HostBatch.WordPositions), for Backward.
+	feat, cat, dEmb, zero, positions scratch
+	// The training forward's positions (Seq·Rows), words and steps of
+	// characters, for Backward.
+	trainN, trainWords, trainSteps int
 }
 
 // NewTagger builds a tagger on d over the word and tag vocabularies, its
 // parameters drawn with PyTorch's initialisation from seed. What was built
-// is freed on error.
-func NewTagger(d device.Device, cfg TaggerConfig, words *loader.Words, tags *loader.Labels, seed uint64) (_ *Tagger, err error) {
+// is freed on error. A config with character features needs
+// NewTaggerChars.
+func NewTagger(d device.Device, cfg TaggerConfig, words *loader.Words, tags *loader.Labels, seed uint64) (*Tagger, error) {
+	return NewTaggerChars(d, cfg, words, nil, tags, seed)
+}
+
+// NewTaggerChars is NewTagger for a config with character features
+// (CharEmbed, CharHidden > 0) over the character vocabulary chars (id 0
+// "<pad>", 1 "<unk>": a dataset's loader.Dataset.Chars, or a checkpoint's);
+// chars must be nil for a config without. The character layers' seeds
+// are drawn from seed too, differing from the other layers'.
+func NewTaggerChars(d device.Device, cfg TaggerConfig, words, chars *loader.Words, tags *loader.Labels, seed uint64) (_ *Tagger, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if words == nil || tags == nil {
+	switch {
+	case words == nil || tags == nil:
 		return nil, errors.New("models: a tagger needs word and tag vocabularies")
+	case cfg.hasChars() && chars == nil:
+		return nil, errors.New("models: a tagger with character features (char_embed, char_hidden) needs a character vocabulary: NewTaggerChars")
+	case !cfg.hasChars() && chars != nil:
+		return nil, errors.New("models: a character vocabulary for a tagger without character features (char_embed, char_hidden 0)")
 	}
-	m := &Tagger{cfg: cfg, words: words, tags: tags}
+	m := &Tagger{cfg: cfg, words: words, tags: tags, dev: d, chars: chars}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, m.Close())
 		}
 	}()
-	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout, Bidirectional: cfg.Bidirectional,
-		DType: cfg.DType}
-	if err := m.build(d, "tagger", cfg.Cell, words.Len(), tags.Len(), rc, seed); err != nil {
+	rc := rnn.Config{Input: cfg.Embed + 2*cfg.CharHidden, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout,
+		Bidirectional: cfg.Bidirectional, DType: cfg.DType}
+	if err := m.buildEmbed(d, "tagger", cfg.Cell, words.Len(), cfg.Embed, tags.Len(), rc, seed); err != nil {
 		return nil, err
+	}
+	if !cfg.hasChars() {
+		return m, nil
+	}
+	// The chain drew seed·3 + 1, 2, 3; seed·5 + 4 and 5 are none of those
+	// (for seeds below 2^61).
+	if m.charEmb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: chars.Len(), Dim: cfg.CharEmbed, DType: cfg.DType, Seed: seed*5 + 4}); err != nil {
+		return nil, fmt.Errorf("models: tagger character embedding: %w", err)
+	}
+	if m.charRNN, err = rnn.NewLSTM(d, rnn.Config{Input: cfg.CharEmbed, Hidden: cfg.CharHidden, Layers: 1, Bidirectional: true,
+		DType: cfg.DType, Seed: seed*5 + 5}); err != nil {
+		return nil, fmt.Errorf("models: tagger character LSTM: %w", err)
 	}
 	return m, nil
 }
@@ -90,20 +149,43 @@ func NewTagger(d device.Device, cfg TaggerConfig, words *loader.Words, tags *loa
 // Config is the model's shape.
 func (m *Tagger) Config() TaggerConfig { return m.cfg }
 
-// Words and Tags are the model's vocabularies.
+// Words and Tags are the model's vocabularies; Chars its character
+// vocabulary, nil without character features.
 func (m *Tagger) Words() *loader.Words { return m.words }
 func (m *Tagger) Tags() *loader.Labels { return m.tags }
+func (m *Tagger) Chars() *loader.Words { return m.chars }
 
-// Groups are the parameter groups: "emb", "rnn", "out".
-func (m *Tagger) Groups() []train.Group { return m.groups() }
+// Groups are the parameter groups: "emb", "rnn", "out", and with
+// character features "char_emb" and "char_rnn".
+func (m *Tagger) Groups() []train.Group {
+	g := m.groups()
+	if m.charEmb != nil {
+		g = append(g, train.Group{Name: "char_emb", Params: m.charEmb.Params()}, train.Group{Name: "char_rnn", Params: m.charRNN.Params()})
+	}
+	return g
+}
+
+// dtype is the parameters' type, the default filled in.
+func (m *Tagger) dtype() device.DType {
+	if m.cfg.DType == 0 {
+		return device.Float32
+	}
+	return m.cfg.DType
+}
 
 // Forward returns the tag logits of a batch of sentences, [seq·rows, tags]
 // in the batch's time-major order: tokens are [seq, rows] word ids (as
 // loader.Collate lays them out), sentence r of length lengths[r]. Logits
 // at padded positions are the output layer's bias (the stack's output is
 // zero there); the loss leaves them out (rnn.CrossEntropyConfig.Ignore
-// with loader.IgnoreLabel).
+// with loader.IgnoreLabel). A tagger with character features needs its
+// words' characters too, which ForwardBatch takes: Forward returns an
+// error for it.
 func (m *Tagger) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int, lengths []int32) (device.Buffer, error) {
+	if m.charEmb != nil {
+		return device.Buffer{}, errors.New("models: the tagger has character features and Forward has no characters to give them: " +
+			"use ForwardBatch, with a batch that carries its words' characters (loader.SeqConfig's Chars)")
+	}
 	n := seq * rows
 	x, err := m.emb.Forward(mode, tokens, n)
 	if err != nil {
@@ -119,31 +201,239 @@ func (m *Tagger) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int, len
 // Classes implements train.SeqModel: the number of tags.
 func (m *Tagger) Classes() int { return m.tags.Len() }
 
-// ForwardBatch implements train.SeqModel: Forward on a loader's batch.
+// ForwardBatch implements train.SeqModel: Forward on a loader's batch. A
+// tagger with character features reads the batch's characters too
+// (b.Chars, b.WordIndex, b.WordPositions, b.Host.WordLen and
+// b.Host.CharLengths, laid out as loader.HostBatch says); a batch without
+// them is an error. A batch made by hand must hold those buffers until
+// the kernels of Backward are queued: b.WordPositions is read there.
 func (m *Tagger) ForwardBatch(mode rnn.Mode, b loader.SeqBatch) (device.Buffer, error) {
-	return m.Forward(mode, b.Tokens, b.Host.Seq, b.Host.Rows, b.Host.Lengths)
+	h := b.Host
+	if m.charEmb == nil {
+		return m.Forward(mode, b.Tokens, h.Seq, h.Rows, h.Lengths)
+	}
+	n := h.Seq * h.Rows
+	switch {
+	case h.WordLen == 0 || b.Chars.IsZero() || b.WordIndex.IsZero() || b.WordPositions.IsZero():
+		return device.Buffer{}, errors.New("models: the tagger has character features and the batch carries no characters: " +
+			"ask the loader for them (loader.SeqConfig's Chars)")
+	case len(h.CharLengths) != h.Real || h.Real < 1 || h.Real > n:
+		return device.Buffer{}, fmt.Errorf("models: a batch of %d positions, %d real tokens and %d words' character lengths; want one per real token: %w",
+			n, h.Real, len(h.CharLengths), device.ErrShape)
+	case b.WordIndex.Len() < int64(n)*4 || b.WordPositions.Len() < int64(n)*4:
+		return device.Buffer{}, fmt.Errorf("models: word index of %d bytes and positions of %d for %d positions of Int32: %w",
+			b.WordIndex.Len(), b.WordPositions.Len(), n, device.ErrShape)
+	}
+	m.trainN = 0
+	x, err := m.features(mode, b)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	y, err := m.rnn.ForwardLengths(mode, x, h.Seq, h.Rows, h.Lengths, nil)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	return m.out.Forward(mode, y, n)
 }
 
-// Backward differentiates the training Forward, given the gradient with
-// respect to its logits, adding into the parameters' gradients.
+// charState is a zero state for words sequences of characters, detached.
+func (m *Tagger) charState(words int) (*rnn.State, error) {
+	if m.charSt != nil && m.charSt.Batch() != words {
+		if err := m.charSt.Free(); err != nil {
+			return nil, err
+		}
+		m.charSt = nil
+	}
+	if m.charSt == nil {
+		st, err := m.charRNN.NewState(words)
+		if err != nil {
+			return nil, err
+		}
+		m.charSt = st
+		return st, nil
+	}
+	return m.charSt, m.charSt.Reset()
+}
+
+// features is the stack's input for a batch with characters, [Seq·Rows,
+// Embed + 2·CharHidden]: at each position the word's embedding, then the
+// character LSTM's final states over the word's characters (zeros at
+// padded positions).
+//
+// The character LSTM runs over the batch's real words only (Real
+// sequences of up to WordLen characters, packed by length), so its work
+// is the batch's characters, not its positions times the longest word.
+// Its final states, [2, Real, CharHidden], become feat's first Real rows,
+// forward then reverse in each; the rows after them are zero, and
+// WordIndex, a permutation of the positions, gathers feat into the
+// positions' order: word j's row at its position, a zero row at each
+// padded one. Backward gathers the other way with WordPositions.
+func (m *Tagger) features(mode rnn.Mode, b loader.SeqBatch) (device.Buffer, error) {
+	h := b.Host
+	dt, E, CH := m.dtype(), m.cfg.Embed, m.cfg.CharHidden
+	n, W, L, in := h.Seq*h.Rows, h.Real, h.WordLen, m.cfg.Embed+2*m.cfg.CharHidden
+	fail := func(err error) (device.Buffer, error) {
+		return device.Buffer{}, fmt.Errorf("models: tagger character features: %w", err)
+	}
+	cx, err := m.charEmb.Forward(mode, b.Chars, L*W)
+	if err != nil {
+		return fail(err)
+	}
+	st, err := m.charState(W)
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := m.charRNN.ForwardLengths(mode, cx, L, W, h.CharLengths, st); err != nil {
+		return fail(err)
+	}
+	feat, err := m.feat.get(m.dev, dt, n*2*CH, false)
+	if err != nil {
+		return fail(err)
+	}
+	k := m.dev.Kernels()
+	for d := range 2 {
+		if err := k.GatherSeq(device.GatherSeq{DType: dt, T: 1, B: W, Cols: CH, X: st.H().Elems(dt, d*W*CH, W*CH),
+			Y: feat.Elems(dt, d*CH, n*2*CH-d*CH), LdY: 2 * CH}); err != nil {
+			return fail(err)
+		}
+	}
+	if n > W {
+		if err := k.Fill(device.Fill{DType: dt, N: (n - W) * 2 * CH, X: feat.Elems(dt, W*2*CH, (n-W)*2*CH)}); err != nil {
+			return fail(err)
+		}
+	}
+	x, err := m.emb.Forward(mode, b.Tokens, n)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	cat, err := m.cat.get(m.dev, dt, n*in, false)
+	if err != nil {
+		return fail(err)
+	}
+	if err := k.GatherSeq(device.GatherSeq{DType: dt, T: 1, B: n, Cols: E, X: x, Y: cat, LdY: in}); err != nil {
+		return fail(err)
+	}
+	if err := k.GatherSeq(device.GatherSeq{DType: dt, T: 1, B: n, Cols: 2 * CH, Index: b.WordIndex.Elems(device.Int32, 0, n), X: feat,
+		Y: cat.Elems(dt, E, n*in-E), LdY: in}); err != nil {
+		return fail(err)
+	}
+	if mode == rnn.Train {
+		pos, err := m.positions.get(m.dev, device.Int32, n, false)
+		if err != nil {
+			return fail(err)
+		}
+		if err := k.Copy(device.Copy{Dst: pos, Src: b.WordPositions.Elems(device.Int32, 0, n)}); err != nil {
+			return fail(err)
+		}
+		m.trainN, m.trainWords, m.trainSteps = n, W, L
+	}
+	return cat, nil
+}
+
+// Backward differentiates the training Forward (or ForwardBatch), given
+// the gradient with respect to its logits, adding into the parameters'
+// gradients.
 func (m *Tagger) Backward(dLogits device.Buffer) error {
-	return m.backward(dLogits)
+	if m.charEmb == nil {
+		return m.backward(dLogits)
+	}
+	dy, err := m.out.Backward(dLogits)
+	if err != nil {
+		return err
+	}
+	dx, err := m.rnn.Backward(dy)
+	if err != nil {
+		return err
+	}
+	n, W, L := m.trainN, m.trainWords, m.trainSteps
+	if n == 0 {
+		// The stack's Backward checked there was a training forward.
+		return errors.New("models: tagger Backward: the training forward left no character features")
+	}
+	m.trainN = 0
+	dt, E, CH, in := m.dtype(), m.cfg.Embed, m.cfg.CharHidden, m.cfg.Embed+2*m.cfg.CharHidden
+	fail := func(err error) error { return fmt.Errorf("models: tagger Backward: %w", err) }
+	k := m.dev.Kernels()
+	dEmb, err := m.dEmb.get(m.dev, dt, n*E, false)
+	if err != nil {
+		return fail(err)
+	}
+	if err := k.GatherSeq(device.GatherSeq{DType: dt, T: 1, B: n, Cols: E, X: dx, LdX: in, Y: dEmb}); err != nil {
+		return fail(err)
+	}
+	if err := m.emb.Backward(dEmb); err != nil {
+		return err
+	}
+	// The features' gradients in the words' order (the padded positions'
+	// after them, unused), then each direction's half into the gradient
+	// with respect to the character LSTM's final states; the forward
+	// zeroed the rest of the state's gradients (its cell states').
+	dfeat, err := m.feat.get(m.dev, dt, n*2*CH, false)
+	if err != nil {
+		return fail(err)
+	}
+	if err := k.GatherSeq(device.GatherSeq{DType: dt, T: 1, B: n, Cols: 2 * CH, Index: m.positions.buf.Elems(device.Int32, 0, n),
+		X: dx.Elems(dt, E, n*in-E), LdX: in, Y: dfeat}); err != nil {
+		return fail(err)
+	}
+	st := m.charSt
+	for d := range 2 {
+		if err := k.GatherSeq(device.GatherSeq{DType: dt, T: 1, B: W, Cols: CH, X: dfeat.Elems(dt, d*CH, n*2*CH-d*CH), LdX: 2 * CH,
+			Y: st.GradH().Elems(dt, d*W*CH, W*CH)}); err != nil {
+			return fail(err)
+		}
+	}
+	// The character LSTM's outputs are not used: their gradient is zero.
+	zero, err := m.zero.get(m.dev, dt, L*W*2*CH, true)
+	if err != nil {
+		return fail(err)
+	}
+	dcx, err := m.charRNN.Backward(zero)
+	if err != nil {
+		return err
+	}
+	return m.charEmb.Backward(dcx)
 }
 
 // Metadata is the checkpoint metadata that describes the model: format,
-// config, words and tags.
+// config, words and tags, and with character features chars (the
+// character vocabulary, a JSON array, index = id).
 func (m *Tagger) Metadata() map[string]string {
 	cfg, _ := json.Marshal(m.cfg)
 	words, _ := json.Marshal(m.words.Items())
 	tags, _ := json.Marshal(m.tags.Items())
-	return map[string]string{"format": TaggerFormat, "config": string(cfg), "words": string(words), "tags": string(tags)}
+	meta := map[string]string{"format": TaggerFormat, "config": string(cfg), "words": string(words), "tags": string(tags)}
+	if m.chars != nil {
+		chars, _ := json.Marshal(m.chars.Items())
+		meta["chars"] = string(chars)
+	}
+	return meta
 }
 
 // Close frees the model's device memory.
-func (m *Tagger) Close() error { return m.close() }
+func (m *Tagger) Close() error {
+	errs := []error{m.close()}
+	if m.charEmb != nil {
+		errs = append(errs, m.charEmb.Close())
+	}
+	if m.charRNN != nil {
+		errs = append(errs, m.charRNN.Close())
+	}
+	if m.charSt != nil {
+		errs = append(errs, m.charSt.Free())
+		m.charSt = nil
+	}
+	for _, s := range []*scratch{&m.feat, &m.cat, &m.dEmb, &m.zero, &m.positions} {
+		if !s.buf.IsZero() {
+			errs = append(errs, m.dev.Free(s.buf))
+			s.buf = device.Buffer{}
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // LoadTagger builds the tagger a checkpoint describes (its format, config,
-// words and tags metadata) on d and loads its weights. Metadata that is
+// words and tags metadata, and chars with character features) on d and loads its weights. Metadata that is
 // missing, of another format or inconsistent is an error wrapping
 // train.ErrMismatch; a damaged file, one wrapping train.ErrCorrupt.
 func LoadTagger(d device.Device, path string) (*Tagger, *train.Checkpoint, error) {
@@ -176,7 +466,23 @@ func LoadTagger(d device.Device, path string) (*Tagger, *train.Checkpoint, error
 	if err != nil {
 		return nil, nil, bad("%v", err)
 	}
-	m, err := NewTagger(d, cfg, wv, tv, 0)
+	var cv *loader.Words
+	charMeta, ok := meta["chars"]
+	switch {
+	case cfg.hasChars() && !ok:
+		return nil, nil, bad("no chars metadata (the character vocabulary, a JSON array) for a config with character features")
+	case !cfg.hasChars() && ok:
+		return nil, nil, bad("chars metadata for a config without character features (char_embed, char_hidden 0)")
+	case ok:
+		var chars []string
+		if err := json.Unmarshal([]byte(charMeta), &chars); err != nil {
+			return nil, nil, bad("chars metadata: %v", err)
+		}
+		if cv, err = loader.NewWords(chars); err != nil {
+			return nil, nil, bad("chars metadata: %v", err)
+		}
+	}
+	m, err := NewTaggerChars(d, cfg, wv, cv, tv, 0)
 	if err != nil {
 		return nil, nil, bad("%v", err)
 	}

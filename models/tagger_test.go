@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/charrnntest"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/models"
@@ -47,13 +48,23 @@ type taggerCase struct {
 	GradParams map[string]struct {
 		Data []float64 `json:"data"`
 	} `json:"grad_params"`
+	// With character features: their sizes, the character vocabulary's,
+	// and the batch's words' characters as loader.HostBatch lays them out.
+	CharEmbed   int     `json:"char_embed"`
+	CharHidden  int     `json:"char_hidden"`
+	CharVocab   int     `json:"char_vocab"`
+	WordLen     int     `json:"word_len"`
+	Chars       []int32 `json:"chars"`
+	CharLengths []int32 `json:"char_lengths"`
 }
 
 // TestTaggerAgreesWithTorch loads a PyTorch tagger with our names
-// (testdata/torch_tagger.py: embedding, packed uni- or bidirectional LSTM
-// or GRU, linear per token) into models.Tagger, in float64, and finds
-// PyTorch's loss (cross-entropy with ignore_index -100, the mean over the
-// real tokens), accuracy and every parameter's gradient.
+// (testdata/torch_tagger.py: embedding, with character features beside
+// it or not, packed uni- or bidirectional LSTM or GRU, linear per token)
+// into models.Tagger, in float64, and finds PyTorch's loss (cross-entropy
+// with ignore_index -100, the mean over the real tokens), accuracy and
+// every parameter's gradient. A tagger with character features runs
+// ForwardBatch on the batch as a loader.SeqBatch holds it.
 func TestTaggerAgreesWithTorch(t *testing.T) {
 	raw, err := os.ReadFile("testdata/torch_tagger.json")
 	if err != nil {
@@ -63,24 +74,33 @@ func TestTaggerAgreesWithTorch(t *testing.T) {
 	if err := json.Unmarshal(raw, &fx); err != nil {
 		t.Fatal(err)
 	}
-	if len(fx.Cases) != 3 {
-		t.Fatalf("%d cases, want 3", len(fx.Cases))
+	if len(fx.Cases) != 7 {
+		t.Fatalf("%d cases, want 7", len(fx.Cases))
 	}
 	d := testdevice.Open(t)
 	for _, c := range fx.Cases {
-		t.Run(fmt.Sprintf("%s/layers%d/bidirectional=%v", c.Cell, c.Layers, c.Bidirectional), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/layers%d/bidirectional=%v/chars=%d,%d", c.Cell, c.Layers, c.Bidirectional, c.CharEmbed, c.CharHidden), func(t *testing.T) {
 			words, tags := fixtureVocabs(t, c.Vocab, []string{"A", "B", "C", "D"}[:c.Tags])
-			m, err := models.NewTagger(d, models.TaggerConfig{Cell: c.Cell, Embed: c.Embed, Hidden: c.Hidden, Layers: c.Layers,
-				Bidirectional: c.Bidirectional, DType: device.Float64}, words, tags, 1)
+			var chars *loader.Words
+			if c.CharEmbed > 0 {
+				chars = fixtureChars(t, c.CharVocab)
+			}
+			m, err := models.NewTaggerChars(d, models.TaggerConfig{Cell: c.Cell, Embed: c.Embed, Hidden: c.Hidden, Layers: c.Layers,
+				Bidirectional: c.Bidirectional, CharEmbed: c.CharEmbed, CharHidden: c.CharHidden, DType: device.Float64}, words, chars, tags, 1)
 			check(t, err)
 			defer m.Close()
 			setParams(t, m.Groups(), c)
 			T, B := c.Seq, c.Batch
-			tokens, labels := upInt32(t, d, c.Tokens), upInt32(t, d, c.Labels)
 			ce, err := rnn.NewCrossEntropyConfig(d, rnn.CrossEntropyConfig{Classes: c.Tags, DType: device.Float64, Ignore: true, IgnoreIndex: loader.IgnoreLabel})
 			check(t, err)
 			defer ce.Close()
-			logits, err := m.Forward(rnn.Train, tokens, T, B, c.Lengths)
+			var logits device.Buffer
+			labels := upInt32(t, d, c.Labels)
+			if c.CharEmbed > 0 {
+				logits, err = m.ForwardBatch(rnn.Train, upBatch(t, d, c.hostBatch()))
+			} else {
+				logits, err = m.Forward(rnn.Train, upInt32(t, d, c.Tokens), T, B, c.Lengths)
+			}
 			check(t, err)
 			real := 0
 			for _, n := range c.Lengths {
@@ -102,8 +122,12 @@ func TestTaggerAgreesWithTorch(t *testing.T) {
 			check(t, m.Backward(dl))
 			checkGrads(t, m.Groups(), c)
 			meta := m.Metadata()
-			if meta["format"] != models.TaggerFormat || !strings.Contains(meta["config"], `"bidirectional":`+fmt.Sprint(c.Bidirectional)) {
+			if meta["format"] != models.TaggerFormat || !strings.Contains(meta["config"], `"bidirectional":`+fmt.Sprint(c.Bidirectional)) ||
+				!strings.Contains(meta["config"], fmt.Sprintf(`"char_embed":%d,"char_hidden":%d`, c.CharEmbed, c.CharHidden)) {
 				t.Errorf("metadata %v", meta)
+			}
+			if _, ok := meta["chars"]; ok != (c.CharEmbed > 0) {
+				t.Errorf("chars metadata %q with char_embed %d", meta["chars"], c.CharEmbed)
 			}
 		})
 	}
@@ -126,35 +150,73 @@ func check(t *testing.T, err error) {
 }
 
 // A tagger saved with its metadata loads back with the same shape,
-// vocabularies and weights; a char-RNN checkpoint is not a tagger.
+// vocabularies (the characters' too) and weights, under PyTorch's names
+// (char_emb.weight, char_rnn.weight_ih_l0_reverse, ...); a char-RNN
+// checkpoint is not a tagger.
 func TestTaggerSaveLoad(t *testing.T) {
 	d := testdevice.Open(t)
 	words, err := loader.NewWords([]string{"<pad>", "<unk>", "the", "cat"})
 	check(t, err)
 	tags, err := loader.NewLabels([]string{"DET", "NOUN"})
 	check(t, err)
-	cfg := models.TaggerConfig{Cell: "gru", Embed: 4, Hidden: 3, Layers: 2, Bidirectional: true}
-	m, err := models.NewTagger(d, cfg, words, tags, 7)
+	chars, err := loader.NewWords([]string{"<pad>", "<unk>", "t", "h", "e", "c", "a"})
 	check(t, err)
-	defer m.Close()
-	path := filepath.Join(t.TempDir(), "tagger.safetensors")
-	check(t, train.SaveWeights(path, d, m.Groups(), m.Metadata()))
-	back, _, err := models.LoadTagger(d, path)
-	check(t, err)
-	defer back.Close()
-	if back.Config() != m.Config() || !slices.Equal(back.Words().Items(), words.Items()) || !slices.Equal(back.Tags().Items(), tags.Items()) {
-		t.Errorf("loaded %+v %v %v, saved %+v %v %v", back.Config(), back.Words().Items(), back.Tags().Items(), cfg, words.Items(), tags.Items())
-	}
-	for i, g := range m.Groups() {
-		for q := range g.Params.All() {
-			a, err := g.Params.Value(q.Name)
+	for _, c := range []struct {
+		cfg   models.TaggerConfig
+		chars *loader.Words
+		names []string
+	}{
+		{models.TaggerConfig{Cell: "gru", Embed: 4, Hidden: 3, Layers: 2, Bidirectional: true}, nil, nil},
+		{models.TaggerConfig{Cell: "lstm", Embed: 4, Hidden: 3, Layers: 1, CharEmbed: 3, CharHidden: 2}, chars,
+			[]string{"char_emb.weight", "char_rnn.weight_ih_l0", "char_rnn.weight_hh_l0", "char_rnn.bias_ih_l0", "char_rnn.bias_hh_l0",
+				"char_rnn.weight_ih_l0_reverse", "char_rnn.weight_hh_l0_reverse", "char_rnn.bias_ih_l0_reverse", "char_rnn.bias_hh_l0_reverse"}},
+	} {
+		t.Run(fmt.Sprintf("chars=%d,%d", c.cfg.CharEmbed, c.cfg.CharHidden), func(t *testing.T) {
+			m, err := models.NewTaggerChars(d, c.cfg, words, c.chars, tags, 7)
 			check(t, err)
-			b, err := back.Groups()[i].Params.Value(q.Name)
+			defer m.Close()
+			path := filepath.Join(t.TempDir(), "tagger.safetensors")
+			check(t, train.SaveWeights(path, d, m.Groups(), m.Metadata()))
+			back, _, err := models.LoadTagger(d, path)
 			check(t, err)
-			if !slices.Equal(a.Data().([]float32), b.Data().([]float32)) {
-				t.Errorf("%s.%s differs after the round trip", g.Name, q.Name)
+			defer back.Close()
+			if back.Config() != m.Config() || !slices.Equal(back.Words().Items(), words.Items()) || !slices.Equal(back.Tags().Items(), tags.Items()) {
+				t.Errorf("loaded %+v %v %v, saved %+v %v %v", back.Config(), back.Words().Items(), back.Tags().Items(), c.cfg, words.Items(), tags.Items())
 			}
-		}
+			if (back.Chars() == nil) != (c.chars == nil) || c.chars != nil && !slices.Equal(back.Chars().Items(), c.chars.Items()) {
+				t.Errorf("loaded characters %v, saved %v", back.Chars(), c.chars)
+			}
+			if len(back.Groups()) != len(m.Groups()) {
+				t.Fatalf("loaded %d groups, saved %d", len(back.Groups()), len(m.Groups()))
+			}
+			for i, g := range m.Groups() {
+				for q := range g.Params.All() {
+					a, err := g.Params.Value(q.Name)
+					check(t, err)
+					b, err := back.Groups()[i].Params.Value(q.Name)
+					check(t, err)
+					if !slices.Equal(a.Data().([]float32), b.Data().([]float32)) {
+						t.Errorf("%s.%s differs after the round trip", g.Name, q.Name)
+					}
+				}
+			}
+			tensors, _ := charrnntest.ReadSafetensors(t, path)
+			for _, name := range c.names {
+				if _, ok := tensors[name]; !ok {
+					t.Errorf("no tensor %s in the checkpoint", name)
+				}
+			}
+			if c.chars != nil {
+				// PyTorch's shapes: char_emb [C, CE]; the stack reads E + 2·CH.
+				cfg := c.cfg
+				if got, want := tensors["char_emb.weight"].Shape, []int{c.chars.Len(), cfg.CharEmbed}; !slices.Equal(got, want) {
+					t.Errorf("char_emb.weight of shape %v, want %v", got, want)
+				}
+				if got, want := tensors["rnn.weight_ih_l0"].Shape, []int{4 * cfg.Hidden, cfg.Embed + 2*cfg.CharHidden}; !slices.Equal(got, want) {
+					t.Errorf("rnn.weight_ih_l0 of shape %v, want %v", got, want)
+				}
+			}
+		})
 	}
 	if _, _, err := models.LoadTagger(d, "testdata/torch_lstm.safetensors"); !errors.Is(err, train.ErrMismatch) {
 		t.Errorf("loading a char-RNN checkpoint as a tagger: %v, want ErrMismatch", err)
