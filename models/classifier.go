@@ -21,15 +21,29 @@ type ClassifierConfig struct {
 	Layers        int     `json:"layers"`
 	Bidirectional bool    `json:"bidirectional"`
 	Dropout       float64 `json:"dropout"`
-	// Pool is how a sequence becomes one vector: "last" (the default),
-	// the top layer's final states, cat(h_n[-2], h_n[-1]) in PyTorch's
-	// terms when bidirectional: the forward direction after each
-	// sequence's last token and the reverse one after its first. (Mean and
-	// max over the real positions are not built yet.)
+	// Pool is how a sequence becomes one vector of Hidden·directions
+	// features:
+	//   - "last" (the default): the top layer's final states,
+	//     cat(h_n[-2], h_n[-1]) in PyTorch's terms when bidirectional: the
+	//     forward direction after each sequence's last token and the
+	//     reverse one after its first;
+	//   - "mean": the top layer's output (both directions' halves) summed
+	//     over the sequence's real positions and divided by its length;
+	//   - "max": its maximum over the real positions, feature by feature
+	//     (torch.max over time: the gradient goes to the first position of
+	//     a tie).
+	// Padded positions never enter a mean or a maximum.
 	Pool string `json:"pool"`
 	// DType is the parameters' type: Float32 (0) or Float64; not recorded.
 	DType device.DType `json:"-"`
 }
+
+// The pooling values of ClassifierConfig.
+const (
+	PoolLast = "last"
+	PoolMean = "mean"
+	PoolMax  = "max"
+)
 
 func (c ClassifierConfig) validate() error {
 	switch {
@@ -39,15 +53,16 @@ func (c ClassifierConfig) validate() error {
 		return fmt.Errorf("models: classifier embed %d, hidden %d, layers %d; each must be > 0", c.Embed, c.Hidden, c.Layers)
 	case !(c.Dropout >= 0 && c.Dropout < 1):
 		return fmt.Errorf("models: classifier dropout %v, want [0, 1)", c.Dropout)
-	case c.Pool != "" && c.Pool != "last":
-		return fmt.Errorf("models: classifier pooling %q: only \"last\" is built yet", c.Pool)
+	case c.Pool != "" && c.Pool != PoolLast && c.Pool != PoolMean && c.Pool != PoolMax:
+		return fmt.Errorf("models: classifier pooling %q, want last, mean or max", c.Pool)
 	}
 	return nil
 }
 
 // Classifier labels whole sequences (of words, or of a text's characters):
-// embedding, a recurrent stack over each sequence's own length, the
-// final states pooled, a linear layer. Its parameter groups are "emb",
+// embedding, a recurrent stack over each sequence's own length, its top
+// layer pooled (the final states, or the mean or maximum of the output over
+// the real positions), a linear layer. Its parameter groups are "emb",
 // "rnn" and "out", PyTorch's names. It is not safe for concurrent use.
 type Classifier struct {
 	chain
@@ -56,10 +71,19 @@ type Classifier struct {
 	labels *loader.Labels
 	dev    device.Device
 
-	st   *rnn.State // for the last batch size
+	st   *rnn.State // "last": for the last batch size
 	feat scratch    // [rows, dirs·H]: the pooled states
-	zero scratch    // zeros: the gradient of the unused outputs
-	seq  int        // the training forward's steps, for Backward
+	zero scratch    // "last": zeros, the gradient of the unused outputs
+	// The training forward's shape, for Backward.
+	seq, rows int
+	// "mean" and "max": the lengths on the device, [rows] Int32, one
+	// copy for training forwards (Backward reads it) and one for no-grad
+	// ones, so that an evaluation between a training forward and its
+	// Backward leaves the training one alone; max's steps, [rows, dirs·H]
+	// Int32; the gradient with respect to the stack's output,
+	// [seq, rows, dirs·H].
+	lens, lensWork, argmax, dy scratch
+	hasLens                    bool // the training forward had lengths
 }
 
 // scratch is a device buffer grown on demand; get with zero fills a fresh
@@ -101,7 +125,7 @@ func NewClassifier(d device.Device, cfg ClassifierConfig, tokens *loader.Words, 
 		return nil, errors.New("models: a classifier needs token and label vocabularies")
 	}
 	if cfg.Pool == "" {
-		cfg.Pool = "last"
+		cfg.Pool = PoolLast
 	}
 	if cfg.DType == 0 {
 		cfg.DType = device.Float32
@@ -154,12 +178,17 @@ func (m *Classifier) state(rows int) (*rnn.State, error) {
 
 // Forward returns the class logits of a batch of sequences, [rows,
 // classes]: tokens are [seq, rows] ids (as loader.Collate lays them out),
-// sequence r of length lengths[r].
+// sequence r of length lengths[r] (nil: all seq). With mean or max
+// pooling, putting the lengths on the device waits for the work queued
+// before, as the stack's own copy does.
 func (m *Classifier) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int, lengths []int32) (device.Buffer, error) {
 	dt, H, D := m.cfg.DType, m.cfg.Hidden, m.directions()
 	x, err := m.emb.Forward(mode, tokens, seq*rows)
 	if err != nil {
 		return device.Buffer{}, err
+	}
+	if m.cfg.Pool != PoolLast {
+		return m.forwardPooled(mode, x, seq, rows, lengths)
 	}
 	st, err := m.state(rows)
 	if err != nil {
@@ -183,7 +212,46 @@ func (m *Classifier) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int,
 		}
 	}
 	if mode == rnn.Train {
-		m.seq = seq
+		m.seq, m.rows = seq, rows
+	}
+	return m.out.Forward(mode, feat, rows)
+}
+
+// forwardPooled is Forward's mean or max pooling of the stack's output x.
+func (m *Classifier) forwardPooled(mode rnn.Mode, x device.Buffer, seq, rows int, lengths []int32) (device.Buffer, error) {
+	dt, cols := m.cfg.DType, m.directions()*m.cfg.Hidden
+	train := mode == rnn.Train
+	y, err := m.rnn.ForwardLengths(mode, x, seq, rows, lengths, nil)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	feat, err := m.feat.get(m.dev, dt, rows*cols, false)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	a := device.SeqPool{DType: dt, T: seq, B: rows, Cols: cols, Max: m.cfg.Pool == PoolMax, Y: y, Out: feat}
+	if lengths != nil {
+		lens := &m.lensWork
+		if train {
+			lens = &m.lens
+		}
+		if a.Lengths, err = lens.get(m.dev, device.Int32, rows, false); err != nil {
+			return device.Buffer{}, err
+		}
+		if err := device.UploadSlice(m.dev, a.Lengths, lengths); err != nil {
+			return device.Buffer{}, err
+		}
+	}
+	if a.Max && train {
+		if a.ArgMax, err = m.argmax.get(m.dev, device.Int32, rows*cols, false); err != nil {
+			return device.Buffer{}, err
+		}
+	}
+	if err := m.dev.Kernels().SeqPool(a); err != nil {
+		return device.Buffer{}, err
+	}
+	if train {
+		m.seq, m.rows, m.hasLens = seq, rows, lengths != nil
 	}
 	return m.out.Forward(mode, feat, rows)
 }
@@ -203,6 +271,9 @@ func (m *Classifier) Backward(dLogits device.Buffer) error {
 	dfeat, err := m.out.Backward(dLogits)
 	if err != nil {
 		return err
+	}
+	if m.cfg.Pool != PoolLast {
+		return m.backwardPooled(dfeat)
 	}
 	st := m.st
 	rows := st.Batch()
@@ -228,13 +299,39 @@ func (m *Classifier) Backward(dLogits device.Buffer) error {
 	return m.emb.Backward(dx)
 }
 
+// backwardPooled is Backward's mean or max pooling: the gradient with
+// respect to the pooled features spread over the stack's output (zeros at
+// padded positions), then through the stack and the embedding.
+func (m *Classifier) backwardPooled(dfeat device.Buffer) error {
+	dt, cols, rows := m.cfg.DType, m.directions()*m.cfg.Hidden, m.rows
+	dy, err := m.dy.get(m.dev, dt, m.seq*rows*cols, false)
+	if err != nil {
+		return err
+	}
+	a := device.SeqPoolGrad{DType: dt, T: m.seq, B: rows, Cols: cols, Max: m.cfg.Pool == PoolMax, DOut: dfeat, DY: dy}
+	if m.hasLens {
+		a.Lengths = m.lens.buf.Elems(device.Int32, 0, rows)
+	}
+	if a.Max {
+		a.ArgMax = m.argmax.buf.Elems(device.Int32, 0, rows*cols)
+	}
+	if err := m.dev.Kernels().SeqPoolGrad(a); err != nil {
+		return err
+	}
+	dx, err := m.rnn.Backward(dy)
+	if err != nil {
+		return err
+	}
+	return m.emb.Backward(dx)
+}
+
 // Close frees the model's device memory.
 func (m *Classifier) Close() error {
 	errs := []error{m.close()}
 	if m.st != nil {
 		errs = append(errs, m.st.Free())
 	}
-	for _, s := range []*scratch{&m.feat, &m.zero} {
+	for _, s := range []*scratch{&m.feat, &m.zero, &m.lens, &m.lensWork, &m.argmax, &m.dy} {
 		if !s.buf.IsZero() {
 			errs = append(errs, m.dev.Free(s.buf))
 		}

@@ -16,36 +16,51 @@ import (
 	"github.com/gocurrent/gocurrent/train"
 )
 
+// classifierCase is a case of testdata/torch_classifier.json.
+type classifierCase struct {
+	taggerCase
+	Classes int    `json:"classes"`
+	Pool    string `json:"pool"`
+	Logits  struct {
+		Data []float64 `json:"data"`
+	} `json:"logits"`
+}
+
 // TestClassifierAgreesWithTorch loads a PyTorch classifier with our names
 // (testdata/torch_classifier.py: embedding, packed uni- or bidirectional
-// LSTM or GRU, the top layer's final states, linear) into
-// models.Classifier, in float64, and finds PyTorch's loss (the mean
-// cross-entropy over the sequences), accuracy and every parameter's
-// gradient, within taggerTol. It runs the batch twice, so the second
-// pass reuses the classifier's state and buffers.
+// LSTM or GRU, the top layer's final states or the mean or maximum of its
+// output over each sequence's real positions, linear) into
+// models.Classifier, in float64, and finds PyTorch's logits, loss (the
+// mean cross-entropy over the sequences), accuracy and every parameter's
+// gradient, within taggerTol. It runs the batch twice, so the second pass
+// reuses the classifier's state and buffers; with mean and max pooling,
+// the first time with a no-grad forward of another shape in between, which
+// must not disturb what the training forward left for Backward.
 func TestClassifierAgreesWithTorch(t *testing.T) {
 	raw, err := os.ReadFile("testdata/torch_classifier.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fx struct {
-		Cases []struct {
-			taggerCase
-			Classes int `json:"classes"`
-		}
-	}
+	var fx struct{ Cases []classifierCase }
 	if err := json.Unmarshal(raw, &fx); err != nil {
 		t.Fatal(err)
 	}
-	if len(fx.Cases) != 3 {
-		t.Fatalf("%d cases, want 3", len(fx.Cases))
+	if len(fx.Cases) != 11 {
+		t.Fatalf("%d cases, want 11", len(fx.Cases))
+	}
+	pools := map[string]int{}
+	for _, c := range fx.Cases {
+		pools[c.Pool]++
+	}
+	if pools["last"] != 3 || pools["mean"] != 4 || pools["max"] != 4 {
+		t.Fatalf("cases per pooling %v, want last 3, mean 4, max 4", pools)
 	}
 	d := testdevice.Open(t)
 	for _, c := range fx.Cases {
-		t.Run(fmt.Sprintf("%s/layers%d/bidirectional=%v", c.Cell, c.Layers, c.Bidirectional), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%s/layers%d/bidirectional=%v", c.Pool, c.Cell, c.Layers, c.Bidirectional), func(t *testing.T) {
 			words, labels := fixtureVocabs(t, c.Vocab, []string{"x", "y", "z"}[:c.Classes])
 			m, err := models.NewClassifier(d, models.ClassifierConfig{Cell: c.Cell, Embed: c.Embed, Hidden: c.Hidden, Layers: c.Layers,
-				Bidirectional: c.Bidirectional, DType: device.Float64}, words, labels, 1)
+				Bidirectional: c.Bidirectional, Pool: c.Pool, DType: device.Float64}, words, labels, 1)
 			check(t, err)
 			defer m.Close()
 			setParams(t, m.Groups(), c.taggerCase)
@@ -64,6 +79,20 @@ func TestClassifierAgreesWithTorch(t *testing.T) {
 				check(t, ce.Forward(rnn.Train, logits, targets, B, 1))
 				lg := make([]float64, B*c.Classes)
 				check(t, device.DownloadSlice(d, lg, logits))
+				worst := 0.0
+				for i, want := range c.Logits.Data {
+					worst = math.Max(worst, math.Abs(lg[i]-want)/math.Max(1, math.Abs(want)))
+				}
+				if !(worst <= taggerTol) {
+					t.Errorf("pass %d: logits off by %.3g", pass, worst)
+				}
+				if pass == 0 && c.Pool != "last" {
+					// An evaluation between the forward and its Backward:
+					// the first two sequences, shortened.
+					short := []int32{min(2, c.Lengths[0]), 1}
+					_, err := m.Forward(rnn.NoGrad, upInt32(t, d, c.Tokens[:2*T]), T, 2, short)
+					check(t, err)
+				}
 				loss, err := ce.Loss()
 				check(t, err)
 				if e := math.Abs(loss-c.Loss) / math.Abs(c.Loss); !(e <= taggerTol) {
@@ -142,4 +171,108 @@ func argmaxAccuracy(logits []float64, classes int, labels []int32) float64 {
 		}
 	}
 	return float64(right) / float64(n)
+}
+
+// TestClassifierGradientsFiniteDifference checks the classifier's Backward
+// with mean and max pooling, every parameter, against central differences
+// of its loss (the mean cross-entropy over the sequences), in float64 on a
+// tiny batch whose lengths are T, 1 and in between. The step and tolerance
+// are rnn's (gradcheck_test.go there): central differences with step
+// 1e-6 are within ~1e-10 of the derivative relative to the loss, so a
+// gradient within 1e-6 (relative to max(1, |g|)) is right and a wrong
+// term, of the order of the gradient, far outside. Random weights give no
+// ties, where a maximum is not differentiable.
+func TestClassifierGradientsFiniteDifference(t *testing.T) {
+	const (
+		T, B, V, classes = 4, 3, 7, 3
+		fdStep, fdTol    = 1e-6, 1e-6
+	)
+	lengths := []int32{4, 1, 3}
+	d := testdevice.Open(t)
+	for _, cfg := range []models.ClassifierConfig{
+		{Cell: "lstm", Pool: models.PoolMean, Embed: 3, Hidden: 3, Layers: 2, Bidirectional: true},
+		{Cell: "gru", Pool: models.PoolMean, Embed: 3, Hidden: 3, Layers: 2},
+		{Cell: "gru", Pool: models.PoolMax, Embed: 3, Hidden: 3, Layers: 1, Bidirectional: true},
+		{Cell: "lstm", Pool: models.PoolMax, Embed: 3, Hidden: 3, Layers: 2},
+	} {
+		t.Run(fmt.Sprintf("%s/%s/layers%d/bidirectional=%v", cfg.Pool, cfg.Cell, cfg.Layers, cfg.Bidirectional), func(t *testing.T) {
+			cfg.DType = device.Float64
+			words, labels := fixtureVocabs(t, V, []string{"x", "y", "z"})
+			m, err := models.NewClassifier(d, cfg, words, labels, 5)
+			check(t, err)
+			defer m.Close()
+			// Weights three times PyTorch's initial ones: gradients that
+			// reach the embedding through two layers are then large
+			// enough for the check to see (above 1e-3).
+			for _, g := range m.Groups() {
+				vb, _ := g.Params.Flat()
+				v := make([]float64, g.Params.Len())
+				check(t, device.DownloadSlice(d, v, vb))
+				for i := range v {
+					v[i] *= 3
+				}
+				check(t, device.UploadSlice(d, vb.Slice(0, int64(len(v))*8), v))
+			}
+			ce, err := rnn.NewCrossEntropy(d, classes, device.Float64)
+			check(t, err)
+			defer ce.Close()
+			ids := make([]int32, T*B)
+			for i := range ids {
+				if t := i / B; t < int(lengths[i%B]) {
+					ids[i] = int32(2 + (5*i+1)%(V-2))
+				}
+			}
+			tokens, targets := upInt32(t, d, ids), upInt32(t, d, []int32{2, 0, 1})
+			forward := func(mode rnn.Mode) {
+				t.Helper()
+				check(t, ce.ResetLoss())
+				logits, err := m.Forward(mode, tokens, T, B, lengths)
+				check(t, err)
+				check(t, ce.Forward(mode, logits, targets, B, 1))
+			}
+			loss := func() float64 {
+				forward(rnn.NoGrad)
+				l, err := ce.Loss()
+				check(t, err)
+				return l
+			}
+			for _, g := range m.Groups() {
+				check(t, g.Params.ZeroGrad())
+			}
+			forward(rnn.Train)
+			dl, err := ce.Backward()
+			check(t, err)
+			check(t, m.Backward(dl))
+			for _, g := range m.Groups() {
+				vb, gb := g.Params.Flat()
+				n := g.Params.Len()
+				vals, grad := make([]float64, n), make([]float64, n)
+				check(t, device.DownloadSlice(d, vals, vb))
+				check(t, device.DownloadSlice(d, grad, gb))
+				set := func() { check(t, device.UploadSlice(d, vb.Slice(0, int64(n)*8), vals)) }
+				worst, at, nonzero := 0.0, 0, false
+				for i, x := range vals {
+					vals[i] = x + fdStep
+					set()
+					lp := loss()
+					vals[i] = x - fdStep
+					set()
+					lm := loss()
+					vals[i] = x
+					num := (lp - lm) / (2 * fdStep)
+					if e := math.Abs(num-grad[i]) / math.Max(1, math.Abs(num)); !(e <= worst) {
+						worst, at = e, i
+					}
+					nonzero = nonzero || math.Abs(num) > 1e-3
+				}
+				set()
+				if worst > fdTol {
+					t.Errorf("%s[%d]: analytic gradient off by %.3g (> %g)", g.Name, at, worst, fdTol)
+				}
+				if !nonzero {
+					t.Errorf("%s: every finite difference is below 1e-3; the check would not see a wrong gradient", g.Name)
+				}
+			}
+		})
+	}
 }
