@@ -1,8 +1,12 @@
 package models
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/loader"
@@ -10,10 +14,14 @@ import (
 	"github.com/gocurrent/gocurrent/train"
 )
 
+// ClassifierFormat is the "format" metadata of a classifier checkpoint.
+const ClassifierFormat = "gocurrent.classifier/1"
+
 // ClassifierConfig is a sequence classifier's shape: PyTorch's
 // nn.Embedding(V, Embed) -> nn.LSTM or nn.GRU(Embed, Hidden, Layers,
 // dropout=Dropout, bidirectional=Bidirectional) over packed sequences ->
-// pooling -> nn.Linear(Hidden·directions, classes).
+// pooling -> nn.Linear(Hidden·directions, classes). Its JSON is the
+// checkpoint's "config" metadata.
 type ClassifierConfig struct {
 	Cell          string  `json:"cell"`
 	Embed         int     `json:"embed"`
@@ -34,15 +42,23 @@ type ClassifierConfig struct {
 	//     a tie).
 	// Padded positions never enter a mean or a maximum.
 	Pool string `json:"pool"`
+	// Input says what the vocabulary's tokens are: "words" (the default)
+	// or "chars", the characters of a text (every token but "<pad>" and
+	// "<unk>" one character). It does not change the network, only how a
+	// program turns text into ids.
+	Input string `json:"input"`
 	// DType is the parameters' type: Float32 (0) or Float64; not recorded.
 	DType device.DType `json:"-"`
 }
 
-// The pooling values of ClassifierConfig.
+// The pooling and input values of ClassifierConfig.
 const (
 	PoolLast = "last"
 	PoolMean = "mean"
 	PoolMax  = "max"
+
+	InputWords = "words"
+	InputChars = "chars"
 )
 
 func (c ClassifierConfig) validate() error {
@@ -55,6 +71,8 @@ func (c ClassifierConfig) validate() error {
 		return fmt.Errorf("models: classifier dropout %v, want [0, 1)", c.Dropout)
 	case c.Pool != "" && c.Pool != PoolLast && c.Pool != PoolMean && c.Pool != PoolMax:
 		return fmt.Errorf("models: classifier pooling %q, want last, mean or max", c.Pool)
+	case c.Input != "" && c.Input != InputWords && c.Input != InputChars:
+		return fmt.Errorf("models: classifier input %q, want words or chars", c.Input)
 	}
 	return nil
 }
@@ -127,6 +145,16 @@ func NewClassifier(d device.Device, cfg ClassifierConfig, tokens *loader.Words, 
 	if cfg.Pool == "" {
 		cfg.Pool = PoolLast
 	}
+	if cfg.Input == "" {
+		cfg.Input = InputWords
+	}
+	if cfg.Input == InputChars {
+		for _, s := range tokens.Items()[2:] {
+			if utf8.RuneCountInString(s) != 1 {
+				return nil, fmt.Errorf("models: classifier input chars with the token %q, which is not one character", s)
+			}
+		}
+	}
 	if cfg.DType == 0 {
 		cfg.DType = device.Float32
 	}
@@ -153,6 +181,11 @@ func (m *Classifier) directions() int {
 
 // Config is the model's shape.
 func (m *Classifier) Config() ClassifierConfig { return m.cfg }
+
+// Vocab and Labels are the model's vocabularies: of its tokens (words or
+// characters, as Config().Input says) and of its classes.
+func (m *Classifier) Vocab() *loader.Words   { return m.tokens }
+func (m *Classifier) Labels() *loader.Labels { return m.labels }
 
 // Groups are the parameter groups: "emb", "rnn", "out".
 func (m *Classifier) Groups() []train.Group { return m.groups() }
@@ -337,6 +370,77 @@ func (m *Classifier) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Metadata is the checkpoint metadata that describes the model: format,
+// config, vocab (the tokens, index = id) and labels (index = id). Pass it
+// to train.Config.Metadata or train.SaveWeights so that LoadClassifier can
+// rebuild the model.
+func (m *Classifier) Metadata() map[string]string {
+	cfg, _ := json.Marshal(m.cfg)
+	vocab, _ := json.Marshal(m.tokens.Items())
+	labels, _ := json.Marshal(m.labels.Items())
+	return map[string]string{"format": ClassifierFormat, "config": string(cfg), "vocab": string(vocab), "labels": string(labels)}
+}
+
+// LoadClassifier builds the classifier a checkpoint describes (its format,
+// config, vocab and labels metadata) on d, in float32, and loads its
+// weights; the checkpoint is returned for a caller that resumes training
+// from it. A config without "pool" or "input" gets their defaults, "last"
+// and "words" (a file written by hand may leave them out). Metadata that
+// is missing, of another format or inconsistent (a config the classifier
+// does not build, a vocabulary without "<pad>" and "<unk>" first, tokens
+// of more than one character for input "chars") is an error wrapping
+// train.ErrMismatch, and so are tensors that do not fit the
+// configuration; a damaged file is one wrapping train.ErrCorrupt.
+func LoadClassifier(d device.Device, path string) (*Classifier, *train.Checkpoint, error) {
+	ck, err := train.ReadCheckpoint(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	meta := ck.Metadata()
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("models: %s: %w: %s", path, train.ErrMismatch, fmt.Sprintf(format, args...))
+	}
+	var missing []string
+	for _, k := range []string{"format", "config", "vocab", "labels"} {
+		if _, ok := meta[k]; !ok {
+			missing = append(missing, strconv.Quote(k))
+		}
+	}
+	if len(missing) > 0 {
+		return nil, nil, bad("no %s metadata: a classifier checkpoint holds \"format\": %q, \"config\", \"vocab\" and \"labels\"",
+			strings.Join(missing, ", "), ClassifierFormat)
+	}
+	if f := meta["format"]; f != ClassifierFormat {
+		return nil, nil, bad("format %q, want %q", f, ClassifierFormat)
+	}
+	var cfg ClassifierConfig
+	var vocab, labels []string
+	for _, part := range []struct {
+		key string
+		v   any
+	}{{"config", &cfg}, {"vocab", &vocab}, {"labels", &labels}} {
+		if err := json.Unmarshal([]byte(meta[part.key]), part.v); err != nil {
+			return nil, nil, bad("%s metadata: %v", part.key, err)
+		}
+	}
+	tv, err := loader.NewWords(vocab)
+	if err != nil {
+		return nil, nil, bad("vocab metadata: %v", err)
+	}
+	lv, err := loader.NewLabels(labels)
+	if err != nil {
+		return nil, nil, bad("labels metadata: %v", err)
+	}
+	m, err := NewClassifier(d, cfg, tv, lv, 0)
+	if err != nil {
+		return nil, nil, bad("%v", err)
+	}
+	if err := ck.LoadWeights(d, m.Groups()); err != nil {
+		return nil, nil, errors.Join(err, m.Close())
+	}
+	return m, ck, nil
 }
 
 var _ train.SeqModel = (*Classifier)(nil)

@@ -2,15 +2,21 @@ package models_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"gorgonia.org/tensor"
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
+	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/models"
 	"github.com/gocurrent/gocurrent/rnn"
 	"github.com/gocurrent/gocurrent/train"
@@ -274,5 +280,167 @@ func TestClassifierGradientsFiniteDifference(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A classifier saved with its metadata loads back with the same shape,
+// vocabularies and weights, and gives the same logits, bit for bit, for
+// each pooling; its metadata is the checkpoint contract's.
+func TestClassifierSaveLoad(t *testing.T) {
+	d := testdevice.Open(t)
+	chars, err := loader.NewWords([]string{"<pad>", "<unk>", "a", "b", "c", "é"})
+	check(t, err)
+	labels, err := loader.NewLabels([]string{"neg", "pos", "neutral"})
+	check(t, err)
+	lengths := []int32{3, 1, 4, 2}
+	const T, B = 4, 4
+	ids := make([]int32, T*B)
+	for i := range ids {
+		if i/B < int(lengths[i%B]) {
+			ids[i] = int32(2 + i%4)
+		}
+	}
+	tokens := upInt32(t, d, ids)
+	for _, cfg := range []models.ClassifierConfig{
+		{Cell: "gru", Embed: 4, Hidden: 3, Layers: 2, Bidirectional: true, Dropout: 0.25, Pool: models.PoolMax, Input: models.InputChars},
+		{Cell: "lstm", Embed: 3, Hidden: 5, Layers: 1, Pool: models.PoolMean, Input: models.InputChars},
+		{Cell: "lstm", Embed: 3, Hidden: 2, Layers: 2, Bidirectional: true, Input: models.InputChars}, // "last", recorded as such
+	} {
+		t.Run(fmt.Sprintf("pool=%q/%s", cfg.Pool, cfg.Cell), func(t *testing.T) {
+			m, err := models.NewClassifier(d, cfg, chars, labels, 7)
+			check(t, err)
+			defer m.Close()
+			meta := m.Metadata()
+			var back models.ClassifierConfig
+			check(t, json.Unmarshal([]byte(meta["config"]), &back))
+			back.DType = device.Float32 // not recorded: LoadClassifier builds float32
+			var vocab, labs []string
+			check(t, json.Unmarshal([]byte(meta["vocab"]), &vocab))
+			check(t, json.Unmarshal([]byte(meta["labels"]), &labs))
+			if meta["format"] != models.ClassifierFormat || back != m.Config() || len(meta) != 4 ||
+				!slices.Equal(vocab, chars.Items()) || !slices.Equal(labs, labels.Items()) {
+				t.Errorf("metadata %v, want the format, config %+v, vocab and labels", meta, m.Config())
+			}
+			for _, key := range []string{`"cell"`, `"embed"`, `"hidden"`, `"layers"`, `"bidirectional"`, `"dropout"`, `"pool"`, `"input":"chars"`} {
+				if !strings.Contains(meta["config"], key) {
+					t.Errorf("config metadata %s lacks %s", meta["config"], key)
+				}
+			}
+			path := filepath.Join(t.TempDir(), "classifier.safetensors")
+			check(t, train.SaveWeights(path, d, m.Groups(), meta))
+			loaded, ck, err := models.LoadClassifier(d, path)
+			check(t, err)
+			defer loaded.Close()
+			if ck == nil || loaded.Config() != m.Config() || !slices.Equal(loaded.Vocab().Items(), chars.Items()) ||
+				!slices.Equal(loaded.Labels().Items(), labels.Items()) {
+				t.Errorf("loaded %+v %v %v, saved %+v %v %v", loaded.Config(), loaded.Vocab().Items(), loaded.Labels().Items(),
+					m.Config(), chars.Items(), labels.Items())
+			}
+			logits := func(m *models.Classifier) []float32 {
+				l, err := m.Forward(rnn.NoGrad, tokens, T, B, lengths)
+				check(t, err)
+				v := make([]float32, B*labels.Len())
+				check(t, device.DownloadSlice(d, v, l))
+				return v
+			}
+			if a, b := logits(m), logits(loaded); !slices.Equal(a, b) {
+				t.Errorf("logits %v after the round trip, %v before", b, a)
+			}
+		})
+	}
+}
+
+// LoadClassifier refuses, with an error wrapping train.ErrMismatch, a
+// checkpoint whose metadata is missing, of another format or inconsistent
+// with itself or with the tensors; a missing file is fs.ErrNotExist.
+func TestLoadClassifierMismatch(t *testing.T) {
+	d := testdevice.Open(t)
+	words, err := loader.NewWords([]string{"<pad>", "<unk>", "good", "bad"})
+	check(t, err)
+	labels, err := loader.NewLabels([]string{"neg", "pos"})
+	check(t, err)
+	m, err := models.NewClassifier(d, models.ClassifierConfig{Cell: "lstm", Embed: 3, Hidden: 2, Layers: 1, Pool: models.PoolMean}, words, labels, 1)
+	check(t, err)
+	defer m.Close()
+	dir := t.TempDir()
+	// edit returns the model's metadata with key set to value, or deleted
+	// for "".
+	edit := func(key, value string) map[string]string {
+		meta := m.Metadata()
+		if value == "" {
+			delete(meta, key)
+		} else {
+			meta[key] = value
+		}
+		return meta
+	}
+	config := func(old, new string) map[string]string {
+		c := m.Metadata()["config"]
+		if !strings.Contains(c, old) {
+			t.Fatalf("config %s has no %s", c, old)
+		}
+		return edit("config", strings.Replace(c, old, new, 1))
+	}
+	for _, c := range []struct {
+		name string
+		meta map[string]string
+	}{
+		{"NoFormat", edit("format", "")},
+		{"NoConfig", edit("config", "")},
+		{"NoVocab", edit("vocab", "")},
+		{"NoLabels", edit("labels", "")},
+		{"OtherFormat", edit("format", models.TaggerFormat)},
+		{"ConfigNotJSON", edit("config", "{cell: lstm")},
+		{"Pool", config(`"pool":"mean"`, `"pool":"attention"`)},
+		{"Input", config(`"input":"words"`, `"input":"bytes"`)},
+		// Characters promised, words given.
+		{"InputChars", config(`"input":"words"`, `"input":"chars"`)},
+		{"Cell", config(`"cell":"lstm"`, `"cell":"rnn"`)},
+		// The tensors are of a hidden size of 2 and a vocabulary of 4.
+		{"Hidden", config(`"hidden":2`, `"hidden":3`)},
+		{"VocabSize", edit("vocab", `["<pad>","<unk>","good"]`)},
+		{"VocabReserved", edit("vocab", `["<unk>","<pad>","good","bad"]`)},
+		{"VocabNotJSON", edit("vocab", `["<pad>","<unk>",`)},
+		{"LabelsSize", edit("labels", `["neg","pos","neutral"]`)},
+		{"LabelsEmpty", edit("labels", `[]`)},
+		{"LabelsRepeat", edit("labels", `["neg","neg"]`)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(dir, c.name+".safetensors")
+			check(t, train.SaveWeights(path, d, m.Groups(), c.meta))
+			_, _, err := models.LoadClassifier(d, path)
+			t.Log(err)
+			if !errors.Is(err, train.ErrMismatch) {
+				t.Errorf("LoadClassifier = %v, want an error wrapping train.ErrMismatch", err)
+			}
+		})
+	}
+	t.Run("CharRNN", func(t *testing.T) {
+		if _, _, err := models.LoadClassifier(d, "testdata/torch_lstm.safetensors"); !errors.Is(err, train.ErrMismatch) {
+			t.Errorf("loading a char-RNN checkpoint as a classifier: %v, want ErrMismatch", err)
+		}
+	})
+	t.Run("Missing", func(t *testing.T) {
+		if _, _, err := models.LoadClassifier(d, filepath.Join(dir, "none.safetensors")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("LoadClassifier of a missing file = %v, want fs.ErrNotExist", err)
+		}
+	})
+	t.Run("Defaults", func(t *testing.T) {
+		// A config without pool and input (written by hand, say) is a
+		// "last" classifier of words.
+		path := filepath.Join(dir, "defaults.safetensors")
+		check(t, train.SaveWeights(path, d, m.Groups(), config(`,"pool":"mean","input":"words"`, ``)))
+		loaded, _, err := models.LoadClassifier(d, path)
+		check(t, err)
+		defer loaded.Close()
+		if c := loaded.Config(); c.Pool != models.PoolLast || c.Input != models.InputWords {
+			t.Errorf("pool %q, input %q; want the defaults, last and words", c.Pool, c.Input)
+		}
+	})
+	// A classifier's file is not a tagger's either.
+	path := filepath.Join(dir, "classifier.safetensors")
+	check(t, train.SaveWeights(path, d, m.Groups(), m.Metadata()))
+	if _, _, err := models.LoadTagger(d, path); !errors.Is(err, train.ErrMismatch) {
+		t.Errorf("LoadTagger of a classifier checkpoint = %v, want ErrMismatch", err)
 	}
 }
