@@ -89,9 +89,10 @@ type Classifier struct {
 	labels *loader.Labels
 	dev    device.Device
 
-	st   *rnn.State // "last": for the last batch size
-	feat scratch    // [rows, dirs·H]: the pooled states
-	zero scratch    // "last": zeros, the gradient of the unused outputs
+	// "last": the states of the last training and no-grad forwards.
+	st, stWork *rnn.State
+	feat       scratch // [rows, dirs·H]: the pooled states
+	zero       scratch // "last": zeros, the gradient of the unused outputs
 	// The training forward's shape, for Backward.
 	seq, rows int
 	// "mean" and "max": the lengths on the device, [rows] Int32, one
@@ -190,23 +191,30 @@ func (m *Classifier) Labels() *loader.Labels { return m.labels }
 // Groups are the parameter groups: "emb", "rnn", "out".
 func (m *Classifier) Groups() []train.Group { return m.groups() }
 
-// state is a zero state for rows sequences, detached.
-func (m *Classifier) state(rows int) (*rnn.State, error) {
-	if m.st != nil && m.st.Batch() != rows {
-		if err := m.st.Free(); err != nil {
+// state is a zero state for rows sequences, detached: the training
+// forwards' (whose record Backward reads) or the no-grad forwards', so
+// that an evaluation between a training forward and its Backward leaves
+// the training state alone.
+func (m *Classifier) state(mode rnn.Mode, rows int) (*rnn.State, error) {
+	p := &m.stWork
+	if mode == rnn.Train {
+		p = &m.st
+	}
+	if *p != nil && (*p).Batch() != rows {
+		if err := (*p).Free(); err != nil {
 			return nil, err
 		}
-		m.st = nil
+		*p = nil
 	}
-	if m.st == nil {
+	if *p == nil {
 		st, err := m.rnn.NewState(rows)
 		if err != nil {
 			return nil, err
 		}
-		m.st = st
+		*p = st
 		return st, nil
 	}
-	return m.st, m.st.Reset()
+	return *p, (*p).Reset()
 }
 
 // Forward returns the class logits of a batch of sequences, [rows,
@@ -223,7 +231,7 @@ func (m *Classifier) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int,
 	if m.cfg.Pool != PoolLast {
 		return m.forwardPooled(mode, x, seq, rows, lengths)
 	}
-	st, err := m.state(rows)
+	st, err := m.state(mode, rows)
 	if err != nil {
 		return device.Buffer{}, err
 	}
@@ -308,8 +316,7 @@ func (m *Classifier) Backward(dLogits device.Buffer) error {
 	if m.cfg.Pool != PoolLast {
 		return m.backwardPooled(dfeat)
 	}
-	st := m.st
-	rows := st.Batch()
+	st, rows := m.st, m.rows
 	k := m.dev.Kernels()
 	// The pooled gradient is the gradient with respect to the final
 	// states; the forward zeroed the state's gradients, the other layers'
@@ -361,8 +368,10 @@ func (m *Classifier) backwardPooled(dfeat device.Buffer) error {
 // Close frees the model's device memory.
 func (m *Classifier) Close() error {
 	errs := []error{m.close()}
-	if m.st != nil {
-		errs = append(errs, m.st.Free())
+	for _, st := range []*rnn.State{m.st, m.stWork} {
+		if st != nil {
+			errs = append(errs, st.Free())
+		}
 	}
 	for _, s := range []*scratch{&m.feat, &m.zero, &m.lens, &m.lensWork, &m.argmax, &m.dy} {
 		if !s.buf.IsZero() {
