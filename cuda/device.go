@@ -530,6 +530,7 @@ const (
 	statusEmbeddingGrad       = 2
 	statusSoftmaxCrossEntropy = 4
 	statusGatherSeq           = 8
+	statusSeqPoolGrad         = 16
 )
 
 // startStatus makes the status word, zeroed, and what reads it back.
@@ -610,7 +611,8 @@ func (d *Device) indexError(bits uint32) error {
 		bit  uint32
 		name string
 	}{{statusEmbedding, "Embedding: a token id"}, {statusEmbeddingGrad, "EmbeddingGrad: a token id"},
-		{statusSoftmaxCrossEntropy, "SoftmaxCrossEntropy: a target class"}, {statusGatherSeq, "GatherSeq: a sequence index"}} {
+		{statusSoftmaxCrossEntropy, "SoftmaxCrossEntropy: a target class"}, {statusGatherSeq, "GatherSeq: a sequence index"},
+		{statusSeqPoolGrad, "SeqPoolGrad: an ArgMax step"}} {
 		if bits&k.bit != 0 {
 			names = append(names, k.name)
 		}

@@ -367,6 +367,10 @@ func TestFakeStatusWord(t *testing.T) {
 	if err := d.Synchronize(); !errors.Is(err, device.ErrIndex) || !strings.Contains(err.Error(), "GatherSeq: a sequence index") {
 		t.Errorf("Synchronize = %v, want ErrIndex naming GatherSeq", err)
 	}
+	raise(statusSeqPoolGrad)
+	if err := d.Synchronize(); !errors.Is(err, device.ErrIndex) || !strings.Contains(err.Error(), "SeqPoolGrad: an ArgMax step") {
+		t.Errorf("Synchronize = %v, want ErrIndex naming SeqPoolGrad", err)
+	}
 	raise(statusEmbeddingGrad)
 	if err := d.Close(); !errors.Is(err, device.ErrIndex) {
 		t.Errorf("Close with an unreported index error = %v, want ErrIndex", err)
@@ -414,6 +418,14 @@ func TestFakeLaunches(t *testing.T) {
 			// 5·8·100 = 4,000 elements: 16 blocks of 256.
 			return k.GatherSeq(device.GatherSeq{DType: f64, T: 5, B: 8, Cols: 100, Index: ids, X: x, Y: y})
 		}, []string{"gc_gather_seq_f64"}, 10, [3]uint32{16, 1, 1}, block1},
+		{func() error {
+			// A thread per element of Out: 8·100 = 800, 4 blocks of 256.
+			return k.SeqPool(device.SeqPool{DType: f32, T: 5, B: 8, Cols: 100, Max: true, Lengths: ids, Y: x, Out: y, ArgMax: ids})
+		}, []string{"gc_seq_pool_f32"}, 10, [3]uint32{4, 1, 1}, block1},
+		{func() error {
+			// A thread per element of DY: 5·8·100 = 4,000, 16 blocks.
+			return k.SeqPoolGrad(device.SeqPoolGrad{DType: f64, T: 5, B: 8, Cols: 100, DOut: x, DY: y})
+		}, []string{"gc_seq_pool_grad_f64"}, 11, [3]uint32{16, 1, 1}, block1},
 		{func() error {
 			return k.EmbeddingGrad(device.EmbeddingGrad{DType: f32, N: 512, Dim: 200, Vocab: 97, IDs: ids, DOut: x, DTable: y})
 		}, []string{"gc_check_ids", "gc_embedding_grad_scan_f32"}, 6, [3]uint32{2, 97, 1}, [3]uint32{128, 1, 1}},
@@ -479,6 +491,44 @@ func TestFakeLaunches(t *testing.T) {
 	f.launches = nil
 	if err := k.GatherSeq(device.GatherSeq{DType: f32, T: 0, B: 3, Cols: 7}); err != nil || len(f.launches) != 0 {
 		t.Errorf("GatherSeq with T = 0 = %v with %d launches, want nil and none", err, len(f.launches))
+	}
+	// SeqPool's and SeqPoolGrad's zero strides reach the kernels as Cols,
+	// given ones as given; ArgMax only with Max (a mean's is NULL even when
+	// set), and the flag as 0 or 1.
+	f.launches = nil
+	if err := k.SeqPool(device.SeqPool{DType: f32, T: 2, B: 3, Cols: 7, LdOut: 9, Y: x, Out: y, ArgMax: ids}); err != nil {
+		t.Fatal(err)
+	}
+	if a := f.launches[0].args; a[0] != 0 || a[3] != 0 || a[7] != 7 || a[8] != 9 || a[9] != 0 {
+		t.Errorf("SeqPool lengths, argmax, ldy, ldout, take_max = %#x, %#x, %d, %d, %d; want NULL, NULL, 7 (Cols), 9, 0", a[0], a[3], a[7], a[8], a[9])
+	}
+	f.launches = nil
+	if err := k.SeqPool(device.SeqPool{DType: f32, T: 2, B: 3, Cols: 7, Max: true, LdY: 8, Y: x, Out: y, ArgMax: ids}); err != nil {
+		t.Fatal(err)
+	}
+	if a := f.launches[0].args; a[3] != uint64(ids.Addr()) || a[7] != 8 || a[8] != 7 || a[9] != 1 {
+		t.Errorf("SeqPool argmax, ldy, ldout, take_max = %#x, %d, %d, %d; want ArgMax, 8, 7 (Cols), 1", a[3], a[7], a[8], a[9])
+	}
+	f.launches = nil
+	if err := k.SeqPoolGrad(device.SeqPoolGrad{DType: f64, T: 2, B: 3, Cols: 7, LdDY: 10, DOut: x, ArgMax: ids, DY: y}); err != nil {
+		t.Fatal(err)
+	}
+	if a := f.launches[0].args; a[2] != 0 || a[7] != 7 || a[8] != 10 || a[9] != 0 || a[10] != uint64(d.statusDev) {
+		t.Errorf("SeqPoolGrad argmax, lddout, lddy, take_max, status = %#x, %d, %d, %d, %#x; want NULL, 7 (Cols), 10, 0, the status word",
+			a[2], a[7], a[8], a[9], a[10])
+	}
+	// T = 0 pools empty sequences (zeros): a launch, without Y. B = 0, or
+	// nothing to differentiate: none.
+	f.launches = nil
+	if err := k.SeqPool(device.SeqPool{DType: f32, T: 0, B: 3, Cols: 7, Out: y}); err != nil || len(f.launches) != 1 || f.launches[0].args[1] != 0 {
+		t.Errorf("SeqPool with T = 0 = %v with %d launches, want nil and one with y NULL", err, len(f.launches))
+	}
+	f.launches = nil
+	if err := k.SeqPool(device.SeqPool{DType: f32, T: 3, B: 0, Cols: 7}); err != nil || len(f.launches) != 0 {
+		t.Errorf("SeqPool with B = 0 = %v with %d launches, want nil and none", err, len(f.launches))
+	}
+	if err := k.SeqPoolGrad(device.SeqPoolGrad{DType: f32, T: 0, B: 3, Cols: 7, Max: true}); err != nil || len(f.launches) != 0 {
+		t.Errorf("SeqPoolGrad with T = 0 = %v with %d launches, want nil and none", err, len(f.launches))
 	}
 }
 

@@ -55,9 +55,10 @@
 // event, which the compute stream waits on (Stream.Wait queues
 // cuStreamWaitEvent, so neither the host nor the compute stream blocks
 // for a batch still in flight). No kernel synchronises. Errors found while
-// kernels run (a token id, class or sequence index out of range) set a bit
-// in a status word in device memory (a device-scope atomicOr, which every
-// GPU supports; atomics into host memory over PCIe are not a given).
+// kernels run (a token id, class, sequence index or pooling step out of
+// range) set a bit in a status word in device memory (a device-scope
+// atomicOr, which every GPU supports; atomics into host memory over PCIe
+// are not a given).
 // Synchronize and Download queue a 4-byte copy of it and its reset on the
 // compute stream before they wait, and Event.Wait reads it on a stream
 // of its own once the event completed; all three report device.ErrIndex.

@@ -19,6 +19,8 @@ const (
 	kGRUCell
 	kGRUCellGrad
 	kGatherSeq
+	kSeqPool
+	kSeqPoolGrad
 	kEmbedding
 	kEmbeddingGradScan
 	kEmbeddingGradSeq
@@ -45,6 +47,8 @@ var kernelNames = [numKernels]string{
 	kGRUCell:           "gru_cell",
 	kGRUCellGrad:       "gru_cell_grad",
 	kGatherSeq:         "gather_seq",
+	kSeqPool:           "seq_pool",
+	kSeqPoolGrad:       "seq_pool_grad",
 	kEmbedding:         "embedding",
 	kEmbeddingGradScan: "embedding_grad_scan",
 	kEmbeddingGradSeq:  "embedding_grad_seq",
@@ -219,6 +223,32 @@ func (k kernels) GatherSeq(a device.GatherSeq) error {
 	a, d := a.WithDefaults(), k.d
 	return d.launch(kGatherSeq, a.DType, grid1(a.T*a.B*a.Cols), block1, ptr(a.Index), ptr(a.Lengths), ptr(a.X), ptr(a.Y),
 		i64(a.T), i64(a.B), i64(a.Cols), i64(a.LdX), i64(a.LdY), uint64(d.statusDev))
+}
+
+func (k kernels) SeqPool(a device.SeqPool) error {
+	if err := k.check("SeqPool", a); err != nil || a.B == 0 {
+		return err
+	}
+	a = a.WithDefaults()
+	var argmax device.Buffer
+	if a.Max {
+		argmax = a.ArgMax
+	}
+	return k.d.launch(kSeqPool, a.DType, grid1(a.B*a.Cols), block1, ptr(a.Lengths), ptr(a.Y), ptr(a.Out), ptr(argmax),
+		i64(a.T), i64(a.B), i64(a.Cols), i64(a.LdY), i64(a.LdOut), flag(a.Max))
+}
+
+func (k kernels) SeqPoolGrad(a device.SeqPoolGrad) error {
+	if err := k.check("SeqPoolGrad", a); err != nil || a.T == 0 || a.B == 0 {
+		return err
+	}
+	a, d := a.WithDefaults(), k.d
+	var argmax device.Buffer
+	if a.Max {
+		argmax = a.ArgMax
+	}
+	return d.launch(kSeqPoolGrad, a.DType, grid1(a.T*a.B*a.Cols), block1, ptr(a.Lengths), ptr(a.DOut), ptr(argmax), ptr(a.DY),
+		i64(a.T), i64(a.B), i64(a.Cols), i64(a.LdDOut), i64(a.LdDY), flag(a.Max), uint64(d.statusDev))
 }
 
 func (k kernels) Embedding(a device.Embedding) error {

@@ -21,6 +21,8 @@ type Kernels interface {
 	GRUCellGrad(a GRUCellGrad) error
 
 	GatherSeq(a GatherSeq) error
+	SeqPool(a SeqPool) error
+	SeqPoolGrad(a SeqPoolGrad) error
 
 	Embedding(a Embedding) error
 	EmbeddingGrad(a EmbeddingGrad) error
@@ -360,6 +362,141 @@ func (a GatherSeq) Check(d Device) error {
 	c.opt("Lengths", a.Lengths, Int32, a.B)
 	c.buf("X", a.X, a.DType, (a.T*a.B-1)*w.LdX+a.Cols)
 	c.buf("Y", a.Y, a.DType, (a.T*a.B-1)*w.LdY+a.Cols)
+	return c.err
+}
+
+// SeqPool pools each of B sequences of T steps into one row over its
+// real steps, a sequence classifier's mean or max pooling: for b < B and
+// c < Cols, with n = Lengths[b],
+//
+//	mean: Out[b, c] = (Σ_{t<n} Y[t, b, c]) / n
+//	max:  Out[b, c] = max_{t<n} Y[t, b, c]   ArgMax[b, c] = the step t of that maximum
+//
+// Row (t, b) of Y starts at element (t·B + b)·LdY and row b of Out at
+// b·LdOut, so Y may be the whole [T, B, dirs·H] output of a bidirectional
+// stack or one direction's half of it. Lengths, [B] Int32, none for all T,
+// is each sequence's length, as in GatherSeq: a length past T counts as T,
+// and one below 1 makes an empty sequence, which pools to zeros with
+// ArgMax -1 (PyTorch's mean of nothing is NaN and its max an error; the
+// recurrent stacks never run one). Only the first n steps of a sequence
+// are read, so what its padded steps hold, NaN included, never reaches
+// Out.
+//
+// The mean's sum is taken in float64 in order of t, divided by n and
+// rounded once to DType, on every device. The maximum is PyTorch's
+// torch.max over a dimension: ties go to the first step, and a NaN
+// propagates (the first NaN is the maximum). torch.amax gives the same
+// values but splits the gradient evenly among ties; SeqPoolGrad follows
+// torch.max and gives all of it to ArgMax's step. Out must not overlap Y.
+type SeqPool struct {
+	DType      DType
+	T, B, Cols int
+	// Max selects max pooling; false is the mean.
+	Max     bool
+	Lengths Buffer // [B] Int32, or none
+	Y       Buffer
+	Out     Buffer
+	// ArgMax is [B, Cols] Int32, packed: the step of each maximum, for
+	// SeqPoolGrad. Read only with Max, where it may be none (no-grad).
+	ArgMax Buffer
+	// LdY and LdOut are the row strides of Y and Out in elements; 0
+	// means Cols.
+	LdY, LdOut int
+}
+
+// WithDefaults returns a with its zero LdY and LdOut replaced by Cols.
+func (a SeqPool) WithDefaults() SeqPool {
+	if a.LdY == 0 {
+		a.LdY = a.Cols
+	}
+	if a.LdOut == 0 {
+		a.LdOut = a.Cols
+	}
+	return a
+}
+
+// Check reports whether the arguments are valid for d.
+func (a SeqPool) Check(d Device) error {
+	c := checker{d: d, kernel: "SeqPool"}
+	c.float(a.DType)
+	c.nonNegative("T", a.T)
+	c.nonNegative("B", a.B)
+	c.positive("Cols", a.Cols)
+	w := a.WithDefaults()
+	c.atLeast("LdY", w.LdY, a.Cols)
+	c.atLeast("LdOut", w.LdOut, a.Cols)
+	if c.err != nil || a.B == 0 {
+		return c.err
+	}
+	c.opt("Lengths", a.Lengths, Int32, a.B)
+	if a.T > 0 {
+		c.buf("Y", a.Y, a.DType, (a.T*a.B-1)*w.LdY+a.Cols)
+	}
+	c.buf("Out", a.Out, a.DType, (a.B-1)*w.LdOut+a.Cols)
+	if a.Max {
+		c.opt("ArgMax", a.ArgMax, Int32, a.B*a.Cols)
+	}
+	return c.err
+}
+
+// SeqPoolGrad is the backward of SeqPool: the gradient with respect to
+// all of Y, for t < T, b < B and c < Cols, with n as in SeqPool:
+//
+//	mean: DY[t, b, c] = DOut[b, c] / n   if t < n, else 0
+//	max:  DY[t, b, c] = DOut[b, c]       if t = ArgMax[b, c] and t < n, else 0
+//
+// DY is overwritten, with zeros at padded steps, so one call gives the
+// gradient of a whole [T, B, Cols] sequence (a stack's Backward reads
+// none of its padded rows). The mean's quotient is taken in float64 and
+// rounded once to DType. With Max, ArgMax is what SeqPool wrote; a step
+// outside [0, n) for a sequence of n ≥ 1 steps (an ArgMax from another
+// batch) routes nothing and raises ErrIndex on the stream. DY must not
+// overlap DOut.
+type SeqPoolGrad struct {
+	DType      DType
+	T, B, Cols int
+	Max        bool
+	Lengths    Buffer // [B] Int32, or none
+	DOut       Buffer
+	// ArgMax is [B, Cols] Int32, SeqPool's; required with Max, not read
+	// otherwise.
+	ArgMax Buffer
+	DY     Buffer
+	// LdDOut and LdDY are the row strides of DOut and DY in elements; 0
+	// means Cols.
+	LdDOut, LdDY int
+}
+
+// WithDefaults returns a with its zero LdDOut and LdDY replaced by Cols.
+func (a SeqPoolGrad) WithDefaults() SeqPoolGrad {
+	if a.LdDOut == 0 {
+		a.LdDOut = a.Cols
+	}
+	if a.LdDY == 0 {
+		a.LdDY = a.Cols
+	}
+	return a
+}
+
+// Check reports whether the arguments are valid for d.
+func (a SeqPoolGrad) Check(d Device) error {
+	c := checker{d: d, kernel: "SeqPoolGrad"}
+	c.float(a.DType)
+	c.nonNegative("T", a.T)
+	c.nonNegative("B", a.B)
+	c.positive("Cols", a.Cols)
+	w := a.WithDefaults()
+	c.atLeast("LdDOut", w.LdDOut, a.Cols)
+	c.atLeast("LdDY", w.LdDY, a.Cols)
+	if c.err != nil || a.T == 0 || a.B == 0 {
+		return c.err
+	}
+	c.opt("Lengths", a.Lengths, Int32, a.B)
+	c.buf("DOut", a.DOut, a.DType, (a.B-1)*w.LdDOut+a.Cols)
+	if a.Max {
+		c.buf("ArgMax", a.ArgMax, Int32, a.B*a.Cols)
+	}
+	c.buf("DY", a.DY, a.DType, (a.T*a.B-1)*w.LdDY+a.Cols)
 	return c.err
 }
 

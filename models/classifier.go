@@ -1,8 +1,12 @@
 package models
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/loader"
@@ -10,10 +14,14 @@ import (
 	"github.com/gocurrent/gocurrent/train"
 )
 
+// ClassifierFormat is the "format" metadata of a classifier checkpoint.
+const ClassifierFormat = "gocurrent.classifier/1"
+
 // ClassifierConfig is a sequence classifier's shape: PyTorch's
 // nn.Embedding(V, Embed) -> nn.LSTM or nn.GRU(Embed, Hidden, Layers,
 // dropout=Dropout, bidirectional=Bidirectional) over packed sequences ->
-// pooling -> nn.Linear(Hidden·directions, classes).
+// pooling -> nn.Linear(Hidden·directions, classes). Its JSON is the
+// checkpoint's "config" metadata.
 type ClassifierConfig struct {
 	Cell          string  `json:"cell"`
 	Embed         int     `json:"embed"`
@@ -21,15 +29,37 @@ type ClassifierConfig struct {
 	Layers        int     `json:"layers"`
 	Bidirectional bool    `json:"bidirectional"`
 	Dropout       float64 `json:"dropout"`
-	// Pool is how a sequence becomes one vector: "last" (the default),
-	// the top layer's final states, cat(h_n[-2], h_n[-1]) in PyTorch's
-	// terms when bidirectional: the forward direction after each
-	// sequence's last token and the reverse one after its first. (Mean and
-	// max over the real positions are not built yet.)
+	// Pool is how a sequence becomes one vector of Hidden·directions
+	// features:
+	//   - "last" (the default): the top layer's final states,
+	//     cat(h_n[-2], h_n[-1]) in PyTorch's terms when bidirectional: the
+	//     forward direction after each sequence's last token and the
+	//     reverse one after its first;
+	//   - "mean": the top layer's output (both directions' halves) summed
+	//     over the sequence's real positions and divided by its length;
+	//   - "max": its maximum over the real positions, feature by feature
+	//     (torch.max over time: the gradient goes to the first position of
+	//     a tie).
+	// Padded positions never enter a mean or a maximum.
 	Pool string `json:"pool"`
+	// Input says what the vocabulary's tokens are: "words" (the default)
+	// or "chars", the characters of a text (every token but "<pad>" and
+	// "<unk>" one character). It does not change the network, only how a
+	// program turns text into ids.
+	Input string `json:"input"`
 	// DType is the parameters' type: Float32 (0) or Float64; not recorded.
 	DType device.DType `json:"-"`
 }
+
+// The pooling and input values of ClassifierConfig.
+const (
+	PoolLast = "last"
+	PoolMean = "mean"
+	PoolMax  = "max"
+
+	InputWords = "words"
+	InputChars = "chars"
+)
 
 func (c ClassifierConfig) validate() error {
 	switch {
@@ -39,15 +69,18 @@ func (c ClassifierConfig) validate() error {
 		return fmt.Errorf("models: classifier embed %d, hidden %d, layers %d; each must be > 0", c.Embed, c.Hidden, c.Layers)
 	case !(c.Dropout >= 0 && c.Dropout < 1):
 		return fmt.Errorf("models: classifier dropout %v, want [0, 1)", c.Dropout)
-	case c.Pool != "" && c.Pool != "last":
-		return fmt.Errorf("models: classifier pooling %q: only \"last\" is built yet", c.Pool)
+	case c.Pool != "" && c.Pool != PoolLast && c.Pool != PoolMean && c.Pool != PoolMax:
+		return fmt.Errorf("models: classifier pooling %q, want last, mean or max", c.Pool)
+	case c.Input != "" && c.Input != InputWords && c.Input != InputChars:
+		return fmt.Errorf("models: classifier input %q, want words or chars", c.Input)
 	}
 	return nil
 }
 
 // Classifier labels whole sequences (of words, or of a text's characters):
-// embedding, a recurrent stack over each sequence's own length, the
-// final states pooled, a linear layer. Its parameter groups are "emb",
+// embedding, a recurrent stack over each sequence's own length, its top
+// layer pooled (the final states, or the mean or maximum of the output over
+// the real positions), a linear layer. Its parameter groups are "emb",
 // "rnn" and "out", PyTorch's names. It is not safe for concurrent use.
 type Classifier struct {
 	chain
@@ -56,10 +89,20 @@ type Classifier struct {
 	labels *loader.Labels
 	dev    device.Device
 
-	st   *rnn.State // for the last batch size
-	feat scratch    // [rows, dirs·H]: the pooled states
-	zero scratch    // zeros: the gradient of the unused outputs
-	seq  int        // the training forward's steps, for Backward
+	// "last": the states of the last training and no-grad forwards.
+	st, stWork *rnn.State
+	feat       scratch // [rows, dirs·H]: the pooled states
+	zero       scratch // "last": zeros, the gradient of the unused outputs
+	// The training forward's shape, for Backward.
+	seq, rows int
+	// "mean" and "max": the lengths on the device, [rows] Int32, one
+	// copy for training forwards (Backward reads it) and one for no-grad
+	// ones, so that an evaluation between a training forward and its
+	// Backward leaves the training one alone; max's steps, [rows, dirs·H]
+	// Int32; the gradient with respect to the stack's output,
+	// [seq, rows, dirs·H].
+	lens, lensWork, argmax, dy scratch
+	hasLens                    bool // the training forward had lengths
 }
 
 // scratch is a device buffer grown on demand; get with zero fills a fresh
@@ -101,7 +144,17 @@ func NewClassifier(d device.Device, cfg ClassifierConfig, tokens *loader.Words, 
 		return nil, errors.New("models: a classifier needs token and label vocabularies")
 	}
 	if cfg.Pool == "" {
-		cfg.Pool = "last"
+		cfg.Pool = PoolLast
+	}
+	if cfg.Input == "" {
+		cfg.Input = InputWords
+	}
+	if cfg.Input == InputChars {
+		for _, s := range tokens.Items()[2:] {
+			if utf8.RuneCountInString(s) != 1 {
+				return nil, fmt.Errorf("models: classifier input chars with the token %q, which is not one character", s)
+			}
+		}
 	}
 	if cfg.DType == 0 {
 		cfg.DType = device.Float32
@@ -130,38 +183,55 @@ func (m *Classifier) directions() int {
 // Config is the model's shape.
 func (m *Classifier) Config() ClassifierConfig { return m.cfg }
 
+// Vocab and Labels are the model's vocabularies: of its tokens (words or
+// characters, as Config().Input says) and of its classes.
+func (m *Classifier) Vocab() *loader.Words   { return m.tokens }
+func (m *Classifier) Labels() *loader.Labels { return m.labels }
+
 // Groups are the parameter groups: "emb", "rnn", "out".
 func (m *Classifier) Groups() []train.Group { return m.groups() }
 
-// state is a zero state for rows sequences, detached.
-func (m *Classifier) state(rows int) (*rnn.State, error) {
-	if m.st != nil && m.st.Batch() != rows {
-		if err := m.st.Free(); err != nil {
+// state is a zero state for rows sequences, detached: the training
+// forwards' (whose record Backward reads) or the no-grad forwards', so
+// that an evaluation between a training forward and its Backward leaves
+// the training state alone.
+func (m *Classifier) state(mode rnn.Mode, rows int) (*rnn.State, error) {
+	p := &m.stWork
+	if mode == rnn.Train {
+		p = &m.st
+	}
+	if *p != nil && (*p).Batch() != rows {
+		if err := (*p).Free(); err != nil {
 			return nil, err
 		}
-		m.st = nil
+		*p = nil
 	}
-	if m.st == nil {
+	if *p == nil {
 		st, err := m.rnn.NewState(rows)
 		if err != nil {
 			return nil, err
 		}
-		m.st = st
+		*p = st
 		return st, nil
 	}
-	return m.st, m.st.Reset()
+	return *p, (*p).Reset()
 }
 
 // Forward returns the class logits of a batch of sequences, [rows,
 // classes]: tokens are [seq, rows] ids (as loader.Collate lays them out),
-// sequence r of length lengths[r].
+// sequence r of length lengths[r] (nil: all seq). With mean or max
+// pooling, putting the lengths on the device waits for the work queued
+// before, as the stack's own copy does.
 func (m *Classifier) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int, lengths []int32) (device.Buffer, error) {
 	dt, H, D := m.cfg.DType, m.cfg.Hidden, m.directions()
 	x, err := m.emb.Forward(mode, tokens, seq*rows)
 	if err != nil {
 		return device.Buffer{}, err
 	}
-	st, err := m.state(rows)
+	if m.cfg.Pool != PoolLast {
+		return m.forwardPooled(mode, x, seq, rows, lengths)
+	}
+	st, err := m.state(mode, rows)
 	if err != nil {
 		return device.Buffer{}, err
 	}
@@ -183,7 +253,46 @@ func (m *Classifier) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int,
 		}
 	}
 	if mode == rnn.Train {
-		m.seq = seq
+		m.seq, m.rows = seq, rows
+	}
+	return m.out.Forward(mode, feat, rows)
+}
+
+// forwardPooled is Forward's mean or max pooling of the stack's output x.
+func (m *Classifier) forwardPooled(mode rnn.Mode, x device.Buffer, seq, rows int, lengths []int32) (device.Buffer, error) {
+	dt, cols := m.cfg.DType, m.directions()*m.cfg.Hidden
+	train := mode == rnn.Train
+	y, err := m.rnn.ForwardLengths(mode, x, seq, rows, lengths, nil)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	feat, err := m.feat.get(m.dev, dt, rows*cols, false)
+	if err != nil {
+		return device.Buffer{}, err
+	}
+	a := device.SeqPool{DType: dt, T: seq, B: rows, Cols: cols, Max: m.cfg.Pool == PoolMax, Y: y, Out: feat}
+	if lengths != nil {
+		lens := &m.lensWork
+		if train {
+			lens = &m.lens
+		}
+		if a.Lengths, err = lens.get(m.dev, device.Int32, rows, false); err != nil {
+			return device.Buffer{}, err
+		}
+		if err := device.UploadSlice(m.dev, a.Lengths, lengths); err != nil {
+			return device.Buffer{}, err
+		}
+	}
+	if a.Max && train {
+		if a.ArgMax, err = m.argmax.get(m.dev, device.Int32, rows*cols, false); err != nil {
+			return device.Buffer{}, err
+		}
+	}
+	if err := m.dev.Kernels().SeqPool(a); err != nil {
+		return device.Buffer{}, err
+	}
+	if train {
+		m.seq, m.rows, m.hasLens = seq, rows, lengths != nil
 	}
 	return m.out.Forward(mode, feat, rows)
 }
@@ -204,8 +313,10 @@ func (m *Classifier) Backward(dLogits device.Buffer) error {
 	if err != nil {
 		return err
 	}
-	st := m.st
-	rows := st.Batch()
+	if m.cfg.Pool != PoolLast {
+		return m.backwardPooled(dfeat)
+	}
+	st, rows := m.st, m.rows
 	k := m.dev.Kernels()
 	// The pooled gradient is the gradient with respect to the final
 	// states; the forward zeroed the state's gradients, the other layers'
@@ -228,18 +339,117 @@ func (m *Classifier) Backward(dLogits device.Buffer) error {
 	return m.emb.Backward(dx)
 }
 
+// backwardPooled is Backward's mean or max pooling: the gradient with
+// respect to the pooled features spread over the stack's output (zeros at
+// padded positions), then through the stack and the embedding.
+func (m *Classifier) backwardPooled(dfeat device.Buffer) error {
+	dt, cols, rows := m.cfg.DType, m.directions()*m.cfg.Hidden, m.rows
+	dy, err := m.dy.get(m.dev, dt, m.seq*rows*cols, false)
+	if err != nil {
+		return err
+	}
+	a := device.SeqPoolGrad{DType: dt, T: m.seq, B: rows, Cols: cols, Max: m.cfg.Pool == PoolMax, DOut: dfeat, DY: dy}
+	if m.hasLens {
+		a.Lengths = m.lens.buf.Elems(device.Int32, 0, rows)
+	}
+	if a.Max {
+		a.ArgMax = m.argmax.buf.Elems(device.Int32, 0, rows*cols)
+	}
+	if err := m.dev.Kernels().SeqPoolGrad(a); err != nil {
+		return err
+	}
+	dx, err := m.rnn.Backward(dy)
+	if err != nil {
+		return err
+	}
+	return m.emb.Backward(dx)
+}
+
 // Close frees the model's device memory.
 func (m *Classifier) Close() error {
 	errs := []error{m.close()}
-	if m.st != nil {
-		errs = append(errs, m.st.Free())
+	for _, st := range []*rnn.State{m.st, m.stWork} {
+		if st != nil {
+			errs = append(errs, st.Free())
+		}
 	}
-	for _, s := range []*scratch{&m.feat, &m.zero} {
+	for _, s := range []*scratch{&m.feat, &m.zero, &m.lens, &m.lensWork, &m.argmax, &m.dy} {
 		if !s.buf.IsZero() {
 			errs = append(errs, m.dev.Free(s.buf))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Metadata is the checkpoint metadata that describes the model: format,
+// config, vocab (the tokens, index = id) and labels (index = id). Pass it
+// to train.Config.Metadata or train.SaveWeights so that LoadClassifier can
+// rebuild the model.
+func (m *Classifier) Metadata() map[string]string {
+	cfg, _ := json.Marshal(m.cfg)
+	vocab, _ := json.Marshal(m.tokens.Items())
+	labels, _ := json.Marshal(m.labels.Items())
+	return map[string]string{"format": ClassifierFormat, "config": string(cfg), "vocab": string(vocab), "labels": string(labels)}
+}
+
+// LoadClassifier builds the classifier a checkpoint describes (its format,
+// config, vocab and labels metadata) on d, in float32, and loads its
+// weights; the checkpoint is returned for a caller that resumes training
+// from it. A config without "pool" or "input" gets their defaults, "last"
+// and "words" (a file written by hand may leave them out). Metadata that
+// is missing, of another format or inconsistent (a config the classifier
+// does not build, a vocabulary without "<pad>" and "<unk>" first, tokens
+// of more than one character for input "chars") is an error wrapping
+// train.ErrMismatch, and so are tensors that do not fit the
+// configuration; a damaged file is one wrapping train.ErrCorrupt.
+func LoadClassifier(d device.Device, path string) (*Classifier, *train.Checkpoint, error) {
+	ck, err := train.ReadCheckpoint(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	meta := ck.Metadata()
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("models: %s: %w: %s", path, train.ErrMismatch, fmt.Sprintf(format, args...))
+	}
+	var missing []string
+	for _, k := range []string{"format", "config", "vocab", "labels"} {
+		if _, ok := meta[k]; !ok {
+			missing = append(missing, strconv.Quote(k))
+		}
+	}
+	if len(missing) > 0 {
+		return nil, nil, bad("no %s metadata: a classifier checkpoint holds \"format\": %q, \"config\", \"vocab\" and \"labels\"",
+			strings.Join(missing, ", "), ClassifierFormat)
+	}
+	if f := meta["format"]; f != ClassifierFormat {
+		return nil, nil, bad("format %q, want %q", f, ClassifierFormat)
+	}
+	var cfg ClassifierConfig
+	var vocab, labels []string
+	for _, part := range []struct {
+		key string
+		v   any
+	}{{"config", &cfg}, {"vocab", &vocab}, {"labels", &labels}} {
+		if err := json.Unmarshal([]byte(meta[part.key]), part.v); err != nil {
+			return nil, nil, bad("%s metadata: %v", part.key, err)
+		}
+	}
+	tv, err := loader.NewWords(vocab)
+	if err != nil {
+		return nil, nil, bad("vocab metadata: %v", err)
+	}
+	lv, err := loader.NewLabels(labels)
+	if err != nil {
+		return nil, nil, bad("labels metadata: %v", err)
+	}
+	m, err := NewClassifier(d, cfg, tv, lv, 0)
+	if err != nil {
+		return nil, nil, bad("%v", err)
+	}
+	if err := ck.LoadWeights(d, m.Groups()); err != nil {
+		return nil, nil, errors.Join(err, m.Close())
+	}
+	return m, ck, nil
 }
 
 var _ train.SeqModel = (*Classifier)(nil)

@@ -5,6 +5,7 @@
 #define GC_STATUS_EMBEDDING_GRAD 2u
 #define GC_STATUS_SOFTMAX_XENT 4u
 #define GC_STATUS_GATHER_SEQ 8u
+#define GC_STATUS_SEQ_POOL_GRAD 16u
 
 // Shared memory is declared through this macro so that the CPU emulator
 // (internal/cudaemu) can give each emulated block its own copy.

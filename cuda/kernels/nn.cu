@@ -1,8 +1,9 @@
-// Embedding and its backward, the gather of sequence rows, the softmax
-// cross-entropy, the softmax and dropout (device.Embedding, EmbeddingGrad,
-// GatherSeq, SoftmaxCrossEntropy, Softmax, Dropout). Rows of logits are handled one warp per row: 32 lanes stride
-// over the classes, so loads are coalesced, and the row's max and sum are
-// warp shuffles, in a fixed order.
+// Embedding and its backward, the gather of sequence rows, the pooling of
+// sequences and its backward, the softmax cross-entropy, the softmax and
+// dropout (device.Embedding, EmbeddingGrad, GatherSeq, SeqPool,
+// SeqPoolGrad, SoftmaxCrossEntropy, Softmax, Dropout). Rows of logits are
+// handled one warp per row: 32 lanes stride over the classes, so loads are
+// coalesced, and the row's max and sum are warp shuffles, in a fixed order.
 #include "common.cuh"
 
 template <typename T>
@@ -40,6 +41,84 @@ __device__ void gather_seq(const int* index, const int* lengths, const T* x, T* 
       v = x[(t * batch + src) * ldx + c];
     }
     y[r * ldy + c] = v;
+  }
+}
+
+// The length of sequence b: lengths[b] clamped to [0, steps], steps when
+// lengths is NULL.
+__device__ __forceinline__ long long gc_seq_len(const int* lengths, long long b,
+                                                long long steps) {
+  if (!lengths) return steps;
+  long long n = lengths[b];
+  return n < 0 ? 0 : n > steps ? steps : n;
+}
+
+// Element (b, c) of out over batch·cols elements: the mean (a double sum in
+// order of t, divided by n, rounded once) or, with take_max, the maximum
+// of y's rows (t, b), t < n, ties to the first step and the first NaN
+// winning (v != v: a NaN), with its step in argmax (NULL: not written).
+// An empty sequence gives 0 and step -1. Consecutive threads take
+// consecutive columns, so each step's loads are coalesced.
+template <typename T>
+__device__ void seq_pool(const int* lengths, const T* y, T* out, int* argmax, long long steps,
+                         long long batch, long long cols, long long ldy, long long ldout,
+                         long long take_max) {
+  GC_FOR(e, batch * cols) {
+    long long b = e / cols, c = e - b * cols;
+    long long n = gc_seq_len(lengths, b, steps);
+    T v = T(0);
+    if (take_max) {
+      long long arg = -1;
+      if (n > 0) {
+        v = y[b * ldy + c];
+        arg = 0;
+      }
+      for (long long t = 1; t < n; t++) {
+        T x = y[(t * batch + b) * ldy + c];
+        if (x > v || (x != x && v == v)) {
+          v = x;
+          arg = t;
+        }
+      }
+      if (argmax) argmax[e] = (int)arg;
+    } else if (n > 0) {
+      double s = 0;
+      for (long long t = 0; t < n; t++) s += (double)y[(t * batch + b) * ldy + c];
+      v = (T)(s / (double)n);
+    }
+    out[b * ldout + c] = v;
+  }
+}
+
+// Element (r, c) of dy, r = t·batch + b over steps·batch rows: zero past
+// sequence b's n steps; else dout[b, c]/n (the quotient in double, rounded
+// once) or, with take_max, dout[b, c] at step argmax[b, c] alone. A step
+// outside [0, n) for n >= 1 routes nothing and raises the bit (once, from
+// step 0's thread).
+template <typename T>
+__device__ void seq_pool_grad(const int* lengths, const T* dout, const int* argmax, T* dy,
+                              long long steps, long long batch, long long cols,
+                              long long lddout, long long lddy, long long take_max,
+                              unsigned int* status) {
+  GC_FOR(e, steps * batch * cols) {
+    long long r = e / cols, c = e - r * cols;
+    long long t = r / batch, b = r - t * batch;
+    long long n = gc_seq_len(lengths, b, steps);
+    T v = T(0);
+    if (t < n) {
+      T g = dout[b * lddout + c];
+      if (take_max) {
+        long long s = argmax[b * cols + c];
+        if (s < 0 || s >= n) {
+          if (t == 0) atomicOr(status, GC_STATUS_SEQ_POOL_GRAD);
+        } else if (s == t) {
+          v = g;
+        }
+      } else {
+        v = (T)((double)g / (double)n);
+      }
+    }
+    dy[r * lddy + c] = v;
   }
 }
 
@@ -172,6 +251,20 @@ __device__ void dropout(const T* x, T* y, T* mask, long long n, double p,
                                                long long batch, long long cols, long long ldx,\
                                                long long ldy, unsigned int* status) {         \
     gather_seq(index, lengths, x, y, steps, batch, cols, ldx, ldy, status);                   \
+  }                                                                                           \
+  extern "C" __global__ void gc_seq_pool_##S(const int* lengths, const T* y, T* out,          \
+                                             int* argmax, long long steps, long long batch,   \
+                                             long long cols, long long ldy, long long ldout,  \
+                                             long long take_max) {                            \
+    seq_pool(lengths, y, out, argmax, steps, batch, cols, ldy, ldout, take_max);              \
+  }                                                                                           \
+  extern "C" __global__ void gc_seq_pool_grad_##S(const int* lengths, const T* dout,          \
+                                                  const int* argmax, T* dy, long long steps,  \
+                                                  long long batch, long long cols,            \
+                                                  long long lddout, long long lddy,           \
+                                                  long long take_max, unsigned int* status) { \
+    seq_pool_grad(lengths, dout, argmax, dy, steps, batch, cols, lddout, lddy, take_max,      \
+                  status);                                                                    \
   }                                                                                           \
   extern "C" __global__ void gc_embedding_##S(const T* table, const int* ids, T* out,         \
                                               long long n, long long dim, long long vocab,    \

@@ -44,6 +44,13 @@ func (s *stream) exec(c *cmd) error {
 		a := &c.gather
 		p.split(wg, c, a.T*a.B, a.Cols, pick(a.DType, gatherSeqPart[float32], gatherSeqPart[float64]))
 		return badIndex(c, "GatherSeq: index", a.Index, a.B, a.B)
+	case opSeqPool:
+		a := &c.pool
+		p.split(wg, c, a.B, max(a.T, 1)*a.Cols, pick(a.DType, seqPoolPart[float32], seqPoolPart[float64]))
+	case opSeqPoolGrad:
+		a := &c.poolGrad
+		p.split(wg, c, a.T*a.B, a.Cols, pick(a.DType, seqPoolGradPart[float32], seqPoolGradPart[float64]))
+		return badArgMax(c)
 	case opEmbedding:
 		a := &c.emb
 		p.split(wg, c, a.N, a.Dim, pick(a.DType, embeddingPart[float32], embeddingPart[float64]))
@@ -155,6 +162,24 @@ func badIndex(c *cmd, what string, ids device.Buffer, n, limit int) error {
 	return nil
 }
 
+// badArgMax reports the first ArgMax step outside its sequence that the
+// parts of SeqPoolGrad c found.
+func badArgMax(c *cmd) error {
+	a := &c.poolGrad
+	for i := range c.parts {
+		if j := c.bad[i]; j >= 0 {
+			b := j / a.Cols
+			n := a.T
+			if !a.Lengths.IsZero() {
+				n = max(0, min(int(elems[int32](a.Lengths, a.B)[b]), a.T))
+			}
+			return fmt.Errorf("cpu: SeqPoolGrad: ArgMax step %d of sequence %d, column %d, is outside its %d steps: %w",
+				elems[int32](a.ArgMax, a.B*a.Cols)[j], b, j%a.Cols, n, device.ErrIndex)
+		}
+	}
+	return nil
+}
+
 // store writes (or with accumulate adds) a reduction's result v into the
 // one-element buffer b of type t.
 func store(t device.DType, b device.Buffer, v float64, accumulate bool) {
@@ -207,6 +232,30 @@ func gatherSeqPart[T kern.Float](c *cmd, part, lo, hi int) {
 	n := a.T * a.B
 	c.bad[part] = kern.GatherSeq(a.T, a.B, a.Cols, a.LdX, a.LdY, lo, hi, elems[int32](a.Index, a.B), elems[int32](a.Lengths, a.B),
 		elems[T](a.X, (n-1)*a.LdX+a.Cols), elems[T](a.Y, (n-1)*a.LdY+a.Cols))
+}
+
+func seqPoolPart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.pool
+	var y []T
+	if a.T > 0 {
+		y = elems[T](a.Y, (a.T*a.B-1)*a.LdY+a.Cols)
+	}
+	var argmax []int32
+	if a.Max {
+		argmax = elems[int32](a.ArgMax, a.B*a.Cols)
+	}
+	kern.SeqPool(a.T, a.B, a.Cols, a.LdY, a.LdOut, lo, hi, a.Max, elems[int32](a.Lengths, a.B), y,
+		elems[T](a.Out, (a.B-1)*a.LdOut+a.Cols), argmax)
+}
+
+func seqPoolGradPart[T kern.Float](c *cmd, part, lo, hi int) {
+	a := &c.poolGrad
+	var argmax []int32
+	if a.Max {
+		argmax = elems[int32](a.ArgMax, a.B*a.Cols)
+	}
+	c.bad[part] = kern.SeqPoolGrad(a.T, a.B, a.Cols, a.LdDOut, a.LdDY, lo, hi, a.Max, elems[int32](a.Lengths, a.B),
+		elems[T](a.DOut, (a.B-1)*a.LdDOut+a.Cols), argmax, elems[T](a.DY, (a.T*a.B-1)*a.LdDY+a.Cols))
 }
 
 func embeddingPart[T kern.Float](c *cmd, part, lo, hi int) {

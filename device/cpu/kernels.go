@@ -18,6 +18,8 @@ const (
 	opGRUCell
 	opGRUCellGrad
 	opGatherSeq
+	opSeqPool
+	opSeqPoolGrad
 	opEmbedding
 	opEmbeddingGrad
 	opSoftmaxCrossEntropy
@@ -49,6 +51,8 @@ type cmd struct {
 	gru      device.GRUCell
 	gruGrad  device.GRUCellGrad
 	gather   device.GatherSeq
+	pool     device.SeqPool
+	poolGrad device.SeqPoolGrad
 	emb      device.Embedding
 	embGrad  device.EmbeddingGrad
 	sce      device.SoftmaxCrossEntropy
@@ -128,6 +132,14 @@ func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
 
 func (k kernels) GatherSeq(a device.GatherSeq) error {
 	return k.launchN(a.T*a.B, a.Check(k.d), func(c *cmd) { c.op, c.gather = opGatherSeq, a.WithDefaults() })
+}
+
+func (k kernels) SeqPool(a device.SeqPool) error {
+	return k.launchN(a.B, a.Check(k.d), func(c *cmd) { c.op, c.pool = opSeqPool, a.WithDefaults() })
+}
+
+func (k kernels) SeqPoolGrad(a device.SeqPoolGrad) error {
+	return k.launchN(a.T*a.B, a.Check(k.d), func(c *cmd) { c.op, c.poolGrad = opSeqPoolGrad, a.WithDefaults() })
 }
 
 func (k kernels) Embedding(a device.Embedding) error {

@@ -73,6 +73,7 @@ func RunGroups(t *testing.T, open func(t testing.TB) device.Device, keep func(gr
 		{"GRUCell", testGRUCell},
 		{"GRUCellGrad", testGRUCellGrad},
 		{"GatherSeq", testGatherSeq},
+		{"SeqPool", testSeqPool},
 		{"Embedding", testEmbedding},
 		{"EmbeddingGrad", testEmbeddingGrad},
 		{"SoftmaxCrossEntropy", testSoftmaxCrossEntropy},
@@ -211,6 +212,10 @@ func launchKernel(k device.Kernels, a any) error {
 		return k.GRUCellGrad(a)
 	case device.GatherSeq:
 		return k.GatherSeq(a)
+	case device.SeqPool:
+		return k.SeqPool(a)
+	case device.SeqPoolGrad:
+		return k.SeqPoolGrad(a)
 	case device.Embedding:
 		return k.Embedding(a)
 	case device.EmbeddingGrad:

@@ -94,6 +94,25 @@ func (e *env) misuseCases() []misuseCase {
 		// The strides are checked when there is nothing to copy, too.
 		shapeCase{"LdX", with(with(gs, "T", 0), "LdX", 3)})})
 
+	// Strides past Cols, as GatherSeq's.
+	sp := device.SeqPool{DType: f32, T: 3, B: 2, Cols: 4, Max: true, LdY: 5, LdOut: 6,
+		Lengths: zi(2), Y: z((3*2-1)*5 + 4), Out: z(6 + 4), ArgMax: zi(8)}
+	add(misuseCase{args: sp, optional: []string{"Lengths", "ArgMax"}, shapes: append(shapes(sp,
+		"T", -1, "B", -1, "Cols", 0, "LdY", 3, "LdOut", -1, "DType", device.Int32),
+		shapeCase{"LdOut", with(with(sp, "B", 0), "LdOut", 3)},
+		// T = 0 needs no Y, but Out all the same.
+		shapeCase{"Out", with(with(with(sp, "T", 0), "Y", device.Buffer{}), "Out", z(9))})})
+	spMean := with(with(sp, "Max", false), "ArgMax", device.Buffer{})
+	add(misuseCase{name: "SeqPool/Mean", args: spMean, optional: []string{"Lengths"}})
+
+	spg := device.SeqPoolGrad{DType: f32, T: 3, B: 2, Cols: 4, Max: true, LdDOut: 5, LdDY: 6,
+		Lengths: zi(2), DOut: z(5 + 4), ArgMax: zi(8), DY: z((3*2-1)*6 + 4)}
+	add(misuseCase{args: spg, optional: []string{"Lengths"}, shapes: append(shapes(spg,
+		"T", -1, "B", -1, "Cols", 0, "LdDOut", 3, "LdDY", -1, "DType", device.Int32),
+		shapeCase{"LdDY", with(with(spg, "T", 0), "LdDY", 3)})})
+	spgMean := with(with(spg, "Max", false), "ArgMax", device.Buffer{})
+	add(misuseCase{name: "SeqPoolGrad/Mean", args: spgMean, optional: []string{"Lengths"}})
+
 	emb := device.Embedding{DType: f32, N: 4, Dim: 3, Vocab: 5, Table: z(15), IDs: zi(4), Out: z(12)}
 	add(misuseCase{args: emb, shapes: shapes(emb, "N", -1, "Dim", 0, "Vocab", 0, "DType", device.Int32)})
 
@@ -169,7 +188,7 @@ func elemSize(a any, field string) int64 {
 	switch {
 	case reflect.TypeOf(a) == reflect.TypeOf(device.Copy{}):
 		return 1
-	case field == "IDs" || field == "Targets" || field == "Index" || field == "Lengths":
+	case field == "IDs" || field == "Targets" || field == "Index" || field == "Lengths" || field == "ArgMax":
 		return device.Int32.Size()
 	}
 	return reflect.ValueOf(a).FieldByName("DType").Interface().(device.DType).Size()

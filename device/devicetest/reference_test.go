@@ -243,3 +243,42 @@ func TestComparisons(t *testing.T) {
 		t.Errorf("SumTolerance(Float64, 2^20).Rel = %v, want between 1e-14 and 1e-12", got)
 	}
 }
+
+func TestSeqPoolReference(t *testing.T) {
+	// T = 3, B = 2, one column, Y's rows holding 10·t + b with ties at
+	// sequence 1 (steps 1 and 2 both 11) and Out's rows LdOut = 2 apart in
+	// an Out of -1s. Lengths (2, 5): sequence 0 has steps 0 and 1,
+	// sequence 1 all three (5 counts as T). Means (0+10)/2 = 5 and
+	// (1+11+11)/3; maxima 10 at step 1 and 11 at step 1, the first of the
+	// tie.
+	y := []float64{0, 1, 10, 11, 20, 11}
+	mean, _, _ := refSeqPool(3, 2, 1, 1, 2, false, []int32{2, 5}, y, constant(4, -1))
+	checkExact(t, "mean", mean, []float64{5, -1, 23.0 / 3, -1})
+	mx, _, arg := refSeqPool(3, 2, 1, 1, 2, true, []int32{2, 5}, y, constant(4, -1))
+	checkExact(t, "max", mx, []float64{10, -1, 11, -1})
+	checkExact(t, "argmax", int32s(arg), []float64{1, 1})
+	// An empty sequence (length 0) pools to 0 at step -1; a NaN wins.
+	mx, _, arg = refSeqPool(2, 2, 1, 1, 1, true, []int32{0, 2}, []float64{5, 1, 6, math.NaN()}, constant(2, -1))
+	checkExact(t, "max with NaN", mx, []float64{0, math.NaN()})
+	checkExact(t, "argmax with NaN", int32s(arg), []float64{-1, 1})
+
+	// The gradients, DOut (3, 6): the mean's 3/2 at sequence 0's two
+	// steps and 6/3 at all three of sequence 1's, zero at the padded step
+	// (2, 0); the max's at the ArgMax steps (1, 2) alone.
+	dy, bad := refSeqPoolGrad(3, 2, 1, 1, 1, false, []int32{2, 5}, []float64{3, 6}, nil, constant(6, -1))
+	checkExact(t, "mean grad", dy, []float64{1.5, 2, 1.5, 2, 0, 2})
+	if bad {
+		t.Error("mean grad: bad step reported")
+	}
+	dy, bad = refSeqPoolGrad(3, 2, 1, 1, 1, true, []int32{2, 5}, []float64{3, 6}, []int32{1, 2}, constant(6, -1))
+	checkExact(t, "max grad", dy, []float64{0, 0, 3, 0, 0, 6})
+	if bad {
+		t.Error("max grad: bad step reported")
+	}
+	// Step 2 of a sequence of 2 steps is out of range: no gradient.
+	dy, bad = refSeqPoolGrad(3, 2, 1, 1, 1, true, []int32{2, 5}, []float64{3, 6}, []int32{2, 0}, constant(6, -1))
+	checkExact(t, "max grad, bad step", dy, []float64{0, 6, 0, 0, 0, 0})
+	if !bad {
+		t.Error("max grad: a step past the sequence was not reported")
+	}
+}

@@ -47,7 +47,8 @@
 // Sums are float64 and added in a fixed order, so results are
 // deterministic: SoftmaxCrossEntropy's row sums and loss, Softmax's row
 // sums, SumSquares (four interleaved partial sums each), SumRows (row
-// order, rounded once). The softmax of a float32 row uses the fast exp;
+// order, rounded once), SeqPool's mean (step order, divided by the length
+// and rounded once: the CUDA kernel's operations in the same order). The softmax of a float32 row uses the fast exp;
 // its float32 outputs are within 1.5 ulp (two roundings). The optimizer
 // steps compute in the element type with the hyperparameters rounded to
 // it, as PyTorch does, and compute per-call scalars (Adam's bias

@@ -112,3 +112,32 @@ func TestGRUCellGradFiniteDifference(t *testing.T) {
 		})
 	}
 }
+
+// TestSeqPoolGradFiniteDifference checks SeqPoolGrad against central
+// differences of L = Σ w·out for SeqPool's mean and max, over sequences of
+// every kind of length (T, 1, padded, past T, empty): the gradient is
+// dL/dout = w spread over the real steps or routed to each maximum's step,
+// and zero at the padded steps, whose finite differences are exactly zero
+// since SeqPool never reads them. Random data has no ties, where the
+// maximum is not differentiable.
+func TestSeqPoolGradFiniteDifference(t *testing.T) {
+	const steps, batch, cols = 4, 5, 3
+	lengths := []int32{4, 1, 2, 7, 0}
+	for _, takeMax := range []bool{false, true} {
+		t.Run(fmt.Sprintf("max=%v", takeMax), func(t *testing.T) {
+			rng := newRand(25)
+			y, w := uniform(rng, steps*batch*cols, 2), uniform(rng, batch*cols, 1)
+			out, argmax := make([]float64, batch*cols), make([]int32, batch*cols)
+			loss := func() float64 {
+				SeqPool(steps, batch, cols, cols, cols, 0, batch, takeMax, lengths, y, out, nil)
+				return dot(w, out)
+			}
+			SeqPool(steps, batch, cols, cols, cols, 0, batch, takeMax, lengths, y, out, argmax)
+			dy := make([]float64, len(y))
+			if bad := SeqPoolGrad(steps, batch, cols, cols, cols, 0, steps*batch, takeMax, lengths, w, argmax, dy); bad != -1 {
+				t.Fatalf("bad = %d, want -1", bad)
+			}
+			fdCheck(t, "y", y, dy, loss)
+		})
+	}
+}

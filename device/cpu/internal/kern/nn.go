@@ -40,6 +40,116 @@ func GatherSeq[T Float](steps, batch, cols, ldx, ldy, lo, hi int, index, lengths
 	return bad
 }
 
+// seqLen is the length of sequence b of steps steps: lengths[b] clamped
+// to [0, steps], steps when lengths is nil.
+func seqLen(lengths []int32, b, steps int) int {
+	if lengths == nil {
+		return steps
+	}
+	return max(0, min(int(lengths[b]), steps))
+}
+
+// poolChunk is how many columns SeqPool keeps running sums or maxima of at
+// once, on the stack: it walks the steps once per chunk, reading each row's
+// chunk contiguously.
+const poolChunk = 64
+
+// SeqPool is device.SeqPool over sequences [lo, hi) of batch: out[b] is the
+// mean (float64 sum in order of steps, divided by the length, rounded
+// once) or, with takeMax, the maximum of the first lengths[b] rows (t, b) of y,
+// which are ldy elements apart; ties keep the first step and the first NaN
+// wins. argmax, [batch, cols] or nil, gets each maximum's step. An empty
+// sequence gives zeros and steps -1.
+func SeqPool[T Float](steps, batch, cols, ldy, ldout, lo, hi int, takeMax bool, lengths []int32, y, out []T, argmax []int32) {
+	for b := lo; b < hi; b++ {
+		n := seqLen(lengths, b, steps)
+		o := out[b*ldout : b*ldout+cols]
+		var am []int32
+		if argmax != nil {
+			am = argmax[b*cols : b*cols+cols]
+		}
+		if n == 0 {
+			clear(o)
+			for c := range am {
+				am[c] = -1
+			}
+			continue
+		}
+		for c0 := 0; c0 < cols; c0 += poolChunk {
+			w := min(poolChunk, cols-c0)
+			if takeMax {
+				var best [poolChunk]T
+				var arg [poolChunk]int32
+				copy(best[:w], y[b*ldy+c0:][:w])
+				for t := 1; t < n; t++ {
+					row := y[(t*batch+b)*ldy+c0:][:w]
+					for c, v := range row {
+						if v > best[c] || v != v && best[c] == best[c] {
+							best[c], arg[c] = v, int32(t)
+						}
+					}
+				}
+				copy(o[c0:c0+w], best[:w])
+				if am != nil {
+					copy(am[c0:c0+w], arg[:w])
+				}
+				continue
+			}
+			var sum [poolChunk]float64
+			for t := range n {
+				row := y[(t*batch+b)*ldy+c0:][:w]
+				for c, v := range row {
+					sum[c] += float64(v)
+				}
+			}
+			for c := range w {
+				o[c0+c] = T(sum[c] / float64(n))
+			}
+		}
+	}
+}
+
+// SeqPoolGrad is device.SeqPoolGrad over rows [lo, hi) of dy's
+// steps·batch rows, ldy elements apart: dout[b]/n (the quotient in
+// float64, rounded once) at the first n = lengths[b] steps of sequence b,
+// or with takeMax dout[b, c] at step argmax[b, c] alone; zeros elsewhere. It
+// returns the index into argmax of the first step outside [0, n) of a
+// sequence of n ≥ 1 steps, which routes nothing, or -1.
+func SeqPoolGrad[T Float](steps, batch, cols, lddout, lddy, lo, hi int, takeMax bool, lengths []int32, dout []T, argmax []int32, dy []T) (bad int) {
+	bad = -1
+	for r := lo; r < hi; r++ {
+		t, b := r/batch, r%batch
+		o := dy[r*lddy : r*lddy+cols]
+		n := seqLen(lengths, b, steps)
+		if t >= n {
+			clear(o)
+			continue
+		}
+		g := dout[b*lddout : b*lddout+cols]
+		if !takeMax {
+			for c, v := range g {
+				o[c] = T(float64(v) / float64(n))
+			}
+			continue
+		}
+		am := argmax[b*cols : b*cols+cols]
+		for c, v := range g {
+			s := int(am[c])
+			if s < 0 || s >= n {
+				if bad < 0 {
+					bad = b*cols + c
+				}
+			}
+			if s == t {
+				o[c] = v
+			} else {
+				o[c] = 0
+			}
+		}
+	}
+	return bad
+}
+
 // Embedding gathers rows of table (device.Embedding): out[i] =
 // table[ids[i]] for rows = len(ids). table is [vocab, dim] and out is
 // [rows, dim]. An id outside [0, vocab) writes a zero row. It returns the

@@ -191,3 +191,63 @@ func testDropout[T Float](t *testing.T) {
 		checkEqual(t, "mask (aliased)", mask3, mask)
 	}
 }
+
+// TestSeqPoolParts checks what the conformance suite (Conformance/SeqPool)
+// cannot see: that the parts the CPU device splits SeqPool (by sequence)
+// and SeqPoolGrad (by row of DY) into give the bits of one call over
+// everything, and that each part of SeqPoolGrad reports the first bad
+// ArgMax step among its rows, as an index into argmax.
+func TestSeqPoolParts(t *testing.T) {
+	t.Run("float64", testSeqPoolParts[float64])
+	t.Run("float32", testSeqPoolParts[float32])
+}
+
+func testSeqPoolParts[T Float](t *testing.T) {
+	const steps, batch, cols = 4, 5, 70 // 70 = one chunk of 64 and a remainder
+	rng := newRand(24)
+	y := to[T](uniform(rng, steps*batch*cols, 1))
+	dOut := to[T](uniform(rng, batch*cols, 1))
+	lengths := []int32{4, 1, 0, 3, 9}
+	for _, takeMax := range []bool{false, true} {
+		out, arg := make([]T, batch*cols), make([]int32, batch*cols)
+		SeqPool(steps, batch, cols, cols, cols, 0, batch, takeMax, lengths, y, out, arg)
+		parts, partArg := make([]T, batch*cols), make([]int32, batch*cols)
+		for _, p := range [][2]int{{0, 2}, {2, 2}, {2, 5}} {
+			SeqPool(steps, batch, cols, cols, cols, p[0], p[1], takeMax, lengths, y, parts, partArg)
+		}
+		checkEqual(t, "out in parts", parts, out)
+		if takeMax {
+			for i := range arg {
+				if partArg[i] != arg[i] {
+					t.Fatalf("argmax[%d] in parts = %d, want %d", i, partArg[i], arg[i])
+				}
+			}
+			// Sequence 3 (3 steps) column 5 sent to step 3: bad, at
+			// index 3·cols + 5, found by every part that holds one of
+			// its rows (t < 3, rows t·batch + 3).
+			arg[3*cols+5] = 3
+		}
+		dy := make([]T, steps*batch*cols)
+		bad := SeqPoolGrad(steps, batch, cols, cols, cols, 0, steps*batch, takeMax, lengths, dOut, arg, dy)
+		wantBad := -1
+		if takeMax {
+			wantBad = 3*cols + 5
+		}
+		if bad != wantBad {
+			t.Errorf("max %v: bad = %d, want %d", takeMax, bad, wantBad)
+		}
+		partDY := make([]T, len(dy))
+		for _, p := range [][2]int{{0, 4}, {4, 9}, {9, 20}} {
+			b := SeqPoolGrad(steps, batch, cols, cols, cols, p[0], p[1], takeMax, lengths, dOut, arg, partDY)
+			// Rows 3 and 8 are sequence 3's steps 0 and 1; row 13 its step 2.
+			want := -1
+			if takeMax {
+				want = wantBad
+			}
+			if b != want {
+				t.Errorf("max %v, rows %v: bad = %d, want %d", takeMax, p, b, want)
+			}
+		}
+		checkEqual(t, "dy in parts", partDY, dy)
+	}
+}
