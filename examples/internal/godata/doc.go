@@ -75,7 +75,31 @@
 // line in one direction only cannot tell x in "x := f(x)" from x in
 // "x = f(x)" or a call from a selection; a bidirectional one can.
 //
+// # Classification
+//
+// Chunks cuts each function declaration with a body into runs of
+// MaxChunk tokens from its func keyword (at most MaxChunksPerFunc runs; a
+// function, or a last run, shorter than MinChunk tokens gives none), and
+// ClassOf labels them with the part of the library their file is in,
+// one of 9 classes by directory under GOROOT/src:
+//
+//	runtime   runtime, internal/runtime
+//	crypto    crypto
+//	net       net (net/http included)
+//	encoding  encoding, compress, archive
+//	go        go (go/ast, go/parser, go/types...)
+//	compiler  cmd/compile, but for its types2 and syntax packages
+//	os        os, syscall, internal/syscall, internal/poll
+//	math      math, strconv, internal/strconv
+//	text      text, html, regexp, strings, bytes, unicode, fmt
+//
+// Other directories (cmd/go, image, sort...) are in no class. The
+// compiler's types2 and syntax packages are left out because go/types and
+// go/parser are their twins: many go/types files are generated from
+// types2's (and left out as generated), the rest are hand-written copies.
+//
 // # Errors
 //
-// TagFile returns go/parser's error for a file that does not parse.
+// TagFile and Chunks return go/parser's error for a file that does not
+// parse.
 package godata
