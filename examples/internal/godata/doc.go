@@ -75,6 +75,18 @@
 // line in one direction only cannot tell x in "x := f(x)" from x in
 // "x = f(x)" or a call from a selection; a bidirectional one can.
 //
+// Write's tagging dataset keeps about one sentence in 13, chosen by a
+// hash of the file's path and the line number, so the sentences are
+// spread evenly over the whole library. From Go 1.26's source (3,427
+// files) that is 28,913 training sentences of 271,115 tokens and 4,106
+// validation sentences of 37,471 tokens. The training tags, most frequent
+// first: punct 40.7%, var 14.2%, op 9.4%, kw 5.6%, sel 5.0%, type 4.5%,
+// call 4.3%, decl 3.9%, int 3.3%, pkg 2.9%, param 2.0%, builtin 1.8%, str
+// 1.5%, field 0.7%, char 0.25%, float 0.07%. Identifiers are 39% of the
+// tokens. A baseline that gives each token its most frequent training
+// tag (and var to a token never seen) is right on 86.1% of the
+// validation tokens and 67.1% of the validation identifiers.
+//
 // # Classification
 //
 // Chunks cuts each function declaration with a body into runs of
@@ -98,8 +110,60 @@
 // go/parser are their twins: many go/types files are generated from
 // types2's (and left out as generated), the rest are hand-written copies.
 //
+// Write's classification dataset is balanced: every class has as many
+// training chunks as the smallest (at most 2,000), and as many validation
+// chunks as the smallest, so the majority-class baseline is 1/9 (11.1%)
+// of either split. The chunks kept are those with the smallest hashes of
+// their file's path and their place in it. From Go 1.26's source (2,195
+// files with a class) that is 1,314 training and 146 validation chunks
+// per class: 11,826 training chunks of 660,585 tokens and 1,314
+// validation chunks of 73,890 tokens; the math class is the smallest.
+//
+// # Splits
+//
+// The training and validation splits are disjoint by source file: no file
+// gives examples to both. For tagging, a file is in validation when a
+// hash of its path (relative to GOROOT/src) says so, one file in 10. For
+// classification, each class's files go to validation in the order of
+// that hash until they hold a tenth of the class's chunks, so that every
+// class has validation chunks.
+//
+// # Files
+//
+// Write writes the tagging dataset as TSV (token<TAB>tag, a blank line
+// after each sentence) and the classification dataset as JSON lines
+// ({"tokens": [...], "label": "..."}), the formats loader.OpenDataset
+// reads, into a directory the caller chooses (a cache). Their names hold
+// a version of this generator and a hash of the source files' names,
+// sizes and modification times, so a new Go or a new generator makes new
+// files while the same Go reuses the files without parsing anything.
+// The same GOROOT gives byte-identical files: directories are walked in
+// lexical order and nothing depends on map order or the time. Each file
+// is written under a temporary name and renamed, and a description of
+// the dataset (its counts, a .json file) is renamed last: Write reuses a
+// dataset only when its description is there, so a crash never leaves a
+// half-written file that a later Write reuses. Two Writes into one
+// directory at once write the same bytes and rename them in turn.
+//
+// Write works on one goroutine. On a 2-core virtual machine, Go 1.26's
+// source takes about 1.8 seconds to turn into the tagging dataset and
+// 0.9 seconds into the classification one; reusing either takes about 30
+// milliseconds, the walk of GOROOT/src.
+//
 // # Errors
 //
-// TagFile and Chunks return go/parser's error for a file that does not
-// parse.
+// A missing GOROOT/src is an error that tells the user to pass -data, as
+// is a GOROOT that gives no validation example or no function of a
+// class. Write checks its context between source files and returns an
+// error wrapping the context's error when it is cancelled; it then leaves
+// no file behind. TagFile and Chunks return go/parser's error for a file
+// that does not parse.
+//
+// # Example
+//
+//	files, err := godata.Write(ctx, "", cacheDir, godata.Tagging)
+//	if err != nil {
+//		return err
+//	}
+//	train, err := loader.OpenDataset(ctx, files.Train.Path, loader.DatasetConfig{})
 package godata
