@@ -1,0 +1,89 @@
+package seqcli
+
+import (
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/loader"
+	"github.com/gocurrent/gocurrent/models"
+	"github.com/gocurrent/gocurrent/train"
+)
+
+// model is a tagger or a classifier, as the commands use them.
+type model interface {
+	train.SeqModel
+	Metadata() map[string]string
+	Close() error
+	// vocabs are the vocabularies a dataset is read in: words,
+	// characters (nil: the data's own) and labels.
+	vocabs() (words, chars *loader.Words, labels *loader.Labels)
+	// labels are the tags or labels.
+	labels() *loader.Labels
+	// usesChars says batches must carry each word's characters.
+	usesChars() bool
+}
+
+type tagger struct{ *models.Tagger }
+
+func (m tagger) vocabs() (*loader.Words, *loader.Words, *loader.Labels) {
+	return m.Words(), m.Chars(), m.Tags()
+}
+func (m tagger) labels() *loader.Labels { return m.Tags() }
+func (m tagger) usesChars() bool        { return m.Chars() != nil }
+
+type classifier struct{ *models.Classifier }
+
+func (m classifier) vocabs() (*loader.Words, *loader.Words, *loader.Labels) {
+	if m.Config().Input == "chars" {
+		return nil, m.Vocab(), m.Labels()
+	}
+	return m.Vocab(), nil, m.Labels()
+}
+func (m classifier) labels() *loader.Labels { return m.Labels() }
+func (m classifier) usesChars() bool        { return false }
+
+// newModel builds the task's model over data's vocabularies.
+func newModel(task Task, d device.Device, f ModelFlags, data *loader.Dataset, seed uint64) (model, error) {
+	if task == Tagging {
+		var chars *loader.Words
+		if f.CharEmbed > 0 {
+			chars = data.Chars
+		}
+		m, err := models.NewTaggerChars(d, models.TaggerConfig{Cell: f.Cell, Embed: f.Embed, Hidden: f.Hidden, Layers: f.Layers,
+			Bidirectional: f.Bidirectional, Dropout: f.Dropout, CharEmbed: f.CharEmbed, CharHidden: f.CharHidden}, data.Words, chars, data.Labels, seed)
+		if err != nil {
+			return nil, err
+		}
+		return tagger{m}, nil
+	}
+	vocab := data.Words
+	if f.Input == "chars" {
+		vocab = data.Chars
+	}
+	m, err := models.NewClassifier(d, models.ClassifierConfig{Cell: f.Cell, Embed: f.Embed, Hidden: f.Hidden, Layers: f.Layers,
+		Bidirectional: f.Bidirectional, Dropout: f.Dropout, Pool: f.Pool, Input: f.Input}, vocab, data.Labels, seed)
+	if err != nil {
+		return nil, err
+	}
+	return classifier{m}, nil
+}
+
+// loadModel builds the task's model a checkpoint holds.
+func loadModel(task Task, d device.Device, ck *train.Checkpoint) (model, error) {
+	if task == Tagging {
+		m, _, err := models.LoadTagger(d, ck.Path())
+		if err != nil {
+			return nil, err
+		}
+		return tagger{m}, nil
+	}
+	m, _, err := models.LoadClassifier(d, ck.Path())
+	if err != nil {
+		return nil, err
+	}
+	return classifier{m}, nil
+}
+
+// newLoader is a loader of data's batches for m.
+func newLoader(d device.Device, data *loader.Dataset, cfg loader.SeqConfig, m model) (*loader.SeqLoader, error) {
+	cfg.Chars = m.usesChars()
+	return loader.NewSeqLoader(d, data, cfg)
+}
