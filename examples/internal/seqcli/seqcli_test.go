@@ -318,3 +318,56 @@ func (c *cancelAfter) Write(b []byte) (int, error) {
 	}
 	return c.w.Write(b)
 }
+
+// TestVariants trains the other shapes a few steps each — a tagger with
+// character features, a character classifier pooling by max, a GRU
+// classifier pooling by mean with accumulation — and evaluates and
+// predicts with each checkpoint, which must load as it was written.
+func TestVariants(t *testing.T) {
+	dir := t.TempDir()
+	tagged := taggedFile(t, dir, 40, 6)
+	words := labelledFile(t, dir, 40, 6)
+	var b strings.Builder
+	for i := range 40 {
+		js, _ := json.Marshal(map[string]string{"text": strings.Repeat("ab", 1+i%5) + "c", "label": fmt.Sprint("L", i%2)})
+		b.Write(append(js, '\n'))
+	}
+	texts := filepath.Join(dir, "texts.jsonl")
+	if err := os.WriteFile(texts, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		task  Task
+		data  string
+		flags []string
+		input string
+	}{
+		{"tagger chars", Tagging, tagged, []string{"-char-embed", "4", "-char-hidden", "5"}, "the cat zebra\n"},
+		{"classifier chars max", Classification, texts, []string{"-input", "chars", "-pool", "max"}, "ababc\n"},
+		{"classifier gru mean accum", Classification, words, []string{"-cell", "gru", "-pool", "mean", "-accum", "2", "-batch", "8"}, "w1 w2\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ck := filepath.Join(t.TempDir(), "m.safetensors")
+			args := append([]string{"train", "-data", c.data, "-embed", "6", "-hidden", "6", "-steps", "3", "-device", "cpu", "-checkpoint", ck}, c.flags...)
+			if out, err := run(t, c.task, "", args...); err != nil {
+				t.Fatalf("train: %v\n%s", err, out)
+			}
+			out, err := run(t, c.task, "", "eval", "-checkpoint", ck, "-data", c.data, "-device", "cpu", "-json")
+			if err != nil {
+				t.Fatalf("eval: %v", err)
+			}
+			if ev := jsonLines(t, out)[0]; !(ev["loss"].(float64) > 0) {
+				t.Errorf("eval printed %v", ev)
+			}
+			out, err = run(t, c.task, c.input, "predict", "-checkpoint", ck, "-device", "cpu")
+			want := len(strings.Fields(c.input))
+			if c.task == Classification {
+				want = 1
+			}
+			if err != nil || len(strings.Fields(out)) != want {
+				t.Errorf("predict wrote %q (%v); want %d predictions", out, err, want)
+			}
+		})
+	}
+}
