@@ -1,10 +1,31 @@
 // Package models holds ready-made models: train.Models assembled from the
 // layers of package rnn, each with a checkpoint format of its own, for a
 // program or service that wants to train or run a known architecture
-// without wiring layers together. Today it holds the character-level
-// language model, CharRNN; sequence taggers and classifiers will join it.
-// A model is built on any device.Device (package devices opens one by
-// name) and trained by train.Trainer like any other train.Model.
+// without wiring layers together: the character-level language model
+// CharRNN (a train.Model, trained by train.New), and the sequence Tagger
+// and Classifier (train.SeqModels, trained by train.NewSeq on a
+// loader.SeqLoader's batches). A model is built on any device.Device
+// (package devices opens one by name).
+//
+// # Taggers and classifiers
+//
+// A Tagger tags every token of a sentence:
+//
+//	emb = nn.Embedding(V, E)                        # words; id 0 <pad>, 1 <unk>
+//	char_emb = nn.Embedding(C, CE)                  # optional character features:
+//	char_rnn = nn.LSTM(CE, CH, 1, bidirectional=True) # cat(emb(w), h_n[0], h_n[1]) per word
+//	rnn = nn.LSTM(E [+ 2·CH], H, L, bidirectional=b) # or nn.GRU, over packed sentences
+//	out = nn.Linear(H·dirs, tags)                   # at every token
+//
+// A Classifier labels a whole sequence of words or characters with the
+// same stack, pooled by the last state (cat(h_n[-2], h_n[-1]) when
+// bidirectional), the mean or the max over the real positions, then a
+// linear layer. Both carry PyTorch's parameter names (their checkpoint
+// formats, gocurrent.tagger/1 and gocurrent.classifier/1, are in the
+// architecture document) and agree with PyTorch modules of those names
+// (testdata/torch_tagger.py, torch_classifier.py), three Adam steps
+// included. NewTaggerChars builds a tagger with character features;
+// batches then carry each word's characters (loader.CollateConfig.Chars).
 //
 // # The char-RNN
 //
