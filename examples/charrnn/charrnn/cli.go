@@ -3,7 +3,6 @@ package charrnn
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gocurrent/gocurrent/alloc"
@@ -20,6 +18,7 @@ import (
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/devices"
 	"github.com/gocurrent/gocurrent/examples/charrnn/internal/progress"
+	"github.com/gocurrent/gocurrent/examples/internal/cli"
 	"github.com/gocurrent/gocurrent/loader"
 )
 
@@ -58,8 +57,9 @@ func (e Env) withDefaults() Env {
 	return e
 }
 
-// ErrUsage is wrapped by errors in the command line.
-var ErrUsage = errors.New("usage")
+// ErrUsage is wrapped by errors in the command line (it is cli.ErrUsage,
+// which the examples' programs exit 2 for).
+var ErrUsage = cli.ErrUsage
 
 // Run runs the command args[0] ("train", "sample", "eval" or "bench") with
 // the flags that follow. Cancelling ctx (the main program does on Ctrl-C)
@@ -209,8 +209,8 @@ func Report(env Env, args []string, err error, status int) {
 	env = env.withDefaults()
 	msg := strings.TrimPrefix(err.Error(), "charrnn: ")
 	if WantsJSON(args) {
-		p := &printer{w: env.Stdout, json: true}
-		p.emit(map[string]any{"event": "error", "error": msg, "exit_status": status}, "")
+		p := &printer{W: env.Stdout, JSON: true}
+		p.Emit(map[string]any{"event": "error", "error": msg, "exit_status": status}, "")
 		return
 	}
 	fmt.Fprintln(env.Stderr, "charrnn: "+msg)
@@ -219,8 +219,8 @@ func Report(env Env, args []string, err error, status int) {
 // warn tells the user something a command goes on despite: "charrnn:
 // message" on Stderr, or with -json a "warning" event on Stdout.
 func warn(env Env, p *printer, msg string) {
-	if p.json {
-		p.emit(map[string]any{"event": "warning", "warning": msg}, "")
+	if p.JSON {
+		p.Emit(map[string]any{"event": "warning", "warning": msg}, "")
 		return
 	}
 	fmt.Fprintln(env.Stderr, "charrnn: "+msg)
@@ -239,27 +239,7 @@ func openDevice(spec string, gpu cuda.Config) (device.Device, error) {
 
 // printer writes a command's output: a line of text, or with -json the
 // same event as one JSON object per line.
-type printer struct {
-	mu   sync.Mutex
-	w    io.Writer
-	json bool
-}
-
-// emit writes event (a struct or map with an "event" field) as JSON, or
-// text as it is.
-func (p *printer) emit(event any, text string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.json {
-		b, err := json.Marshal(event)
-		if err != nil {
-			b, _ = json.Marshal(map[string]string{"event": "error", "error": err.Error()})
-		}
-		p.w.Write(append(b, '\n'))
-		return
-	}
-	io.WriteString(p.w, text)
-}
+type printer = cli.Printer
 
 // memStats is the -memstats line: the allocator's figures, PyTorch's names.
 type memStats struct {
@@ -281,7 +261,7 @@ func printMemStats(p *printer, d device.Device) {
 		AllocatedBytes: s.AllocatedBytes[alloc.AllPools].Current, ReservedBytes: s.ReservedBytes[alloc.AllPools].Current,
 		PeakAllocatedBytes: s.AllocatedBytes[alloc.AllPools].Peak, PeakReservedBytes: s.ReservedBytes[alloc.AllPools].Peak,
 		DeviceAllocs: s.DeviceAllocs, DeviceFrees: s.DeviceFrees, AllocRetries: s.AllocRetries, OOMs: s.OOMs}
-	p.emit(m, fmt.Sprintf("memstats: allocated_bytes %d  reserved_bytes %d  peak_allocated_bytes %d  peak_reserved_bytes %d  device_allocs %d  device_frees %d  alloc_retries %d  ooms %d\n",
+	p.Emit(m, fmt.Sprintf("memstats: allocated_bytes %d  reserved_bytes %d  peak_allocated_bytes %d  peak_reserved_bytes %d  device_allocs %d  device_frees %d  alloc_retries %d  ooms %d\n",
 		m.AllocatedBytes, m.ReservedBytes, m.PeakAllocatedBytes, m.PeakReservedBytes, m.DeviceAllocs, m.DeviceFrees, m.AllocRetries, m.OOMs))
 }
 
@@ -368,9 +348,9 @@ func newPhaseProgress(env Env, p *printer, phase, unit string, total int64) *pha
 	pp := &phaseProgress{p: p, phase: phase, unit: unit, every: env.ProgressEvery, start: time.Now()}
 	pp.last = pp.start
 	switch {
-	case env.Live && !p.json:
+	case env.Live && !p.JSON:
 		pp.bar = progress.New(env.Stderr, total, true)
-	case !p.json:
+	case !p.JSON:
 		pp.w = env.Stderr
 	}
 	return pp
@@ -397,7 +377,7 @@ func (pp *phaseProgress) update(done, total int64) {
 			100*float64(done)/float64(max(total, 1)), elapsed.Round(time.Second), eta)
 		return
 	}
-	pp.p.emit(map[string]any{"event": "progress", "phase": pp.phase, "done": done, "total": total, "unit": pp.unit}, "")
+	pp.p.Emit(map[string]any{"event": "progress", "phase": pp.phase, "done": done, "total": total, "unit": pp.unit}, "")
 }
 
 // finish ends the bar, if there is one.

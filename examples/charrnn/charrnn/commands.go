@@ -82,7 +82,7 @@ func Sample(ctx context.Context, f SampleFlags, env Env) (err error) {
 		}
 		return err
 	}
-	p := &printer{w: env.Stdout, json: f.JSON}
+	p := &printer{W: env.Stdout, JSON: f.JSON}
 	if mapped > 0 && !f.JSON { // with -json, the sample event's "mapped"
 		warn(env, p, fmt.Sprintf("%d characters of -prime were outside the vocabulary, read as %q", mapped, f.Unknown))
 	}
@@ -119,7 +119,7 @@ func Sample(ctx context.Context, f SampleFlags, env Env) (err error) {
 		if f.Unknown != "" {
 			ev["mapped"] = mapped
 		}
-		p.emit(ev, "")
+		p.Emit(ev, "")
 	}
 	if f.MemStats {
 		printMemStats(p, d)
@@ -186,7 +186,7 @@ func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err e
 	if err := checkUnknown(m.Vocab(), f.Unknown); err != nil {
 		return ev, err
 	}
-	p := &printer{w: env.Stdout, json: f.JSON}
+	p := &printer{W: env.Stdout, JSON: f.JSON}
 	text, err := tokenize(ctx, corpus, loader.TokenizeConfig{Vocab: m.Vocab(), Unknown: f.Unknown}, env, p)
 	if err != nil {
 		if f.Unknown == "" {
@@ -209,7 +209,7 @@ func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err e
 	if f.Unknown != "" {
 		mapped = fmt.Sprintf(" (%d characters of the text were outside the vocabulary, read as %q)", text.Mapped(), f.Unknown)
 	}
-	p.emit(evalEvent{Event: "eval", Loss: ev.Loss, BitsPerChar: ev.BitsPerToken, Tokens: ev.Tokens, Mapped: text.Mapped()},
+	p.Emit(evalEvent{Event: "eval", Loss: ev.Loss, BitsPerChar: ev.BitsPerToken, Tokens: ev.Tokens, Mapped: text.Mapped()},
 		fmt.Sprintf("loss %.4f nats/char, %.4f bits/char over %d characters%s\n", ev.Loss, ev.BitsPerToken, ev.Tokens, mapped))
 	return ev, nil
 }
@@ -358,8 +358,8 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	if g, ok := d.(*cuda.Device); ok {
 		tf32, where = g.Info().TF32, d.Name()+" ("+g.Info().Name+")"
 	}
-	p := &printer{w: env.Stdout, json: f.JSON}
-	p.emit(map[string]any{"event": "bench", "impl": "gocurrent", "device": d.Name(), "device_name": where, "cell": f.Cell,
+	p := &printer{W: env.Stdout, JSON: f.JSON}
+	p.Emit(map[string]any{"event": "bench", "impl": "gocurrent", "device": d.Name(), "device_name": where, "cell": f.Cell,
 		"hidden": f.Hidden, "layers": f.Layers, "batch": f.Batch, "seq": f.Seq, "tf32": tf32,
 		"train_tokens_per_s": res.TrainTokensPerSecond, "sample_tokens_per_s": res.SampleTokensPerSecond,
 		"segment_allocs": res.SegmentAllocs, "data_wait": res.DataWait},

@@ -16,7 +16,7 @@ import (
 // reports in Progress.TokensPerSecond, here deliberately different).
 func TestStepRate(t *testing.T) {
 	var out bytes.Buffer
-	tp := newTrainProgress(TrainFlags{LogEvery: 10, JSON: true}, Env{}, &printer{w: &out, json: true}, 100)
+	tp := newTrainProgress(TrainFlags{LogEvery: 10, JSON: true}, Env{}, &printer{W: &out, JSON: true}, 100)
 	// Step 1 after 1 s and 1,000 tokens; step 10 after 2 s more and 9,000
 	// tokens more: 4,500 tokens/s over the interval, 3,333 cumulative.
 	tp.step(train.Progress{Step: 1, Tokens: 1000, Elapsed: time.Second, TokensPerSecond: 1})

@@ -160,13 +160,13 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 		if rec.HasSettings {
 			sched = rec.Schedule
 		} else {
-			warn(env, &printer{w: env.Stdout, json: f.JSON}, fmt.Sprintf("%s records no schedule, clipping or end (a checkpoint of an earlier version): -schedule, -warmup, -clip and -steps or -epochs apply as given", f.Resume))
+			warn(env, &printer{W: env.Stdout, JSON: f.JSON}, fmt.Sprintf("%s records no schedule, clipping or end (a checkpoint of an earlier version): -schedule, -warmup, -clip and -steps or -epochs apply as given", f.Resume))
 		}
 	}
 	if err := f.checkOutputs(); err != nil {
 		return err
 	}
-	r := &trainRun{f: f, env: env, p: &printer{w: env.Stdout, json: f.JSON}, ck: ck, rec: rec}
+	r := &trainRun{f: f, env: env, p: &printer{W: env.Stdout, JSON: f.JSON}, ck: ck, rec: rec}
 	defer func() { err = errors.Join(err, r.close()) }()
 	gpu := env.CUDA
 	gpu.TF32 = gpu.TF32 || f.TF32
@@ -388,7 +388,7 @@ func (r *trainRun) printStart() {
 	for _, g := range m.Groups() {
 		params += g.Params.Len()
 	}
-	r.p.emit(map[string]any{"event": "start", "device": r.d.Name(), "cell": f.Model.Cell, "params": params, "vocab": m.Classes(),
+	r.p.Emit(map[string]any{"event": "start", "device": r.d.Name(), "cell": f.Model.Cell, "params": params, "vocab": m.Classes(),
 		"train_tokens": r.trainText.Len(), "val_tokens": r.valText.Len(), "step": r.tr.Step(), "steps": f.Steps, "epochs": f.Epochs,
 		"steps_per_epoch": r.stepsPerEpoch()},
 		fmt.Sprintf("training a %d-layer %s of %d (%s parameters) on %s: %s training and %s validation characters, vocabulary %d; %d steps per epoch, starting at step %d\n",
@@ -433,7 +433,7 @@ func (r *trainRun) report(ctx context.Context, sum train.Summary, stopped bool) 
 			text += " (continue with -resume " + f.Checkpoint + ")"
 		}
 	}
-	r.p.emit(done, text+"\n")
+	r.p.Emit(done, text+"\n")
 	if f.SampleN > 0 && !stopped {
 		if err := sampleAfterTraining(ctx, r.d, r.m, f, r.p); err != nil {
 			return err
@@ -483,7 +483,7 @@ func (tp *trainProgress) step(pr train.Progress) {
 	}
 	if tp.logEvery > 0 && (pr.Step%tp.logEvery == 0 || pr.Step == 1) {
 		rate := tp.rate(pr)
-		tp.p.emit(stepEvent{Event: "step", Step: pr.Step, Steps: pr.Steps, Epoch: pr.Position.Epoch, Loss: pr.Loss, GradNorm: pr.GradNorm,
+		tp.p.Emit(stepEvent{Event: "step", Step: pr.Step, Steps: pr.Steps, Epoch: pr.Position.Epoch, Loss: pr.Loss, GradNorm: pr.GradNorm,
 			LR: pr.LR, TokensPerSec: rate, DataWait: pr.DataWait, Skipped: pr.Skipped,
 			AllocBytes: pr.Memory.AllocatedBytes[alloc.AllPools].Current},
 			fmt.Sprintf("step %d  epoch %d  loss %.4f  grad norm %.3f  lr %.2g  %s tok/s  data wait %.1f%%\n",
@@ -513,7 +513,7 @@ func (tp *trainProgress) eval(ev train.Evaluation) {
 	tp.valCurve.X = append(tp.valCurve.X, float64(ev.Step))
 	tp.valCurve.Y = append(tp.valCurve.Y, ev.Loss)
 	if tp.bar == nil {
-		tp.p.emit(evalEvent{Event: "validation", Step: ev.Step, Loss: ev.Loss, BitsPerChar: ev.BitsPerToken, Tokens: ev.Tokens},
+		tp.p.Emit(evalEvent{Event: "validation", Step: ev.Step, Loss: ev.Loss, BitsPerChar: ev.BitsPerToken, Tokens: ev.Tokens},
 			fmt.Sprintf("validation at step %d: loss %.4f nats/char, %.4f bits/char (%d characters)\n", ev.Step, ev.Loss, ev.BitsPerToken, ev.Tokens))
 	}
 }
@@ -555,7 +555,7 @@ func sampleAfterTraining(ctx context.Context, d device.Device, m *models.CharRNN
 	if err != nil {
 		return err
 	}
-	p.emit(map[string]any{"event": "sample", "temperature": f.SampleTemperature, "text": sb.String()},
+	p.Emit(map[string]any{"event": "sample", "temperature": f.SampleTemperature, "text": sb.String()},
 		fmt.Sprintf("--- sample (temperature %g) ---\n%s\n---\n", f.SampleTemperature, sb.String()))
 	return nil
 }

@@ -55,15 +55,15 @@ func (f *BenchFlags) register(fs *flag.FlagSet) {
 func (f *BenchFlags) validate() error {
 	var c flagCheck
 	f.DataFlags.check(&c)
-	c.oneOf("cell", f.Model.Cell, "lstm", "gru")
-	c.positive("embed", int64(f.Model.Embed))
-	c.positive("hidden", int64(f.Model.Hidden))
-	c.positive("layers", int64(f.Model.Layers))
-	c.positive("batch", int64(f.Batch))
-	c.positive("steps", int64(f.Steps))
-	c.nonNegative("warmup", int64(f.Warmup))
-	c.device(f.Device)
-	return c.err
+	c.OneOf("cell", f.Model.Cell, "lstm", "gru")
+	c.Positive("embed", int64(f.Model.Embed))
+	c.Positive("hidden", int64(f.Model.Hidden))
+	c.Positive("layers", int64(f.Model.Layers))
+	c.Positive("batch", int64(f.Batch))
+	c.Positive("steps", int64(f.Steps))
+	c.NonNegative("warmup", int64(f.Warmup))
+	c.Device(f.Device)
+	return c.Err
 }
 
 // benchBatch is one batch as bench/torch_tagger.py reads it.
@@ -78,7 +78,7 @@ type benchBatch struct {
 // run trains Warmup+Steps steps (Adam at 1e-3, clipping at 5) and prints
 // the timed steps' real tokens per second.
 func (f *BenchFlags) run(ctx context.Context, env Env) (err error) {
-	p := &printer{w: env.Stdout, json: f.JSON}
+	p := &printer{W: env.Stdout, JSON: f.JSON}
 	path := f.Data
 	if path == "" {
 		files, err := defaultData(ctx, f.task, env)
@@ -159,7 +159,7 @@ func (f *BenchFlags) run(ctx context.Context, env Env) (err error) {
 			return err
 		}
 	}
-	p.emit(res, fmt.Sprintf("train_tokens_per_s %.0f  (%d real tokens in %.2f s, %d threads, %s)\n",
+	p.Emit(res, fmt.Sprintf("train_tokens_per_s %.0f  (%d real tokens in %.2f s, %d threads, %s)\n",
 		res["train_tokens_per_s"], res["tokens"], res["seconds"], res["threads"], d.Name()))
 	return nil
 }

@@ -2,22 +2,19 @@ package seqcli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/devices"
+	"github.com/gocurrent/gocurrent/examples/internal/cli"
 )
 
 // Task is which of the two commands runs: a tagger (a tag per token) or a
@@ -68,8 +65,8 @@ func (e Env) withDefaults() Env {
 }
 
 // ErrUsage is wrapped by errors in the command line: the program exits
-// with status 2.
-var ErrUsage = errors.New("usage")
+// with status 2. It is cli.ErrUsage, as charrnn's is.
+var ErrUsage = cli.ErrUsage
 
 // Run runs the command args[0] ("train", "eval" or "predict") of task
 // with the flags that follow. Cancelling ctx stops training after the
@@ -174,89 +171,25 @@ func Report(task Task, env Env, args []string, err error, status int) {
 	prefix := task.name() + ": "
 	msg := strings.TrimPrefix(err.Error(), prefix)
 	if WantsJSON(task, args) {
-		p := &printer{w: env.Stdout, json: true}
-		p.emit(map[string]any{"event": "error", "error": msg, "exit_status": status}, "")
+		p := &printer{W: env.Stdout, JSON: true}
+		p.Emit(map[string]any{"event": "error", "error": msg, "exit_status": status}, "")
 		return
 	}
 	fmt.Fprintln(env.Stderr, prefix+msg)
 }
 
-// printer writes a command's output: a line of text, or with -json the
-// same event as one JSON object per line.
-type printer struct {
-	mu   sync.Mutex
-	w    io.Writer
-	json bool
-}
+// printer writes a command's output (cli.Printer): a line of text, or
+// with -json the same event as one JSON object per line.
+type printer = cli.Printer
 
-func (p *printer) emit(event any, text string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.json {
-		b, err := json.Marshal(event)
-		if err != nil {
-			b, _ = json.Marshal(map[string]string{"event": "error", "error": err.Error()})
-		}
-		p.w.Write(append(b, '\n'))
-		return
-	}
-	io.WriteString(p.w, text)
-}
+// flagCheck collects the first bad flag (cli.FlagCheck).
+type flagCheck = cli.FlagCheck
 
-// flagCheck collects the first bad flag: each check names the flag and
-// its value, and the error wraps ErrUsage.
-type flagCheck struct{ err error }
-
-func (c *flagCheck) fail(name string, value any, want string) {
-	if c.err == nil {
-		c.err = fmt.Errorf("%w: -%s %v, want %s", ErrUsage, name, value, want)
-	}
-}
-
-func (c *flagCheck) positive(name string, v int64) {
-	if v <= 0 {
-		c.fail(name, v, "> 0")
-	}
-}
-
-func (c *flagCheck) nonNegative(name string, v int64) {
-	if v < 0 {
-		c.fail(name, v, ">= 0")
-	}
-}
-
-func (c *flagCheck) finite(name string, v, min float64) {
-	if math.IsNaN(v) || math.IsInf(v, 0) || v < min {
-		c.fail(name, v, fmt.Sprintf("a finite number >= %g", min))
-	}
-}
-
-func (c *flagCheck) oneOf(name, v string, allowed ...string) {
-	for _, a := range allowed {
-		if v == a {
-			return
-		}
-	}
-	c.fail(name, strconv.Quote(v), strings.Join(allowed, ", "))
-}
-
-func (c *flagCheck) device(v string) {
-	switch {
-	case v == "auto" || v == "cpu" || v == "cuda":
-		return
-	case strings.HasPrefix(v, "cuda:"):
-		if n, err := strconv.Atoi(v[len("cuda:"):]); err == nil && n >= 0 {
-			return
-		}
-	}
-	c.fail("device", strconv.Quote(v), "auto, cpu, cuda or cuda:N with N a GPU ordinal")
-}
-
-// format checks -format: "" (from the file's extension), conllu, tsv or
-// jsonl.
-func (c *flagCheck) format(v string) {
+// checkFormat checks -format: "" (from the file's extension), conllu, tsv
+// or jsonl.
+func checkFormat(c *flagCheck, v string) {
 	if v != "" {
-		c.oneOf("format", v, "conllu", "tsv", "jsonl")
+		c.OneOf("format", v, "conllu", "tsv", "jsonl")
 	}
 }
 

@@ -44,21 +44,21 @@ func (f *EvalFlags) register(fs *flag.FlagSet) {
 func (f *EvalFlags) validate() error {
 	var c flagCheck
 	if f.Checkpoint == "" {
-		c.fail("checkpoint", `""`, "the checkpoint to evaluate")
+		c.Fail("checkpoint", `""`, "the checkpoint to evaluate")
 	}
 	if f.Data == "" {
-		c.fail("data", `""`, "the labelled data to evaluate on")
+		c.Fail("data", `""`, "the labelled data to evaluate on")
 	}
 	f.DataFlags.check(&c)
-	c.positive("batch", int64(f.Batch))
-	c.device(f.Device)
-	return c.err
+	c.Positive("batch", int64(f.Batch))
+	c.Device(f.Device)
+	return c.Err
 }
 
 // run prints the model's loss (mean cross-entropy over the real tokens,
 // or the sequences, in nats), accuracy and the task's other figures.
 func (f *EvalFlags) run(ctx context.Context, env Env) (err error) {
-	p := &printer{w: env.Stdout, json: f.JSON}
+	p := &printer{W: env.Stdout, JSON: f.JSON}
 	ck, err := train.ReadCheckpoint(f.Checkpoint)
 	if err != nil {
 		return err
@@ -89,7 +89,7 @@ func (f *EvalFlags) run(ctx context.Context, env Env) (err error) {
 		return err
 	}
 	e := newEvalEvent(f.task, "eval", ev, labels, f.PerClass)
-	p.emit(e, e.text(""))
+	p.Emit(e, e.text(""))
 	return nil
 }
 
@@ -114,11 +114,11 @@ func (f *PredictFlags) register(fs *flag.FlagSet) {
 func (f *PredictFlags) validate() error {
 	var c flagCheck
 	if f.Checkpoint == "" {
-		c.fail("checkpoint", `""`, "the checkpoint to predict with")
+		c.Fail("checkpoint", `""`, "the checkpoint to predict with")
 	}
-	c.positive("batch", int64(f.Batch))
-	c.device(f.Device)
-	return c.err
+	c.Positive("batch", int64(f.Batch))
+	c.Device(f.Device)
+	return c.Err
 }
 
 // predictChunk is how many input lines are predicted at a time.
@@ -129,7 +129,7 @@ const predictChunk = 1024
 // line and writes the tags of its tokens, separated by spaces, or its
 // label, one line per input line; an empty line gives an empty line.
 func (f *PredictFlags) run(ctx context.Context, env Env) (err error) {
-	p := &printer{w: env.Stdout, json: f.JSON}
+	p := &printer{W: env.Stdout, JSON: f.JSON}
 	ck, err := train.ReadCheckpoint(f.Checkpoint)
 	if err != nil {
 		return err
@@ -161,7 +161,7 @@ func (f *PredictFlags) run(ctx context.Context, env Env) (err error) {
 			return err
 		}
 		for i, line := range lines {
-			p.emit(map[string]any{"input": line, "prediction": out[i]}, strings.Join(out[i], " ")+"\n")
+			p.Emit(map[string]any{"input": line, "prediction": out[i]}, strings.Join(out[i], " ")+"\n")
 		}
 		lines = lines[:0]
 		return nil
@@ -352,7 +352,7 @@ func showSamples(ctx context.Context, task Task, d device.Device, m model, path 
 			}
 			fmt.Fprintf(&b, "%s  →  %s (label %s)", text, preds[i][0], ex.Label)
 		}
-		p.emit(map[string]any{"event": "sample", "tokens": ex.Tokens, "text": ex.Text, "predicted": preds[i], "tags": ex.Tags, "label": ex.Label},
+		p.Emit(map[string]any{"event": "sample", "tokens": ex.Tokens, "text": ex.Text, "predicted": preds[i], "tags": ex.Tags, "label": ex.Label},
 			"  "+strings.TrimSpace(b.String())+"\n")
 	}
 	return nil

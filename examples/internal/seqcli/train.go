@@ -38,8 +38,8 @@ func (f *DataFlags) register(fs *flag.FlagSet) {
 }
 
 func (f *DataFlags) check(c *flagCheck) {
-	c.format(f.Format)
-	c.oneOf("column", f.Column, "upos", "xpos")
+	checkFormat(c, f.Format)
+	c.OneOf("column", f.Column, "upos", "xpos")
 }
 
 func (f DataFlags) read() loader.ReadConfig {
@@ -118,42 +118,42 @@ func (f *TrainFlags) validate() error {
 	var c flagCheck
 	f.DataFlags.check(&c)
 	m := f.Model
-	c.oneOf("cell", m.Cell, "lstm", "gru")
-	c.positive("embed", int64(m.Embed))
-	c.positive("hidden", int64(m.Hidden))
-	c.positive("layers", int64(m.Layers))
+	c.OneOf("cell", m.Cell, "lstm", "gru")
+	c.Positive("embed", int64(m.Embed))
+	c.Positive("hidden", int64(m.Hidden))
+	c.Positive("layers", int64(m.Layers))
 	if !(m.Dropout >= 0 && m.Dropout < 1) {
-		c.fail("dropout", m.Dropout, "[0, 1)")
+		c.Fail("dropout", m.Dropout, "[0, 1)")
 	}
-	c.nonNegative("char-embed", int64(m.CharEmbed))
-	c.nonNegative("char-hidden", int64(m.CharHidden))
+	c.NonNegative("char-embed", int64(m.CharEmbed))
+	c.NonNegative("char-hidden", int64(m.CharHidden))
 	if (m.CharEmbed == 0) != (m.CharHidden == 0) {
-		c.fail("char-hidden", m.CharHidden, fmt.Sprintf("> 0 with -char-embed %d, 0 without", m.CharEmbed))
+		c.Fail("char-hidden", m.CharHidden, fmt.Sprintf("> 0 with -char-embed %d, 0 without", m.CharEmbed))
 	}
 	if f.task == Classification {
-		c.oneOf("pool", m.Pool, "last", "mean", "max")
-		c.oneOf("input", m.Input, "words", "chars")
+		c.OneOf("pool", m.Pool, "last", "mean", "max")
+		c.OneOf("input", m.Input, "words", "chars")
 	}
-	c.positive("batch", int64(f.Batch))
-	c.positive("accum", int64(f.Accum))
-	c.nonNegative("max-tokens", int64(f.MaxTokens))
-	c.nonNegative("epochs", int64(f.Epochs))
-	c.nonNegative("steps", f.Steps)
+	c.Positive("batch", int64(f.Batch))
+	c.Positive("accum", int64(f.Accum))
+	c.NonNegative("max-tokens", int64(f.MaxTokens))
+	c.NonNegative("epochs", int64(f.Epochs))
+	c.NonNegative("steps", f.Steps)
 	if f.Steps == 0 && f.Epochs == 0 {
-		c.fail("epochs", 0, "> 0 when -steps is 0")
+		c.Fail("epochs", 0, "> 0 when -steps is 0")
 	}
-	c.oneOf("optimizer", f.Optimizer, "sgd", "adam", "adamw", "rmsprop")
+	c.OneOf("optimizer", f.Optimizer, "sgd", "adam", "adamw", "rmsprop")
 	if !(f.LR > 0) || f.LR > 1e6 {
-		c.fail("lr", f.LR, "a finite number > 0")
+		c.Fail("lr", f.LR, "a finite number > 0")
 	}
-	c.finite("clip", f.Clip, 0)
-	c.nonNegative("min-count", int64(f.MinCount))
-	c.device(f.Device)
-	c.positive("log-every", f.LogEvery)
+	c.Finite("clip", f.Clip, 0)
+	c.NonNegative("min-count", int64(f.MinCount))
+	c.Device(f.Device)
+	c.Positive("log-every", f.LogEvery)
 	if f.Checkpoint == "" {
-		c.fail("checkpoint", `""`, "a file name")
+		c.Fail("checkpoint", `""`, "a file name")
 	}
-	return c.err
+	return c.Err
 }
 
 // stepEvent is a train "step" line.
@@ -225,7 +225,7 @@ func (e evalEvent) text(prefix string) string {
 
 // Train trains a tagger or classifier as f says.
 func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
-	p := &printer{w: env.Stdout, json: f.JSON}
+	p := &printer{W: env.Stdout, JSON: f.JSON}
 	if err := checkOutput(f.Checkpoint, f.Resume, f.Force); err != nil {
 		return err
 	}
@@ -315,12 +315,12 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 			}
 			e := stepEvent{Event: "step", Step: pr.Step, Epoch: pr.Position.Epoch, Loss: pr.Loss, LR: pr.LR,
 				TokensPerSecond: pr.TokensPerSecond, DataWait: pr.DataWait, Skipped: pr.Skipped}
-			p.emit(e, fmt.Sprintf("step %d/%d  epoch %d  loss %.4f  lr %.3g  %.0f tokens/s  data wait %.1f%%\n",
+			p.Emit(e, fmt.Sprintf("step %d/%d  epoch %d  loss %.4f  lr %.3g  %.0f tokens/s  data wait %.1f%%\n",
 				pr.Step, pr.Steps, pr.Position.Epoch, pr.Loss, pr.LR, pr.TokensPerSecond, 100*pr.DataWait))
 		},
 		OnEval: func(ev train.Evaluation) {
 			e := newEvalEvent(f.task, "eval", ev, data.Labels, f.PerClass)
-			p.emit(e, e.text(fmt.Sprintf("validation after step %d (%d epochs done): ", ev.Step, epoch)))
+			p.Emit(e, e.text(fmt.Sprintf("validation after step %d (%d epochs done): ", ev.Step, epoch)))
 		},
 	}
 	tr, err := train.NewSeq(d, m, l, cfg, opts)
@@ -333,7 +333,7 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 			return err
 		}
 	}
-	p.emit(map[string]any{"event": "start", "device": d.Name(), "sentences": data.Len(), "tokens": data.Tokens(),
+	p.Emit(map[string]any{"event": "start", "device": d.Name(), "sentences": data.Len(), "tokens": data.Tokens(),
 		"vocab": data.Words.Len(), "classes": data.Labels.Len(), "steps": steps, "padding": l.Padding(0)},
 		fmt.Sprintf("training on %s: %d sequences, %d tokens, %d words, %d classes; %d steps, %.1f%% padding\n",
 			d.Name(), data.Len(), data.Tokens(), data.Words.Len(), data.Labels.Len(), steps, 100*l.Padding(0)))
@@ -353,7 +353,7 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 			done["macro_f1"] = v.MacroF1
 		}
 	}
-	p.emit(done, text)
+	p.Emit(done, text)
 	if paths.isDefault && paths.val != "" {
 		return showSamples(ctx, f.task, d, m, paths.val, f.read(), p)
 	}
@@ -388,7 +388,7 @@ func (f *TrainFlags) dataPaths(ctx context.Context, env Env, p *printer) (dataFi
 	if err != nil {
 		return dataFiles{}, err
 	}
-	p.emit(map[string]any{"event": "data", "train": files.train, "val": files.val},
+	p.Emit(map[string]any{"event": "data", "train": files.train, "val": files.val},
 		fmt.Sprintf("default data (derived from Go's standard library): %s, validation %s\n", files.train, files.val))
 	return files, nil
 }

@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+)
+
+func TestFlagCheck(t *testing.T) {
+	var c FlagCheck
+	c.OneOf("cell", "lstm", "lstm", "gru")
+	c.Positive("batch", 3)
+	if c.Err != nil {
+		t.Fatalf("valid flags: %v", c.Err)
+	}
+	c.OneOf("pool", "sum", "last", "mean", "max")
+	c.Positive("batch", 0) // not reported: the first bad flag wins
+	want := `usage: -pool "sum", want last, mean or max`
+	if c.Err == nil || c.Err.Error() != want || !errors.Is(c.Err, ErrUsage) {
+		t.Errorf("error %v, want %q wrapping ErrUsage", c.Err, want)
+	}
+	for _, v := range []string{"tpu", "cuda:-1", "cuda:x"} {
+		var c FlagCheck
+		if c.Device(v); c.Err == nil {
+			t.Errorf("-device %s accepted", v)
+		}
+	}
+}
+
+func TestExitStatus(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		sig  os.Signal
+		want int
+	}{
+		{nil, nil, 0},
+		{fmt.Errorf("%w: -batch 0", ErrUsage), nil, 2},
+		{errors.New("disk full"), nil, 1},
+		{fmt.Errorf("stopped: %w", context.Canceled), syscall.SIGINT, 130},
+		{nil, syscall.SIGTERM, 143},
+		{errors.New("disk full"), syscall.SIGTERM, 1},
+	} {
+		if got := ExitStatus(c.err, c.sig); got != c.want {
+			t.Errorf("ExitStatus(%v, %v) = %d, want %d", c.err, c.sig, got, c.want)
+		}
+	}
+}
+
+func TestPrinter(t *testing.T) {
+	var b bytes.Buffer
+	(&Printer{W: &b, JSON: true}).Emit(map[string]any{"event": "x", "n": 1}, "text\n")
+	(&Printer{W: &b}).Emit(nil, "text\n")
+	if got := b.String(); got != "{\"event\":\"x\",\"n\":1}\ntext\n" {
+		t.Errorf("wrote %q", got)
+	}
+}
