@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/gocurrent/gocurrent/device"
@@ -407,32 +405,11 @@ func LoadClassifier(d device.Device, path string) (*Classifier, *train.Checkpoin
 	if err != nil {
 		return nil, nil, err
 	}
-	meta := ck.Metadata()
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("models: %s: %w: %s", path, train.ErrMismatch, fmt.Sprintf(format, args...))
-	}
-	var missing []string
-	for _, k := range []string{"format", "config", "vocab", "labels"} {
-		if _, ok := meta[k]; !ok {
-			missing = append(missing, strconv.Quote(k))
-		}
-	}
-	if len(missing) > 0 {
-		return nil, nil, bad("no %s metadata: a classifier checkpoint holds \"format\": %q, \"config\", \"vocab\" and \"labels\"",
-			strings.Join(missing, ", "), ClassifierFormat)
-	}
-	if f := meta["format"]; f != ClassifierFormat {
-		return nil, nil, bad("format %q, want %q", f, ClassifierFormat)
-	}
+	bad := func(format string, args ...any) error { return mismatch(ck, format, args...) }
 	var cfg ClassifierConfig
 	var vocab, labels []string
-	for _, part := range []struct {
-		key string
-		v   any
-	}{{"config", &cfg}, {"vocab", &vocab}, {"labels", &labels}} {
-		if err := json.Unmarshal([]byte(meta[part.key]), part.v); err != nil {
-			return nil, nil, bad("%s metadata: %v", part.key, err)
-		}
+	if err := decodeMetadata(ck, "classifier", ClassifierFormat, metaPart{"config", &cfg}, metaPart{"vocab", &vocab}, metaPart{"labels", &labels}); err != nil {
+		return nil, nil, err
 	}
 	tv, err := loader.NewWords(vocab)
 	if err != nil {

@@ -441,23 +441,13 @@ func LoadTagger(d device.Device, path string) (*Tagger, *train.Checkpoint, error
 	if err != nil {
 		return nil, nil, err
 	}
-	meta := ck.Metadata()
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("models: %s: %w: %s", path, train.ErrMismatch, fmt.Sprintf(format, args...))
-	}
-	if f := meta["format"]; f != TaggerFormat {
-		return nil, nil, bad("format %q, want %q", f, TaggerFormat)
-	}
+	bad := func(format string, args ...any) error { return mismatch(ck, format, args...) }
 	var cfg TaggerConfig
 	var words, tags []string
-	for _, part := range []struct {
-		key string
-		v   any
-	}{{"config", &cfg}, {"words", &words}, {"tags", &tags}} {
-		if err := json.Unmarshal([]byte(meta[part.key]), part.v); err != nil {
-			return nil, nil, bad("%s metadata: %v", part.key, err)
-		}
+	if err := decodeMetadata(ck, "tagger", TaggerFormat, metaPart{"config", &cfg}, metaPart{"words", &words}, metaPart{"tags", &tags}); err != nil {
+		return nil, nil, err
 	}
+	meta := ck.Metadata()
 	wv, err := loader.NewWords(words)
 	if err != nil {
 		return nil, nil, bad("%v", err)
