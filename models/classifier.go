@@ -405,28 +405,37 @@ func LoadClassifier(d device.Device, path string) (*Classifier, *train.Checkpoin
 	if err != nil {
 		return nil, nil, err
 	}
+	m, err := ClassifierFromCheckpoint(d, ck)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, ck, nil
+}
+
+// ClassifierFromCheckpoint is LoadClassifier for a checkpoint already read.
+func ClassifierFromCheckpoint(d device.Device, ck *train.Checkpoint) (*Classifier, error) {
 	bad := func(format string, args ...any) error { return mismatch(ck, format, args...) }
 	var cfg ClassifierConfig
 	var vocab, labels []string
 	if err := decodeMetadata(ck, "classifier", ClassifierFormat, metaPart{"config", &cfg}, metaPart{"vocab", &vocab}, metaPart{"labels", &labels}); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	tv, err := loader.NewWords(vocab)
 	if err != nil {
-		return nil, nil, bad("vocab metadata: %v", err)
+		return nil, bad("vocab metadata: %v", err)
 	}
 	lv, err := loader.NewLabels(labels)
 	if err != nil {
-		return nil, nil, bad("labels metadata: %v", err)
+		return nil, bad("labels metadata: %v", err)
 	}
 	m, err := NewClassifier(d, cfg, tv, lv, 0)
 	if err != nil {
-		return nil, nil, bad("%v", err)
+		return nil, bad("%v", err)
 	}
 	if err := ck.LoadWeights(d, m.Groups()); err != nil {
-		return nil, nil, errors.Join(err, m.Close())
+		return nil, errors.Join(err, m.Close())
 	}
-	return m, ck, nil
+	return m, nil
 }
 
 var _ train.SeqModel = (*Classifier)(nil)

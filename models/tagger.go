@@ -441,45 +441,54 @@ func LoadTagger(d device.Device, path string) (*Tagger, *train.Checkpoint, error
 	if err != nil {
 		return nil, nil, err
 	}
+	m, err := TaggerFromCheckpoint(d, ck)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, ck, nil
+}
+
+// TaggerFromCheckpoint is LoadTagger for a checkpoint already read.
+func TaggerFromCheckpoint(d device.Device, ck *train.Checkpoint) (*Tagger, error) {
 	bad := func(format string, args ...any) error { return mismatch(ck, format, args...) }
 	var cfg TaggerConfig
 	var words, tags []string
 	if err := decodeMetadata(ck, "tagger", TaggerFormat, metaPart{"config", &cfg}, metaPart{"words", &words}, metaPart{"tags", &tags}); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	meta := ck.Metadata()
 	wv, err := loader.NewWords(words)
 	if err != nil {
-		return nil, nil, bad("%v", err)
+		return nil, bad("%v", err)
 	}
 	tv, err := loader.NewLabels(tags)
 	if err != nil {
-		return nil, nil, bad("%v", err)
+		return nil, bad("%v", err)
 	}
 	var cv *loader.Words
 	charMeta, ok := meta["chars"]
 	switch {
 	case cfg.hasChars() && !ok:
-		return nil, nil, bad("no chars metadata (the character vocabulary, a JSON array) for a config with character features")
+		return nil, bad("no chars metadata (the character vocabulary, a JSON array) for a config with character features")
 	case !cfg.hasChars() && ok:
-		return nil, nil, bad("chars metadata for a config without character features (char_embed, char_hidden 0)")
+		return nil, bad("chars metadata for a config without character features (char_embed, char_hidden 0)")
 	case ok:
 		var chars []string
 		if err := json.Unmarshal([]byte(charMeta), &chars); err != nil {
-			return nil, nil, bad("chars metadata: %v", err)
+			return nil, bad("chars metadata: %v", err)
 		}
 		if cv, err = loader.NewWords(chars); err != nil {
-			return nil, nil, bad("chars metadata: %v", err)
+			return nil, bad("chars metadata: %v", err)
 		}
 	}
 	m, err := NewTaggerChars(d, cfg, wv, cv, tv, 0)
 	if err != nil {
-		return nil, nil, bad("%v", err)
+		return nil, bad("%v", err)
 	}
 	if err := ck.LoadWeights(d, m.Groups()); err != nil {
-		return nil, nil, errors.Join(err, m.Close())
+		return nil, errors.Join(err, m.Close())
 	}
-	return m, ck, nil
+	return m, nil
 }
 
 var (

@@ -1,6 +1,8 @@
 package seqcli
 
 import (
+	"errors"
+
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/models"
@@ -69,17 +71,34 @@ func newModel(task Task, d device.Device, f ModelFlags, data *loader.Dataset, se
 // loadModel builds the task's model a checkpoint holds.
 func loadModel(task Task, d device.Device, ck *train.Checkpoint) (model, error) {
 	if task == Tagging {
-		m, _, err := models.LoadTagger(d, ck.Path())
+		m, err := models.TaggerFromCheckpoint(d, ck)
 		if err != nil {
 			return nil, err
 		}
 		return tagger{m}, nil
 	}
-	m, _, err := models.LoadClassifier(d, ck.Path())
+	m, err := models.ClassifierFromCheckpoint(d, ck)
 	if err != nil {
 		return nil, err
 	}
 	return classifier{m}, nil
+}
+
+// openModel reads the checkpoint at path (before opening the device, so a
+// bad file costs nothing), opens the device spec names and builds the
+// model on it; closeAll frees both.
+func openModel(task Task, path, spec string, env Env) (d device.Device, m model, closeAll func() error, err error) {
+	ck, err := train.ReadCheckpoint(path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if d, err = openDevice(spec, env.CUDA); err != nil {
+		return nil, nil, nil, err
+	}
+	if m, err = loadModel(task, d, ck); err != nil {
+		return nil, nil, nil, errors.Join(err, d.Close())
+	}
+	return d, m, func() error { return errors.Join(m.Close(), d.Close()) }, nil
 }
 
 // newLoader is a loader of data's batches for m.

@@ -59,20 +59,11 @@ func (f *EvalFlags) validate() error {
 // or the sequences, in nats), accuracy and the task's other figures.
 func (f *EvalFlags) run(ctx context.Context, env Env) (err error) {
 	p := &printer{W: env.Stdout, JSON: f.JSON}
-	ck, err := train.ReadCheckpoint(f.Checkpoint)
+	d, m, closeAll, err := openModel(f.task, f.Checkpoint, f.Device, env)
 	if err != nil {
 		return err
 	}
-	d, err := openDevice(f.Device, env.CUDA)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, d.Close()) }()
-	m, err := loadModel(f.task, d, ck)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, m.Close()) }()
+	defer func() { err = errors.Join(err, closeAll()) }()
 	words, chars, labels := m.vocabs()
 	data, err := openData(ctx, f.task, f.Data, loader.DatasetConfig{ReadConfig: f.read(), Words: words, Chars: chars, Labels: labels}, chars != nil && words == nil)
 	if err != nil {
@@ -130,20 +121,11 @@ const predictChunk = 1024
 // label, one line per input line; an empty line gives an empty line.
 func (f *PredictFlags) run(ctx context.Context, env Env) (err error) {
 	p := &printer{W: env.Stdout, JSON: f.JSON}
-	ck, err := train.ReadCheckpoint(f.Checkpoint)
+	d, m, closeAll, err := openModel(f.task, f.Checkpoint, f.Device, env)
 	if err != nil {
 		return err
 	}
-	d, err := openDevice(f.Device, env.CUDA)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, d.Close()) }()
-	m, err := loadModel(f.task, d, ck)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, m.Close()) }()
+	defer func() { err = errors.Join(err, closeAll()) }()
 	dir, err := os.MkdirTemp("", "gocurrent-predict-*")
 	if err != nil {
 		return err
@@ -290,9 +272,6 @@ func predict(ctx context.Context, d device.Device, m model, data *loader.Dataset
 				tags[t] = argmax(t*hb.Rows + r)
 			}
 			out[ex] = tags
-		}
-		if b.Index+1 == l.PerEpoch(0) {
-			break
 		}
 	}
 	return out, nil
