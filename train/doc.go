@@ -13,6 +13,19 @@
 // position in the data. The char-RNN of examples/charrnn (Embedding, an
 // LSTM or GRU stack, Linear) is one Model; nothing here is specific to it.
 //
+// # Labelled sequences
+//
+// NewSeq trains a SeqModel (the tagger and classifier of package models)
+// on a loader.SeqLoader's batches with the same step: the batch's labels
+// say what a position means, a tag per token (padding, loader.IgnoreLabel,
+// left out of the loss) or a label per sequence. Each batch adds the sum
+// of its rows' cross-entropies; at the step's end the gradient and loss
+// are divided by the step's real rows (or the sum of their class weights,
+// SeqOptions.Weights) in the clipping pass, so a step is the mean over all
+// its real tokens however its batches were cut. The loader's
+// BucketConfig.Accum groups batches into steps. EvaluateSeq reports loss,
+// accuracy, macro-F1 and the confusion counts.
+//
 // # A step
 //
 // With a loader in Streams mode and Accum = K, a step is K micro-batches;

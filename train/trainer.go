@@ -48,7 +48,8 @@ type Config struct {
 	MaxSkips int64
 
 	// Validation, when set, is evaluated every EvalEvery steps (0: only
-	// when the run ends) and reported to OnEval.
+	// when the run ends) and reported to OnEval. A NewSeq trainer takes
+	// SeqOptions.Validation instead, on the same schedule.
 	Validation *loader.Loader
 	EvalEvery  int64
 
