@@ -51,7 +51,8 @@ type block struct {
 	requested  int64
 	stream     Stream
 	seg        *segment
-	prev, next *block // neighbours in the same segment, by address
+	prev, next *block   // neighbours in the same segment, by address
+	cat        Category // what it holds, while allocated
 	allocated  bool
 	inPool     bool
 	split      bool // counted in InactiveSplit while in the pool
@@ -149,8 +150,18 @@ func (c *Caching) pool(p Pool) *blockPool {
 // of 0 returns the nil Ptr. When no cached block fits and the Source cannot
 // provide a segment, it frees cached memory step by step before giving up
 // with an *OutOfMemoryError; an error from the Source that is not an
-// out-of-memory refusal is returned as it is, wrapped.
+// out-of-memory refusal is returned as it is, wrapped. The block is counted
+// in the Other category; AllocCategory says what it holds.
 func (c *Caching) Alloc(size int64, s Stream) (Ptr, error) {
+	return c.AllocCategory(size, s, Other)
+}
+
+// AllocCategory is Alloc of a block that holds cat: its bytes count in
+// Stats.CategoryBytes[cat] until it is freed.
+func (c *Caching) AllocCategory(size int64, s Stream, cat Category) (Ptr, error) {
+	if cat >= NumCategories {
+		return 0, fmt.Errorf("alloc: Alloc: %v is not a category", cat)
+	}
 	if size < 0 {
 		return 0, fmt.Errorf("alloc: Alloc: negative size %d", size)
 	}
@@ -163,7 +174,7 @@ func (c *Caching) Alloc(size int64, s Stream) (Ptr, error) {
 		return 0, errClosed
 	}
 	if size > MaxRequest {
-		return 0, c.oom(size, size, s, "Requests of more than 1 EiB are refused.")
+		return 0, c.oom(size, size, s, cat, "Requests of more than 1 EiB are refused.")
 	}
 	if c.npending > 0 {
 		if err := c.processEvents(); err != nil {
@@ -200,10 +211,10 @@ func (c *Caching) Alloc(size int64, s Stream) (Ptr, error) {
 			return 0, err
 		}
 		if b == nil {
-			return 0, c.oom(size, segSize, s, "")
+			return 0, c.oom(size, segSize, s, cat, "")
 		}
 	}
-	c.allocFoundBlock(pool, b, rounded, size)
+	c.allocFoundBlock(pool, b, rounded, size, cat)
 	return b.ptr, nil
 }
 
@@ -243,7 +254,7 @@ func (c *Caching) shouldSplit(b *block, size int64) bool {
 
 // allocFoundBlock hands out b (out of the pool) for a request of requested
 // bytes rounded to size, splitting off the rest when the rules allow.
-func (c *Caching) allocFoundBlock(p *blockPool, b *block, size, requested int64) {
+func (c *Caching) allocFoundBlock(p *blockPool, b *block, size, requested int64, cat Category) {
 	if c.shouldSplit(b, size) {
 		r := c.newBlock()
 		*r = block{ptr: b.ptr + Ptr(size), size: b.size - size, stream: b.stream, seg: b.seg, prev: b, next: b.next}
@@ -256,10 +267,15 @@ func (c *Caching) allocFoundBlock(p *blockPool, b *block, size, requested int64)
 	}
 	b.allocated = true
 	b.requested = requested
+	b.cat = cat
 	c.live[b.ptr] = b
 	k := b.seg.pool
 	c.stats.Allocation.add(k, 1)
 	c.stats.AllocatedBytes.add(k, b.size)
+	c.stats.CategoryBytes[cat].add(b.size)
+	if all := &c.stats.AllocatedBytes[AllPools]; all.Current >= all.Peak {
+		c.stats.AtPeak = c.stats.CategoryBytes.currents()
+	}
 	c.stats.RequestedBytes.add(k, requested)
 	c.stats.Active.add(k, 1)
 	c.stats.ActiveBytes.add(k, b.size)
@@ -289,6 +305,7 @@ func (c *Caching) Free(p Ptr) error {
 	c.stats.Allocation.add(k, -1)
 	c.stats.AllocatedBytes.add(k, -b.size)
 	c.stats.RequestedBytes.add(k, -b.requested)
+	c.stats.CategoryBytes[b.cat].add(-b.size)
 	if b.size >= c.cfg.maxSplit() {
 		c.stats.OversizeAllocations.add(-1)
 	}
@@ -732,17 +749,19 @@ func (c *Caching) largestCached() (largest, free int64) {
 }
 
 // oom builds the out-of-memory error, counts it and traces it.
-func (c *Caching) oom(requested, allocSize int64, s Stream, hint string) error {
+func (c *Caching) oom(requested, allocSize int64, s Stream, cat Category, hint string) error {
 	c.stats.OOMs++
 	e := &OutOfMemoryError{
-		Device:    c.name,
-		Requested: requested,
-		AllocSize: allocSize,
-		Stream:    s,
-		Allocated: c.stats.AllocatedBytes[AllPools].Current,
-		Reserved:  c.stats.ReservedBytes[AllPools].Current,
-		Limit:     c.limit,
-		SourceErr: c.lastSourceErr,
+		Device:     c.name,
+		Requested:  requested,
+		AllocSize:  allocSize,
+		Stream:     s,
+		Category:   cat,
+		Categories: c.stats.CategoryBytes.currents(),
+		Allocated:  c.stats.AllocatedBytes[AllPools].Current,
+		Reserved:   c.stats.ReservedBytes[AllPools].Current,
+		Limit:      c.limit,
+		SourceErr:  c.lastSourceErr,
 	}
 	e.DeviceFree, e.DeviceTotal, _ = c.src.MemInfo()
 	var free int64
@@ -778,6 +797,7 @@ func (c *Caching) Snapshot() Snapshot {
 			switch {
 			case b.allocated:
 				bi.State = BlockActiveAllocated
+				bi.Category = b.cat
 				si.AllocatedSize += b.size
 				si.RequestedSize += b.requested
 				si.ActiveSize += b.size

@@ -3,6 +3,7 @@ package alloc
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 )
 
@@ -39,6 +40,10 @@ type OutOfMemoryError struct {
 	Requested int64  // bytes the caller asked for
 	AllocSize int64  // bytes the allocator tried to get: the segment size, or the block size if none was needed
 	Stream    Stream // the stream the request was made on
+	// Category is what the request was for; Categories the bytes each
+	// category held when it failed.
+	Category   Category
+	Categories [NumCategories]int64
 
 	DeviceFree  int64 // the device's free memory at the time, from the Source
 	DeviceTotal int64 // the device's total memory, from the Source
@@ -65,11 +70,32 @@ func (e *OutOfMemoryError) Error() string {
 	}
 	fmt.Fprintf(&b, "; %s is allocated by gocurrent and %s is reserved by gocurrent but unallocated (largest cached block %s, fragmentation %.2f)",
 		FormatSize(e.Allocated), FormatSize(e.Reserved-e.Allocated), FormatSize(e.LargestCached), e.Fragmentation)
+	if e.Category != Other {
+		fmt.Fprintf(&b, "; the request was for %s", e.Category)
+	}
+	if held := e.held(); held != "" {
+		b.WriteString("; allocated by category: ")
+		b.WriteString(held)
+	}
 	if e.Hint != "" {
 		b.WriteString(". ")
 		b.WriteString(e.Hint)
 	}
 	return b.String()
+}
+
+// held lists the categories that held memory, largest first: "activations
+// 1.20 GiB, parameters 9.50 MiB".
+func (e *OutOfMemoryError) held() string {
+	cats := Categories()
+	sort.SliceStable(cats, func(i, j int) bool { return e.Categories[cats[i]] > e.Categories[cats[j]] })
+	var parts []string
+	for _, c := range cats {
+		if n := e.Categories[c]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s", c, FormatSize(n)))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Is reports whether target is ErrOutOfMemory.

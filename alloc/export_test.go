@@ -47,6 +47,7 @@ func CheckInvariants(c *Caching) error {
 				want.RequestedBytes.add(k, b.RequestedSize)
 				want.Active.add(k, 1)
 				want.ActiveBytes.add(k, b.Size)
+				want.CategoryBytes[b.Category].add(b.Size)
 				if b.RequestedSize > b.Size || b.RequestedSize <= 0 {
 					return fmt.Errorf("block %v: requested %d, size %d", b.Address, b.RequestedSize, b.Size)
 				}
@@ -96,6 +97,23 @@ func CheckInvariants(c *Caching) error {
 				return fmt.Errorf("%s.%v: allocated %d - freed %d < current %d", f.name, p, g.Allocated, g.Freed, g.Current)
 			}
 		}
+	}
+	for cat := range st.CategoryBytes {
+		g := st.CategoryBytes[cat]
+		if g.Current != want.CategoryBytes[cat].Current || g.Current > g.Peak || g.Current < 0 {
+			return fmt.Errorf("category_bytes.%v: current %d, peak %d; want current %d from the snapshot",
+				Category(cat), g.Current, g.Peak, want.CategoryBytes[cat].Current)
+		}
+	}
+	if sum, all := st.CategoryBytes.Total(), st.AllocatedBytes[AllPools].Current; sum != all {
+		return fmt.Errorf("categories add up to %d bytes, allocated_bytes.all.current is %d", sum, all)
+	}
+	var atPeak int64
+	for _, n := range st.AtPeak {
+		atPeak += n
+	}
+	if atPeak != st.AllocatedBytes[AllPools].Peak {
+		return fmt.Errorf("categories at the peak add up to %d bytes, allocated_bytes.all.peak is %d", atPeak, st.AllocatedBytes[AllPools].Peak)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -12,8 +12,11 @@ import (
 // allocator keeps working after it (PyTorch's test_out_of_memory).
 func TestOOMError(t *testing.T) {
 	_, c := newSim(t, 64*mib, alloc.Config{})
-	p := mustAlloc(t, c, 40*mib, 0)
-	_, err := c.Alloc(40*mib, 2)
+	p, err := c.AllocCategory(40*mib, 0, alloc.Parameters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.AllocCategory(40*mib, 2, alloc.Activations)
 	if !errors.Is(err, alloc.ErrOutOfMemory) {
 		t.Fatalf("second 40 MiB: %v, want ErrOutOfMemory", err)
 	}
@@ -24,7 +27,9 @@ func TestOOMError(t *testing.T) {
 	want := alloc.OutOfMemoryError{
 		Device: "simulated device", Requested: 40 * mib, AllocSize: 40 * mib, Stream: 2,
 		DeviceFree: 24 * mib, DeviceTotal: 64 * mib, Allocated: 40 * mib, Reserved: 40 * mib,
+		Category: alloc.Activations,
 	}
+	want.Categories[alloc.Parameters] = 40 * mib
 	got := *oom
 	got.Hint, got.SourceErr = "", nil
 	if got != want {
@@ -35,7 +40,8 @@ func TestOOMError(t *testing.T) {
 	}
 	msg := err.Error()
 	for _, s := range []string{"tried to allocate 40.00 MiB", "total capacity of 64.00 MiB", "24.00 MiB is free",
-		"40.00 MiB is allocated by gocurrent", "0 bytes is reserved by gocurrent but unallocated", "reduce the batch size"} {
+		"40.00 MiB is allocated by gocurrent", "0 bytes is reserved by gocurrent but unallocated", "reduce the batch size",
+		"the request was for activations", "allocated by category: parameters 40.00 MiB"} {
 		if !strings.Contains(msg, s) {
 			t.Errorf("message %q does not contain %q", msg, s)
 		}

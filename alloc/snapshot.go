@@ -46,6 +46,7 @@ type BlockInfo struct {
 	Size          int64
 	RequestedSize int64 // 0 unless allocated
 	State         BlockState
+	Category      Category // what an allocated block holds
 }
 
 // Fragmentation is 1 - largest cached block / cached bytes over the whole

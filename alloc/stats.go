@@ -70,6 +70,13 @@ type Stats struct {
 	InactiveSplitBytes StatArray
 	RequestedBytes     StatArray
 
+	// CategoryBytes are the allocated bytes (rounded block sizes) by what
+	// they hold: the currents add up to AllocatedBytes[AllPools].Current.
+	// AtPeak is what each category held when AllocatedBytes[AllPools]
+	// last reached its peak, so the peak can be told apart by category.
+	CategoryBytes CategoryArray
+	AtPeak        [NumCategories]int64
+
 	// Oversize figures count blocks and segments of at least MaxSplitSize;
 	// they stay zero while no MaxSplitSize is set.
 	OversizeAllocations Stat
@@ -95,6 +102,10 @@ func (s *Stats) resetPeak() {
 	}
 	s.OversizeAllocations.Peak = s.OversizeAllocations.Current
 	s.OversizeSegments.Peak = s.OversizeSegments.Current
+	for i := range s.CategoryBytes {
+		s.CategoryBytes[i].Peak = s.CategoryBytes[i].Current
+	}
+	s.AtPeak = s.CategoryBytes.currents()
 }
 
 func (s *Stats) resetAccumulated() {
@@ -106,6 +117,9 @@ func (s *Stats) resetAccumulated() {
 	}
 	for _, st := range []*Stat{&s.OversizeAllocations, &s.OversizeSegments} {
 		st.Allocated, st.Freed = 0, 0
+	}
+	for i := range s.CategoryBytes {
+		s.CategoryBytes[i].Allocated, s.CategoryBytes[i].Freed = 0, 0
 	}
 	s.AllocRetries, s.OOMs, s.SyncAllStreams = 0, 0, 0
 	s.DeviceAllocs, s.DeviceFrees, s.InvalidFrees = 0, 0, 0
@@ -135,6 +149,10 @@ func (s *Stats) Map() map[string]int64 {
 		for p := AllPools; p < numPools; p++ {
 			put(x.name+"."+p.String(), &x.a[p])
 		}
+	}
+	for c := range s.CategoryBytes {
+		put("category_bytes."+Category(c).String(), &s.CategoryBytes[c])
+		m["category_bytes."+Category(c).String()+".at_peak"] = s.AtPeak[c]
 	}
 	put("oversize_allocations", &s.OversizeAllocations)
 	put("oversize_segments", &s.OversizeSegments)

@@ -19,7 +19,7 @@ func BenchmarkAlloc(b *testing.B) {
 			d := openGPU(b, gpuConfig())
 			b.ReportAllocs()
 			for b.Loop() {
-				buf, err := d.Alloc(size)
+				buf, err := d.Alloc(size, device.Workspace)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -55,11 +55,11 @@ func BenchmarkCopyOverlap(b *testing.B) {
 	mats := make([]device.Buffer, 3)
 	for i := range mats {
 		var err error
-		if mats[i], err = d.Alloc(n * n * 4); err != nil {
+		if mats[i], err = d.Alloc(n*n*4, device.Workspace); err != nil {
 			b.Fatal(err)
 		}
 	}
-	dst, err := d.Alloc(copyBytes)
+	dst, err := d.Alloc(copyBytes, device.Workspace)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func BenchmarkLaunch(b *testing.B) {
 // [-1, 1) (n rounded down to whole floats).
 func randomBuffer(b *testing.B, d *Device, r *rand.Rand, n int64) device.Buffer {
 	b.Helper()
-	buf, err := d.Alloc(n)
+	buf, err := d.Alloc(n, device.Workspace)
 	if err != nil {
 		b.Fatal(err)
 	}

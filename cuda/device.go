@@ -80,8 +80,9 @@ type Device struct {
 }
 
 var (
-	_ device.Device    = (*Device)(nil)
-	_ device.Allocator = (*Device)(nil)
+	_ device.Device           = (*Device)(nil)
+	_ device.Allocator        = (*Device)(nil)
+	_ device.StagingAllocator = (*Device)(nil)
 )
 
 // Open returns the CUDA device of the GPU cfg.Ordinal. On a machine or
@@ -220,7 +221,7 @@ func (d *Device) start(cc int) error {
 		if ws == 0 {
 			ws = defaultBLASWorkspace
 		}
-		p, err := d.mem.Alloc(ws, 0)
+		p, err := d.mem.AllocCategory(ws, 0, alloc.Workspace)
 		if err != nil {
 			return fmt.Errorf("allocating the cuBLAS workspace: %w", err)
 		}
@@ -282,6 +283,10 @@ func (d *Device) Info() Info { return d.info }
 // EmptyCache.
 func (d *Device) Memory() *alloc.Caching { return d.mem }
 
+// StagingMemory is the host cache that serves Staging
+// (device.StagingAllocator).
+func (d *Device) StagingMemory() *alloc.HostCache { return d.staging }
+
 func (d *Device) checkOpen(what string) error {
 	if d.closed.Load() {
 		return fmt.Errorf("cuda: %s: the device is %w", what, device.ErrClosed)
@@ -289,15 +294,16 @@ func (d *Device) checkOpen(what string) error {
 	return nil
 }
 
-// Alloc returns a buffer from the caching allocator, 512-byte aligned.
-func (d *Device) Alloc(bytes int64) (device.Buffer, error) {
+// Alloc returns a buffer from the caching allocator, 512-byte aligned,
+// counted in category cat.
+func (d *Device) Alloc(bytes int64, cat device.Category) (device.Buffer, error) {
 	if err := d.checkOpen("Alloc"); err != nil {
 		return device.Buffer{}, err
 	}
 	if bytes < 0 {
 		return device.Buffer{}, fmt.Errorf("cuda: Alloc of %d bytes: %w", bytes, device.ErrShape)
 	}
-	p, err := d.mem.Alloc(bytes, 0)
+	p, err := d.mem.AllocCategory(bytes, 0, cat)
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("%s: %w", d.name, err)
 	}

@@ -102,7 +102,7 @@ func TestFakeLifecycle(t *testing.T) {
 		t.Errorf("cuBLAS workspace %v, fake saw %v: want the workspace taken from the allocator", d.workspace, f.workspace)
 	}
 	want := bytes.Repeat([]byte("gocurrent"), 1000)
-	b, err := d.Alloc(int64(len(want)))
+	b, err := d.Alloc(int64(len(want)), device.Workspace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestFakeLifecycle(t *testing.T) {
 	if !bytes.Equal(h.Bytes(), bytes.ToUpper(want)) {
 		t.Error("CopyToHost after CopyToDevice differs")
 	}
-	c, err := d.Alloc(b.Len())
+	c, err := d.Alloc(b.Len(), device.Workspace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestFakeLifecycle(t *testing.T) {
 	if _, err := d.NewStream(); err != nil { // left open: Close must destroy it
 		t.Fatal(err)
 	}
-	if _, err := d.Alloc(3 << 20); err != nil { // left allocated: Close must free it
+	if _, err := d.Alloc(3<<20, device.Workspace); err != nil { // left allocated: Close must free it
 		t.Fatal(err)
 	}
 	if err := d.Close(); err != nil {
@@ -187,7 +187,7 @@ func TestFakeLifecycle(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Errorf("second Close = %v, want nil", err)
 	}
-	if _, err := d.Alloc(8); !errors.Is(err, device.ErrClosed) {
+	if _, err := d.Alloc(8, device.Workspace); !errors.Is(err, device.ErrClosed) {
 		t.Errorf("Alloc after Close = %v, want ErrClosed", err)
 	}
 	if err := d.Synchronize(); !errors.Is(err, device.ErrClosed) {
@@ -207,7 +207,7 @@ func TestFakeLifecycle(t *testing.T) {
 func TestFakeOutOfMemory(t *testing.T) {
 	f := newFakeAPI()
 	d := openFake(t, f, Config{})
-	_, err := d.Alloc(2 << 30) // the fake GPU has 1 GiB
+	_, err := d.Alloc(2<<30, device.Workspace) // the fake GPU has 1 GiB
 	if !errors.Is(err, alloc.ErrOutOfMemory) {
 		t.Fatalf("Alloc beyond the GPU's memory = %v, want alloc.ErrOutOfMemory", err)
 	}
@@ -216,14 +216,14 @@ func TestFakeOutOfMemory(t *testing.T) {
 		t.Fatalf("Alloc beyond the GPU's memory = %v, want an *alloc.OutOfMemoryError with the figures", err)
 	}
 	// The ladder: cached blocks are released and the cuMemAlloc retried.
-	b, err := d.Alloc(600 << 20)
+	b, err := d.Alloc(600<<20, device.Workspace)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Free(b); err != nil {
 		t.Fatal(err)
 	}
-	b, err = d.Alloc(700 << 20) // fits only once the cached 600 MiB segment is given back
+	b, err = d.Alloc(700<<20, device.Workspace) // fits only once the cached 600 MiB segment is given back
 	if err != nil {
 		t.Fatalf("Alloc that needs the cache emptied = %v", err)
 	}
@@ -255,7 +255,7 @@ func TestFakeTemporaryFreeError(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeAPI()
 			d := openFake(t, f, Config{})
-			b, err := d.Alloc(64)
+			b, err := d.Alloc(64, device.Workspace)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -292,7 +292,7 @@ func TestFakeSteadyState(t *testing.T) {
 	step := func() {
 		var live []device.Buffer
 		for _, n := range sizes {
-			b, err := d.Alloc(n)
+			b, err := d.Alloc(n, device.Workspace)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -356,7 +356,7 @@ func TestFakeStatusWord(t *testing.T) {
 		t.Errorf("second Synchronize = %v, want nil: an error is reported once", err)
 	}
 	raise(statusEmbedding)
-	b, err := d.Alloc(4)
+	b, err := d.Alloc(4, device.Workspace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +385,7 @@ func TestFakeLaunches(t *testing.T) {
 	d := openFake(t, f, Config{})
 	k := d.Kernels()
 	buf := func(n int) device.Buffer {
-		b, err := d.Alloc(int64(n) * 8)
+		b, err := d.Alloc(int64(n)*8, device.Workspace)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -617,7 +617,7 @@ func randSlice(r *rand.Rand, dt device.DType, n int) []float64 {
 
 func upload(t *testing.T, d *Device, dt device.DType, x []float64) device.Buffer {
 	t.Helper()
-	b, err := d.Alloc(int64(len(x)) * dt.Size())
+	b, err := d.Alloc(int64(len(x))*dt.Size(), device.Workspace)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,12 +92,12 @@ func TestEmulatedDriver(t *testing.T) {
 		if got := d.Info().TotalMemory; got != 256<<20 {
 			t.Errorf("TotalMemory = %d, want %d from GOCURRENT_EMU_MEMORY", got, 256<<20)
 		}
-		_, err := d.Alloc(240 << 20) // with the 32 MiB cuBLAS workspace, past the capacity
+		_, err := d.Alloc(240<<20, device.Workspace) // with the 32 MiB cuBLAS workspace, past the capacity
 		var oom *alloc.OutOfMemoryError
 		if !errors.Is(err, alloc.ErrOutOfMemory) || !errors.As(err, &oom) {
 			t.Fatalf("Alloc past the capacity = %v, want an *alloc.OutOfMemoryError", err)
 		}
-		b, err := d.Alloc(200 << 20)
+		b, err := d.Alloc(200<<20, device.Workspace)
 		if err != nil {
 			t.Fatalf("Alloc within the capacity: %v", err)
 		}

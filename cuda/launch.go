@@ -297,7 +297,7 @@ func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) (err error) {
 	// block in a fixed order: deterministic, unlike atomics. Freed at once:
 	// the cache hands it out again only to work queued after these
 	// kernels.
-	rows, err := d.mem.Alloc(int64(a.N)*8, 0)
+	rows, err := d.mem.AllocCategory(int64(a.N)*8, 0, alloc.Workspace)
 	if err != nil {
 		return fmt.Errorf("%s: SoftmaxCrossEntropy: %w", d.name, err)
 	}
@@ -397,7 +397,7 @@ func (k kernels) SumSquares(a device.SumSquares) (err error) {
 	// Two passes with a fixed number of blocks for a given N, so the order
 	// of the sum, and the result, never vary between runs.
 	parts := max(1, min((a.N+partWork-1)/partWork, maxParts, gridCap))
-	partial, err := d.mem.Alloc(int64(parts)*8, 0)
+	partial, err := d.mem.AllocCategory(int64(parts)*8, 0, alloc.Workspace)
 	if err != nil {
 		return fmt.Errorf("%s: SumSquares: %w", d.name, err)
 	}

@@ -37,10 +37,12 @@ type Device interface {
 	Name() string
 
 	// Alloc returns a buffer of at least bytes bytes from the device's
-	// caching allocator (alloc.Caching). Its contents are undefined. When
-	// the device has no room the error matches alloc.ErrOutOfMemory and is
-	// an *alloc.OutOfMemoryError carrying the figures.
-	Alloc(bytes int64) (Buffer, error)
+	// caching allocator (alloc.Caching), counted in category cat (what it
+	// holds: Parameters, Activations, ...; MemStats reports the bytes per
+	// category). Its contents are undefined. When the device has no room
+	// the error matches alloc.ErrOutOfMemory and is an
+	// *alloc.OutOfMemoryError carrying the figures.
+	Alloc(bytes int64, cat Category) (Buffer, error)
 	// Free returns a buffer obtained from Alloc to the cache. Work already
 	// queued on the compute stream that uses it still sees valid memory: the
 	// cache hands it out again only to work queued after it. A buffer used
@@ -144,6 +146,22 @@ var (
 	// runs, so they are reported by the next Synchronize, Download or
 	// Event.Wait on the kernel's stream, not by the kernel call.
 	ErrIndex = errors.New("device: index out of range")
+)
+
+// Category says what an allocation holds (alloc.Category): every Alloc
+// names one, and the allocator keeps current and peak bytes per category.
+type Category = alloc.Category
+
+// The categories, as alloc names them.
+const (
+	Parameters     = alloc.Parameters
+	Gradients      = alloc.Gradients
+	OptimizerState = alloc.OptimizerState
+	Activations    = alloc.Activations
+	Workspace      = alloc.Workspace
+	Batches        = alloc.Batches
+	State          = alloc.State
+	Other          = alloc.Other
 )
 
 // DType is the element type of the data a kernel reads and writes.

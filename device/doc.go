@@ -75,7 +75,7 @@
 //	d, err := cpu.Open(cpu.Config{})
 //	if err != nil { ... }
 //	defer d.Close()
-//	a, _ := d.Alloc(16); b, _ := d.Alloc(16); c, _ := d.Alloc(16)
+//	a, _ := d.Alloc(16, device.Workspace); b, _ := d.Alloc(16, device.Workspace); c, _ := d.Alloc(16, device.Workspace)
 //	device.UploadSlice(d, a, []float32{1, 2, 3, 4})
 //	device.UploadSlice(d, b, []float32{5, 6, 7, 8})
 //	err = d.Kernels().Gemm(device.Gemm{DType: device.Float32, M: 2, N: 2, K: 2, Alpha: 1, A: a, B: b, C: c})

@@ -22,3 +22,28 @@ type Allocator interface {
 	// Buffers.
 	Memory() *alloc.Caching
 }
+
+// StagingAllocator is implemented by a Device whose staging buffers come
+// from a host cache it exposes. The CPU and the CUDA device implement it.
+type StagingAllocator interface {
+	// StagingMemory is the cache Staging and FreeStaging use.
+	StagingMemory() *alloc.HostCache
+}
+
+// MemoryReport returns where d's memory goes (alloc.Report): the bytes
+// per category, the cache, the device's figures outside the allocator and
+// the host staging. ok is false for a device that does not expose its
+// allocator (no Allocator capability).
+func MemoryReport(d Device) (r alloc.Report, ok bool) {
+	a, ok := d.(Allocator)
+	if !ok {
+		return alloc.Report{}, false
+	}
+	var staging *alloc.HostCache
+	if s, ok := d.(StagingAllocator); ok {
+		staging = s.StagingMemory()
+	}
+	r = a.Memory().Report(staging)
+	r.Device = d.Name()
+	return r, true
+}

@@ -59,7 +59,7 @@ func TestCPU(t *testing.T) {
 		t.Fatalf("Open(cpu) = %T %q, want the CPU device", d, d.Name())
 	}
 	// The capacity reached the device: 8 MiB does not fit in 4.
-	b, err := d.Alloc(8 << 20)
+	b, err := d.Alloc(8<<20, device.Workspace)
 	if err == nil {
 		d.Free(b)
 	}

@@ -177,7 +177,7 @@ func New(d device.Device, text *Text, cfg Config) (*Loader, error) {
 	for range cfg.Prefetch + 1 {
 		var s slot
 		if s.host, err = d.Staging(bytes); err == nil {
-			if s.dev, err = d.Alloc(bytes); err != nil {
+			if s.dev, err = d.Alloc(bytes, device.Batches); err != nil {
 				err = errors.Join(err, d.FreeStaging(s.host))
 			}
 		}

@@ -269,7 +269,7 @@ func TestComputeStreamOrdering(t *testing.T) {
 	want := collect(t, d, l, loader.Position{}, 0)
 	n := len(want)
 	half := int64(16*4) * 4
-	out, err := d.Alloc(int64(n) * 2 * half)
+	out, err := d.Alloc(int64(n)*2*half, device.Workspace)
 	must(t, err)
 	k := d.Kernels()
 	i := 0

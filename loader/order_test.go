@@ -51,8 +51,8 @@ func (d *orderDevice) NewStream() (device.Stream, error) {
 	return &orderStream{Stream: s, d: d}, nil
 }
 
-func (d *orderDevice) Alloc(n int64) (device.Buffer, error) {
-	b, err := d.Device.Alloc(n)
+func (d *orderDevice) Alloc(n int64, cat device.Category) (device.Buffer, error) {
+	b, err := d.Device.Alloc(n, cat)
 	if err == nil {
 		d.mu.Lock()
 		d.allocAt[b.Addr()] = d.records

@@ -143,7 +143,7 @@ func NewSeqLoader(d device.Device, data *Dataset, cfg SeqConfig) (*SeqLoader, er
 		}
 		var s seqSlot
 		if s.host, err = d.Staging(bytes); err == nil {
-			if s.dev, err = d.Alloc(bytes); err != nil {
+			if s.dev, err = d.Alloc(bytes, device.Batches); err != nil {
 				err = errors.Join(err, d.FreeStaging(s.host))
 			}
 		}

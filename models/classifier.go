@@ -109,7 +109,7 @@ type scratch struct {
 	buf device.Buffer
 }
 
-func (s *scratch) get(d device.Device, dt device.DType, n int, zero bool) (device.Buffer, error) {
+func (s *scratch) get(d device.Device, cat device.Category, dt device.DType, n int, zero bool) (device.Buffer, error) {
 	if s.buf.IsZero() || s.buf.Len() < int64(n)*dt.Size() {
 		if !s.buf.IsZero() {
 			if err := d.Free(s.buf); err != nil {
@@ -117,7 +117,7 @@ func (s *scratch) get(d device.Device, dt device.DType, n int, zero bool) (devic
 			}
 			s.buf = device.Buffer{}
 		}
-		b, err := d.Alloc(int64(n) * dt.Size())
+		b, err := d.Alloc(int64(n)*dt.Size(), cat)
 		if err != nil {
 			return device.Buffer{}, err
 		}
@@ -236,7 +236,7 @@ func (m *Classifier) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int,
 	if _, err := m.rnn.ForwardLengths(mode, x, seq, rows, lengths, st); err != nil {
 		return device.Buffer{}, err
 	}
-	feat, err := m.feat.get(m.dev, dt, rows*D*H, false)
+	feat, err := m.feat.get(m.dev, device.Workspace, dt, rows*D*H, false)
 	if err != nil {
 		return device.Buffer{}, err
 	}
@@ -264,17 +264,17 @@ func (m *Classifier) forwardPooled(mode rnn.Mode, x device.Buffer, seq, rows int
 	if err != nil {
 		return device.Buffer{}, err
 	}
-	feat, err := m.feat.get(m.dev, dt, rows*cols, false)
+	feat, err := m.feat.get(m.dev, device.Workspace, dt, rows*cols, false)
 	if err != nil {
 		return device.Buffer{}, err
 	}
 	a := device.SeqPool{DType: dt, T: seq, B: rows, Cols: cols, Max: m.cfg.Pool == PoolMax, Y: y, Out: feat}
 	if lengths != nil {
-		lens := &m.lensWork
+		lens, cat := &m.lensWork, device.Workspace
 		if train {
-			lens = &m.lens
+			lens, cat = &m.lens, device.Activations
 		}
-		if a.Lengths, err = lens.get(m.dev, device.Int32, rows, false); err != nil {
+		if a.Lengths, err = lens.get(m.dev, cat, device.Int32, rows, false); err != nil {
 			return device.Buffer{}, err
 		}
 		if err := device.UploadSlice(m.dev, a.Lengths, lengths); err != nil {
@@ -282,7 +282,7 @@ func (m *Classifier) forwardPooled(mode rnn.Mode, x device.Buffer, seq, rows int
 		}
 	}
 	if a.Max && train {
-		if a.ArgMax, err = m.argmax.get(m.dev, device.Int32, rows*cols, false); err != nil {
+		if a.ArgMax, err = m.argmax.get(m.dev, device.Activations, device.Int32, rows*cols, false); err != nil {
 			return device.Buffer{}, err
 		}
 	}
@@ -326,7 +326,7 @@ func (m *Classifier) Backward(dLogits device.Buffer) error {
 		}
 	}
 	// The outputs are not used: their gradient is zero.
-	dy, err := m.zero.get(m.dev, dt, m.seq*rows*D*H, true)
+	dy, err := m.zero.get(m.dev, device.Workspace, dt, m.seq*rows*D*H, true)
 	if err != nil {
 		return err
 	}
@@ -342,7 +342,7 @@ func (m *Classifier) Backward(dLogits device.Buffer) error {
 // padded positions), then through the stack and the embedding.
 func (m *Classifier) backwardPooled(dfeat device.Buffer) error {
 	dt, cols, rows := m.cfg.DType, m.directions()*m.cfg.Hidden, m.rows
-	dy, err := m.dy.get(m.dev, dt, m.seq*rows*cols, false)
+	dy, err := m.dy.get(m.dev, device.Workspace, dt, m.seq*rows*cols, false)
 	if err != nil {
 		return err
 	}

@@ -286,7 +286,7 @@ func (m *Tagger) features(mode rnn.Mode, b loader.SeqBatch) (device.Buffer, erro
 	if _, err := m.charRNN.ForwardLengths(mode, cx, L, W, h.CharLengths, st); err != nil {
 		return fail(err)
 	}
-	feat, err := m.feat.get(m.dev, dt, n*2*CH, false)
+	feat, err := m.feat.get(m.dev, device.Workspace, dt, n*2*CH, false)
 	if err != nil {
 		return fail(err)
 	}
@@ -306,7 +306,7 @@ func (m *Tagger) features(mode rnn.Mode, b loader.SeqBatch) (device.Buffer, erro
 	if err != nil {
 		return device.Buffer{}, err
 	}
-	cat, err := m.cat.get(m.dev, dt, n*in, false)
+	cat, err := m.cat.get(m.dev, device.Workspace, dt, n*in, false)
 	if err != nil {
 		return fail(err)
 	}
@@ -318,7 +318,7 @@ func (m *Tagger) features(mode rnn.Mode, b loader.SeqBatch) (device.Buffer, erro
 		return fail(err)
 	}
 	if mode == rnn.Train {
-		pos, err := m.positions.get(m.dev, device.Int32, n, false)
+		pos, err := m.positions.get(m.dev, device.Activations, device.Int32, n, false)
 		if err != nil {
 			return fail(err)
 		}
@@ -354,7 +354,7 @@ func (m *Tagger) Backward(dLogits device.Buffer) error {
 	dt, E, CH, in := m.dtype(), m.cfg.Embed, m.cfg.CharHidden, m.cfg.Embed+2*m.cfg.CharHidden
 	fail := func(err error) error { return fmt.Errorf("models: tagger Backward: %w", err) }
 	k := m.dev.Kernels()
-	dEmb, err := m.dEmb.get(m.dev, dt, n*E, false)
+	dEmb, err := m.dEmb.get(m.dev, device.Workspace, dt, n*E, false)
 	if err != nil {
 		return fail(err)
 	}
@@ -368,7 +368,7 @@ func (m *Tagger) Backward(dLogits device.Buffer) error {
 	// after them, unused), then each direction's half into the gradient
 	// with respect to the character LSTM's final states; the forward
 	// zeroed the rest of the state's gradients (its cell states').
-	dfeat, err := m.feat.get(m.dev, dt, n*2*CH, false)
+	dfeat, err := m.feat.get(m.dev, device.Workspace, dt, n*2*CH, false)
 	if err != nil {
 		return fail(err)
 	}
@@ -384,7 +384,7 @@ func (m *Tagger) Backward(dLogits device.Buffer) error {
 		}
 	}
 	// The character LSTM's outputs are not used: their gradient is zero.
-	zero, err := m.zero.get(m.dev, dt, L*W*2*CH, true)
+	zero, err := m.zero.get(m.dev, device.Workspace, dt, L*W*2*CH, true)
 	if err != nil {
 		return fail(err)
 	}

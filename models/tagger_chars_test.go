@@ -442,7 +442,7 @@ func absAll(v []float64) []float64 {
 
 func upFloat64(t *testing.T, d device.Device, v []float64) device.Buffer {
 	t.Helper()
-	b, err := d.Alloc(int64(len(v)) * 8)
+	b, err := d.Alloc(int64(len(v))*8, device.Workspace)
 	check(t, err)
 	t.Cleanup(func() { d.Free(b) })
 	check(t, device.UploadSlice(d, b, v))

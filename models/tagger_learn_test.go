@@ -146,7 +146,7 @@ func TestTaggerLearnsSuffixes(t *testing.T) {
 			for _, g := range m.Groups() {
 				var mv [2]device.Buffer
 				for i := range mv {
-					mv[i], err = d.Alloc(int64(g.Params.Len()) * 4)
+					mv[i], err = d.Alloc(int64(g.Params.Len())*4, device.Workspace)
 					check(t, err)
 					defer d.Free(mv[i])
 					check(t, d.Kernels().Fill(device.Fill{DType: device.Float32, N: g.Params.Len(), X: mv[i]}))

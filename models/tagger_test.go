@@ -135,7 +135,7 @@ func TestTaggerAgreesWithTorch(t *testing.T) {
 
 func upInt32(t *testing.T, d device.Device, v []int32) device.Buffer {
 	t.Helper()
-	b, err := d.Alloc(int64(len(v)) * 4)
+	b, err := d.Alloc(int64(len(v))*4, device.Workspace)
 	check(t, err)
 	t.Cleanup(func() { d.Free(b) })
 	check(t, device.UploadSlice(d, b, v))

@@ -81,7 +81,7 @@ func benchRecurrent(b *testing.B, cell string, hidden int, backward bool) {
 }
 
 func fill32(b testing.TB, d device.Device, n int, v float64) device.Buffer {
-	x, err := d.Alloc(int64(n) * 4)
+	x, err := d.Alloc(int64(n)*4, device.Workspace)
 	ok(b, err)
 	ok(b, d.Kernels().Fill(device.Fill{DType: device.Float32, N: n, X: x, Value: v}))
 	return x

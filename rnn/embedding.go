@@ -71,7 +71,7 @@ func (e *Embedding) Forward(mode Mode, ids device.Buffer, n int) (device.Buffer,
 		return device.Buffer{}, err
 	}
 	dt, k := e.cfg.DType, e.dev.Kernels()
-	out, err := e.out.get(e.dev, int64(n*e.cfg.Dim)*dt.Size())
+	out, err := e.out.get(e.dev, device.Workspace, int64(n*e.cfg.Dim)*dt.Size())
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
 	}
@@ -81,7 +81,7 @@ func (e *Embedding) Forward(mode Mode, ids device.Buffer, n int) (device.Buffer,
 	q.add(k.Embedding(device.Embedding{DType: dt, N: n, Dim: e.cfg.Dim, Vocab: e.cfg.Vocab, Table: table, IDs: ids, Out: out}))
 	if mode == Train {
 		e.n, e.spent = 0, false
-		saved, err := e.ids.get(e.dev, int64(n)*4)
+		saved, err := e.ids.get(e.dev, device.Activations, int64(n)*4)
 		if err != nil {
 			return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
 		}

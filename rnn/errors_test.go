@@ -23,7 +23,7 @@ func TestInputMismatches(t *testing.T) {
 	lstm := newRecurrent(t, d, "lstm", rnn.Config{Input: I, Hidden: H, Layers: 2})
 	gru := newRecurrent(t, d, "gru", rnn.Config{Input: I, Hidden: H, Layers: 2})
 	alloc := func(dev device.Device, n int) device.Buffer {
-		b, err := dev.Alloc(int64(n) * 4)
+		b, err := dev.Alloc(int64(n)*4, device.Workspace)
 		ok(t, err)
 		return b
 	}

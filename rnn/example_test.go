@@ -56,11 +56,11 @@ func twoWindows() (err error) {
 	}
 	defer func() { err = errors.Join(err, state.Free()) }()
 
-	ids, err := d.Alloc(seq * batch * 4)
+	ids, err := d.Alloc(seq*batch*4, device.Workspace)
 	if err != nil {
 		return err
 	}
-	targets, err := d.Alloc(seq * batch * 4)
+	targets, err := d.Alloc(seq*batch*4, device.Workspace)
 	if err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func packedBatch() (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, gru.Close()) }()
-	x, err := d.Alloc(T * B * I * 8)
+	x, err := d.Alloc(T*B*I*8, device.Workspace)
 	if err != nil {
 		return err
 	}

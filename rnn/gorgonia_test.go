@@ -276,7 +276,7 @@ func gorgCheck(t *testing.T, d device.Device, lstm bool, cfg rnn.Config, T, B in
 	}
 	alloc := func(v []float64) device.Buffer {
 		t.Helper()
-		b, err := d.Alloc(int64(len(v)) * 8)
+		b, err := d.Alloc(int64(len(v))*8, device.Workspace)
 		ok(err)
 		t.Cleanup(func() { d.Free(b) })
 		put(b, v)

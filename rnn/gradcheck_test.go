@@ -53,7 +53,7 @@ func down(t *testing.T, d device.Device, b device.Buffer, n int) []float64 {
 
 func newBuf(t *testing.T, d device.Device, v []float64) device.Buffer {
 	t.Helper()
-	b, err := d.Alloc(int64(len(v)) * 8)
+	b, err := d.Alloc(int64(len(v))*8, device.Workspace)
 	must(t, err)
 	up(t, d, b, v)
 	return b
@@ -246,10 +246,10 @@ func TestModelGradientsFiniteDifference(t *testing.T) {
 			for i := range ids {
 				ids[i], targets[i] = int32(r.IntN(V)), int32(r.IntN(V))
 			}
-			idBuf, err := d.Alloc(int64(len(ids)) * 4)
+			idBuf, err := d.Alloc(int64(len(ids))*4, device.Workspace)
 			must(t, err)
 			must(t, device.UploadSlice(d, idBuf, ids))
-			tgtBuf, err := d.Alloc(int64(len(targets)) * 4)
+			tgtBuf, err := d.Alloc(int64(len(targets))*4, device.Workspace)
 			must(t, err)
 			must(t, device.UploadSlice(d, tgtBuf, targets))
 			st, err := s.NewState(B)

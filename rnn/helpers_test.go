@@ -65,7 +65,7 @@ func ok(t testing.TB, err error) {
 // upload puts float64 values on the device in a new buffer.
 func upload(t testing.TB, d device.Device, v []float64) device.Buffer {
 	t.Helper()
-	b, err := d.Alloc(int64(len(v)) * 8)
+	b, err := d.Alloc(int64(len(v))*8, device.Workspace)
 	ok(t, err)
 	ok(t, device.UploadSlice(d, b, v))
 	return b
@@ -73,7 +73,7 @@ func upload(t testing.TB, d device.Device, v []float64) device.Buffer {
 
 func uploadInt32(t testing.TB, d device.Device, v []int32) device.Buffer {
 	t.Helper()
-	b, err := d.Alloc(int64(len(v)) * 4)
+	b, err := d.Alloc(int64(len(v))*4, device.Workspace)
 	ok(t, err)
 	ok(t, device.UploadSlice(d, b, v))
 	return b

@@ -36,17 +36,18 @@ var ErrNoForward = errors.New("rnn: no saved training forward")
 
 // scratch is device memory a layer owns and reuses across calls: it grows
 // when a call needs more and never shrinks, so repeated calls of one shape
-// allocate nothing. Buffers handed out are valid until the next get.
+// allocate nothing. Buffers handed out are valid until the next get. Its
+// memory counts in category cat.
 type scratch struct {
 	buf device.Buffer
 }
 
-func (s *scratch) get(d device.Device, bytes int64) (device.Buffer, error) {
+func (s *scratch) get(d device.Device, cat device.Category, bytes int64) (device.Buffer, error) {
 	if s.buf.IsZero() || s.buf.Len() < bytes {
 		if err := s.free(d); err != nil {
 			return device.Buffer{}, err
 		}
-		b, err := d.Alloc(bytes)
+		b, err := d.Alloc(bytes, cat)
 		if err != nil {
 			return device.Buffer{}, err
 		}

@@ -81,7 +81,7 @@ func (l *Linear) Forward(mode Mode, x device.Buffer, rows int) (device.Buffer, e
 	if err := input(op, "x", l.dev, x, dt, rows*c.In, fmt.Sprintf("rows·in = %d·%d", rows, c.In)); err != nil {
 		return device.Buffer{}, err
 	}
-	y, err := l.out.get(l.dev, int64(rows*c.Out)*dt.Size())
+	y, err := l.out.get(l.dev, device.Workspace, int64(rows*c.Out)*dt.Size())
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
 	}
@@ -90,7 +90,7 @@ func (l *Linear) Forward(mode Mode, x device.Buffer, rows int) (device.Buffer, e
 	var q queue
 	if mode == Train {
 		l.rows, l.spent = 0, false
-		saved, err := l.x.get(l.dev, x.Len())
+		saved, err := l.x.get(l.dev, device.Activations, x.Len())
 		if err != nil {
 			return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
 		}
@@ -124,7 +124,7 @@ func (l *Linear) Backward(dy device.Buffer) (device.Buffer, error) {
 		return device.Buffer{}, err
 	}
 	l.rows, l.spent = 0, true
-	dx, err := l.dx.get(l.dev, int64(rows*c.In)*dt.Size())
+	dx, err := l.dx.get(l.dev, device.Workspace, int64(rows*c.In)*dt.Size())
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
 	}

@@ -70,14 +70,14 @@ func NewCrossEntropyConfig(d device.Device, cfg CrossEntropyConfig) (_ *CrossEnt
 			err = fmt.Errorf("%s: %w", op, errors.Join(err, c.Close()))
 		}
 	}()
-	if c.total, err = d.Alloc(dt.Size()); err != nil {
+	if c.total, err = d.Alloc(dt.Size(), device.Workspace); err != nil {
 		return nil, err
 	}
 	if err := c.ResetLoss(); err != nil {
 		return nil, err
 	}
 	if cfg.Weights != nil {
-		if c.weights, err = d.Alloc(int64(classes) * dt.Size()); err != nil {
+		if c.weights, err = d.Alloc(int64(classes)*dt.Size(), device.Parameters); err != nil {
 			return nil, err
 		}
 		if dt == device.Float64 {
@@ -138,7 +138,7 @@ func (c *CrossEntropy) ForwardSum(mode Mode, logits, targets device.Buffer, rows
 	if mode == Train {
 		c.rows, c.spent = 0, false
 		var err error
-		if a.DLogits, err = c.dLogits.get(c.dev, int64(rows*c.classes)*c.dtype.Size()); err != nil {
+		if a.DLogits, err = c.dLogits.get(c.dev, device.Activations, int64(rows*c.classes)*c.dtype.Size()); err != nil {
 			return fmt.Errorf("rnn: %s: %w", op, err)
 		}
 	}

@@ -63,10 +63,10 @@ func newParams(d device.Device, dt device.DType, seed uint64, specs []paramSpec)
 		p.n += Param{Shape: s.shape}.Len()
 	}
 	var err error
-	if p.value, err = d.Alloc(int64(p.n) * dt.Size()); err != nil {
+	if p.value, err = d.Alloc(int64(p.n)*dt.Size(), device.Parameters); err != nil {
 		return nil, fmt.Errorf("rnn: parameters: %w", err)
 	}
-	if p.grad, err = d.Alloc(int64(p.n) * dt.Size()); err != nil {
+	if p.grad, err = d.Alloc(int64(p.n)*dt.Size(), device.Gradients); err != nil {
 		return nil, fmt.Errorf("rnn: parameter gradients: %w", errors.Join(err, d.Free(p.value)))
 	}
 	// The generator's second word is fixed so that a seed alone names

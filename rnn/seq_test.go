@@ -234,7 +234,7 @@ func TestNoGradMemoryFlatWithLengths(t *testing.T) {
 	const T, B, I, H = 12, 8, 4, 8
 	d := testdevice.Open(t)
 	r := newRecurrent(t, d, "lstm", rnn.Config{Input: I, Hidden: H, Layers: 2, Bidirectional: true})
-	x, err := d.Alloc(int64(T * B * I * 4))
+	x, err := d.Alloc(int64(T*B*I*4), device.Workspace)
 	ok(t, err)
 	ok(t, d.Kernels().Fill(device.Fill{DType: device.Float32, N: T * B * I, X: x, Value: 0.5}))
 	st, err := r.NewState(B)

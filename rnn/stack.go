@@ -530,19 +530,19 @@ func (s *stack) layout(train bool, sh *batchShape) (pass, error) {
 	s.plan(res, tmp, train, sh)
 	var err error
 	if train {
-		if res.buf, err = s.reserve.get(s.dev, int64(res.off)*dt.Size()); err != nil {
+		if res.buf, err = s.reserve.get(s.dev, device.Activations, int64(res.off)*dt.Size()); err != nil {
 			return pass{}, err
 		}
 	}
-	if tmp.buf, err = s.work.get(s.dev, int64(max(tmp.off, 1))*dt.Size()); err != nil {
+	if tmp.buf, err = s.work.get(s.dev, device.Workspace, int64(max(tmp.off, 1))*dt.Size()); err != nil {
 		return pass{}, err
 	}
 	if sh.varlen {
-		idx := &s.idxWork
+		idx, cat := &s.idxWork, device.Workspace
 		if train {
-			idx = &s.idx
+			idx, cat = &s.idx, device.Activations
 		}
-		buf, err := idx.get(s.dev, sh.idxBytes())
+		buf, err := idx.get(s.dev, cat, sh.idxBytes())
 		if err == nil {
 			err = sh.upload(s.dev, buf)
 		}
@@ -864,10 +864,10 @@ func (s *stack) layoutSaved(sh *batchShape) (pass, error) {
 	res, tmp := &arena{dt: dt}, &arena{dt: dt}
 	s.plan(res, tmp, true, sh)
 	var err error
-	if res.buf, err = s.reserve.get(s.dev, int64(res.off)*dt.Size()); err != nil {
+	if res.buf, err = s.reserve.get(s.dev, device.Activations, int64(res.off)*dt.Size()); err != nil {
 		return pass{}, err
 	}
-	if tmp.buf, err = s.work.get(s.dev, int64(max(tmp.off, 1))*dt.Size()); err != nil {
+	if tmp.buf, err = s.work.get(s.dev, device.Workspace, int64(max(tmp.off, 1))*dt.Size()); err != nil {
 		return pass{}, err
 	}
 	res.off, tmp.off = 0, 0
@@ -904,12 +904,12 @@ func (s *stack) gradLayout(sh *batchShape) (gradBufs, error) {
 	}
 	take()
 	var err error
-	if g.buf, err = s.grads.get(s.dev, int64(g.off)*dt.Size()); err != nil {
+	if g.buf, err = s.grads.get(s.dev, device.Workspace, int64(g.off)*dt.Size()); err != nil {
 		return gradBufs{}, err
 	}
 	g.off = 0
 	gb := take()
-	if _, err := s.dx.get(s.dev, int64(T*B*c.Input)*dt.Size()); err != nil {
+	if _, err := s.dx.get(s.dev, device.Workspace, int64(T*B*c.Input)*dt.Size()); err != nil {
 		return gradBufs{}, err
 	}
 	return gb, nil

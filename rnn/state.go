@@ -44,7 +44,7 @@ func newState(d device.Device, dt device.DType, lstm bool, layers, batch, hidden
 	if lstm {
 		parts = 4
 	}
-	all, err := d.Alloc(int64(parts) * n * dt.Size())
+	all, err := d.Alloc(int64(parts)*n*dt.Size(), device.State)
 	if err != nil {
 		return nil, fmt.Errorf("rnn: NewState: %w", err)
 	}

@@ -119,7 +119,7 @@ func forward(t *testing.T, d device.Device, c *fixtureCase) (out, hn, cn []float
 		g = 4
 	}
 	up := func(v []float64) device.Buffer {
-		b, err := d.Alloc(int64(len(v)) * 8)
+		b, err := d.Alloc(int64(len(v))*8, device.Workspace)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -47,7 +47,7 @@ func (d *failDevice) disarm() (allocs, frees int) {
 	return d.allocs, d.frees
 }
 
-func (d *failDevice) Alloc(n int64) (device.Buffer, error) {
+func (d *failDevice) Alloc(n int64, cat device.Category) (device.Buffer, error) {
 	d.mu.Lock()
 	fail := false
 	if d.armed {
@@ -58,7 +58,7 @@ func (d *failDevice) Alloc(n int64) (device.Buffer, error) {
 	if fail {
 		return device.Buffer{}, errAlloc
 	}
-	return d.Device.Alloc(n)
+	return d.Device.Alloc(n, cat)
 }
 
 func (d *failDevice) Free(b device.Buffer) error {

@@ -143,7 +143,7 @@ func newOptimizer(d device.Device, cfg Optimizer, groups []Group) (*optimizer, e
 			return fmt.Errorf("train: optimizer state for %q: %w", g.Name, errors.Join(err, o.free(d)))
 		}
 		for s := range bufs {
-			b, err := d.Alloc(int64(p.Len()) * p.DType().Size())
+			b, err := d.Alloc(int64(p.Len())*p.DType().Size(), device.OptimizerState)
 			if err != nil {
 				return nil, fail(s, err)
 			}

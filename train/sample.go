@@ -61,7 +61,7 @@ func Sample(ctx context.Context, d device.Device, m Model, cfg SampleConfig, emi
 	if err != nil {
 		return fmt.Errorf("train: Sample: %w", err)
 	}
-	ids, err := d.Alloc(primeChunk * 4)
+	ids, err := d.Alloc(primeChunk*4, device.Batches)
 	if err != nil {
 		if st != nil {
 			err = errors.Join(err, st.Free())

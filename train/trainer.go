@@ -192,7 +192,7 @@ func (t *Trainer) allocate(dt device.DType, classes int) error {
 	if t.ce, err = rnn.NewCrossEntropyConfig(d, t.src.lossConfig(classes, dt)); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
-	if t.norm, err = d.Alloc(dt.Size()); err != nil {
+	if t.norm, err = d.Alloc(dt.Size(), device.Workspace); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
 	t.states, err = t.src.states()
@@ -202,7 +202,7 @@ func (t *Trainer) allocate(dt device.DType, classes int) error {
 	t.backup = make([][]device.Buffer, len(t.states))
 	for i, st := range t.states {
 		for _, c := range st.Carried() {
-			b, err := d.Alloc(int64(c.Len) * c.DType.Size())
+			b, err := d.Alloc(int64(c.Len)*c.DType.Size(), device.State)
 			if err != nil {
 				return fmt.Errorf("train: carried state: %w", err)
 			}

@@ -32,7 +32,7 @@ func benchDevice(b *testing.B) (*cpu.Device, device.Kernels) {
 // buf returns a float32 buffer of n elements filled with v.
 func buf(b *testing.B, d *cpu.Device, n int, v float64) device.Buffer {
 	b.Helper()
-	x, err := d.Alloc(int64(n) * 4)
+	x, err := d.Alloc(int64(n)*4, device.Workspace)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func BenchmarkSoftmaxCrossEntropy(b *testing.B) {
 	d, k := benchDevice(b)
 	n := benchRows * benchVocab
 	logits, loss := buf(b, d, n, 0.1), buf(b, d, 1, 0)
-	tg, err := d.Alloc(benchRows * 4)
+	tg, err := d.Alloc(benchRows*4, device.Workspace)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func BenchmarkSoftmaxCrossEntropy(b *testing.B) {
 func BenchmarkEmbedding(b *testing.B) {
 	d, k := benchDevice(b)
 	table, out := buf(b, d, benchVocab*benchEmbed, 0.1), buf(b, d, benchRows*benchEmbed, 0)
-	ids, err := d.Alloc(benchRows * 4)
+	ids, err := d.Alloc(benchRows*4, device.Workspace)
 	if err != nil {
 		b.Fatal(err)
 	}

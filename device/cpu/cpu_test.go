@@ -29,7 +29,7 @@ func open(t testing.TB, cfg Config) *Device {
 
 func alloc32(t testing.TB, d *Device, n int) device.Buffer {
 	t.Helper()
-	b, err := d.Alloc(int64(n) * 4)
+	b, err := d.Alloc(int64(n)*4, device.Workspace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,12 +177,12 @@ func TestCapacity(t *testing.T) {
 	const capacity = 64 << 20
 	d, err := Open(Config{Capacity: capacity})
 	check(t, err)
-	_, err = d.Alloc(2 * capacity)
+	_, err = d.Alloc(2*capacity, device.Workspace)
 	var oom *alloc.OutOfMemoryError
 	if !errors.Is(err, alloc.ErrOutOfMemory) || !errors.As(err, &oom) {
 		t.Fatalf("Alloc beyond the capacity: err = %v, want an *alloc.OutOfMemoryError", err)
 	}
-	if _, err := d.Alloc(1 << 20); err != nil {
+	if _, err := d.Alloc(1<<20, device.Workspace); err != nil {
 		t.Fatalf("Alloc after an OOM: %v", err)
 	}
 	if free, _, _ := d.host.MemInfo(); free >= capacity {
@@ -192,7 +192,7 @@ func TestCapacity(t *testing.T) {
 	if free, _, _ := d.host.MemInfo(); free != capacity {
 		t.Errorf("after Close free = %d, want the whole capacity %d (live buffers released)", free, capacity)
 	}
-	if _, err := d.Alloc(1); !errors.Is(err, device.ErrClosed) {
+	if _, err := d.Alloc(1, device.Workspace); !errors.Is(err, device.ErrClosed) {
 		t.Errorf("Alloc after Close: err = %v, want ErrClosed", err)
 	}
 }
@@ -208,7 +208,7 @@ func TestConcurrentCallers(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			x, err := d.Alloc(n * 4)
+			x, err := d.Alloc(n*4, device.Workspace)
 			if err != nil {
 				errs <- err
 				return

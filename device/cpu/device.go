@@ -55,8 +55,9 @@ type Device struct {
 }
 
 var (
-	_ device.Device    = (*Device)(nil)
-	_ device.Allocator = (*Device)(nil)
+	_ device.Device           = (*Device)(nil)
+	_ device.Allocator        = (*Device)(nil)
+	_ device.StagingAllocator = (*Device)(nil)
 )
 
 // Open starts a CPU device.
@@ -112,15 +113,16 @@ func (d *Device) checkOpen(what string) error {
 	return nil
 }
 
-// Alloc returns a buffer from the caching allocator, 512-byte aligned.
-func (d *Device) Alloc(bytes int64) (device.Buffer, error) {
+// Alloc returns a buffer from the caching allocator, 512-byte aligned,
+// counted in category cat.
+func (d *Device) Alloc(bytes int64, cat device.Category) (device.Buffer, error) {
 	if err := d.checkOpen("Alloc"); err != nil {
 		return device.Buffer{}, err
 	}
 	if bytes < 0 {
 		return device.Buffer{}, fmt.Errorf("cpu: Alloc of %d bytes: %w", bytes, device.ErrShape)
 	}
-	p, err := d.mem.Alloc(bytes, 0)
+	p, err := d.mem.AllocCategory(bytes, 0, cat)
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("cpu: %w", err)
 	}
@@ -302,6 +304,10 @@ func (d *Device) MemStats() alloc.Stats { return d.mem.Stats() }
 // Memory is the device's caching allocator, for snapshots, traces and
 // EmptyCache.
 func (d *Device) Memory() *alloc.Caching { return d.mem }
+
+// StagingMemory is the host cache that serves Staging
+// (device.StagingAllocator).
+func (d *Device) StagingMemory() *alloc.HostCache { return d.staging }
 
 // Kernels returns the kernels, which run on the compute stream.
 func (d *Device) Kernels() device.Kernels { return kernels{d} }

@@ -19,7 +19,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	newBuf := func(v []float32) device.Buffer {
-		b, err := d.Alloc(int64(len(v)) * device.Float32.Size())
+		b, err := d.Alloc(int64(len(v))*device.Float32.Size(), device.Workspace)
 		if err != nil {
 			log.Fatal(err)
 		}

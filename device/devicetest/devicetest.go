@@ -309,7 +309,7 @@ func (e *env) alloc(dt device.DType, n int) device.Buffer {
 	bytes := int64(n) * dt.Size()
 	var b device.Buffer
 	err := call(e.t, "Alloc", func() (err error) {
-		b, err = e.dev.Alloc(max(bytes, 1))
+		b, err = e.dev.Alloc(max(bytes, 1), device.Workspace)
 		return err
 	})
 	if err != nil {
@@ -326,7 +326,7 @@ func (e *env) allocWhole(bytes int64) device.Buffer {
 	e.t.Helper()
 	var b device.Buffer
 	err := call(e.t, "Alloc", func() (err error) {
-		b, err = e.dev.Alloc(bytes)
+		b, err = e.dev.Alloc(bytes, device.Workspace)
 		return err
 	})
 	if err != nil {

@@ -219,6 +219,41 @@ func testMemStats(t *testing.T, open opener) {
 			}
 		})
 	}
+	e.run("Categories", func(e *env) {
+		// Every Alloc counts in the category it names, and the categories
+		// add up to the allocated bytes.
+		e.sync()
+		before := e.memStats()
+		var bufs []device.Buffer
+		for i, cat := range alloc.Categories() {
+			n := int64(i+1) << 12
+			var b device.Buffer
+			err := call(e.t, "Alloc", func() (err error) { b, err = e.dev.Alloc(n, cat); return err })
+			if err != nil {
+				e.t.Fatalf("Alloc(%d, %v): %v", n, cat, err)
+			}
+			bufs = append(bufs, b)
+			st := e.memStats()
+			if grew := st.CategoryBytes[cat].Current - before.CategoryBytes[cat].Current; grew < n {
+				e.t.Errorf("%v grew by %d bytes after Alloc(%d, %v), want at least %d", cat, grew, n, cat, n)
+			}
+			if sum, all := st.CategoryBytes.Total(), st.AllocatedBytes[alloc.AllPools].Current; sum != all {
+				e.t.Errorf("categories add up to %d bytes, allocated bytes %d", sum, all)
+			}
+		}
+		for _, b := range bufs {
+			if err := call(e.t, "Free", func() error { return e.dev.Free(b) }); err != nil {
+				e.t.Fatalf("Free: %v", err)
+			}
+		}
+		e.sync()
+		after := e.memStats()
+		for _, cat := range alloc.Categories() {
+			if a, w := after.CategoryBytes[cat].Current, before.CategoryBytes[cat].Current; a != w {
+				e.t.Errorf("%v after Free: %d bytes, want %d as before", cat, a, w)
+			}
+		}
+	})
 	e.run("Kernels", func(e *env) {
 		// Kernels allocate nothing that stays allocated.
 		x, out := e.filled(1<<16, 1), e.filled(1, 0)

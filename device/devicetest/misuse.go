@@ -245,7 +245,7 @@ func (e *env) checkMisuse(c misuseCase, other device.Device) {
 		case !optional && (!errors.Is(err, device.ErrForeignBuffer) || !namesField(err, field)):
 			e.t.Errorf("%s with the zero Buffer as %s = %v, want an error matching device.ErrForeignBuffer that names %s", name, field, err, field)
 		}
-		foreign, ferr := other.Alloc(b.Len())
+		foreign, ferr := other.Alloc(b.Len(), device.Workspace)
 		if ferr != nil {
 			e.t.Fatalf("Alloc on the second device: %v", ferr)
 		}
@@ -283,7 +283,7 @@ func contains(list []string, s string) bool {
 
 func testMemoryMisuse(e *env, other device.Device) {
 	b := e.allocWhole(64)
-	foreign, err := other.Alloc(64)
+	foreign, err := other.Alloc(64, device.Workspace)
 	if err != nil {
 		e.t.Fatalf("Alloc on the second device: %v", err)
 	}
@@ -355,7 +355,7 @@ func testMemoryMisuse(e *env, other device.Device) {
 	})
 
 	// Out of memory is an error carrying the allocator's figures.
-	_, err = e.dev.Alloc(1 << 60)
+	_, err = e.dev.Alloc(1<<60, device.Workspace)
 	var oom *alloc.OutOfMemoryError
 	if !errors.Is(err, alloc.ErrOutOfMemory) || !errors.As(err, &oom) {
 		e.t.Errorf("Alloc(1<<60) = %v, want an *alloc.OutOfMemoryError matching alloc.ErrOutOfMemory", err)
@@ -385,7 +385,7 @@ func testClosed(t *testing.T, open opener) {
 		name string
 		f    func() error
 	}{
-		{"Alloc", func() error { _, err := d.Alloc(64); return err }},
+		{"Alloc", func() error { _, err := d.Alloc(64, device.Workspace); return err }},
 		{"Free", func() error { return d.Free(b) }},
 		{"Upload", func() error { return d.Upload(b, make([]byte, 8)) }},
 		{"Download", func() error { return d.Download(make([]byte, 8), b.Slice(0, 8)) }},

@@ -263,11 +263,11 @@ func concurrentRound(d device.Device, s device.Stream, w, r, n int) (err error) 
 			err = fmt.Errorf("panic: %v", p)
 		}
 	}()
-	x, err := d.Alloc(4 * int64(n))
+	x, err := d.Alloc(4*int64(n), device.Workspace)
 	if err != nil {
 		return err
 	}
-	y, err := d.Alloc(4 * int64(n))
+	y, err := d.Alloc(4*int64(n), device.Workspace)
 	if err != nil {
 		return err
 	}
