@@ -300,3 +300,36 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		t.Errorf("%d goroutines after Close, %d before Open", n, before)
 	}
 }
+
+// TestReleaseWaitsForWork frees a buffer that queued kernels still read and
+// empties the cache at once: the segment goes back to the system only after
+// that work ran (before the fix, EmptyCache unmapped it under the running
+// kernels, and the process died of a segmentation fault; an allocation
+// that runs out of memory releases cached segments the same way).
+func TestReleaseWaitsForWork(t *testing.T) {
+	d, err := Open(Config{})
+	check(t, err)
+	defer d.Close()
+	const n = 16 << 20 // 64 MiB of float32: a segment of its own
+	x, err := d.Alloc(4*n, device.Workspace)
+	check(t, err)
+	out, err := d.Alloc(4, device.Workspace)
+	check(t, err)
+	k := d.Kernels()
+	check(t, k.Fill(device.Fill{DType: device.Float32, N: n, X: x, Value: 1}))
+	for range 20 { // long enough that the host is well ahead
+		check(t, k.Axpby(device.Axpby{DType: device.Float32, N: n, Alpha: 1, X: x, Beta: 1, Y: x}))
+	}
+	check(t, k.SumSquares(device.SumSquares{DType: device.Float32, N: 1 << 10, X: x, Out: out}))
+	check(t, d.Free(x))
+	check(t, d.Memory().EmptyCache())
+	got := make([]float32, 1)
+	check(t, device.DownloadSlice(d, got, out))
+	// Each element doubled 20 times: 2^20, squared, summed over 2^10.
+	if want := float32(1 << 50); got[0] != want {
+		t.Errorf("sum of squares = %g, want %g", got[0], want)
+	}
+	if r := d.MemStats().ReservedBytes[alloc.AllPools].Current; r >= 4*n {
+		t.Errorf("reserved %d bytes after EmptyCache, want the 64 MiB segment released", r)
+	}
+}

@@ -72,20 +72,48 @@ func Open(cfg Config) (*Device, error) {
 		cfg.Threads = min(runtime.GOMAXPROCS(0), maxThreads)
 	}
 	host := alloc.NewHost(cfg.Capacity)
-	mem, err := alloc.NewCaching(host, cfg.Memory)
-	if err != nil {
-		return nil, fmt.Errorf("cpu: %w", err)
-	}
 	d := &Device{
 		cfg:     cfg,
 		blas:    chooseBLAS(cfg.BLAS),
 		host:    host,
-		mem:     mem,
 		staging: alloc.NewHostCache(alloc.NewHost(0)),
-		pool:    newPool(cfg.Threads),
 	}
+	mem, err := alloc.NewCaching(drainingSource{host, d}, cfg.Memory)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
+	}
+	d.mem, d.pool = mem, newPool(cfg.Threads)
 	d.compute = newStream(d, true)
 	return d, nil
+}
+
+// drainingSource is the device's memory: the host source, except that a
+// segment is unmapped only after the work queued on every stream has run.
+// The cache gives a freed block to later work only, but when it releases a
+// whole segment (EmptyCache, or the out-of-memory ladder) the memory goes
+// away at once, and work queued before the Free may still be reading it.
+// cudaFree waits for the device for the same reason.
+type drainingSource struct {
+	*alloc.Host
+	d *Device
+}
+
+func (s drainingSource) Release(p alloc.Ptr, size int64) error {
+	s.d.drain()
+	return s.Host.Release(p, size)
+}
+
+// drain waits until the work queued so far on every stream has run, and
+// leaves its errors for the streams to report.
+func (d *Device) drain() {
+	d.mu.Lock()
+	all := append([]*stream{d.compute}, d.streams...)
+	d.mu.Unlock()
+	for _, s := range all {
+		if s != nil {
+			s.wait(s.queued.Load())
+		}
+	}
 }
 
 // chooseBLAS applies Config.BLAS's rule.
