@@ -148,10 +148,11 @@ type DatasetConfig struct {
 // examples themselves are read from the file when asked for, so memory
 // holds a few numbers per example, not the data.
 type Dataset struct {
-	path string
-	cfg  ReadConfig
-	f    *os.File
-	size int64
+	path   string
+	cfg    ReadConfig
+	f      io.ReaderAt
+	closer io.Closer // the file OpenDataset opened; nil for NewDataset
+	size   int64
 	// Words, Chars and Labels are the vocabularies: of the data's words
 	// (or the given ones), of the characters of its words or texts, and of
 	// its tags or labels.
@@ -177,26 +178,41 @@ type Dataset struct {
 // builds the vocabularies cfg does not give, and indexes the examples.
 // An empty file, a file mixing tagged and labelled examples, or a tag
 // outside a given Labels is an error.
-func OpenDataset(ctx context.Context, path string, cfg DatasetConfig) (_ *Dataset, err error) {
-	rc, err := cfg.ReadConfig.resolve(path)
-	if err != nil {
+func OpenDataset(ctx context.Context, path string, cfg DatasetConfig) (*Dataset, error) {
+	if _, err := cfg.ReadConfig.resolve(path); err != nil {
 		return nil, err
 	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("loader: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			f.Close()
-		}
-	}()
 	fi, err := f.Stat()
 	if err != nil {
+		f.Close()
 		return nil, fmt.Errorf("loader: %w", err)
 	}
-	d := &Dataset{path: path, cfg: rc, f: f, size: fi.Size(), Words: cfg.Words, Chars: cfg.Chars, Labels: cfg.Labels}
-	x, err := NewExampleReader(io.NewSectionReader(f, 0, d.size), path, 0, rc)
+	d, err := NewDataset(ctx, f, fi.Size(), path, cfg)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	d.closer = f
+	return d, nil
+}
+
+// NewDataset is OpenDataset over size bytes of r, which name names in
+// messages (and, without cfg.Format, gives the format by its extension):
+// for data that is not a file of its own, such as a section of one or
+// bytes made in memory. The Dataset reads r whenever an example is asked
+// for; its Close does nothing.
+func NewDataset(ctx context.Context, r io.ReaderAt, size int64, name string, cfg DatasetConfig) (*Dataset, error) {
+	rc, err := cfg.ReadConfig.resolve(name)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dataset{path: name, cfg: rc, f: r, size: size, Words: cfg.Words, Chars: cfg.Chars, Labels: cfg.Labels}
+	path := name
+	x, err := NewExampleReader(io.NewSectionReader(r, 0, d.size), path, 0, rc)
 	if err != nil {
 		return nil, err
 	}
@@ -300,5 +316,10 @@ func (d *Dataset) Example(i int) (Example, error) {
 	return ex, err
 }
 
-// Close closes the file.
-func (d *Dataset) Close() error { return d.f.Close() }
+// Close closes the file OpenDataset opened.
+func (d *Dataset) Close() error {
+	if d.closer == nil {
+		return nil
+	}
+	return d.closer.Close()
+}

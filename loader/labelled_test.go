@@ -277,3 +277,32 @@ func FuzzLabelledData(f *testing.F) {
 		}
 	})
 }
+
+// TestNewDataset indexes data held in memory: the format comes from the
+// name's extension, examples are read back from the reader, and an error
+// names the name given.
+func TestNewDataset(t *testing.T) {
+	ctx := context.Background()
+	text := `{"tokens": ["a", "b"], "tags": ["X", "Y"]}` + "\n" + `{"tokens": ["c"], "tags": ["X"]}` + "\n"
+	d, err := NewDataset(ctx, strings.NewReader(text), int64(len(text)), "mem.jsonl", DatasetConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Len() != 2 || d.Tokens() != 3 || !d.Tagging || d.Labels.Len() != 2 {
+		t.Errorf("%d examples, %d tokens, tagging %v, %d tags; want 2, 3, true, 2", d.Len(), d.Tokens(), d.Tagging, d.Labels.Len())
+	}
+	ex, err := d.Example(1)
+	if err != nil || !reflect.DeepEqual(ex.Tokens, []string{"c"}) {
+		t.Errorf("example 1 = %+v, %v; want tokens [c]", ex, err)
+	}
+	if err := d.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	bad := "{\"tokens\": [\"a\"]}\n"
+	if _, err := NewDataset(ctx, strings.NewReader(bad), int64(len(bad)), "mem.jsonl", DatasetConfig{}); err == nil || !strings.Contains(err.Error(), "mem.jsonl") {
+		t.Errorf("an example without tags or label: %v, want an error naming mem.jsonl", err)
+	}
+	if _, err := NewDataset(ctx, strings.NewReader(text), int64(len(text)), "mem.bin", DatasetConfig{}); err == nil {
+		t.Error("no format and an unknown extension: no error")
+	}
+}
