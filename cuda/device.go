@@ -52,6 +52,7 @@ type Device struct {
 	blasMu    sync.Mutex // a cuBLAS handle must not be used by two threads at once
 	blas      blasHandle
 	workspace alloc.Ptr
+	wsBytes   int64 // the workspace's size
 
 	modules []cuModule
 	fn      [numKernels][2]cuFunction // [kernel][0 float32, 1 float64]
@@ -229,7 +230,7 @@ func (d *Device) start(cc int) error {
 		if err != nil || !ok {
 			_ = d.mem.Free(p)
 		} else {
-			d.workspace = p
+			d.workspace, d.wsBytes = p, ws
 		}
 		if err != nil {
 			return err
@@ -278,6 +279,10 @@ func (d *Device) Name() string { return d.name }
 
 // Info describes the GPU.
 func (d *Device) Info() Info { return d.info }
+
+// BLASWorkspace is the bytes of cuBLAS workspace the device allocated
+// (Config.BLASWorkspace resolved), 0 when it set none.
+func (d *Device) BLASWorkspace() int64 { return d.wsBytes }
 
 // Memory is the device's caching allocator, for snapshots, traces and
 // EmptyCache.

@@ -9,6 +9,7 @@ import (
 	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/cpu"
+	"github.com/gocurrent/gocurrent/device/meta"
 )
 
 // Config configures the devices Open may open. The zero value opens each
@@ -78,4 +79,26 @@ func openCUDA(cfg cuda.Config, ordinal int) (device.Device, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// MetaConfig describes d for the planner (meta.Open, models.PlanMemory):
+// its name, its allocator's policy, the memory a run on it may use (what
+// is free now plus what its allocator already holds, or the allocator's
+// limit when that is lower), and for a GPU the cuBLAS workspace and the
+// kernels' temporaries.
+func MetaConfig(d device.Device) meta.Config {
+	c := meta.Config{Name: d.Name()}
+	if r, ok := device.MemoryReport(d); ok {
+		c.Capacity = r.DeviceFree + r.Reserved
+		if r.Limit > 0 && (c.Capacity == 0 || r.Limit < c.Capacity) {
+			c.Capacity = r.Limit
+		}
+	}
+	if a, ok := d.(device.Allocator); ok {
+		c.Memory = a.Memory().Config()
+	}
+	if g, ok := d.(*cuda.Device); ok {
+		c.Workspace, c.KernelTemporaries = g.BLASWorkspace(), true
+	}
+	return c
 }

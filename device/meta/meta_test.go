@@ -1,0 +1,124 @@
+package meta_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/device/devicetest"
+	"github.com/gocurrent/gocurrent/device/meta"
+)
+
+func open(t testing.TB, cfg meta.Config) *meta.Device {
+	t.Helper()
+	d, err := meta.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// TestConformance runs the part of the device suite that does not read
+// values back: the memory figures. (A meta device holds no values, so the
+// suite's maths and misuse groups, which check that data survives, do not
+// apply; TestClosed checks what Misuse would of closing.)
+func TestConformance(t *testing.T) {
+	devicetest.RunGroups(t, func(t testing.TB) device.Device { return open(t, meta.Config{}) },
+		func(g string) bool { return g == "MemStats" })
+}
+
+func TestClosed(t *testing.T) {
+	d := open(t, meta.Config{})
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.Alloc(64, device.Workspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, err := range map[string]error{
+		"Alloc":              func() error { _, err := d.Alloc(64, device.Workspace); return err }(),
+		"Free":               d.Free(b),
+		"Synchronize":        d.Synchronize(),
+		"Stream().Record":    func() error { _, err := d.Stream().Record(); return err }(),
+		"Stream().Sync":      d.Stream().Synchronize(),
+		"NewStream().Record": func() error { _, err := s.Record(); return err }(),
+		"Kernels().Fill":     d.Kernels().Fill(device.Fill{DType: device.Float32, N: 1, X: b}),
+	} {
+		if !errors.Is(err, device.ErrClosed) {
+			t.Errorf("%s after Close = %v, want device.ErrClosed", name, err)
+		}
+	}
+	if _, err := d.Alloc(1<<60, device.Workspace); err == nil {
+		t.Error("Alloc(1<<60) after Close succeeded")
+	}
+}
+
+// TestHuge checks that an unlimited meta device still refuses what no
+// device has, with the typed error.
+func TestHuge(t *testing.T) {
+	d := open(t, meta.Config{})
+	if _, err := d.Alloc(1<<60, device.Workspace); !errors.Is(err, alloc.ErrOutOfMemory) {
+		t.Errorf("Alloc(1<<60) = %v, want alloc.ErrOutOfMemory", err)
+	}
+}
+
+// TestCapacity checks that the capacity binds with the allocator's typed
+// error, as on a real device.
+func TestCapacity(t *testing.T) {
+	d := open(t, meta.Config{Capacity: 64 << 20})
+	b, err := d.Alloc(40<<20, device.Activations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.Alloc(40<<20, device.Activations)
+	var oom *alloc.OutOfMemoryError
+	if !errors.As(err, &oom) || oom.Categories[alloc.Activations] != 40<<20 {
+		t.Fatalf("second 40 MiB on a 64 MiB device: %v, want an *alloc.OutOfMemoryError with 40 MiB of activations", err)
+	}
+	if err := d.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Alloc(60<<20, device.Parameters); err != nil {
+		t.Fatalf("60 MiB after freeing: %v", err)
+	}
+}
+
+// TestCUDALike checks the allocations a CUDA device makes for itself: the
+// cuBLAS workspace at open, the loss kernel's temporary.
+func TestCUDALike(t *testing.T) {
+	d := open(t, meta.CUDA("cuda:0", 1<<30, alloc.Config{}, 32<<20))
+	st := d.MemStats()
+	if got := st.CategoryBytes[alloc.Workspace].Current; got != 32<<20 {
+		t.Fatalf("workspace at open = %d, want 32 MiB", got)
+	}
+	const rows, classes = 1000, 65
+	logits, _ := d.Alloc(rows*classes*4, device.Workspace)
+	targets, _ := d.Alloc(rows*4, device.Batches)
+	loss, _ := d.Alloc(4, device.Workspace)
+	d.MemStats()
+	d.Memory().ResetPeak()
+	before := d.MemStats().AllocatedBytes[alloc.AllPools].Current
+	err := d.Kernels().SoftmaxCrossEntropy(device.SoftmaxCrossEntropy{DType: device.Float32, N: rows, Classes: classes,
+		Logits: logits, Targets: targets, Loss: loss})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = d.MemStats()
+	// rows doubles, rounded to the allocator's 512 bytes.
+	if peak, want := st.AllocatedBytes[alloc.AllPools].Peak-before, int64(8192); peak != want || st.AllocatedBytes[alloc.AllPools].Current != before {
+		t.Errorf("the loss kernel's temporary: peak +%d, current %+d; want +%d, +0", peak, st.AllocatedBytes[alloc.AllPools].Current-before, want)
+	}
+	// Arguments are checked as on every device.
+	err = d.Kernels().SoftmaxCrossEntropy(device.SoftmaxCrossEntropy{DType: device.Float32, N: rows + 1, Classes: classes,
+		Logits: logits, Targets: targets, Loss: loss})
+	if !errors.Is(err, device.ErrShape) {
+		t.Errorf("a short buffer: %v, want ErrShape", err)
+	}
+}

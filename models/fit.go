@@ -1,0 +1,253 @@
+package models
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/device/meta"
+)
+
+// FitConfig configures FitBatch and PlanBatch.
+type FitConfig struct {
+	// Limit is the memory the run may reserve, in bytes. 0 means the
+	// device's: its allocator's limit when one is set, else what is free
+	// on it plus what its allocator already holds.
+	Limit int64
+	// Margin is the fraction of Limit kept free (0 means 0.05): a batch
+	// fits when its trial's peak reserved memory stays within
+	// Limit·(1−Margin), so that what the trial did not meet (a longer
+	// run's fragmentation, another process) has room.
+	Margin float64
+	// Max is the largest batch tried; 0 means 4096.
+	Max int
+	// Effective, when > 0, keeps the examples of an optimizer step: the
+	// result's Batch·Accum is Effective, with Accum the fewest
+	// micro-batches whose batch fits (and divides Effective).
+	Effective int
+}
+
+// Trial is one batch size tried.
+type Trial struct {
+	Batch, Accum int
+	// Fits says the trial ran its steps within the limit and margin.
+	Fits bool
+	// PeakReserved is the trial's peak reserved memory, 0 when it ran out
+	// of memory.
+	PeakReserved int64
+}
+
+// FitResult is what FitBatch found.
+type FitResult struct {
+	// Spec is the spec asked for with the batch (and accumulation) found.
+	Spec MemorySpec
+	// PeakReserved is the chosen size's trial peak; Limit the limit it was
+	// held to (before the margin).
+	PeakReserved, Limit int64
+	// Trials lists every size tried, in order; the chosen one is among
+	// them.
+	Trials  []Trial
+	Elapsed time.Duration
+}
+
+// ErrNoBatchFits is matched by the error of FitBatch and PlanBatch when
+// not even a batch of one fits.
+var ErrNoBatchFits = errors.New("not even a batch of one fits")
+
+// FitBatch finds the largest batch of spec's run that fits on d: it grows
+// the batch from spec.Batch by doubling, then bisects, and each trial is
+// the run's real training steps on d (a fresh model, trainer and loader,
+// closed after, the cache emptied) at the longest sequence length, every
+// sequence spec.Seq tokens long (spec.Lengths and MaxTokens are set aside),
+// so that the largest activations and the optimizer's state exist. A
+// trial that runs out of memory is recognised by the allocator's typed
+// error. The batch returned is one that was tried and fitted.
+func FitBatch(ctx context.Context, d device.Device, spec MemorySpec, cfg FitConfig) (FitResult, error) {
+	limit := cfg.Limit
+	if limit == 0 {
+		limit = deviceLimit(d)
+	}
+	a, _ := d.(device.Allocator)
+	return fit(spec, cfg, limit, func(s MemorySpec) (int64, error) {
+		if a != nil {
+			if err := a.Memory().EmptyCache(); err != nil {
+				return 0, err
+			}
+			a.Memory().ResetPeak()
+		}
+		_, err := runSpec(ctx, d, s, nil)
+		if a == nil {
+			return 0, err
+		}
+		peak := a.Memory().Stats().ReservedBytes[alloc.AllPools].Peak
+		return peak, errors.Join(err, a.Memory().EmptyCache())
+	})
+}
+
+// PlanBatch is FitBatch with planned trials (PlanMemory on the device
+// target describes, held to target.Capacity or cfg.Limit): no device
+// memory is touched and nothing is computed, so it takes a fraction of a
+// second; what it returns is what FitBatch would on that device, as far
+// as the plan is exact.
+func PlanBatch(ctx context.Context, target meta.Config, spec MemorySpec, cfg FitConfig) (FitResult, error) {
+	limit := cfg.Limit
+	if limit == 0 {
+		limit = target.Capacity
+	}
+	if limit == 0 {
+		return FitResult{}, errors.New("models: PlanBatch needs a limit: FitConfig.Limit or the target's capacity")
+	}
+	target.Capacity = limit
+	return fit(spec, cfg, limit, func(s MemorySpec) (int64, error) {
+		p, err := PlanMemory(ctx, target, s)
+		return p.Report.PeakReserved, err
+	})
+}
+
+// deviceLimit is the memory a run on d may reserve: the allocator's limit,
+// else what is free plus what the allocator holds.
+func deviceLimit(d device.Device) int64 {
+	r, ok := device.MemoryReport(d)
+	if !ok {
+		return 0
+	}
+	if r.Limit > 0 {
+		return r.Limit
+	}
+	return r.DeviceFree + r.Reserved
+}
+
+// fit is the search: try runs a spec and returns its peak reserved bytes,
+// or an error, which matches alloc.ErrOutOfMemory when the run did not
+// fit.
+func fit(spec MemorySpec, cfg FitConfig, limit int64, try func(MemorySpec) (int64, error)) (FitResult, error) {
+	start := time.Now()
+	if err := spec.check(); err != nil {
+		return FitResult{}, err
+	}
+	margin, most := cfg.Margin, cfg.Max
+	if margin == 0 {
+		margin = 0.05
+	}
+	if most == 0 {
+		most = 4096
+	}
+	switch {
+	case !(margin >= 0 && margin < 1):
+		return FitResult{}, fmt.Errorf("models: margin %v, want [0, 1)", margin)
+	case most < 1 || cfg.Effective < 0:
+		return FitResult{}, fmt.Errorf("models: max batch %d, effective batch %d; want max ≥ 1", most, cfg.Effective)
+	case limit <= 0:
+		return FitResult{}, errors.New("models: no memory limit to fit the batch to (the device reports none)")
+	}
+	budget := int64(float64(limit) * (1 - margin))
+	res := FitResult{Limit: limit}
+	base := spec
+	base.Lengths, base.MaxTokens = nil, 0
+	peaks := map[[2]int]int64{}
+	fits := func(batch, accum int) (bool, error) {
+		s := base
+		s.Batch, s.Accum = batch, accum
+		peak, err := try(s)
+		var oom *alloc.OutOfMemoryError
+		switch {
+		case errors.As(err, &oom) || errors.Is(err, alloc.ErrOutOfMemory):
+			res.Trials = append(res.Trials, Trial{Batch: batch, Accum: accum})
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("models: the trial of batch %d: %w", batch, err)
+		}
+		ok := peak <= budget
+		res.Trials = append(res.Trials, Trial{Batch: batch, Accum: accum, Fits: ok, PeakReserved: peak})
+		if ok {
+			peaks[[2]int{batch, accum}] = peak
+		}
+		return ok, nil
+	}
+	accum := max(spec.Accum, 1)
+	lo, hi := 0, most+1 // the largest batch known to fit, the smallest known not to
+	for b := min(max(spec.Batch, 1), most); lo < b && b < hi; b = min(2*b, most) {
+		ok, err := fits(b, accum)
+		if err != nil {
+			return res, err
+		}
+		if !ok {
+			hi = b
+			break
+		}
+		lo = b
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		ok, err := fits(mid, accum)
+		if err != nil {
+			return res, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	if lo == 0 {
+		return res, fmt.Errorf("models: %w within %s (%s less a margin of %.0f%%)", ErrNoBatchFits,
+			alloc.FormatSize(budget), alloc.FormatSize(limit), 100*margin)
+	}
+	chosen := [2]int{lo, accum}
+	if e := cfg.Effective; e > 0 {
+		// The fewest micro-batches that divide e and whose batch fits,
+		// confirmed by a trial of their own (the state carried per
+		// micro-batch grows with them).
+		chosen = [2]int{}
+		for a := (e + lo - 1) / lo; a <= e; a++ {
+			if e%a != 0 {
+				continue
+			}
+			if _, tried := peaks[[2]int{e / a, a}]; !tried {
+				ok, err := fits(e/a, a)
+				if err != nil {
+					return res, err
+				}
+				if !ok {
+					continue
+				}
+			}
+			chosen = [2]int{e / a, a}
+			break
+		}
+		if chosen[0] == 0 {
+			return res, fmt.Errorf("models: %w with an effective batch of %d", ErrNoBatchFits, e)
+		}
+	}
+	res.Spec = spec
+	res.Spec.Batch, res.Spec.Accum = chosen[0], chosen[1]
+	res.PeakReserved = peaks[chosen]
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+// String lists the trials: "batch 32: 1.20 GiB fits; batch 64: out of
+// memory; ...".
+func (r FitResult) String() string {
+	var parts []string
+	for _, t := range r.Trials {
+		s := fmt.Sprintf("batch %d", t.Batch)
+		if t.Accum > 1 {
+			s += fmt.Sprintf("x%d", t.Accum)
+		}
+		switch {
+		case t.Fits:
+			s += ": " + alloc.FormatSize(t.PeakReserved) + " fits"
+		case t.PeakReserved > 0:
+			s += ": " + alloc.FormatSize(t.PeakReserved) + " is over the margin"
+		default:
+			s += ": out of memory"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}

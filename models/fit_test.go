@@ -1,0 +1,126 @@
+package models
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/device/cpu"
+	"github.com/gocurrent/gocurrent/device/meta"
+)
+
+// fitSpec is a small char-RNN whose activations grow by about 0.4 MiB per
+// row of the batch (6·T·H float32s per layer: 6·64·128·4 bytes, 2 layers),
+// so a limit of tens of MiB binds at a batch of tens.
+func fitSpec() MemorySpec {
+	return MemorySpec{CharRNN: &CharRNNConfig{Cell: "lstm", Embed: 16, Hidden: 128, Layers: 2}, Vocab: 65, Batch: 8, Seq: 64}
+}
+
+// checkLargest checks that res's batch was tried and fitted, and that the
+// next batch does not fit by the plan's books on the same target.
+func checkLargest(t *testing.T, target meta.Config, res FitResult, margin float64) {
+	t.Helper()
+	b := res.Spec.Batch
+	tried := false
+	for _, tr := range res.Trials {
+		if tr.Batch == b && tr.Accum == max(res.Spec.Accum, 1) {
+			tried = tr.Fits
+		}
+	}
+	if !tried {
+		t.Errorf("batch %d was not a trial that fitted: %v", b, res)
+	}
+	budget := int64(float64(res.Limit) * (1 - margin))
+	target.Capacity = res.Limit
+	next := res.Spec
+	next.Batch++
+	p, err := PlanMemory(context.Background(), target, next)
+	if err == nil && p.Report.PeakReserved <= budget {
+		t.Errorf("batch %d fits too (%s of %s): %d is not the largest", next.Batch, alloc.FormatSize(p.Report.PeakReserved), alloc.FormatSize(budget), b)
+	}
+}
+
+func TestPlanBatch(t *testing.T) {
+	ctx := context.Background()
+	target := meta.Config{Capacity: 64 << 20}
+	res, err := PlanBatch(ctx, target, fitSpec(), FitConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("largest batch %d, peak %s of %s; trials: %v", res.Spec.Batch, alloc.FormatSize(res.PeakReserved), alloc.FormatSize(res.Limit), res)
+	if res.Spec.Batch < 16 || res.Spec.Batch > 4096 {
+		t.Errorf("batch %d, want a few tens on a 64 MiB device", res.Spec.Batch)
+	}
+	checkLargest(t, target, res, 0.05)
+
+	// Keeping an effective batch of 256 raises the accumulation.
+	eff, err := PlanBatch(ctx, target, fitSpec(), FitConfig{Effective: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, a := eff.Spec.Batch, eff.Spec.Accum; b*a != 256 || b > res.Spec.Batch || a < 2 {
+		t.Errorf("effective 256: batch %d x accum %d, want a product of 256 with a batch of at most %d", b, a, res.Spec.Batch)
+	}
+
+	// A device too small for one row.
+	if _, err := PlanBatch(ctx, meta.Config{Capacity: 1 << 20}, fitSpec(), FitConfig{}); !errors.Is(err, ErrNoBatchFits) {
+		t.Errorf("1 MiB device: %v, want ErrNoBatchFits", err)
+	}
+	// The cap binds.
+	capped, err := PlanBatch(ctx, target, fitSpec(), FitConfig{Max: 12})
+	if err != nil || capped.Spec.Batch != 12 {
+		t.Errorf("max 12: batch %d, %v; want 12", capped.Spec.Batch, err)
+	}
+}
+
+// TestFitBatchCPU runs the search with real training steps on the CPU
+// device held to a memory limit, and checks it agrees with the planned
+// search and that the batch it returns trains there.
+func TestFitBatchCPU(t *testing.T) {
+	ctx := context.Background()
+	const limit = 64 << 20
+	open := func() *cpu.Device {
+		d, err := cpu.Open(cpu.Config{Memory: alloc.Config{MemoryLimit: limit}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	d := open()
+	res, err := FitBatch(ctx, d, fitSpec(), FitConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("largest batch %d in %v, peak %s; trials: %v", res.Spec.Batch, res.Elapsed, alloc.FormatSize(res.PeakReserved), res)
+	if res.Limit != limit {
+		t.Errorf("limit %d, want the allocator's %d", res.Limit, limit)
+	}
+	oom := false
+	for _, tr := range res.Trials {
+		oom = oom || (!tr.Fits && tr.PeakReserved == 0)
+	}
+	if !oom {
+		t.Errorf("no trial ran out of memory, so the limit never bound: %v", res)
+	}
+	planned, err := PlanBatch(ctx, meta.Config{Memory: alloc.Config{MemoryLimit: limit}}, fitSpec(), FitConfig{Limit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if planned.Spec.Batch != res.Spec.Batch || planned.PeakReserved != res.PeakReserved {
+		t.Errorf("planned batch %d (peak %d), found %d (peak %d)", planned.Spec.Batch, planned.PeakReserved, res.Spec.Batch, res.PeakReserved)
+	}
+	checkLargest(t, meta.Config{}, res, 0.05)
+	// The device is left as it was: nothing allocated, nothing cached.
+	if st := d.MemStats(); st.AllocatedBytes[alloc.AllPools].Current != 0 || st.ReservedBytes[alloc.AllPools].Current != 0 {
+		t.Errorf("after the search: %d bytes allocated, %d reserved", st.AllocatedBytes[alloc.AllPools].Current, st.ReservedBytes[alloc.AllPools].Current)
+	}
+	// The batch found trains on a fresh device under the limit.
+	fresh := open()
+	if _, err := runSpec(ctx, fresh, res.Spec, nil); err != nil {
+		t.Errorf("training batch %d under the limit: %v", res.Spec.Batch, err)
+	}
+	var _ device.Device = fresh
+}
