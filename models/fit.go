@@ -18,10 +18,10 @@ type FitConfig struct {
 	// device's: its allocator's limit when one is set, else what is free
 	// on it plus what its allocator already holds.
 	Limit int64
-	// Margin is the fraction of Limit kept free (0 means 0.05): a batch
-	// fits when its trial's peak reserved memory stays within
-	// Limit·(1−Margin), so that what the trial did not meet (a longer
-	// run's fragmentation, another process) has room.
+	// Margin is the fraction of Limit kept free (0 means 0.05, a negative
+	// value none): a batch fits when its trial's peak reserved memory
+	// stays within Limit·(1−Margin), so that what the trial did not meet
+	// (a longer run's fragmentation, another process) has room.
 	Margin float64
 	// Max is the largest batch tried; 0 means 4096.
 	Max int
@@ -130,8 +130,11 @@ func fit(spec MemorySpec, cfg FitConfig, limit int64, try func(MemorySpec) (int6
 		return FitResult{}, err
 	}
 	margin, most := cfg.Margin, cfg.Max
-	if margin == 0 {
+	switch {
+	case margin == 0:
 		margin = 0.05
+	case margin < 0:
+		margin = 0
 	}
 	if most == 0 {
 		most = 4096

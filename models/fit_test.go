@@ -3,6 +3,7 @@ package models
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/gocurrent/gocurrent/alloc"
@@ -123,4 +124,62 @@ func TestFitBatchCPU(t *testing.T) {
 		t.Errorf("training batch %d under the limit: %v", res.Spec.Batch, err)
 	}
 	var _ device.Device = fresh
+}
+
+// TestAdvice runs out of memory for real on the CPU device held to a
+// limit, and checks that the error then carries the planner's advice, and
+// that the batch it advises trains there.
+func TestAdvice(t *testing.T) {
+	ctx := context.Background()
+	const limit = 40 << 20
+	open := func() *cpu.Device {
+		d, err := cpu.Open(cpu.Config{Memory: alloc.Config{MemoryLimit: limit}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	spec := fitSpec()
+	spec.Batch = 128
+	d := open()
+	_, err := runSpec(ctx, d, spec, nil)
+	if !errors.Is(err, alloc.ErrOutOfMemory) {
+		t.Fatalf("batch 128 under 40 MiB: %v, want out of memory", err)
+	}
+	target := meta.Config{Capacity: limit}
+	err = WithAdvice(ctx, err, target, spec)
+	var me *MemoryError
+	var oom *alloc.OutOfMemoryError
+	if !errors.As(err, &me) || !errors.As(err, &oom) {
+		t.Fatalf("%T %v: want a *MemoryError wrapping the *alloc.OutOfMemoryError", err, err)
+	}
+	a := me.Advice
+	t.Log(err)
+	if a.Need.PeakReserved <= limit || a.Batch <= 0 || a.Batch >= 128 || a.BatchPeak > limit {
+		t.Fatalf("advice %+v: want a need over 40 MiB and a batch in (0, 128) within it", a)
+	}
+	if a.Accum < 2 || a.AccumBatch*a.Accum != 128 || a.AccumBatch > a.Batch {
+		t.Errorf("accumulation: batch %d x %d, want a product of 128 with a batch of at most %d", a.AccumBatch, a.Accum, a.Batch)
+	}
+	for _, s := range []string{"activations", "largest batch that fits is", "accumulated"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("the error does not say %q: %v", s, err)
+		}
+	}
+	// The advice is right: its batch, and its accumulation, train under the
+	// limit, and the next batch does not.
+	for _, s := range []MemorySpec{{Batch: a.Batch, Accum: 1}, {Batch: a.AccumBatch, Accum: a.Accum}, {Batch: a.Batch + 1, Accum: 1}} {
+		run := spec
+		run.Batch, run.Accum = s.Batch, s.Accum
+		_, err := runSpec(ctx, open(), run, nil)
+		if fits := s.Batch <= a.Batch; (err == nil) != fits {
+			t.Errorf("batch %d x %d: %v; the advice says it fits: %v", s.Batch, s.Accum, err, fits)
+		}
+	}
+	// Another error passes through unchanged.
+	other := errors.New("disk full")
+	if got := WithAdvice(ctx, other, target, spec); got != other {
+		t.Errorf("WithAdvice(disk full) = %v", got)
+	}
 }

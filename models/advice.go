@@ -1,0 +1,131 @@
+package models
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/device/meta"
+)
+
+// Advice is what the planner says about a run that does not fit: what it
+// needs, and the changes that make it fit, each with its planned peak.
+type Advice struct {
+	// Need is the run as asked, planned without a capacity: what it would
+	// reserve at its peak, by category.
+	Need alloc.Report
+	// Limit is the memory the run may reserve (the target's capacity).
+	Limit int64
+	// Batch is the largest batch that fits (0: not even one), with its
+	// planned peak reserved memory.
+	Batch     int
+	BatchPeak int64
+	// AccumBatch and Accum keep the run's examples per step
+	// (Batch·Accum as asked) with more, smaller micro-batches; 0 when no
+	// split fits.
+	AccumBatch, Accum int
+	AccumPeak         int64
+}
+
+// Advise plans spec on target, whose Capacity is the memory the run may
+// reserve (devices.MetaConfig gives an open device's), and says what fits:
+// the largest batch, and the accumulation that keeps the examples of a
+// step. It is what an out-of-memory error of the run should say.
+func Advise(ctx context.Context, target meta.Config, spec MemorySpec) (Advice, error) {
+	limit := target.Capacity
+	unlimited := target
+	unlimited.Capacity = 0
+	need, err := PlanMemory(ctx, unlimited, spec)
+	if err != nil {
+		return Advice{}, err
+	}
+	a := Advice{Need: need.Report, Limit: limit}
+	if limit == 0 {
+		return a, nil
+	}
+	// No margin: the advice is what fits at all; FitBatch keeps one.
+	cfg := FitConfig{Margin: -1}
+	if r, err := PlanBatch(ctx, target, spec, cfg); err == nil {
+		a.Batch, a.BatchPeak = r.Spec.Batch, r.PeakReserved
+	} else if !errors.Is(err, ErrNoBatchFits) {
+		return a, err
+	}
+	if e := spec.Batch * max(spec.Accum, 1); a.Batch > 0 && a.Batch < spec.Batch {
+		cfg.Effective = e
+		if r, err := PlanBatch(ctx, target, spec, cfg); err == nil {
+			a.AccumBatch, a.Accum, a.AccumPeak = r.Spec.Batch, r.Spec.Accum, r.PeakReserved
+		} else if !errors.Is(err, ErrNoBatchFits) {
+			return a, err
+		}
+	}
+	return a, nil
+}
+
+// String says it in a few lines: what the run needs, by category, and the
+// batch or accumulation that fits.
+func (a Advice) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the run needs %s at its peak (%s allocated: %s)", alloc.FormatSize(a.Need.PeakReserved),
+		alloc.FormatSize(a.Need.PeakAllocated), breakdown(a.Need))
+	if a.Limit > 0 {
+		fmt.Fprintf(&b, "; the device has room for %s", alloc.FormatSize(a.Limit))
+	}
+	switch {
+	case a.Limit == 0:
+	case a.Batch == 0:
+		b.WriteString(". Not even a batch of 1 fits: use a smaller model, shorter windows or sequences, or a larger device")
+	default:
+		fmt.Fprintf(&b, ". The largest batch that fits is %d (planned peak %s)", a.Batch, alloc.FormatSize(a.BatchPeak))
+		if a.Accum > 1 {
+			fmt.Fprintf(&b, "; a batch of %d accumulated %d times keeps the %d examples of a step (planned peak %s)",
+				a.AccumBatch, a.Accum, a.AccumBatch*a.Accum, alloc.FormatSize(a.AccumPeak))
+		}
+	}
+	return b.String()
+}
+
+// breakdown lists the categories held at the peak, largest first.
+func breakdown(r alloc.Report) string {
+	cats := alloc.Categories()
+	var parts []string
+	for len(cats) > 0 {
+		j := 0
+		for i, c := range cats {
+			if r.AtPeak[c] > r.AtPeak[cats[j]] {
+				j = i
+			}
+		}
+		if r.AtPeak[cats[j]] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s", cats[j], alloc.FormatSize(r.AtPeak[cats[j]])))
+		}
+		cats = append(cats[:j], cats[j+1:]...)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// MemoryError is an out-of-memory error of a run with the planner's
+// advice. errors.Is(err, alloc.ErrOutOfMemory) and errors.As to
+// *alloc.OutOfMemoryError hold for it, through Unwrap.
+type MemoryError struct {
+	Err    error
+	Advice Advice
+}
+
+func (e *MemoryError) Error() string { return e.Err.Error() + "\nPlanner: " + e.Advice.String() }
+func (e *MemoryError) Unwrap() error { return e.Err }
+
+// WithAdvice returns err, when it is an out-of-memory error of spec's run
+// on the device target describes, as a *MemoryError carrying Advise's
+// advice; any other error (or one the planner cannot advise on) as it is.
+func WithAdvice(ctx context.Context, err error, target meta.Config, spec MemorySpec) error {
+	if !errors.Is(err, alloc.ErrOutOfMemory) {
+		return err
+	}
+	a, aerr := Advise(ctx, target, spec)
+	if aerr != nil {
+		return err
+	}
+	return &MemoryError{Err: err, Advice: a}
+}
