@@ -36,7 +36,7 @@ type Advice struct {
 func Advise(ctx context.Context, target meta.Config, spec MemorySpec) (Advice, error) {
 	limit := target.Capacity
 	unlimited := target
-	unlimited.Capacity = 0
+	unlimited.Capacity, unlimited.Memory.MemoryLimit, unlimited.Memory.MemoryFraction = 0, 0, 0
 	need, err := PlanMemory(ctx, unlimited, spec)
 	if err != nil {
 		return Advice{}, err

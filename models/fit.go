@@ -65,13 +65,22 @@ var ErrNoBatchFits = errors.New("not even a batch of one fits")
 // sequence spec.Seq tokens long (spec.Lengths and MaxTokens are set aside),
 // so that the largest activations and the optimizer's state exist. A
 // trial that runs out of memory is recognised by the allocator's typed
-// error. The batch returned is one that was tried and fitted.
+// error. The batch returned is one that was tried and fitted. The device is
+// left with its cache empty and its peaks and counters reset.
 func FitBatch(ctx context.Context, d device.Device, spec MemorySpec, cfg FitConfig) (FitResult, error) {
 	limit := cfg.Limit
 	if limit == 0 {
 		limit = deviceLimit(d)
 	}
 	a, _ := d.(device.Allocator)
+	if a != nil {
+		// The run's figures start after the search: its trials' peaks,
+		// allocations and out-of-memory errors are not the run's.
+		defer func() {
+			a.Memory().ResetPeak()
+			a.Memory().ResetAccumulated()
+		}()
+	}
 	return fit(spec, cfg, limit, func(s MemorySpec) (int64, error) {
 		if a != nil {
 			if err := a.Memory().EmptyCache(); err != nil {

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/devices"
@@ -61,7 +60,7 @@ func (e Env) withDefaults() Env {
 // which the examples' programs exit 2 for).
 var ErrUsage = cli.ErrUsage
 
-// Run runs the command args[0] ("train", "sample", "eval" or "bench") with
+// Run runs the command args[0] ("train", "sample", "eval", "bench" or "plan") with
 // the flags that follow. Cancelling ctx (the main program does on Ctrl-C)
 // stops training after the step under way and saves the checkpoint.
 //
@@ -87,10 +86,10 @@ func parseCommandLine(args []string, env Env) (command, error) {
 	env = env.withDefaults()
 	if len(args) == 0 {
 		fmt.Fprint(env.Stderr, usage)
-		return nil, fmt.Errorf("%w: no command (want train, sample, eval or bench)", ErrUsage)
+		return nil, fmt.Errorf("%w: no command (want train, sample, eval, bench or plan)", ErrUsage)
 	}
 	parsers := map[string]func([]string, Env) (command, error){
-		"train": parseTrain, "sample": parseSample, "eval": parseEval, "bench": parseBench,
+		"train": parseTrain, "sample": parseSample, "eval": parseEval, "bench": parseBench, "plan": parsePlan,
 	}
 	p, ok := parsers[args[0]]
 	if !ok {
@@ -101,7 +100,7 @@ func parseCommandLine(args []string, env Env) (command, error) {
 		if !mentionsJSON(args) {
 			fmt.Fprint(env.Stderr, usage)
 		}
-		return nil, fmt.Errorf("%w: unknown command %q (want train, sample, eval or bench)", ErrUsage, args[0])
+		return nil, fmt.Errorf("%w: unknown command %q (want train, sample, eval, bench or plan)", ErrUsage, args[0])
 	}
 	cmd, err := p(args[1:], env)
 	if errors.Is(err, errHelp) {
@@ -118,6 +117,8 @@ commands:
   sample  generate text from a checkpoint
   eval    loss and bits per character of a checkpoint on a text
   bench   training and sampling tokens/s on the workload of bench/torch_charrnn.py
+  plan    the device memory train would use with the same flags, by category, planned
+          without allocating any; whether it fits, and what batch does
 
 Run charrnn <command> -h for a command's flags.
 `
@@ -176,6 +177,8 @@ func WantsJSON(args []string) bool {
 		f = &EvalFlags{}
 	case "bench":
 		f = &BenchFlags{}
+	case "plan":
+		f = &PlanFlags{}
 	default:
 		return mentionsJSON(args)
 	}
@@ -230,7 +233,16 @@ func warn(env Env, p *printer, msg string) {
 // cuda, cuda:N) with gpu for a GPU; a spec devices does not know is a
 // usage error.
 func openDevice(spec string, gpu cuda.Config) (device.Device, error) {
-	d, err := devices.Open(spec, devices.Config{CUDA: gpu})
+	return openDeviceLimit(spec, gpu, 0)
+}
+
+// openDeviceLimit is openDevice with the allocator held to limit bytes
+// (0: none).
+func openDeviceLimit(spec string, gpu cuda.Config, limit int64) (device.Device, error) {
+	cfg := devices.Config{CUDA: gpu}
+	cfg.CPU.Memory.MemoryLimit = limit
+	cfg.CUDA.Memory.MemoryLimit = limit
+	d, err := devices.Open(spec, cfg)
 	if errors.Is(err, devices.ErrSpec) {
 		return nil, fmt.Errorf("%w: -device %q: %w", ErrUsage, spec, devices.ErrSpec)
 	}
@@ -241,29 +253,8 @@ func openDevice(spec string, gpu cuda.Config) (device.Device, error) {
 // same event as one JSON object per line.
 type printer = cli.Printer
 
-// memStats is the -memstats line: the allocator's figures, PyTorch's names.
-type memStats struct {
-	Event              string `json:"event"`
-	Device             string `json:"device"`
-	AllocatedBytes     int64  `json:"allocated_bytes"`
-	ReservedBytes      int64  `json:"reserved_bytes"`
-	PeakAllocatedBytes int64  `json:"peak_allocated_bytes"`
-	PeakReservedBytes  int64  `json:"peak_reserved_bytes"`
-	DeviceAllocs       int64  `json:"device_allocs"`
-	DeviceFrees        int64  `json:"device_frees"`
-	AllocRetries       int64  `json:"alloc_retries"`
-	OOMs               int64  `json:"ooms"`
-}
-
-func printMemStats(p *printer, d device.Device) {
-	s := d.MemStats()
-	m := memStats{Event: "memstats", Device: d.Name(),
-		AllocatedBytes: s.AllocatedBytes[alloc.AllPools].Current, ReservedBytes: s.ReservedBytes[alloc.AllPools].Current,
-		PeakAllocatedBytes: s.AllocatedBytes[alloc.AllPools].Peak, PeakReservedBytes: s.ReservedBytes[alloc.AllPools].Peak,
-		DeviceAllocs: s.DeviceAllocs, DeviceFrees: s.DeviceFrees, AllocRetries: s.AllocRetries, OOMs: s.OOMs}
-	p.Emit(m, fmt.Sprintf("memstats: allocated_bytes %d  reserved_bytes %d  peak_allocated_bytes %d  peak_reserved_bytes %d  device_allocs %d  device_frees %d  alloc_retries %d  ooms %d\n",
-		m.AllocatedBytes, m.ReservedBytes, m.PeakAllocatedBytes, m.PeakReservedBytes, m.DeviceAllocs, m.DeviceFrees, m.AllocRetries, m.OOMs))
-}
+// printMemStats is the -memstats event (cli.PrintMemStats).
+func printMemStats(p *printer, d device.Device) { cli.PrintMemStats(p, d) }
 
 // generated matches Go's marker of a generated file
 // (https://go.dev/s/generatedcode).

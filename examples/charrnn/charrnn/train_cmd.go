@@ -13,8 +13,10 @@ import (
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/devices"
 	"github.com/gocurrent/gocurrent/examples/charrnn/internal/plot"
 	"github.com/gocurrent/gocurrent/examples/charrnn/internal/progress"
+	"github.com/gocurrent/gocurrent/examples/internal/cli"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/models"
 	"github.com/gocurrent/gocurrent/train"
@@ -25,6 +27,9 @@ type TrainFlags struct {
 	Data                     string
 	Model                    models.CharRNNConfig
 	Batch, Seq, Accum        int
+	BatchAuto                bool     // -batch auto: the largest batch that fits
+	EffectiveBatch           int      // with BatchAuto, keep Batch·Accum by raising Accum
+	MemoryLimit              cli.Size // the allocator's limit, 0: none
 	Optimizer                string
 	LR, Clip                 float64
 	Schedule                 string
@@ -61,7 +66,9 @@ func (f *TrainFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.Model.Hidden, "hidden", 256, "hidden size of each layer")
 	fs.IntVar(&f.Model.Layers, "layers", 2, "recurrent layers")
 	fs.Float64Var(&f.Model.Dropout, "dropout", 0, "dropout between recurrent layers, in [0, 1)")
-	fs.IntVar(&f.Batch, "batch", 32, "streams per micro-batch")
+	cli.BatchVar(fs, &f.Batch, &f.BatchAuto, "batch", 32, "streams per micro-batch, or auto: the largest that fits the device (or -memory-limit), found by training steps at -seq")
+	fs.IntVar(&f.EffectiveBatch, "effective-batch", 0, "with -batch auto, keep this many streams per optimizer step, raising -accum as the batch that fits needs (0: keep -accum)")
+	fs.Var(&f.MemoryLimit, "memory-limit", "hold the device memory the run reserves to this size, e.g. 6GiB (0: the device's own)")
 	fs.IntVar(&f.Seq, "seq", 64, "characters per window (truncated backpropagation length)")
 	fs.IntVar(&f.Accum, "accum", 1, "micro-batches per optimizer step (gradient accumulation)")
 	fs.StringVar(&f.Optimizer, "optimizer", "adam", "adam, adamw, sgd or rmsprop")
@@ -118,6 +125,8 @@ type stepEvent struct {
 	DataWait     float64 `json:"data_wait"`
 	Skipped      int64   `json:"skipped,omitempty"`
 	AllocBytes   int64   `json:"allocated_bytes"`
+	// Memory is the bytes each category holds (alloc.Category names).
+	Memory map[string]int64 `json:"memory"`
 }
 
 type evalEvent struct {
@@ -170,7 +179,7 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 	defer func() { err = errors.Join(err, r.close()) }()
 	gpu := env.CUDA
 	gpu.TF32 = gpu.TF32 || f.TF32
-	if r.d, err = openDevice(f.Device, gpu); err != nil {
+	if r.d, err = openDeviceLimit(f.Device, gpu, int64(f.MemoryLimit)); err != nil {
 		return err
 	}
 	// The model: from a checkpoint (its shape and vocabulary, which the
@@ -181,9 +190,14 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 	if err := r.readText(ctx); err != nil {
 		return err
 	}
+	if f.BatchAuto {
+		if err := r.fitBatch(ctx); err != nil {
+			return err
+		}
+	}
 	if r.m == nil {
 		if r.m, err = models.NewCharRNN(r.d, r.f.Model, r.text.Vocab(), r.f.Seed); err != nil {
-			return err
+			return r.advise(ctx, err)
 		}
 	}
 	// The sample at the end starts from -prime: check it now, in the
@@ -194,14 +208,14 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 		}
 	}
 	if err := r.openLoaders(); err != nil {
-		return err
+		return r.advise(ctx, err)
 	}
 	if err := r.newTrainer(opt, sched); err != nil {
-		return err
+		return r.advise(ctx, err)
 	}
 	r.printStart()
 	sum, err := r.tr.Run(ctx)
-	stopped, err := r.endRun(ctx, err)
+	stopped, err := r.endRun(ctx, r.advise(ctx, err))
 	if err != nil {
 		return err
 	}
@@ -342,6 +356,50 @@ func (r *trainRun) openLoaders() (err error) {
 		r.val = val
 	}
 	return nil
+}
+
+// memorySpec is the run for the planner and the batch-size search.
+func (r *trainRun) memorySpec() models.MemorySpec {
+	f := r.f
+	cfg := f.Model
+	if r.m != nil {
+		cfg = r.m.Config()
+	}
+	return models.MemorySpec{CharRNN: &cfg, Vocab: r.text.Vocab().Len(), Batch: f.Batch, Accum: f.Accum, Seq: f.Seq,
+		Optimizer: train.Algorithm(f.Optimizer), Validate: f.ValFrac > 0}
+}
+
+// fitBatch is -batch auto: it finds the largest batch that fits, with
+// training steps on the device (models.FitBatch), and takes it (with the
+// accumulation keeping -effective-batch).
+func (r *trainRun) fitBatch(ctx context.Context) error {
+	spec := r.memorySpec()
+	spec.Batch = 8
+	// No more streams than the text has windows for.
+	most := int(min(4096, r.trainText.Len()/int64((spec.Seq+1)*max(spec.Accum, 1))))
+	if most < 1 {
+		return fmt.Errorf("charrnn: -batch auto: the training text's %d characters are too few for one window of %d", r.trainText.Len(), spec.Seq+1)
+	}
+	spec.Batch = min(spec.Batch, most)
+	res, err := models.FitBatch(ctx, r.d, spec, models.FitConfig{Effective: r.f.EffectiveBatch, Max: most})
+	if err != nil {
+		return fmt.Errorf("charrnn: -batch auto: %w", err)
+	}
+	r.f.Batch, r.f.Accum = res.Spec.Batch, max(res.Spec.Accum, 1)
+	r.p.Emit(map[string]any{"event": "batch", "batch": r.f.Batch, "accum": r.f.Accum, "peak_reserved_bytes": res.PeakReserved,
+		"limit_bytes": res.Limit, "trials": len(res.Trials), "seconds": res.Elapsed.Seconds()},
+		fmt.Sprintf("batch auto: %d x %d accumulated (peak %s of %s, %d trials in %.1f s: %v)\n", r.f.Batch, r.f.Accum,
+			alloc.FormatSize(res.PeakReserved), alloc.FormatSize(res.Limit), len(res.Trials), res.Elapsed.Seconds(), res))
+	return nil
+}
+
+// advise gives an out-of-memory error the planner's advice for this run
+// on this device (models.WithAdvice); other errors pass unchanged.
+func (r *trainRun) advise(ctx context.Context, err error) error {
+	if err == nil || r.text == nil {
+		return err
+	}
+	return models.WithAdvice(ctx, err, devices.MetaConfig(r.d), r.memorySpec())
 }
 
 // stepsPerEpoch is the optimizer steps of one pass over the training text.
@@ -485,7 +543,7 @@ func (tp *trainProgress) step(pr train.Progress) {
 		rate := tp.rate(pr)
 		tp.p.Emit(stepEvent{Event: "step", Step: pr.Step, Steps: pr.Steps, Epoch: pr.Position.Epoch, Loss: pr.Loss, GradNorm: pr.GradNorm,
 			LR: pr.LR, TokensPerSec: rate, DataWait: pr.DataWait, Skipped: pr.Skipped,
-			AllocBytes: pr.Memory.AllocatedBytes[alloc.AllPools].Current},
+			AllocBytes: pr.Memory.AllocatedBytes[alloc.AllPools].Current, Memory: cli.CategoryCurrents(pr.Memory)},
 			fmt.Sprintf("step %d  epoch %d  loss %.4f  grad norm %.3f  lr %.2g  %s tok/s  data wait %.1f%%\n",
 				pr.Step, pr.Position.Epoch, pr.Loss, pr.GradNorm, pr.LR, thousands(rate), 100*pr.DataWait))
 	}

@@ -32,6 +32,15 @@ func (f *TrainFlags) validate() error {
 	c.Positive("batch", int64(f.Batch))
 	c.Positive("seq", int64(f.Seq))
 	c.Positive("accum", int64(f.Accum))
+	c.NonNegative("effective-batch", int64(f.EffectiveBatch))
+	switch {
+	case f.BatchAuto && f.Resume != "":
+		c.Fail("batch", "auto", "a number with -resume (the run's batch is recorded)")
+	case f.EffectiveBatch > 0 && !f.BatchAuto:
+		c.Fail("effective-batch", f.EffectiveBatch, "-batch auto with it (a fixed batch keeps -batch x -accum)")
+	case f.EffectiveBatch > 0 && f.Explicit["accum"]:
+		c.Fail("effective-batch", f.EffectiveBatch, "no -accum with it (it sets the accumulation)")
+	}
 	if math.IsNaN(f.LR) || math.IsInf(f.LR, 0) || f.LR <= 0 {
 		c.Fail("lr", f.LR, "a finite number > 0")
 	}

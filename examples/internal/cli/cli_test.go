@@ -58,3 +58,18 @@ func TestPrinter(t *testing.T) {
 		t.Errorf("wrote %q", got)
 	}
 }
+
+func TestSize(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "1000": 1000, "512MiB": 512 << 20, "8GiB": 8 << 30, "1.5GB": 1.5e9, "2 KB": 2000, "64KiB": 64 << 10} {
+		var s Size
+		if err := s.Set(in); err != nil || int64(s) != want {
+			t.Errorf("Size(%q) = %d, %v; want %d", in, s, err, want)
+		}
+	}
+	for _, bad := range []string{"", "lots", "-1GiB", "5XB", "1e30"} {
+		var s Size
+		if err := s.Set(bad); err == nil {
+			t.Errorf("Size(%q) = %d, want an error", bad, s)
+		}
+	}
+}

@@ -1,0 +1,143 @@
+package charrnn_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
+	"github.com/gocurrent/gocurrent/internal/testdevice"
+)
+
+// memoryFlags are the flags plan and train share in these tests: the
+// small model of smallTrain, no validation.
+func memoryFlags(t *testing.T) []string {
+	return []string{"-data", corpusPath, "-device", testdevice.Spec(t), "-cell", "lstm", "-embed", "16", "-hidden", "32",
+		"-layers", "2", "-seq", "16", "-val-frac", "0"}
+}
+
+// TestPlanMatchesTrain plans a run and trains it: the plan's peak and
+// each category's peak are what -memstats then reports, to the byte.
+func TestPlanMatchesTrain(t *testing.T) {
+	ctx := context.Background()
+	for _, batch := range []string{"4", "24"} {
+		out, _, err := run(t, ctx, append(append([]string{"plan"}, memoryFlags(t)...), "-batch", batch, "-json")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans := ofEvent(events(t, out), "plan")
+		if len(plans) != 1 {
+			t.Fatalf("%d plan events in %s", len(plans), out)
+		}
+		plan := plans[0]
+		if plan["fits"] != true {
+			t.Errorf("batch %s does not fit: %v", batch, plan)
+		}
+		ckpt := filepath.Join(t.TempDir(), "run.safetensors")
+		out, _, err = run(t, ctx, smallTrain(t, ckpt, "-batch", batch, "-steps", "2", "-memstats", "-json")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := ofEvent(events(t, out), "memstats")
+		if len(ms) != 1 {
+			t.Fatalf("%d memstats events", len(ms))
+		}
+		for _, field := range []string{"peak_allocated_bytes", "peak_reserved_bytes"} {
+			if plan[field] != ms[0][field] || plan[field].(float64) <= 0 {
+				t.Errorf("batch %s: planned %s %v, trained %v", batch, field, plan[field], ms[0][field])
+			}
+		}
+		planned, measured := plan["categories"].(map[string]any), ms[0]["categories"].(map[string]any)
+		for _, cat := range []string{"parameters", "gradients", "optimizer_state", "activations", "workspace", "batches", "state"} {
+			p, _ := planned[cat].(map[string]any)
+			m, _ := measured[cat].(map[string]any)
+			if p == nil || m == nil || p["peak"] != m["peak"] || p["at_peak"] != m["at_peak"] {
+				t.Errorf("batch %s, %s: planned %v, trained %v", batch, cat, p, m)
+			}
+		}
+		if _, ok := measured["other"]; ok {
+			t.Errorf("untagged memory: %v", measured["other"])
+		}
+	}
+}
+
+// bigCorpus is the fixture corpus written 40 times into a file of the
+// test's, 238 KB: room for batches of hundreds of windows of 64.
+func bigCorpus(t *testing.T) string {
+	text, err := os.ReadFile(corpusPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "big.txt")
+	if err := os.WriteFile(path, bytes.Repeat(text, 40), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestBatchAuto trains with the largest batch that fits a memory limit,
+// found by trial steps; the run then stays within the limit.
+func TestBatchAuto(t *testing.T) {
+	const limit = 24 << 20
+	ckpt := filepath.Join(t.TempDir(), "run.safetensors")
+	data := bigCorpus(t)
+	out, _, err := run(t, context.Background(), smallTrain(t, ckpt, "-data", data, "-batch", "auto", "-memory-limit", "24MiB", "-seq", "64",
+		"-hidden", "64", "-steps", "1", "-memstats", "-json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := events(t, out)
+	b := ofEvent(evs, "batch")
+	if len(b) != 1 {
+		t.Fatalf("%d batch events in %s", len(b), out)
+	}
+	batch, peak := b[0]["batch"].(float64), b[0]["peak_reserved_bytes"].(float64)
+	if batch < 2 || peak > 0.95*limit || b[0]["limit_bytes"].(float64) != limit {
+		t.Errorf("batch event %v: want a batch > 1 whose peak is within 95%% of 24 MiB", b[0])
+	}
+	ms := ofEvent(evs, "memstats")
+	if len(ms) != 1 || ms[0]["peak_reserved_bytes"].(float64) > limit || ms[0]["ooms"].(float64) != 0 {
+		t.Errorf("memstats after the run %v: want a peak within 24 MiB and no out-of-memory error (the search's are not the run's)", ms)
+	}
+	// With -effective-batch the accumulation keeps the streams of a step.
+	out, _, err = run(t, context.Background(), smallTrain(t, ckpt, "-data", data, "-batch", "auto", "-effective-batch", "256", "-memory-limit", "24MiB",
+		"-seq", "64", "-hidden", "64", "-steps", "1", "-force", "-json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := ofEvent(events(t, out), "batch"); len(b) != 1 || b[0]["batch"].(float64)*b[0]["accum"].(float64) != 256 || b[0]["accum"].(float64) < 2 {
+		t.Errorf("-effective-batch 256: %v, want batch x accum = 256", b)
+	}
+	for _, bad := range [][]string{
+		{"-effective-batch", "64"},                                  // without -batch auto
+		{"-batch", "auto", "-effective-batch", "64", "-accum", "2"}, // both set the accumulation
+		{"-batch", "auto", "-resume", ckpt},                         // the resumed run's batch is recorded
+		{"-batch", "none"},
+		{"-memory-limit", "lots"},
+	} {
+		_, _, err := run(t, context.Background(), smallTrain(t, ckpt, bad...)...)
+		if !errors.Is(err, charrnn.ErrUsage) {
+			t.Errorf("%v: %v, want a usage error", bad, err)
+		}
+	}
+}
+
+// TestOutOfMemoryAdvice runs out of memory and checks the error carries
+// the planner's advice.
+func TestOutOfMemoryAdvice(t *testing.T) {
+	ckpt := filepath.Join(t.TempDir(), "run.safetensors")
+	_, _, err := run(t, context.Background(), smallTrain(t, ckpt, "-data", bigCorpus(t), "-batch", "200", "-seq", "64", "-hidden", "64",
+		"-memory-limit", "24MiB", "-steps", "1")...)
+	if err == nil {
+		t.Fatal("batch 200 trained within 24 MiB")
+	}
+	for _, s := range []string{"out of memory", "Planner: the run needs", "activations", "largest batch that fits is", "accumulated"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("the error does not say %q:\n%v", s, err)
+		}
+	}
+}
