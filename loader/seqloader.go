@@ -373,19 +373,10 @@ func (l *SeqLoader) consume(ctx context.Context, free chan<- int, ready <-chan s
 			return true, r.err
 		}
 		s := &l.slots[r.slot]
-		hb := r.hb
-		n := hb.Seq * hb.Rows
-		labels := len(hb.Labels)
-		b := SeqBatch{Tokens: s.dev.Elems(device.Int32, 0, n), Labels: s.dev.Elems(device.Int32, l.labelsAt(), labels),
-			Lengths: s.dev.Elems(device.Int32, l.lengthsAt(), hb.Rows), Host: hb, Epoch: r.pos.Epoch, Index: r.pos.Batch, Next: l.next(r.pos)}
+		b := l.deviceBatch(s, r.hb)
+		b.Epoch, b.Index, b.Next = r.pos.Epoch, r.pos.Batch, l.next(r.pos)
 		e := l.batches(r.pos.Epoch)
 		b.Group, b.Last = int(e.group[r.pos.Batch]), e.last[r.pos.Batch]
-		if l.wordLen > 0 {
-			b.Chars = s.dev.Elems(device.Int32, l.charsAt(), len(hb.Chars))
-			b.CharLengths = s.dev.Elems(device.Int32, l.charLengthsAt(), hb.Real)
-			b.WordIndex = s.dev.Elems(device.Int32, l.wordIndexAt(), n)
-			b.WordPositions = s.dev.Elems(device.Int32, l.wordPositionsAt(), n)
-		}
 		more := yield(b, nil)
 		released, err := compute.Record()
 		if err != nil {
@@ -397,6 +388,127 @@ func (l *SeqLoader) consume(ctx context.Context, free chan<- int, ready <-chan s
 			return false, nil
 		}
 	}
+}
+
+// deviceBatch is the batch hb, staged in slot s, as its device buffers.
+func (l *SeqLoader) deviceBatch(s *seqSlot, hb HostBatch) SeqBatch {
+	n := hb.Seq * hb.Rows
+	b := SeqBatch{Tokens: s.dev.Elems(device.Int32, 0, n), Labels: s.dev.Elems(device.Int32, l.labelsAt(), len(hb.Labels)),
+		Lengths: s.dev.Elems(device.Int32, l.lengthsAt(), hb.Rows), Host: hb, Last: true}
+	if l.wordLen > 0 {
+		b.Chars = s.dev.Elems(device.Int32, l.charsAt(), len(hb.Chars))
+		b.CharLengths = s.dev.Elems(device.Int32, l.charLengthsAt(), hb.Real)
+		b.WordIndex = s.dev.Elems(device.Int32, l.wordIndexAt(), n)
+		b.WordPositions = s.dev.Elems(device.Int32, l.wordPositionsAt(), n)
+	}
+	return b
+}
+
+// Largest lists batches (as example indices) that together are as large
+// as any the loader makes in every dimension a model's memory grows with:
+// the most steps (the longest example, as many rows of it as a batch
+// holds), the most rows, and the most tokens (rows × steps) a batch can
+// have under the token budget (Load gives them the longest word any batch
+// can have). A run that trains on them first (train.Config.WarmUp) has
+// then allocated what its other batches need.
+func (l *SeqLoader) Largest() [][]int32 {
+	b := l.cfg.Bucket
+	rows := func(n int) int {
+		if b.MaxTokens > 0 {
+			return min(b.Batch, max(1, b.MaxTokens/n))
+		}
+		return b.Batch
+	}
+	// For each measure, the example whose batch is largest by it (ties:
+	// the longer example).
+	var best [3]struct {
+		at   int32
+		size int
+		n    int
+	}
+	for i := range l.data.Len() {
+		n := l.data.Length(i)
+		r := rows(n)
+		for k, size := range [3]int{n, r, n * r} {
+			if size > best[k].size || (size == best[k].size && n > best[k].n) {
+				best[k].at, best[k].size, best[k].n = int32(i), size, n
+			}
+		}
+	}
+	var out [][]int32
+	seen := map[int32]bool{}
+	for _, c := range best {
+		if seen[c.at] || c.size == 0 {
+			continue
+		}
+		seen[c.at] = true
+		batch := make([]int32, rows(c.n))
+		for i := range batch {
+			batch[i] = c.at
+		}
+		out = append(out, batch)
+	}
+	return out
+}
+
+// Load collates the examples into a batch and puts it on the device,
+// outside the iteration of Batches (which must not be running): for a
+// warm-up. With characters, the batch's words are padded to the longest
+// word a batch of the loader can have (HostBatch.WordLen), the largest
+// shape of that dimension. The batch lives in the first slot of the ring,
+// until release, which the caller calls once it has queued its work on
+// the batch.
+func (l *SeqLoader) Load(examples []int32) (b SeqBatch, release func() error, err error) {
+	l.mu.Lock()
+	switch {
+	case l.closed:
+		err = errClosed
+	case l.running:
+		err = errors.New("loader: Load while Batches runs")
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return SeqBatch{}, nil, err
+	}
+	hb, err := l.cfg.Collate(l.data, examples)
+	if err != nil {
+		return SeqBatch{}, nil, err
+	}
+	if l.wordLen > hb.WordLen {
+		chars := make([]int32, l.wordLen*hb.Real)
+		copy(chars, hb.Chars)
+		for i := len(hb.Chars); i < len(chars); i++ {
+			chars[i] = PadID
+		}
+		hb.Chars, hb.WordLen = chars, l.wordLen
+	}
+	if hb.Seq*hb.Rows > l.cap || (l.wordLen > 0 && hb.WordLen > l.wordLen) {
+		return SeqBatch{}, nil, fmt.Errorf("loader: Load: a batch of %d×%d tokens does not fit the loader's slots of %d", hb.Seq, hb.Rows, l.cap)
+	}
+	s := &l.slots[0]
+	if s.copied != nil {
+		if err := s.copied.Wait(); err != nil {
+			return SeqBatch{}, nil, err
+		}
+	}
+	used := l.stage(s, hb)
+	if err := l.copy.Wait(s.released); err != nil {
+		return SeqBatch{}, nil, err
+	}
+	if s.copied, err = l.dev.CopyToDevice(s.dev, s.host.Slice(0, int64(used)*4), l.copy); err != nil {
+		return SeqBatch{}, nil, err
+	}
+	if err := l.dev.Stream().Wait(s.copied); err != nil {
+		return SeqBatch{}, nil, err
+	}
+	release = func() error {
+		ev, err := l.dev.Stream().Record()
+		if err == nil {
+			s.released = ev
+		}
+		return err
+	}
+	return l.deviceBatch(s, hb), release, nil
 }
 
 // Close ends a running iteration (its consumer sees ErrClosed) and frees

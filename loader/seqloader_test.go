@@ -238,3 +238,62 @@ func TestSeqLoaderCharsConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestLargest checks that the warm-up batches dominate every batch of
+// several shuffled epochs in steps, rows, tokens and word length, with and
+// without a token budget, and that Load puts them on the device as
+// Collate lays them out, the characters padded to the longest word.
+func TestLargest(t *testing.T) {
+	data := taggedDataset(t, 300)
+	dev := testdevice.Open(t)
+	for _, budget := range []int{0, 60} {
+		cfg := SeqConfig{Bucket: BucketConfig{Batch: 8, MaxTokens: budget, Pool: 3, Shuffle: true, Seed: 5}, CollateConfig: CollateConfig{Chars: true}}
+		l, err := NewSeqLoader(dev, data, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seq, rows, tokens, wordLen int
+		for _, ex := range l.Largest() {
+			b, release, err := l.Load(ex)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hb := b.Host
+			seq, rows, tokens, wordLen = max(seq, hb.Seq), max(rows, hb.Rows), max(tokens, hb.Real), max(wordLen, hb.WordLen)
+			if got := downloadInt32(t, dev, b.Chars, len(hb.Chars)); !reflect.DeepEqual(got, hb.Chars) {
+				t.Errorf("budget %d: the device's characters differ from the host's", budget)
+			}
+			if err := release(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if wordLen != 11 {
+			t.Errorf("budget %d: warm-up word length %d, want the longest word's 11", budget, wordLen)
+		}
+		for epoch := range 4 {
+			for _, batch := range l.batches(epoch).batches {
+				hb, err := cfg.Collate(data, batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if hb.Seq > seq || hb.Rows > rows || hb.Real > tokens {
+					t.Errorf("budget %d, epoch %d: a batch of %d steps, %d rows, %d tokens exceeds the warm-up's %d, %d, %d",
+						budget, epoch, hb.Seq, hb.Rows, hb.Real, seq, rows, tokens)
+				}
+			}
+		}
+		// Load refuses while Batches runs.
+		for range l.Batches(context.Background(), Position{}) {
+			if _, _, err := l.Load(l.Largest()[0]); err == nil {
+				t.Error("Load during Batches succeeded")
+			}
+			break
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := l.Load(l.Largest()[0]); !errors.Is(err, ErrClosed) {
+			t.Errorf("Load after Close: %v, want ErrClosed", err)
+		}
+	}
+}

@@ -51,6 +51,9 @@ type source interface {
 	validate(ctx context.Context) (Evaluation, error)
 	// random is the model's random state, nil if it draws none.
 	random() randomState
+	// warm runs the warm-up's passes (Config.WarmUp) into ce; nothing for
+	// a source whose batches are all one shape.
+	warm(ce *rnn.CrossEntropy) error
 }
 
 // randomState is the part of RandomModel a checkpoint records; a SeqModel
@@ -144,6 +147,8 @@ func (w *windows) validate(ctx context.Context) (Evaluation, error) {
 	return Evaluate(ctx, w.dev, w.model, w.val)
 }
 
+func (w *windows) warm(*rnn.CrossEntropy) error { return nil }
+
 func (w *windows) random() randomState {
 	r, _ := w.model.(randomState)
 	return r
@@ -216,14 +221,7 @@ func (s *sequences) run(mb micro, ce *rnn.CrossEntropy, _ State) error {
 			s.denom++
 		}
 	}
-	logits, err := s.model.ForwardBatch(rnn.Train, b)
-	if err != nil {
-		return fmt.Errorf("train: forward: %w", err)
-	}
-	if err := ce.ForwardSum(rnn.Train, logits, b.Labels, len(rows), 1); err != nil {
-		return fmt.Errorf("train: loss: %w", err)
-	}
-	return backward(ce, s.model.Backward)
+	return s.pass(rnn.Train, b, ce, len(rows))
 }
 
 // targets is a batch's labels, one per row of its logits: per token
@@ -259,6 +257,55 @@ func (s *sequences) hasValidation() bool                { return s.opts.Validati
 
 func (s *sequences) validate(ctx context.Context) (Evaluation, error) {
 	return EvaluateSeq(ctx, s.dev, s.model, s.opts.Validation, EvalConfig{})
+}
+
+// warm trains on the largest batches of the data, and evaluates the
+// validation's largest with a loss of its own, as EvaluateSeq does.
+func (s *sequences) warm(ce *rnn.CrossEntropy) error {
+	pass := func(l *loader.SeqLoader, mode rnn.Mode, ce *rnn.CrossEntropy) error {
+		for _, examples := range l.Largest() {
+			b, release, err := l.Load(examples)
+			if err != nil {
+				return err
+			}
+			rows, err := targets(b.Host)
+			if err == nil {
+				err = s.pass(mode, b, ce, len(rows))
+			}
+			if err = errors.Join(err, release()); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := pass(s.data, rnn.Train, ce); err != nil {
+		return err
+	}
+	if s.opts.Validation == nil {
+		return nil
+	}
+	groups := s.model.Groups()
+	eval, err := rnn.NewCrossEntropyConfig(s.dev, rnn.CrossEntropyConfig{Classes: s.model.Classes(), DType: groups[0].Params.DType(),
+		Ignore: true, IgnoreIndex: loader.IgnoreLabel})
+	if err != nil {
+		return err
+	}
+	return errors.Join(pass(s.opts.Validation, rnn.NoGrad, eval), eval.Close())
+}
+
+// pass runs the model and the loss over b, and in training the backward.
+func (s *sequences) pass(mode rnn.Mode, b loader.SeqBatch, ce *rnn.CrossEntropy, rows int) error {
+	logits, err := s.model.ForwardBatch(mode, b)
+	if err != nil {
+		return fmt.Errorf("train: forward: %w", err)
+	}
+	if err := ce.ForwardSum(mode, logits, b.Labels, rows, 1); err != nil {
+		return fmt.Errorf("train: loss: %w", err)
+	}
+	if mode == rnn.NoGrad {
+		return nil
+	}
+	return backward(ce, s.model.Backward)
 }
 
 func (s *sequences) random() randomState {

@@ -72,7 +72,31 @@ type Config struct {
 	// Logger receives diagnostics (checkpoints written, skipped steps);
 	// nil means none.
 	Logger *slog.Logger
+
+	// WarmUp says whether the first Run begins with a warm-up: the
+	// training forward and backward of the largest batches the data makes
+	// (loader.SeqLoader.Largest), and a no-grad forward of the
+	// validation's, before the first step. It changes nothing but the
+	// device memory: gradients are zeroed, the loss reset, the model's
+	// random state restored, no step taken. What the run will need is then
+	// allocated up front, the largest first, so the cache does not
+	// fragment as larger batches come, the run makes no new device
+	// allocations after it, and a batch too large for the device fails at
+	// once rather than hours in. WarmUpAuto (the zero value) warms up when
+	// batch shapes vary (a NewSeq trainer); New's windows are all one
+	// shape, and warm up with their first step.
+	WarmUp WarmUp
 }
+
+// WarmUp is Config.WarmUp's setting.
+type WarmUp uint8
+
+const (
+	// WarmUpAuto warms up when the batches' shapes vary.
+	WarmUpAuto WarmUp = iota
+	// WarmUpOff never warms up.
+	WarmUpOff
+)
 
 // Progress describes the trainer after an optimizer step.
 type Progress struct {
@@ -119,6 +143,7 @@ type Trainer struct {
 	dev    device.Device
 	src    source
 	cfg    Config
+	warmed bool // the warm-up ran (or was not wanted)
 	groups []Group
 
 	opt    *optimizer
@@ -273,9 +298,36 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 	case ctx.Err() != nil:
 		err = fmt.Errorf("train: stopped before step %d: %w", t.step+1, ctx.Err())
 	default:
-		err = t.steps(ctx, r)
+		if err = t.warmUp(); err == nil {
+			err = t.steps(ctx, r)
+		}
 	}
 	return t.finish(ctx, r, err)
+}
+
+// warmUp runs the warm-up (Config.WarmUp) once, before the first step.
+func (t *Trainer) warmUp() error {
+	if t.warmed || t.cfg.WarmUp == WarmUpOff {
+		return nil
+	}
+	t.warmed = true
+	r := t.src.random()
+	var saved []uint64
+	if r != nil {
+		saved = r.RandomState()
+	}
+	err := t.src.warm(t.ce)
+	for _, g := range t.groups {
+		err = errors.Join(err, g.Params.ZeroGrad())
+	}
+	err = errors.Join(err, t.ce.ResetLoss())
+	if r != nil {
+		err = errors.Join(err, r.SetRandomState(saved))
+	}
+	if err != nil {
+		return fmt.Errorf("train: warming up: %w", err)
+	}
+	return nil
 }
 
 // run is the bookkeeping of one Run, for its Progress and its Summary.
