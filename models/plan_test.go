@@ -10,6 +10,8 @@ import (
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/cpu"
 	"github.com/gocurrent/gocurrent/device/meta"
+	"github.com/gocurrent/gocurrent/devices"
+	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/train"
 )
 
@@ -112,6 +114,44 @@ func TestPlanMatchesCPU(t *testing.T) {
 			}
 			if spec.Optimizer != train.SGD && got.Categories[alloc.OptimizerState].Peak == 0 {
 				t.Error("no optimizer state")
+			}
+		})
+	}
+}
+
+// TestPlanMatchesTestDevice checks the plan for the test device as
+// devices.MetaConfig describes it against a run there: on the CUDA device
+// (GOCURRENT_TEST_DEVICE=cuda, over the emulator or a GPU) this checks what
+// a CUDA device allocates for itself (the cuBLAS workspace, the kernels'
+// temporaries) is planned too.
+func TestPlanMatchesTestDevice(t *testing.T) {
+	ctx := context.Background()
+	for _, spec := range planCases()[:4] {
+		t.Run(specName(spec), func(t *testing.T) {
+			d, err := devices.Open(testdevice.Spec(t), devices.Config{CUDA: testdevice.CUDAConfig(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			target := devices.MetaConfig(d)
+			target.Capacity = 0
+			plan, err := PlanMemory(ctx, target, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got alloc.Report
+			if _, err := runSpec(ctx, d, spec, func() { got, _ = device.MemoryReport(d) }); err != nil {
+				t.Fatal(err)
+			}
+			want := plan.Report
+			if want.PeakAllocated != got.PeakAllocated || want.PeakReserved != got.PeakReserved {
+				t.Errorf("on %s: planned peaks %d allocated, %d reserved; measured %d, %d", d.Name(),
+					want.PeakAllocated, want.PeakReserved, got.PeakAllocated, got.PeakReserved)
+			}
+			for _, c := range alloc.Categories() {
+				if want.Categories[c].Peak != got.Categories[c].Peak {
+					t.Errorf("on %s, %v: planned peak %d, measured %d", d.Name(), c, want.Categories[c].Peak, got.Categories[c].Peak)
+				}
 			}
 		})
 	}
