@@ -2,7 +2,8 @@
 // section of docs/ARCHITECTURE.md): alloc imports nothing of ours; device
 // imports alloc; cuda imports device and alloc; rnn and loader import device
 // (never cuda, never each other); train imports rnn, loader and device;
-// models imports train, rnn, loader and device (never cuda or devices);
+// models imports train, rnn, loader, device and device/meta (never cuda or
+// devices);
 // devices, which opens a device by name, is the one library package that
 // imports both device/cpu and cuda; only devices, examples, internal
 // helpers and tests import cuda, and nothing but examples imports
