@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"image/png"
 
-	"github.com/gocurrent/gocurrent/examples/charrnn/internal/plot"
+	"github.com/gocurrent/gocurrent/internal/plot"
 )
 
 func ExampleEncode() {
