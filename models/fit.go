@@ -29,6 +29,13 @@ type FitConfig struct {
 	// result's Batch·Accum is Effective, with Accum the fewest
 	// micro-batches whose batch fits (and divides Effective).
 	Effective int
+	// Plan, when set, describes the device for a planned search
+	// (PlanBatch; devices.MetaConfig gives it) that FitBatch runs first:
+	// its answer and the next batch are then the first trials, so that a
+	// plan that is right (as it is to the byte on the CPU and CUDA devices)
+	// costs two trials instead of a dozen. The answer is still only a
+	// batch that was tried.
+	Plan *meta.Config
 }
 
 // Trial is one batch size tried.
@@ -81,7 +88,17 @@ func FitBatch(ctx context.Context, d device.Device, spec MemorySpec, cfg FitConf
 			a.Memory().ResetAccumulated()
 		}()
 	}
-	return fit(spec, cfg, limit, func(s MemorySpec) (int64, error) {
+	start, hint := time.Now(), 0
+	if cfg.Plan != nil {
+		target := *cfg.Plan
+		target.Memory.MemoryLimit, target.Memory.MemoryFraction = 0, 0
+		planned, err := PlanBatch(ctx, target, spec, FitConfig{Limit: limit, Margin: cfg.Margin, Max: cfg.Max})
+		if err != nil && !errors.Is(err, ErrNoBatchFits) {
+			return FitResult{}, err
+		}
+		hint = planned.Spec.Batch
+	}
+	res, err := fit(spec, cfg, limit, hint, func(s MemorySpec) (int64, error) {
 		if a != nil {
 			if err := a.Memory().EmptyCache(); err != nil {
 				return 0, err
@@ -95,6 +112,8 @@ func FitBatch(ctx context.Context, d device.Device, spec MemorySpec, cfg FitConf
 		peak := a.Memory().Stats().ReservedBytes[alloc.AllPools].Peak
 		return peak, errors.Join(err, a.Memory().EmptyCache())
 	})
+	res.Elapsed = time.Since(start) // the planned search's time included
+	return res, err
 }
 
 // PlanBatch is FitBatch with planned trials (PlanMemory on the device
@@ -111,7 +130,7 @@ func PlanBatch(ctx context.Context, target meta.Config, spec MemorySpec, cfg Fit
 		return FitResult{}, errors.New("models: PlanBatch needs a limit: FitConfig.Limit or the target's capacity")
 	}
 	target.Capacity = limit
-	return fit(spec, cfg, limit, func(s MemorySpec) (int64, error) {
+	return fit(spec, cfg, limit, 0, func(s MemorySpec) (int64, error) {
 		p, err := PlanMemory(ctx, target, s)
 		return p.Report.PeakReserved, err
 	})
@@ -132,8 +151,9 @@ func deviceLimit(d device.Device) int64 {
 
 // fit is the search: try runs a spec and returns its peak reserved bytes,
 // or an error, which matches alloc.ErrOutOfMemory when the run did not
-// fit.
-func fit(spec MemorySpec, cfg FitConfig, limit int64, try func(MemorySpec) (int64, error)) (FitResult, error) {
+// fit. hint, when > 0, is the batch a planned search found: it and the
+// next are tried first.
+func fit(spec MemorySpec, cfg FitConfig, limit int64, hint int, try func(MemorySpec) (int64, error)) (FitResult, error) {
 	start := time.Now()
 	if err := spec.check(); err != nil {
 		return FitResult{}, err
@@ -182,7 +202,28 @@ func fit(spec MemorySpec, cfg FitConfig, limit int64, try func(MemorySpec) (int6
 	}
 	accum := max(spec.Accum, 1)
 	lo, hi := 0, most+1 // the largest batch known to fit, the smallest known not to
-	for b := min(max(spec.Batch, 1), most); lo < b && b < hi; b = min(2*b, most) {
+	first := min(max(spec.Batch, 1), most) // where growing starts, 0 for none
+	if g := min(hint, most); g > 0 {
+		// The planned answer first: it fits, and one more does not, in two
+		// trials; otherwise the search goes on from what they showed.
+		ok, err := fits(g, accum)
+		if err != nil {
+			return res, err
+		}
+		if !ok {
+			hi, first = g, 0
+		} else if lo, first = g, 0; g < most {
+			if ok, err = fits(g+1, accum); err != nil {
+				return res, err
+			}
+			if ok {
+				lo, first = g+1, min(2*(g+1), most)
+			} else {
+				hi = g + 1
+			}
+		}
+	}
+	for b := first; b > 0 && lo < b && b < hi; b = min(2*b, most) {
 		ok, err := fits(b, accum)
 		if err != nil {
 			return res, err

@@ -114,6 +114,14 @@ func TestFitBatchCPU(t *testing.T) {
 		t.Errorf("planned batch %d (peak %d), found %d (peak %d)", planned.Spec.Batch, planned.PeakReserved, res.Spec.Batch, res.PeakReserved)
 	}
 	checkLargest(t, meta.Config{}, res, 0.05)
+	// Seeded by the plan, the search tries the planned batch and the next.
+	seeded, err := FitBatch(ctx, d, fitSpec(), FitConfig{Plan: &meta.Config{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seeded.Spec.Batch != res.Spec.Batch || len(seeded.Trials) != 2 {
+		t.Errorf("seeded by the plan: batch %d in %d trials, want %d in 2 (%v)", seeded.Spec.Batch, len(seeded.Trials), res.Spec.Batch, seeded)
+	}
 	// The device is left as it was: nothing allocated, nothing cached.
 	if st := d.MemStats(); st.AllocatedBytes[alloc.AllPools].Current != 0 || st.ReservedBytes[alloc.AllPools].Current != 0 {
 		t.Errorf("after the search: %d bytes allocated, %d reserved", st.AllocatedBytes[alloc.AllPools].Current, st.ReservedBytes[alloc.AllPools].Current)
@@ -181,5 +189,52 @@ func TestAdvice(t *testing.T) {
 	other := errors.New("disk full")
 	if got := WithAdvice(ctx, other, target, spec); got != other {
 		t.Errorf("WithAdvice(disk full) = %v", got)
+	}
+}
+
+// TestFitSearch drives the search with a run that fits up to a batch of
+// 37: from any start, with any planned hint (right, too large, too small,
+// none), it finds 37 and returns only a batch it tried; a right hint costs
+// two trials.
+func TestFitSearch(t *testing.T) {
+	const largest = 37
+	try := func(s MemorySpec) (int64, error) {
+		if s.Batch > largest {
+			return 0, &alloc.OutOfMemoryError{}
+		}
+		return int64(s.Batch) * 1000, nil
+	}
+	for _, start := range []int{1, 8, 37, 38, 100} {
+		for _, hint := range []int{0, largest, 12, 60, 4000} {
+			spec := fitSpec()
+			spec.Batch = start
+			res, err := fit(spec, FitConfig{Max: 500}, 1<<40, hint, try)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Spec.Batch != largest {
+				t.Errorf("start %d, hint %d: batch %d, want %d (%v)", start, hint, res.Spec.Batch, largest, res)
+			}
+			tried := false
+			for _, tr := range res.Trials {
+				tried = tried || (tr.Fits && tr.Batch == largest)
+			}
+			if !tried {
+				t.Errorf("start %d, hint %d: %d was not tried: %v", start, hint, largest, res)
+			}
+			if hint == largest && len(res.Trials) != 2 {
+				t.Errorf("start %d, the right hint: %d trials, want 2", start, len(res.Trials))
+			}
+		}
+	}
+	// The cap: everything fits, the answer is the cap, tried.
+	res, err := fit(fitSpec(), FitConfig{Max: 20}, 1<<40, 0, try)
+	if err != nil || res.Spec.Batch != 20 {
+		t.Errorf("max 20: %v, %v", res.Spec.Batch, err)
+	}
+	// A device error is not an out-of-memory error: it ends the search.
+	boom := errors.New("device lost")
+	if _, err := fit(fitSpec(), FitConfig{}, 1<<40, 0, func(MemorySpec) (int64, error) { return 0, boom }); !errors.Is(err, boom) {
+		t.Errorf("a device error: %v, want it returned", err)
 	}
 }

@@ -100,6 +100,19 @@ func PlanMemory(ctx context.Context, target meta.Config, spec MemorySpec) (Memor
 	return MemoryPlan{Spec: spec, Report: r, Steps: steps}, nil
 }
 
+// MeasureMemory runs what PlanMemory plans for real on d: spec's model,
+// loaders and trainer, its first steps (the same ones), and returns d's
+// memory report after them, before closing what it built. On a fresh
+// device, the report's peaks are what the plan predicted.
+func MeasureMemory(ctx context.Context, d device.Device, spec MemorySpec) (alloc.Report, error) {
+	if err := spec.check(); err != nil {
+		return alloc.Report{}, err
+	}
+	var r alloc.Report
+	_, err := runSpec(ctx, d, spec, func() { r, _ = device.MemoryReport(d) })
+	return r, err
+}
+
 // check validates what PlanMemory needs beyond the model's own checks.
 func (s MemorySpec) check() error {
 	n := 0

@@ -370,8 +370,9 @@ func (r *trainRun) memorySpec() models.MemorySpec {
 }
 
 // fitBatch is -batch auto: it finds the largest batch that fits, with
-// training steps on the device (models.FitBatch), and takes it (with the
-// accumulation keeping -effective-batch).
+// training steps on the device (models.FitBatch, starting from the
+// planned answer), and takes it (with the accumulation keeping
+// -effective-batch).
 func (r *trainRun) fitBatch(ctx context.Context) error {
 	spec := r.memorySpec()
 	spec.Batch = 8
@@ -381,7 +382,8 @@ func (r *trainRun) fitBatch(ctx context.Context) error {
 		return fmt.Errorf("charrnn: -batch auto: the training text's %d characters are too few for one window of %d", r.trainText.Len(), spec.Seq+1)
 	}
 	spec.Batch = min(spec.Batch, most)
-	res, err := models.FitBatch(ctx, r.d, spec, models.FitConfig{Effective: r.f.EffectiveBatch, Max: most})
+	target := devices.MetaConfig(r.d)
+	res, err := models.FitBatch(ctx, r.d, spec, models.FitConfig{Effective: r.f.EffectiveBatch, Max: most, Plan: &target})
 	if err != nil {
 		return fmt.Errorf("charrnn: -batch auto: %w", err)
 	}
