@@ -19,6 +19,18 @@ func fitSpec() MemorySpec {
 	return MemorySpec{CharRNN: &CharRNNConfig{Cell: "lstm", Embed: 16, Hidden: 128, Layers: 2}, Vocab: 65, Batch: 8, Seq: 64}
 }
 
+// openLimited opens a CPU device whose allocator is held to limit bytes,
+// closed when the test ends.
+func openLimited(t *testing.T, limit int64) *cpu.Device {
+	t.Helper()
+	d, err := cpu.Open(cpu.Config{Memory: alloc.Config{MemoryLimit: limit}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
 // checkLargest checks that res's batch was tried and fitted, and that the
 // next batch does not fit by the plan's books on the same target.
 func checkLargest(t *testing.T, target meta.Config, res FitResult, margin float64) {
@@ -82,14 +94,7 @@ func TestPlanBatch(t *testing.T) {
 func TestFitBatchCPU(t *testing.T) {
 	ctx := context.Background()
 	const limit = 64 << 20
-	open := func() *cpu.Device {
-		d, err := cpu.Open(cpu.Config{Memory: alloc.Config{MemoryLimit: limit}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d
-	}
+	open := func() *cpu.Device { return openLimited(t, limit) }
 	d := open()
 	res, err := FitBatch(ctx, d, fitSpec(), FitConfig{})
 	if err != nil {
@@ -140,14 +145,7 @@ func TestFitBatchCPU(t *testing.T) {
 func TestAdvice(t *testing.T) {
 	ctx := context.Background()
 	const limit = 40 << 20
-	open := func() *cpu.Device {
-		d, err := cpu.Open(cpu.Config{Memory: alloc.Config{MemoryLimit: limit}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d
-	}
+	open := func() *cpu.Device { return openLimited(t, limit) }
 	spec := fitSpec()
 	spec.Batch = 128
 	d := open()
