@@ -62,11 +62,12 @@ var ErrNoBatchFits = errors.New("not even a batch of one fits")
 // the batch from spec.Batch by doubling, then bisects, and each trial is
 // the run's real training steps on d (a fresh model, trainer and loader,
 // closed after, the cache emptied) at the longest sequence length, every
-// sequence spec.Seq tokens long (spec.Lengths and MaxTokens are set aside),
-// so that the largest activations and the optimizer's state exist. A
-// trial that runs out of memory is recognised by the allocator's typed
-// error. The batch returned is one that was tried and fitted. The device is
-// left with its cache empty and its peaks and counters reset.
+// sequence spec.Seq tokens long (spec.Lengths, ValLengths and MaxTokens
+// are set aside), so that the largest activations and the optimizer's
+// state exist. A trial that runs out of memory is recognised by the
+// allocator's typed error. The batch returned is one that was tried and
+// fitted. The device is left with its cache empty and its peaks and
+// counters reset.
 func FitBatch(ctx context.Context, d device.Device, spec MemorySpec, cfg FitConfig) (FitResult, error) {
 	limit := cfg.Limit
 	if limit == 0 {
@@ -159,7 +160,7 @@ func fit(spec MemorySpec, cfg FitConfig, limit int64, try func(MemorySpec) (int6
 	budget := int64(float64(limit) * (1 - margin))
 	res := FitResult{Limit: limit}
 	base := spec
-	base.Lengths, base.MaxTokens = nil, 0
+	base.Lengths, base.ValLengths, base.MaxTokens = nil, nil, 0
 	peaks := map[[2]int]int64{}
 	fits := func(batch, accum int) (bool, error) {
 		s := base
