@@ -32,7 +32,8 @@ type Advice struct {
 // Advise plans spec on target, whose Capacity is the memory the run may
 // reserve (devices.MetaConfig gives an open device's), and says what fits:
 // the largest batch, and the accumulation that keeps the examples of a
-// step. It is what an out-of-memory error of the run should say.
+// step (for a run with Lengths, those whose first epoch fits: EpochBatch).
+// It is what an out-of-memory error of the run should say.
 func Advise(ctx context.Context, target meta.Config, spec MemorySpec) (Advice, error) {
 	limit := target.Capacity
 	unlimited := target
@@ -47,20 +48,29 @@ func Advise(ctx context.Context, target meta.Config, spec MemorySpec) (Advice, e
 	}
 	// No margin: the advice is what fits at all; FitBatch keeps one.
 	cfg := FitConfig{Margin: -1}
-	if r, err := PlanBatch(ctx, target, spec, cfg); err == nil {
+	if r, err := planLargest(ctx, target, spec, cfg); err == nil {
 		a.Batch, a.BatchPeak = r.Spec.Batch, r.PeakReserved
 	} else if !errors.Is(err, ErrNoBatchFits) {
 		return a, err
 	}
 	if e := spec.Batch * max(spec.Accum, 1); a.Batch > 0 && a.Batch < spec.Batch {
 		cfg.Effective = e
-		if r, err := PlanBatch(ctx, target, spec, cfg); err == nil {
+		if r, err := planLargest(ctx, target, spec, cfg); err == nil {
 			a.AccumBatch, a.Accum, a.AccumPeak = r.Spec.Batch, r.Spec.Accum, r.PeakReserved
 		} else if !errors.Is(err, ErrNoBatchFits) {
 			return a, err
 		}
 	}
 	return a, nil
+}
+
+// planLargest is PlanBatch, then for a run with Lengths EpochBatch.
+func planLargest(ctx context.Context, target meta.Config, spec MemorySpec, cfg FitConfig) (FitResult, error) {
+	r, err := PlanBatch(ctx, target, spec, cfg)
+	if err != nil {
+		return r, err
+	}
+	return EpochBatch(ctx, target, spec, cfg, r)
 }
 
 // String says it in a few lines: what the run needs, by category, and the

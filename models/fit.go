@@ -36,6 +36,14 @@ type FitConfig struct {
 	// costs two trials instead of a dozen. The answer is still only a
 	// batch that was tried.
 	Plan *meta.Config
+	// Epoch makes each trial the spec's first epoch as PlanMemory plans
+	// it, its real batches in the run's order (Lengths, ValLengths,
+	// MaxTokens, Shuffle and Seed kept), instead of steps on sequences
+	// all Seq tokens long: for PlanBatch, to find the batch whose epoch
+	// fits, the cache's fragmentation by batches of several shapes
+	// included, which steps of one shape do not show. (FitBatch would
+	// train an epoch per trial.)
+	Epoch bool
 }
 
 // Trial is one batch size tried.
@@ -69,11 +77,12 @@ var ErrNoBatchFits = errors.New("not even a batch of one fits")
 // the batch from spec.Batch by doubling, then bisects, and each trial is
 // the run's real training steps on d (a fresh model, trainer and loader,
 // closed after, the cache emptied) at the longest sequence length, every
-// sequence spec.Seq tokens long (spec.Lengths and MaxTokens are set aside),
-// so that the largest activations and the optimizer's state exist. A
-// trial that runs out of memory is recognised by the allocator's typed
-// error. The batch returned is one that was tried and fitted. The device is
-// left with its cache empty and its peaks and counters reset.
+// sequence spec.Seq tokens long (spec.Lengths, ValLengths and MaxTokens
+// are set aside), so that the largest activations and the optimizer's
+// state exist. A trial that runs out of memory is recognised by the
+// allocator's typed error. The batch returned is one that was tried and
+// fitted. The device is left with its cache empty and its peaks and
+// counters reset.
 func FitBatch(ctx context.Context, d device.Device, spec MemorySpec, cfg FitConfig) (FitResult, error) {
 	limit := cfg.Limit
 	if limit == 0 {
@@ -136,6 +145,34 @@ func PlanBatch(ctx context.Context, target meta.Config, spec MemorySpec, cfg Fit
 	})
 }
 
+// EpochBatch is the second search of a sequence model's batch, after
+// FitBatch's or PlanBatch's (trials, made with spec and cfg): trials are
+// steps on batches of one shape, every sequence the longest, but a run's
+// batches come in several shapes (bucketed by length, a last smaller
+// one), which can fragment the cache past the trials' peak. From the
+// largest batch trials fitted at spec's accumulation, EpochBatch plans
+// the run's first epoch on target (cfg.Epoch: its real batches in the
+// run's order) and lowers the batch until that fits, keeping
+// cfg.Effective as PlanBatch does. Without spec.Lengths (the char-RNN's
+// windows all have one shape) it returns trials.
+func EpochBatch(ctx context.Context, target meta.Config, spec MemorySpec, cfg FitConfig, trials FitResult) (FitResult, error) {
+	if spec.Lengths == nil {
+		return trials, nil
+	}
+	largest := 0
+	for _, t := range trials.Trials {
+		if t.Fits && t.Accum == max(spec.Accum, 1) {
+			largest = max(largest, t.Batch)
+		}
+	}
+	if largest == 0 {
+		return trials, fmt.Errorf("models: %w in the trials", ErrNoBatchFits)
+	}
+	spec.Batch = largest
+	cfg.Max, cfg.Limit, cfg.Epoch = largest, trials.Limit, true
+	return PlanBatch(ctx, target, spec, cfg)
+}
+
 // deviceLimit is the memory a run on d may reserve: the allocator's limit,
 // else what is free plus what the allocator holds.
 func deviceLimit(d device.Device) int64 {
@@ -179,7 +216,9 @@ func fit(spec MemorySpec, cfg FitConfig, limit int64, hint int, try func(MemoryS
 	budget := int64(float64(limit) * (1 - margin))
 	res := FitResult{Limit: limit}
 	base := spec
-	base.Lengths, base.MaxTokens = nil, 0
+	if !cfg.Epoch {
+		base.Lengths, base.ValLengths, base.MaxTokens = nil, nil, 0
+	}
 	peaks := map[[2]int]int64{}
 	fits := func(batch, accum int) (bool, error) {
 		s := base
@@ -201,7 +240,7 @@ func fit(spec MemorySpec, cfg FitConfig, limit int64, hint int, try func(MemoryS
 		return ok, nil
 	}
 	accum := max(spec.Accum, 1)
-	lo, hi := 0, most+1 // the largest batch known to fit, the smallest known not to
+	lo, hi := 0, most+1                    // the largest batch known to fit, the smallest known not to
 	first := min(max(spec.Batch, 1), most) // where growing starts, 0 for none
 	if g := min(hint, most); g > 0 {
 		// The planned answer first: it fits, and one more does not, in two

@@ -236,3 +236,52 @@ func TestFitSearch(t *testing.T) {
 		t.Errorf("a device error: %v, want it returned", err)
 	}
 }
+
+// TestEpochBatch checks the second search of a sequence model's batch: on
+// sequences of many lengths, the batch that fits steps on sequences all of
+// the longest length can run out of memory in the epoch, whose batches of
+// several shapes fragment the cache; EpochBatch's batch is the largest
+// whose first epoch fits, planned, and its epoch trains on the CPU device
+// held to the limit, in the run's order.
+func TestEpochBatch(t *testing.T) {
+	ctx := context.Background()
+	const limit = 24 << 20
+	spec := MemorySpec{Classifier: &ClassifierConfig{Cell: "lstm", Embed: 32, Hidden: 64, Layers: 1, Bidirectional: true}, Vocab: 8,
+		Classes: 3, Batch: 8, Seq: 40, Lengths: lengthsFrom(400, 40, 3), Shuffle: true, Seed: 1}
+	target := meta.Config{Capacity: limit}
+	steps, err := PlanBatch(ctx, target, spec, FitConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := EpochBatch(ctx, target, spec, FitConfig{}, steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("steps: %v; epoch: %v", steps, epoch)
+	budget := int64(limit) * 95 / 100 // FitConfig.Margin's default
+	if b := epoch.Spec.Batch; b >= steps.Spec.Batch || epoch.PeakReserved > budget || b < 1 {
+		t.Fatalf("epoch batch %d (peak %d), steps' %d: want a smaller batch within %d", b, epoch.PeakReserved, steps.Spec.Batch, budget)
+	}
+	for _, c := range []struct {
+		batch int
+		fits  bool
+	}{{epoch.Spec.Batch, true}, {steps.Spec.Batch, false}} {
+		s := spec
+		s.Batch = c.batch
+		d, err := cpu.Open(cpu.Config{Memory: alloc.Config{MemoryLimit: limit}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = runSpec(ctx, d, s, nil)
+		peak := d.MemStats().ReservedBytes[alloc.AllPools].Peak
+		d.Close()
+		if fits := err == nil && peak <= budget; fits != c.fits {
+			t.Errorf("the epoch at batch %d: %v, peak %d; want it to fit within %d: %v", c.batch, err, peak, budget, c.fits)
+		}
+	}
+	// Without lengths there is nothing more to check.
+	spec.Lengths = nil
+	if again, err := EpochBatch(ctx, target, spec, FitConfig{}, steps); err != nil || again.Spec.Batch != steps.Spec.Batch {
+		t.Errorf("without lengths: batch %d, %v; want the trials' %d", again.Spec.Batch, err, steps.Spec.Batch)
+	}
+}

@@ -47,6 +47,17 @@ type MemorySpec struct {
 	// of the largest batch it makes. Nil means Batch·Accum sequences of
 	// Seq tokens per step.
 	Lengths []int
+	// ValLengths, with Validate, are the validation data's lengths (all
+	// at most Seq); nil means the validation takes Lengths (or, without
+	// them, the planned training sequences).
+	ValLengths []int
+	// Shuffle and Seed are the sequence loader's (loader.BucketConfig):
+	// with Lengths the plan takes the batches in the order the run's
+	// first epoch does, which the peaks can depend on (the first step
+	// runs before the optimizer's state exists; the cache's blocks are
+	// reused as the batches come).
+	Shuffle bool
+	Seed    uint64
 	// MaxTokens is the sequence loader's token budget (0: none).
 	MaxTokens int
 	// Optimizer is the update; zero means Adam.
@@ -132,12 +143,14 @@ func (s MemorySpec) check() error {
 		return fmt.Errorf("models: MemorySpec classes %d, want at least 1", s.Classes)
 	case s.Tagger != nil && s.Tagger.hasChars() && s.Chars < 3:
 		return fmt.Errorf("models: MemorySpec chars %d with character features, want at least 3", s.Chars)
-	case s.CharRNN != nil && s.Lengths != nil:
+	case s.CharRNN != nil && (s.Lengths != nil || s.ValLengths != nil):
 		return errors.New("models: MemorySpec lengths are for the sequence models; the char-RNN's windows all have Seq tokens")
 	}
-	for i, n := range s.Lengths {
-		if n < 1 || n > s.Seq {
-			return fmt.Errorf("models: MemorySpec length %d is %d, want 1..seq (%d)", i, n, s.Seq)
+	for k, lengths := range [][]int{s.Lengths, s.ValLengths} {
+		for i, n := range lengths {
+			if n < 1 || n > s.Seq {
+				return fmt.Errorf("models: MemorySpec %s %d is %d, want 1..seq (%d)", []string{"length", "validation length"}[k], i, n, s.Seq)
+			}
 		}
 	}
 	return nil
@@ -254,14 +267,20 @@ func seqRun(ctx context.Context, d device.Device, spec MemorySpec, opt train.Opt
 	*cleanup = append(*cleanup, m.Close)
 	collate := loader.CollateConfig{Chars: chars, MaxWordChars: spec.MaxWordChars}
 	l, err := loader.NewSeqLoader(d, data, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: spec.Batch, Accum: accum,
-		MaxTokens: spec.MaxTokens}, Epochs: epochs, CollateConfig: collate})
+		MaxTokens: spec.MaxTokens, Shuffle: spec.Shuffle, Seed: spec.Seed}, Epochs: epochs, CollateConfig: collate})
 	if err != nil {
 		return nil, err
 	}
 	*cleanup = append(*cleanup, l.Close)
 	var opts train.SeqOptions
 	if spec.Validate {
-		if opts.Validation, err = loader.NewSeqLoader(d, data, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: spec.Batch},
+		val := data
+		if spec.ValLengths != nil {
+			if val, err = planDataset(ctx, spec, spec.ValLengths, chars, texts); err != nil {
+				return nil, err
+			}
+		}
+		if opts.Validation, err = loader.NewSeqLoader(d, val, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: spec.Batch},
 			Epochs: 1, CollateConfig: collate}); err != nil {
 			return nil, err
 		}

@@ -17,7 +17,8 @@ import (
 
 // planCases is the grid of TestPlanMatchesCPU: every model, LSTM and GRU,
 // uni- and bidirectional, dropout, character features, pooling, character
-// input, accumulation, a token budget and a length distribution.
+// input, accumulation, a token budget, a length distribution (in the
+// order of a shuffled epoch) and a validation set's own.
 func planCases() []MemorySpec {
 	var specs []MemorySpec
 	for _, cell := range []string{"lstm", "gru"} {
@@ -30,11 +31,11 @@ func planCases() []MemorySpec {
 			MemorySpec{Tagger: &TaggerConfig{Cell: cell, Embed: 24, Hidden: 40, Layers: 1, CharEmbed: 8, CharHidden: 12}, Vocab: 300,
 				Classes: 12, Chars: 60, LongestWord: 9, Batch: 7, Seq: 25, Accum: 2},
 			MemorySpec{Classifier: &ClassifierConfig{Cell: cell, Embed: 20, Hidden: 32, Layers: 2, Bidirectional: true, Pool: PoolMax},
-				Vocab: 400, Classes: 5, Batch: 9, Seq: 40, Lengths: lengthsFrom(60, 40, 3), MaxTokens: 200},
+				Vocab: 400, Classes: 5, Batch: 9, Seq: 40, Lengths: lengthsFrom(60, 40, 3), MaxTokens: 200, Shuffle: true, Seed: 4},
 			MemorySpec{Classifier: &ClassifierConfig{Cell: cell, Embed: 20, Hidden: 32, Layers: 1, Pool: PoolMean, Input: InputChars},
 				Vocab: 90, Classes: 3, Batch: 12, Seq: 64, Optimizer: train.RMSprop},
 			MemorySpec{Classifier: &ClassifierConfig{Cell: cell, Embed: 20, Hidden: 32, Layers: 2, Dropout: 0.3}, Vocab: 250, Classes: 4,
-				Batch: 8, Seq: 20, Lengths: lengthsFrom(33, 20, 1), Validate: true},
+				Batch: 8, Seq: 20, Lengths: lengthsFrom(33, 20, 1), ValLengths: lengthsFrom(13, 17, 2), Validate: true},
 		)
 	}
 	return specs

@@ -15,7 +15,6 @@ import (
 
 	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
-	"github.com/gocurrent/gocurrent/devices"
 	"github.com/gocurrent/gocurrent/examples/charrnn/internal/progress"
 	"github.com/gocurrent/gocurrent/examples/internal/cli"
 	"github.com/gocurrent/gocurrent/loader"
@@ -237,16 +236,9 @@ func openDevice(spec string, gpu cuda.Config) (device.Device, error) {
 }
 
 // openDeviceLimit is openDevice with the allocator held to limit bytes
-// (0: none).
+// (0: none): cli.OpenDevice.
 func openDeviceLimit(spec string, gpu cuda.Config, limit int64) (device.Device, error) {
-	cfg := devices.Config{CUDA: gpu}
-	cfg.CPU.Memory.MemoryLimit = limit
-	cfg.CUDA.Memory.MemoryLimit = limit
-	d, err := devices.Open(spec, cfg)
-	if errors.Is(err, devices.ErrSpec) {
-		return nil, fmt.Errorf("%w: -device %q: %w", ErrUsage, spec, devices.ErrSpec)
-	}
-	return d, err
+	return cli.OpenDevice(spec, gpu, limit)
 }
 
 // printer writes a command's output: a line of text, or with -json the

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/gocurrent/gocurrent/device/meta"
-	"github.com/gocurrent/gocurrent/devices"
 	"github.com/gocurrent/gocurrent/examples/internal/cli"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/models"
@@ -135,29 +133,10 @@ func Plan(ctx context.Context, f PlanFlags, env Env) error {
 }
 
 // target describes the device to plan for: one of -capacity bytes, or the
-// device -device opens (read, then closed), held to -memory-limit.
+// device -device opens (read, then closed), held to -memory-limit
+// (cli.PlanTarget).
 func (f *PlanFlags) target(env Env) (meta.Config, error) {
-	var t meta.Config
-	if f.Capacity > 0 {
-		t = meta.Config{Name: f.Device, Capacity: int64(f.Capacity)}
-		if strings.HasPrefix(f.Device, "cuda") {
-			t.Name = strings.Replace(f.Device, "auto", "cuda", 1)
-			t.Workspace, t.KernelTemporaries = 32<<20, true // cuda.Config's default cuBLAS workspace
-		}
-	} else {
-		d, err := openDeviceLimit(f.Device, env.CUDA, int64(f.MemoryLimit))
-		if err != nil {
-			return t, err
-		}
-		t = devices.MetaConfig(d)
-		if err := d.Close(); err != nil {
-			return t, err
-		}
-	}
-	if l := int64(f.MemoryLimit); l > 0 && (t.Capacity == 0 || l < t.Capacity) {
-		t.Capacity = l
-	}
-	return t, nil
+	return cli.PlanTarget(f.Device, env.CUDA, int64(f.Capacity), int64(f.MemoryLimit))
 }
 
 // vocabOfData reads -data (or the default text) for its vocabulary's size.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
-	"github.com/gocurrent/gocurrent/devices"
 	"github.com/gocurrent/gocurrent/examples/internal/cli"
 )
 
@@ -68,8 +67,8 @@ func (e Env) withDefaults() Env {
 // with status 2. It is cli.ErrUsage, as charrnn's is.
 var ErrUsage = cli.ErrUsage
 
-// Run runs the command args[0] ("train", "eval" or "predict") of task
-// with the flags that follow. Cancelling ctx stops training after the
+// Run runs the command args[0] ("train", "eval", "predict", "bench" or
+// "plan") of task with the flags that follow. Cancelling ctx stops training after the
 // step under way and saves the checkpoint. Run returns its error without
 // printing it; Report prints it as the command line asks.
 func Run(ctx context.Context, task Task, args []string, env Env) error {
@@ -77,13 +76,13 @@ func Run(ctx context.Context, task Task, args []string, env Env) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
 		fmt.Fprint(env.Stdout, usage(task))
 		if len(args) == 0 {
-			return fmt.Errorf("%w: no command; want train, eval or predict", ErrUsage)
+			return fmt.Errorf("%w: no command; want train, eval, predict, bench or plan", ErrUsage)
 		}
 		return nil
 	}
 	f, ok := newFlags(task, args[0])
 	if !ok {
-		return fmt.Errorf("%w: unknown command %q; the commands are train, eval, predict and bench", ErrUsage, args[0])
+		return fmt.Errorf("%w: unknown command %q; the commands are train, eval, predict, bench and plan", ErrUsage, args[0])
 	}
 	fs := flag.NewFlagSet(task.name()+" "+args[0], flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
@@ -96,6 +95,11 @@ func Run(ctx context.Context, task Task, args []string, env Env) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q after the flags", ErrUsage, fs.Arg(0))
+	}
+	if e, ok := f.(explicitFlags); ok {
+		set := map[string]bool{}
+		fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+		e.setExplicit(set)
 	}
 	if err := f.validate(); err != nil {
 		return err
@@ -111,6 +115,12 @@ type command interface {
 	json() bool
 }
 
+// explicitFlags are the flags of a command whose checks depend on which
+// flags the command line gave, not only on their values.
+type explicitFlags interface {
+	setExplicit(set map[string]bool)
+}
+
 func newFlags(task Task, name string) (command, bool) {
 	switch name {
 	case "train":
@@ -121,6 +131,8 @@ func newFlags(task Task, name string) (command, bool) {
 		return &PredictFlags{task: task}, true
 	case "bench":
 		return &BenchFlags{task: task}, true
+	case "plan":
+		return &PlanFlags{task: task}, true
 	}
 	return nil, false
 }
@@ -137,6 +149,7 @@ Usage:
   %[1]s eval -checkpoint PATH -data PATH [flags]
   %[1]s predict -checkpoint PATH < lines
   %[1]s bench [-data PATH] [flags]    training tokens/s (bench/torch_tagger.py is PyTorch's)
+  %[1]s plan [-data PATH] [flags]     train's device memory by category, planned without allocating
   %[1]s COMMAND -h                    the command's flags
 `, task.name(), what)
 }
@@ -193,13 +206,10 @@ func checkFormat(c *flagCheck, v string) {
 	}
 }
 
-// openDevice opens the device -device names.
+// openDevice opens the device -device names (cli.OpenDevice, no memory
+// limit).
 func openDevice(spec string, gpu cuda.Config) (device.Device, error) {
-	d, err := devices.Open(spec, devices.Config{CUDA: gpu})
-	if errors.Is(err, devices.ErrSpec) {
-		return nil, fmt.Errorf("%w: -device %q: %w", ErrUsage, spec, devices.ErrSpec)
-	}
-	return d, err
+	return cli.OpenDevice(spec, gpu, 0)
 }
 
 // ErrOutput is wrapped, with ErrUsage, by the error of a -checkpoint that

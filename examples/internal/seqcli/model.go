@@ -21,6 +21,8 @@ type model interface {
 	labels() *loader.Labels
 	// usesChars says batches must carry each word's characters.
 	usesChars() bool
+	// describe names the model's shape in spec, for the planner.
+	describe(spec *models.MemorySpec)
 }
 
 type tagger struct{ *models.Tagger }
@@ -30,6 +32,10 @@ func (m tagger) vocabs() (*loader.Words, *loader.Words, *loader.Labels) {
 }
 func (m tagger) labels() *loader.Labels { return m.Tags() }
 func (m tagger) usesChars() bool        { return m.Chars() != nil }
+func (m tagger) describe(spec *models.MemorySpec) {
+	cfg := m.Config()
+	spec.Tagger, spec.Classifier = &cfg, nil
+}
 
 type classifier struct{ *models.Classifier }
 
@@ -41,6 +47,33 @@ func (m classifier) vocabs() (*loader.Words, *loader.Words, *loader.Labels) {
 }
 func (m classifier) labels() *loader.Labels { return m.Labels() }
 func (m classifier) usesChars() bool        { return false }
+func (m classifier) describe(spec *models.MemorySpec) {
+	cfg := m.Config()
+	spec.Tagger, spec.Classifier = nil, &cfg
+}
+
+// taggerConfig is the tagger f describes.
+func (f ModelFlags) taggerConfig() models.TaggerConfig {
+	return models.TaggerConfig{Cell: f.Cell, Embed: f.Embed, Hidden: f.Hidden, Layers: f.Layers,
+		Bidirectional: f.Bidirectional, Dropout: f.Dropout, CharEmbed: f.CharEmbed, CharHidden: f.CharHidden}
+}
+
+// classifierConfig is the classifier f describes.
+func (f ModelFlags) classifierConfig() models.ClassifierConfig {
+	return models.ClassifierConfig{Cell: f.Cell, Embed: f.Embed, Hidden: f.Hidden, Layers: f.Layers,
+		Bidirectional: f.Bidirectional, Dropout: f.Dropout, Pool: f.Pool, Input: f.Input}
+}
+
+// describe names task's model of shape f in spec, for the planner.
+func (f ModelFlags) describe(task Task, spec *models.MemorySpec) {
+	if task == Tagging {
+		cfg := f.taggerConfig()
+		spec.Tagger, spec.Classifier = &cfg, nil
+		return
+	}
+	cfg := f.classifierConfig()
+	spec.Tagger, spec.Classifier = nil, &cfg
+}
 
 // newModel builds the task's model over data's vocabularies.
 func newModel(task Task, d device.Device, f ModelFlags, data *loader.Dataset, seed uint64) (model, error) {
@@ -49,8 +82,7 @@ func newModel(task Task, d device.Device, f ModelFlags, data *loader.Dataset, se
 		if f.CharEmbed > 0 {
 			chars = data.Chars
 		}
-		m, err := models.NewTaggerChars(d, models.TaggerConfig{Cell: f.Cell, Embed: f.Embed, Hidden: f.Hidden, Layers: f.Layers,
-			Bidirectional: f.Bidirectional, Dropout: f.Dropout, CharEmbed: f.CharEmbed, CharHidden: f.CharHidden}, data.Words, chars, data.Labels, seed)
+		m, err := models.NewTaggerChars(d, f.taggerConfig(), data.Words, chars, data.Labels, seed)
 		if err != nil {
 			return nil, err
 		}
@@ -60,8 +92,7 @@ func newModel(task Task, d device.Device, f ModelFlags, data *loader.Dataset, se
 	if f.Input == "chars" {
 		vocab = data.Chars
 	}
-	m, err := models.NewClassifier(d, models.ClassifierConfig{Cell: f.Cell, Embed: f.Embed, Hidden: f.Hidden, Layers: f.Layers,
-		Bidirectional: f.Bidirectional, Dropout: f.Dropout, Pool: f.Pool, Input: f.Input}, vocab, data.Labels, seed)
+	m, err := models.NewClassifier(d, f.classifierConfig(), vocab, data.Labels, seed)
 	if err != nil {
 		return nil, err
 	}

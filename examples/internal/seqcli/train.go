@@ -8,7 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/devices"
+	"github.com/gocurrent/gocurrent/examples/internal/cli"
 	"github.com/gocurrent/gocurrent/loader"
+	"github.com/gocurrent/gocurrent/models"
 	"github.com/gocurrent/gocurrent/train"
 )
 
@@ -25,6 +29,43 @@ type ModelFlags struct {
 	// The classifier's pooling (last, mean, max) and tokens (words or
 	// chars).
 	Pool, Input string
+}
+
+// register defines the flags of task's model shape.
+func (m *ModelFlags) register(fs *flag.FlagSet, task Task) {
+	fs.StringVar(&m.Cell, "cell", "lstm", "the recurrent cell: lstm or gru")
+	fs.IntVar(&m.Embed, "embed", 100, "the embedding's width")
+	fs.IntVar(&m.Hidden, "hidden", 128, "the hidden size of each direction")
+	fs.IntVar(&m.Layers, "layers", 1, "recurrent layers")
+	fs.BoolVar(&m.Bidirectional, "bidirectional", true, "run each layer both ways")
+	fs.Float64Var(&m.Dropout, "dropout", 0, "dropout between recurrent layers, in [0, 1)")
+	if task == Tagging {
+		fs.IntVar(&m.CharEmbed, "char-embed", 0, "character embedding width for character features (0: none)")
+		fs.IntVar(&m.CharHidden, "char-hidden", 0, "hidden size of the character LSTM (0: none)")
+	} else {
+		fs.StringVar(&m.Pool, "pool", "last", "how a sequence becomes one vector: last, mean or max")
+		fs.StringVar(&m.Input, "input", "words", "what a sequence is made of: words (of {\"tokens\": ...}) or chars (of {\"text\": ...})")
+	}
+}
+
+// check checks the flags of task's model shape.
+func (m ModelFlags) check(c *flagCheck, task Task) {
+	c.OneOf("cell", m.Cell, "lstm", "gru")
+	c.Positive("embed", int64(m.Embed))
+	c.Positive("hidden", int64(m.Hidden))
+	c.Positive("layers", int64(m.Layers))
+	if !(m.Dropout >= 0 && m.Dropout < 1) {
+		c.Fail("dropout", m.Dropout, "[0, 1)")
+	}
+	c.NonNegative("char-embed", int64(m.CharEmbed))
+	c.NonNegative("char-hidden", int64(m.CharHidden))
+	if (m.CharEmbed == 0) != (m.CharHidden == 0) {
+		c.Fail("char-hidden", m.CharHidden, fmt.Sprintf("> 0 with -char-embed %d, 0 without", m.CharEmbed))
+	}
+	if task == Classification {
+		c.OneOf("pool", m.Pool, "last", "mean", "max")
+		c.OneOf("input", m.Input, "words", "chars")
+	}
 }
 
 // DataFlags say how to read a labelled file.
@@ -52,46 +93,43 @@ type TrainFlags struct {
 
 	Data, Val string
 	DataFlags
-	Model      ModelFlags
-	Batch      int
-	Accum      int
-	MaxTokens  int
-	Epochs     int
-	Steps      int64
-	Optimizer  string
-	LR, Clip   float64
-	MinCount   int
-	Device     string
-	Seed       uint64
-	Checkpoint string
-	Force      bool
-	Resume     string
-	LogEvery   int64
-	PerClass   bool
-	JSON       bool
+	Model     ModelFlags
+	Batch     int
+	BatchAuto bool // -batch auto: the largest batch that fits
+	// EffectiveBatch, with BatchAuto, keeps Batch·Accum by raising Accum.
+	EffectiveBatch int
+	MemoryLimit    cli.Size // the allocator's limit, 0: none
+	Accum          int
+	MaxTokens      int
+	Epochs         int
+	Steps          int64
+	Optimizer      string
+	LR, Clip       float64
+	MinCount       int
+	Device         string
+	Seed           uint64
+	Checkpoint     string
+	Force          bool
+	Resume         string
+	LogEvery       int64
+	PerClass       bool
+	MemStats       bool
+	JSON           bool
+	// Explicit names the flags the command line gave.
+	Explicit map[string]bool
 }
 
-func (f *TrainFlags) json() bool { return f.JSON }
+func (f *TrainFlags) json() bool                      { return f.JSON }
+func (f *TrainFlags) setExplicit(set map[string]bool) { f.Explicit = set }
 
 func (f *TrainFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Data, "data", "", "training data, a CoNLL-U, TSV or JSON lines file (default: the default data, derived from Go's standard library)")
 	fs.StringVar(&f.Val, "val", "", "validation data, in the training data's format (default: none, or the default data's)")
 	f.DataFlags.register(fs)
-	m := &f.Model
-	fs.StringVar(&m.Cell, "cell", "lstm", "the recurrent cell: lstm or gru")
-	fs.IntVar(&m.Embed, "embed", 100, "the embedding's width")
-	fs.IntVar(&m.Hidden, "hidden", 128, "the hidden size of each direction")
-	fs.IntVar(&m.Layers, "layers", 1, "recurrent layers")
-	fs.BoolVar(&m.Bidirectional, "bidirectional", true, "run each layer both ways")
-	fs.Float64Var(&m.Dropout, "dropout", 0, "dropout between recurrent layers, in [0, 1)")
-	if f.task == Tagging {
-		fs.IntVar(&m.CharEmbed, "char-embed", 0, "character embedding width for character features (0: none)")
-		fs.IntVar(&m.CharHidden, "char-hidden", 0, "hidden size of the character LSTM (0: none)")
-	} else {
-		fs.StringVar(&m.Pool, "pool", "last", "how a sequence becomes one vector: last, mean or max")
-		fs.StringVar(&m.Input, "input", "words", "what a sequence is made of: words (of {\"tokens\": ...}) or chars (of {\"text\": ...})")
-	}
-	fs.IntVar(&f.Batch, "batch", 32, "sequences per batch")
+	f.Model.register(fs, f.task)
+	cli.BatchVar(fs, &f.Batch, &f.BatchAuto, "batch", 32, "sequences per batch, or auto: the largest that fits the device (or -memory-limit), found by training steps on sequences as long as the data's longest, then by planning the first epoch")
+	fs.IntVar(&f.EffectiveBatch, "effective-batch", 0, "with -batch auto, keep this many sequences per optimizer step, raising -accum as the batch that fits needs (0: keep -accum)")
+	fs.Var(&f.MemoryLimit, "memory-limit", "hold the device memory the run reserves to this size, e.g. 6GiB (0: the device's own)")
 	fs.IntVar(&f.Accum, "accum", 1, "batches accumulated per optimizer step")
 	fs.IntVar(&f.MaxTokens, "max-tokens", 0, "a token budget per batch, padding included (0: none)")
 	fs.IntVar(&f.Epochs, "epochs", 5, "passes over the data (ignored with -steps)")
@@ -111,31 +149,20 @@ func (f *TrainFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Resume, "resume", "", "continue the run a checkpoint saved (same data and batching)")
 	fs.Int64Var(&f.LogEvery, "log-every", 50, "report every this many steps")
 	fs.BoolVar(&f.PerClass, "per-class", false, "report per-class figures at each validation")
+	fs.BoolVar(&f.MemStats, "memstats", false, "print the device allocator's figures after training, by category")
 	fs.BoolVar(&f.JSON, "json", false, "one JSON object per line on standard output")
 }
 
 func (f *TrainFlags) validate() error {
 	var c flagCheck
 	f.DataFlags.check(&c)
-	m := f.Model
-	c.OneOf("cell", m.Cell, "lstm", "gru")
-	c.Positive("embed", int64(m.Embed))
-	c.Positive("hidden", int64(m.Hidden))
-	c.Positive("layers", int64(m.Layers))
-	if !(m.Dropout >= 0 && m.Dropout < 1) {
-		c.Fail("dropout", m.Dropout, "[0, 1)")
-	}
-	c.NonNegative("char-embed", int64(m.CharEmbed))
-	c.NonNegative("char-hidden", int64(m.CharHidden))
-	if (m.CharEmbed == 0) != (m.CharHidden == 0) {
-		c.Fail("char-hidden", m.CharHidden, fmt.Sprintf("> 0 with -char-embed %d, 0 without", m.CharEmbed))
-	}
-	if f.task == Classification {
-		c.OneOf("pool", m.Pool, "last", "mean", "max")
-		c.OneOf("input", m.Input, "words", "chars")
-	}
+	f.Model.check(&c, f.task)
 	c.Positive("batch", int64(f.Batch))
 	c.Positive("accum", int64(f.Accum))
+	checkBatchAuto(&c, f.BatchAuto, f.EffectiveBatch, f.Explicit["accum"])
+	if f.BatchAuto && f.Resume != "" {
+		c.Fail("batch", "auto", "a number with -resume (the run's batch is recorded)")
+	}
 	c.NonNegative("max-tokens", int64(f.MaxTokens))
 	c.NonNegative("epochs", int64(f.Epochs))
 	c.NonNegative("steps", f.Steps)
@@ -166,6 +193,9 @@ type stepEvent struct {
 	TokensPerSecond float64 `json:"tokens_per_s"`
 	DataWait        float64 `json:"data_wait"`
 	Skipped         int64   `json:"skipped,omitempty"`
+	AllocBytes      int64   `json:"allocated_bytes"`
+	// Memory is the bytes each category holds (alloc.Category names).
+	Memory map[string]int64 `json:"memory"`
 }
 
 // evalEvent is an "eval" line: a validation, or eval's result.
@@ -238,7 +268,7 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 			return fmt.Errorf("%w: -resume %s holds weights only, no training state", ErrUsage, f.Resume)
 		}
 	}
-	paths, err := f.dataPaths(ctx, env, p)
+	paths, err := dataPaths(ctx, f.task, f.Data, f.Val, env, p)
 	if err != nil {
 		return err
 	}
@@ -248,7 +278,7 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 			err = errors.Join(err, cleanup[i]())
 		}
 	}()
-	d, err := openDevice(f.Device, env.CUDA)
+	d, err := cli.OpenDevice(f.Device, env.CUDA, int64(f.MemoryLimit))
 	if err != nil {
 		return err
 	}
@@ -265,35 +295,54 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 		cleanup = append(cleanup, m.Close)
 		dcfg.Words, dcfg.Chars, dcfg.Labels = m.vocabs()
 	}
-	data, err := openData(ctx, f.task, paths.train, dcfg, f.charInput())
+	data, val, err := openDatasets(ctx, f.task, paths, dcfg, f.charInput())
 	if err != nil {
 		return err
 	}
 	cleanup = append(cleanup, data.Close)
-	var val *loader.Dataset
-	if paths.val != "" {
-		vcfg := loader.DatasetConfig{ReadConfig: f.read(), Words: data.Words, Chars: data.Chars, Labels: data.Labels}
-		if val, err = openData(ctx, f.task, paths.val, vcfg, f.charInput()); err != nil {
-			return err
-		}
+	if val != nil {
 		cleanup = append(cleanup, val.Close)
+	}
+	// memorySpec is the run for the planner: its advice on an
+	// out-of-memory error, and -batch auto's search.
+	memorySpec := func() models.MemorySpec {
+		spec := batching{Batch: f.Batch, Accum: f.Accum, MaxTokens: f.MaxTokens, Optimizer: f.Optimizer, Seed: f.Seed}.spec()
+		if m != nil {
+			m.describe(&spec)
+		} else {
+			f.Model.describe(f.task, &spec)
+		}
+		dataSpec(&spec, data, val)
+		return spec
+	}
+	if f.BatchAuto {
+		target := devices.MetaConfig(d)
+		onDevice := func(s models.MemorySpec, cfg models.FitConfig) (models.FitResult, error) {
+			cfg.Plan = &target // start from the planned answer
+			return models.FitBatch(ctx, d, s, cfg)
+		}
+		spec, err := autoBatch(ctx, memorySpec(), data.Len(), f.EffectiveBatch, target, p, onDevice)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.task.name(), err)
+		}
+		f.Batch, f.Accum = spec.Batch, spec.Accum
 	}
 	if m == nil {
 		if m, err = newModel(f.task, d, f.Model, data, f.Seed); err != nil {
-			return err
+			return advise(ctx, err, d, memorySpec())
 		}
 		cleanup = append(cleanup, m.Close)
 	}
 	l, err := newLoader(d, data, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: f.Batch, Accum: f.Accum, MaxTokens: f.MaxTokens,
 		Shuffle: true, Seed: f.Seed}, Epochs: f.Epochs}, m)
 	if err != nil {
-		return err
+		return advise(ctx, err, d, memorySpec())
 	}
 	cleanup = append(cleanup, l.Close)
 	var opts train.SeqOptions
 	if val != nil {
 		if opts.Validation, err = newLoader(d, val, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: f.Batch}, Epochs: 1}, m); err != nil {
-			return err
+			return advise(ctx, err, d, memorySpec())
 		}
 		cleanup = append(cleanup, opts.Validation.Close)
 	}
@@ -314,9 +363,10 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 				return
 			}
 			e := stepEvent{Event: "step", Step: pr.Step, Epoch: pr.Position.Epoch, Loss: pr.Loss, LR: pr.LR,
-				TokensPerSecond: pr.TokensPerSecond, DataWait: pr.DataWait, Skipped: pr.Skipped}
-			p.Emit(e, fmt.Sprintf("step %d/%d  epoch %d  loss %.4f  lr %.3g  %.0f tokens/s  data wait %.1f%%\n",
-				pr.Step, pr.Steps, pr.Position.Epoch, pr.Loss, pr.LR, pr.TokensPerSecond, 100*pr.DataWait))
+				TokensPerSecond: pr.TokensPerSecond, DataWait: pr.DataWait, Skipped: pr.Skipped,
+				AllocBytes: pr.Memory.AllocatedBytes[alloc.AllPools].Current, Memory: cli.CategoryCurrents(pr.Memory)}
+			p.Emit(e, fmt.Sprintf("step %d/%d  epoch %d  loss %.4f  lr %.3g  %.0f tokens/s  data wait %.1f%%  %s allocated\n",
+				pr.Step, pr.Steps, pr.Position.Epoch, pr.Loss, pr.LR, pr.TokensPerSecond, 100*pr.DataWait, alloc.FormatSize(e.AllocBytes)))
 		},
 		OnEval: func(ev train.Evaluation) {
 			e := newEvalEvent(f.task, "eval", ev, data.Labels, f.PerClass)
@@ -325,7 +375,7 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 	}
 	tr, err := train.NewSeq(d, m, l, cfg, opts)
 	if err != nil {
-		return err
+		return advise(ctx, err, d, memorySpec())
 	}
 	cleanup = append(cleanup, tr.Close)
 	if resume != nil {
@@ -340,7 +390,7 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 	start := time.Now()
 	sum, runErr := tr.Run(ctx)
 	if runErr != nil {
-		return runErr
+		return advise(ctx, runErr, d, memorySpec())
 	}
 	done := map[string]any{"event": "done", "steps": sum.Steps, "seconds": time.Since(start).Seconds(),
 		"tokens_per_s": float64(sum.Tokens) / sum.Elapsed.Seconds(), "checkpoint": f.Checkpoint}
@@ -354,6 +404,9 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 		}
 	}
 	p.Emit(done, text)
+	if f.MemStats {
+		cli.PrintMemStats(p, d)
+	}
 	if paths.isDefault && paths.val != "" {
 		return showSamples(ctx, f.task, d, m, paths.val, f.read(), p)
 	}
@@ -376,21 +429,35 @@ type dataFiles struct {
 	isDefault  bool
 }
 
-// dataPaths is -data and -val, or the default data.
-func (f *TrainFlags) dataPaths(ctx context.Context, env Env, p *printer) (dataFiles, error) {
-	if f.Data != "" {
-		return dataFiles{train: f.Data, val: f.Val}, nil
+// dataPaths is -data and -val, or task's default data.
+func dataPaths(ctx context.Context, task Task, data, val string, env Env, p *printer) (dataFiles, error) {
+	if data != "" {
+		return dataFiles{train: data, val: val}, nil
 	}
-	if f.Val != "" {
+	if val != "" {
 		return dataFiles{}, fmt.Errorf("%w: -val without -data; the default data has its own validation part", ErrUsage)
 	}
-	files, err := defaultData(ctx, f.task, env)
+	files, err := defaultData(ctx, task, env)
 	if err != nil {
 		return dataFiles{}, err
 	}
 	p.Emit(map[string]any{"event": "data", "train": files.train, "val": files.val},
 		fmt.Sprintf("default data (derived from Go's standard library): %s, validation %s\n", files.train, files.val))
 	return files, nil
+}
+
+// openDatasets opens the training data at paths.train, read as cfg says,
+// and the validation data at paths.val (nil without one) in its
+// vocabularies; the caller closes both.
+func openDatasets(ctx context.Context, task Task, paths dataFiles, cfg loader.DatasetConfig, chars bool) (data, val *loader.Dataset, err error) {
+	if data, err = openData(ctx, task, paths.train, cfg, chars); err != nil || paths.val == "" {
+		return data, nil, err
+	}
+	vcfg := loader.DatasetConfig{ReadConfig: cfg.ReadConfig, Words: data.Words, Chars: data.Chars, Labels: data.Labels}
+	if val, err = openData(ctx, task, paths.val, vcfg, chars); err != nil {
+		return nil, nil, errors.Join(err, data.Close())
+	}
+	return data, val, nil
 }
 
 // openData opens a dataset for task, checking it carries what the task
