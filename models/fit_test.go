@@ -237,12 +237,15 @@ func TestFitSearch(t *testing.T) {
 	}
 }
 
-// TestEpochBatch checks the second search of a sequence model's batch: on
-// sequences of many lengths, the batch that fits steps on sequences all of
-// the longest length can run out of memory in the epoch, whose batches of
-// several shapes fragment the cache; EpochBatch's batch is the largest
-// whose first epoch fits, planned, and its epoch trains on the CPU device
-// held to the limit, in the run's order.
+// TestEpochBatch checks the second search of a sequence model's batch:
+// EpochBatch's batch is at most the trials' (steps on sequences all of the
+// longest length), its first epoch, planned in the run's order, fits the
+// budget, and that epoch trains on the CPU device held to the limit with
+// the planned peak, to the byte. (Before the trainer's warm-up, the
+// trials' batch, 67 here, ran out of memory in the epoch, the cache
+// fragmented by smaller batches first, and the epoch search lowered it to
+// 23; with the warm-up the largest shapes are allocated first and 67
+// fits.)
 func TestEpochBatch(t *testing.T) {
 	ctx := context.Background()
 	const limit = 24 << 20
@@ -259,25 +262,17 @@ func TestEpochBatch(t *testing.T) {
 	}
 	t.Logf("steps: %v; epoch: %v", steps, epoch)
 	budget := int64(limit) * 95 / 100 // FitConfig.Margin's default
-	if b := epoch.Spec.Batch; b >= steps.Spec.Batch || epoch.PeakReserved > budget || b < 1 {
-		t.Fatalf("epoch batch %d (peak %d), steps' %d: want a smaller batch within %d", b, epoch.PeakReserved, steps.Spec.Batch, budget)
+	if b := epoch.Spec.Batch; b > steps.Spec.Batch || epoch.PeakReserved > budget || b < 1 {
+		t.Fatalf("epoch batch %d (peak %d), steps' %d: want at most the steps' batch within %d", b, epoch.PeakReserved, steps.Spec.Batch, budget)
 	}
-	for _, c := range []struct {
-		batch int
-		fits  bool
-	}{{epoch.Spec.Batch, true}, {steps.Spec.Batch, false}} {
-		s := spec
-		s.Batch = c.batch
-		d, err := cpu.Open(cpu.Config{Memory: alloc.Config{MemoryLimit: limit}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = runSpec(ctx, d, s, nil)
-		peak := d.MemStats().ReservedBytes[alloc.AllPools].Peak
-		d.Close()
-		if fits := err == nil && peak <= budget; fits != c.fits {
-			t.Errorf("the epoch at batch %d: %v, peak %d; want it to fit within %d: %v", c.batch, err, peak, budget, c.fits)
-		}
+	s := spec
+	s.Batch = epoch.Spec.Batch
+	d := openLimited(t, limit)
+	if _, err := runSpec(ctx, d, s, nil); err != nil {
+		t.Fatalf("the epoch at batch %d: %v", s.Batch, err)
+	}
+	if peak := d.MemStats().ReservedBytes[alloc.AllPools].Peak; peak != epoch.PeakReserved {
+		t.Errorf("the epoch at batch %d: peak %d, planned %d", s.Batch, peak, epoch.PeakReserved)
 	}
 	// Without lengths there is nothing more to check.
 	spec.Lengths = nil
