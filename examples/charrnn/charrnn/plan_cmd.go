@@ -34,11 +34,7 @@ type PlanFlags struct {
 func (f *PlanFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Data, "data", "", "training text whose vocabulary sets the model's size (default: train's default text); not read with -vocab")
 	fs.IntVar(&f.Vocab, "vocab", 0, "the vocabulary's size, instead of reading -data")
-	fs.StringVar(&f.Model.Cell, "cell", "lstm", "recurrent cell: lstm or gru")
-	fs.IntVar(&f.Model.Embed, "embed", 64, "embedding size")
-	fs.IntVar(&f.Model.Hidden, "hidden", 256, "hidden size of each layer")
-	fs.IntVar(&f.Model.Layers, "layers", 2, "recurrent layers")
-	fs.Float64Var(&f.Model.Dropout, "dropout", 0, "dropout between recurrent layers, in [0, 1)")
+	registerModel(fs, &f.Model)
 	cli.BatchVar(fs, &f.Batch, &f.BatchAuto, "batch", 32, "streams per micro-batch, or auto: the largest that fits (planned)")
 	fs.IntVar(&f.EffectiveBatch, "effective-batch", 0, "with -batch auto, keep this many streams per step, raising -accum")
 	fs.IntVar(&f.Seq, "seq", 64, "characters per window")
@@ -55,13 +51,7 @@ func (f *PlanFlags) json() bool { return f.JSON }
 
 func (f *PlanFlags) validate() error {
 	var c flagCheck
-	c.OneOf("cell", f.Model.Cell, "lstm", "gru")
-	c.Positive("embed", int64(f.Model.Embed))
-	c.Positive("hidden", int64(f.Model.Hidden))
-	c.Positive("layers", int64(f.Model.Layers))
-	if !(f.Model.Dropout >= 0 && f.Model.Dropout < 1) {
-		c.Fail("dropout", f.Model.Dropout, "[0, 1)")
-	}
+	checkModel(&c, f.Model)
 	c.Positive("batch", int64(f.Batch))
 	c.Positive("seq", int64(f.Seq))
 	c.Positive("accum", int64(f.Accum))

@@ -61,11 +61,7 @@ type TrainFlags struct {
 
 func (f *TrainFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Data, "data", "", "training text, a file or a directory tree (default: the hand-written, ASCII-only Go files of the standard library under $(go env GOROOT)/src, outside testdata and without generated files; nothing to download)")
-	fs.StringVar(&f.Model.Cell, "cell", "lstm", "recurrent cell: lstm or gru")
-	fs.IntVar(&f.Model.Embed, "embed", 64, "embedding size")
-	fs.IntVar(&f.Model.Hidden, "hidden", 256, "hidden size of each layer")
-	fs.IntVar(&f.Model.Layers, "layers", 2, "recurrent layers")
-	fs.Float64Var(&f.Model.Dropout, "dropout", 0, "dropout between recurrent layers, in [0, 1)")
+	registerModel(fs, &f.Model)
 	cli.BatchVar(fs, &f.Batch, &f.BatchAuto, "batch", 32, "streams per micro-batch, or auto: the largest that fits the device (or -memory-limit), found by training steps at -seq")
 	fs.IntVar(&f.EffectiveBatch, "effective-batch", 0, "with -batch auto, keep this many streams per optimizer step, raising -accum as the batch that fits needs (0: keep -accum)")
 	fs.Var(&f.MemoryLimit, "memory-limit", "hold the device memory the run reserves to this size, e.g. 6GiB (0: the device's own)")
@@ -110,6 +106,15 @@ func parseTrain(args []string, env Env) (command, error) {
 	f.Explicit = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.Explicit[fl.Name] = true })
 	return func(ctx context.Context) error { return Train(ctx, f, env) }, nil
+}
+
+// registerModel defines the model's flags, the same for train and plan.
+func registerModel(fs *flag.FlagSet, m *models.CharRNNConfig) {
+	fs.StringVar(&m.Cell, "cell", "lstm", "recurrent cell: lstm or gru")
+	fs.IntVar(&m.Embed, "embed", 64, "embedding size")
+	fs.IntVar(&m.Hidden, "hidden", 256, "hidden size of each layer")
+	fs.IntVar(&m.Layers, "layers", 2, "recurrent layers")
+	fs.Float64Var(&m.Dropout, "dropout", 0, "dropout between recurrent layers, in [0, 1)")
 }
 
 // stepEvent is a -json line of training progress.

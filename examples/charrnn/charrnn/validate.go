@@ -3,7 +3,6 @@ package charrnn
 import (
 	"errors"
 	"fmt"
-	"github.com/gocurrent/gocurrent/examples/internal/cli"
 	"io/fs"
 	"math"
 	"os"
@@ -11,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/gocurrent/gocurrent/examples/internal/cli"
+	"github.com/gocurrent/gocurrent/models"
 )
 
 // flagCheck collects the first bad flag of a command (cli.FlagCheck):
@@ -22,13 +24,7 @@ type flagCheck = cli.FlagCheck
 // or the checkpoint has given it (Train does, before the first step).
 func (f *TrainFlags) validate() error {
 	var c flagCheck
-	c.OneOf("cell", f.Model.Cell, "lstm", "gru")
-	c.Positive("embed", int64(f.Model.Embed))
-	c.Positive("hidden", int64(f.Model.Hidden))
-	c.Positive("layers", int64(f.Model.Layers))
-	if !(f.Model.Dropout >= 0 && f.Model.Dropout < 1) {
-		c.Fail("dropout", f.Model.Dropout, "[0, 1)")
-	}
+	checkModel(&c, f.Model)
 	c.Positive("batch", int64(f.Batch))
 	c.Positive("seq", int64(f.Seq))
 	c.Positive("accum", int64(f.Accum))
@@ -68,6 +64,17 @@ func (f *TrainFlags) validate() error {
 	g := *f // settings fills in -steps
 	_, _, err := g.settings()
 	return err
+}
+
+// checkModel checks the model's flags (registerModel's).
+func checkModel(c *flagCheck, m models.CharRNNConfig) {
+	c.OneOf("cell", m.Cell, "lstm", "gru")
+	c.Positive("embed", int64(m.Embed))
+	c.Positive("hidden", int64(m.Hidden))
+	c.Positive("layers", int64(m.Layers))
+	if !(m.Dropout >= 0 && m.Dropout < 1) {
+		c.Fail("dropout", m.Dropout, "[0, 1)")
+	}
 }
 
 func (f *SampleFlags) validate() error {
