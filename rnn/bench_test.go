@@ -295,3 +295,67 @@ func benchSequences(b *testing.B, T int, lengths []int32, backward bool) {
 	}
 	b.ReportMetric(float64(b.N*tokens)/b.Elapsed().Seconds(), "tokens/s")
 }
+
+// BenchmarkRecompute times a training step (forward and backward) of a
+// 2-layer LSTM (batch 32, input 64, hidden 256) over T = 64, 256 and 1024
+// steps without Recompute and with RecomputeAuto, and of the
+// bidirectional stack over 1024 steps, reporting tokens/s and the
+// allocator's peaks during the steps of the stack's activations (its
+// reserve, kept from forward to Backward) and of its workspace (the
+// temporaries of a pass, with Recompute one segment of every layer, plus
+// the output, the gradients flowing between layers and the input's
+// gradient), in bytes; the batch's input and gradient are outside both.
+// The ratio of the two times at one T is the cost of recomputing:
+//
+//	go test ./rnn/ -run '^$' -bench Recompute -benchtime 5x
+func BenchmarkRecompute(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		T     int
+		bidir bool
+	}{{"lstm/T64", 64, false}, {"lstm/T256", 256, false}, {"lstm/T1024", 1024, false}, {"bilstm/T1024", 1024, true}} {
+		for _, recompute := range []int{0, rnn.RecomputeAuto} {
+			name := c.name + "/recompute=off"
+			if recompute != 0 {
+				name = c.name + "/recompute=auto"
+			}
+			b.Run(name, func(b *testing.B) { benchRecompute(b, c.T, c.bidir, recompute) })
+		}
+	}
+}
+
+func benchRecompute(b *testing.B, T int, bidir bool, recompute int) {
+	const B, I, H, L = 32, 64, 256, 2
+	d := testdevice.Open(b)
+	m := newRecurrent(b, d, "lstm", rnn.Config{Input: I, Hidden: H, Layers: L, Bidirectional: bidir, Recompute: recompute})
+	D := 1
+	if bidir {
+		D = 2
+	}
+	batch := func(n int, v float64) device.Buffer {
+		buf, err := d.Alloc(int64(n)*4, device.Batches)
+		ok(b, err)
+		ok(b, d.Kernels().Fill(device.Fill{DType: device.Float32, N: n, X: buf, Value: v}))
+		return buf
+	}
+	x, dy := batch(T*B*I, 0.1), batch(T*B*D*H, 0.01)
+	step := func() {
+		_, err := m.Forward(rnn.Train, x, T, B, nil)
+		ok(b, err)
+		_, err = m.Backward(dy)
+		ok(b, err)
+		ok(b, d.Synchronize())
+	}
+	step() // the stack's buffers
+	if mem, isCaching := d.(device.Allocator); isCaching {
+		mem.Memory().ResetPeak()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		step()
+	}
+	s := d.MemStats()
+	b.ReportMetric(float64(b.N*T*B)/b.Elapsed().Seconds(), "tokens/s")
+	b.ReportMetric(float64(s.CategoryBytes[device.Activations].Peak), "activation-bytes")
+	b.ReportMetric(float64(s.CategoryBytes[device.Workspace].Peak), "workspace-bytes")
+}

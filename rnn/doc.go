@@ -6,16 +6,17 @@
 //
 // # Fused execution
 //
-// A stack runs layer by layer, as cuDNN does. For each layer, one GEMM
-// projects the inputs of all time steps at once; then each step is one
-// recurrent GEMM and one fused pointwise kernel (device.LSTMCell or
-// device.GRUCell), which adds both biases, applies the gates and writes the
-// new state. Backward walks the steps in reverse with one fused pointwise
-// kernel and one GEMM per step, then does three large GEMMs per layer: the
-// gradients of both weight matrices over all steps, and the gradient with
-// respect to the layer's input. Gradients are added into the gradient
-// buffers, never overwritten, so gradient accumulation over micro-batches
-// costs nothing: zero them (Params.ZeroGrad) once per optimizer step.
+// A stack runs layer by layer, as cuDNN does. For each layer, large GEMMs
+// project the inputs of many time steps at once (a chunk of ⌈256/batch⌉
+// steps each); then each step is one recurrent GEMM and one fused pointwise
+// kernel (device.LSTMCell or device.GRUCell), which adds both biases,
+// applies the gates and writes the new state. Backward walks the steps in
+// reverse with one fused pointwise kernel and one GEMM per step, then does
+// large GEMMs per layer: the gradients of both weight matrices (chunk by
+// chunk, from the last), and the gradient with respect to the layer's
+// input. Gradients are added into the gradient buffers, never overwritten,
+// so gradient accumulation over micro-batches costs nothing: zero them
+// (Params.ZeroGrad) once per optimizer step.
 //
 // # Bidirectional stacks and variable lengths
 //
@@ -55,6 +56,37 @@
 // State.Detach keeps the values and cuts the gradient path into the
 // forward that produced them, which is truncated backpropagation through
 // time; a training forward refuses a state that was not detached.
+//
+// # Recomputation
+//
+// Truncated backpropagation bounds a training step's memory by the window,
+// and so the window by memory: a training forward keeps, per LSTM layer,
+// h and c of every step and the four gates, about 6·B·H values a step for
+// B sequences of H features (8 with dropout below the top; the GRU keeps
+// 5). Config.Recompute lifts that bound, for long windows or whole long
+// sequences: the stack cuts the T steps in segments of k, keeps only what
+// starts each segment, and Backward runs each segment's forward again, the
+// last segment first and with the same dropout masks, just before
+// differentiating it. The gradients are the same (bit for bit on the CPU
+// device) and a training step costs about one more forward, a third more
+// time when Backward takes twice the forward. RecomputeAuto picks k =
+// ⌈√T⌉ for each forward.
+//
+// What a training forward keeps with Recompute (device.Activations), for
+// each layer and direction: in a unidirectional stack h (and the LSTM's c)
+// at the ⌈T/k⌉+1 segment boundaries, 2·B·H·(T/k+1) values for an LSTM
+// layer; in a bidirectional stack, whose walks each need the whole output
+// of the layer below, the layer's outputs, B·H·(T+1), and the LSTM's c at
+// the boundaries. Both keep the copy of the input, T·B·Input, as without
+// Recompute. Backward's workspace (device.Workspace) holds one segment:
+// h and c at k+1 positions and the gates of k steps, about 6·B·H·k per
+// LSTM layer (8 with dropout), all layers at once in a unidirectional
+// stack, one at a time in a bidirectional one. So a unidirectional LSTM
+// layer needs about 2·B·H·T/k + 6·B·H·k values instead of 6·B·H·T: least
+// at k ≈ √(T/3), 8·B·H·√T at k = √T, a twenty-fourth at T = 1024 (the
+// package's BenchmarkRecompute measures it). Segments are whole chunks
+// (k rounded up to a multiple of ⌈256/B⌉ steps), and a k that reaches T
+// keeps everything, as without Recompute.
 //
 // # Data
 //

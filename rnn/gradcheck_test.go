@@ -115,32 +115,39 @@ func checkFD(t *testing.T, d device.Device, loss func() float64, vars []variable
 // stacks (input, every weight and bias, initial h and c) against central
 // differences of L = Σ out·wOut + Σ h_n·wH (+ Σ c_n·wC), with dropout
 // between layers included by replaying the same mask (drawn reset), for
-// unidirectional and bidirectional stacks, with and without lengths.
+// unidirectional and bidirectional stacks, with and without lengths, and
+// with Recompute (segments of 1 and 2 steps). The stack's chunk is lowered
+// to one row, so that its products over steps run step by step and a
+// batch of 3 recomputes segments of k steps.
 func TestRecurrentGradientsFiniteDifference(t *testing.T) {
 	const T, B, I, H = 3, 3, 3, 4
 	for _, lstm := range []bool{true, false} {
 		for _, c := range []struct {
-			layers  int
-			noBias  bool
-			dropout float64
-			state   bool
-			bidir   bool
-			lengths []int32
+			layers    int
+			noBias    bool
+			dropout   float64
+			state     bool
+			bidir     bool
+			lengths   []int32
+			recompute int
 		}{
-			{1, false, 0, true, false, nil}, {1, true, 0, false, false, nil}, {2, false, 0, true, false, nil},
-			{2, false, 0.4, true, false, nil}, {3, true, 0.3, false, false, nil},
-			{2, false, 0.4, true, true, nil}, {1, false, 0, true, true, []int32{1, 3, 2}},
-			{3, true, 0.3, true, true, []int32{2, 3, 1}}, {2, false, 0, true, false, []int32{3, 1, 2}},
-			{2, false, 0.4, false, false, []int32{2, 3, 3}},
+			{1, false, 0, true, false, nil, 0}, {1, true, 0, false, false, nil, 0}, {2, false, 0, true, false, nil, 0},
+			{2, false, 0.4, true, false, nil, 0}, {3, true, 0.3, false, false, nil, 0},
+			{2, false, 0.4, true, true, nil, 0}, {1, false, 0, true, true, []int32{1, 3, 2}, 0},
+			{3, true, 0.3, true, true, []int32{2, 3, 1}, 0}, {2, false, 0, true, false, []int32{3, 1, 2}, 0},
+			{2, false, 0.4, false, false, []int32{2, 3, 3}, 0},
+			{2, false, 0.4, true, false, nil, 1}, {3, false, 0.3, true, false, []int32{2, 3, 1}, 2},
+			{2, false, 0.4, true, true, nil, 1}, {2, false, 0.3, true, true, []int32{1, 3, 2}, 2},
 		} {
-			name := fmt.Sprintf("lstm=%v/layers%d/bias=%v/dropout%v/state=%v/bidirectional=%v/lengths=%v",
-				lstm, c.layers, !c.noBias, c.dropout, c.state, c.bidir, c.lengths)
+			name := fmt.Sprintf("lstm=%v/layers%d/bias=%v/dropout%v/state=%v/bidirectional=%v/lengths=%v/recompute%d",
+				lstm, c.layers, !c.noBias, c.dropout, c.state, c.bidir, c.lengths, c.recompute)
 			t.Run(name, func(t *testing.T) {
 				d := testdevice.Open(t)
 				s, err := newStack(d, Config{Input: I, Hidden: H, Layers: c.layers, Dropout: c.dropout, NoBias: c.noBias,
-					Bidirectional: c.bidir, DType: device.Float64, Seed: 7}, cellFor(lstm))
+					Bidirectional: c.bidir, DType: device.Float64, Seed: 7, Recompute: c.recompute}, cellFor(lstm))
 				must(t, err)
 				defer s.Close()
+				s.chunkRows = 1
 				L, DH := c.layers*s.dirs(), s.dirs()*H
 				r := rand.New(rand.NewPCG(1, 2))
 				x := newBuf(t, d, randoms(r, T*B*I))

@@ -31,17 +31,17 @@ func (gruCell) name() string   { return "GRU" }
 func (gruCell) gates() int     { return 3 }
 func (gruCell) carriesC() bool { return false }
 
-// planPass: the input projection of every step and one step's recurrent
-// product.
-func (gruCell) planPass(tmp *arena, _ bool, T, B, H int, p *pass) {
-	p.xpre, p.hpre = tmp.take(T*B*3*H), tmp.take(B*3*H)
+// planPass: the input projection of a window's steps and one step's
+// recurrent product.
+func (gruCell) planPass(tmp *arena, _ bool, steps, B, H int, p *pass) {
+	p.xpre, p.hpre = tmp.take(steps*B*3*H), tmp.take(B*3*H)
 }
 
 func (gruCell) planLayer(*arena, bool, int, int, int, int, *layerBufs) {}
 
-// planGrads: the two pre-activation gradients of every step.
-func (gruCell) planGrads(g *arena, T, B, H int, gb *gradBufs) {
-	gb.dxp, gb.dhp = g.take(T*3*B*H), g.take(T*3*B*H)
+// planGrads: the two pre-activation gradients of a window's steps.
+func (gruCell) planGrads(g *arena, steps, B, H int, gb *gradBufs) {
+	gb.dxp, gb.dhp = g.take(steps*3*B*H), g.take(steps*3*B*H)
 }
 
 func (gruCell) projection(lp *layerPass) device.Buffer { return lp.p.xpre }
@@ -58,30 +58,59 @@ func (gruCell) forwardStep(q *queue, lp *layerPass, t int) {
 		BiasIH: w.bih, BiasHH: w.bhh, HPrev: lp.hIn(t), H: lp.hOut(t), Act: act}))
 }
 
-func (gruCell) beginBackward(_ *queue, _ *layerPass, lg *layerGrads) {
+func (gruCell) gradViews(_ *layerPass, lg *layerGrads) {
 	lg.dPre, lg.dHPre = lg.dxp, lg.dhp
 }
 
-func (gruCell) endBackward(*queue, *layerPass, *layerGrads) {}
+func (gruCell) beginBackward(*queue, *layerPass, *layerGrads) {}
+func (gruCell) endBackward(*queue, *layerPass, *layerGrads)   {}
 
 // backwardStep writes the gradient with respect to the state entering
 // step t from the cell (its direct part) and adds the recurrent product's;
 // for the walk's first step it goes to the state's gradient when tied, and
-// to the scratch row, unread, when not.
+// to the scratch row, unread, when not, as for a step whose predecessor
+// is in the next window (the edge does its part there).
 func (gruCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int) {
 	H, rows, dt := lp.H, lp.rows(t), lp.dt
-	dPrev, acc := lg.row, false
-	p := lp.prev(t)
-	switch {
-	case p >= 0:
-		dPrev, acc = lp.step(lg.dh, p, H), true
-	case lg.tied:
-		dPrev = lg.stH
+	dPrev, acc, into := lg.row, false, false
+	switch p := lp.prev(t); {
+	case p >= 0 && lp.holds(p):
+		dPrev, acc, into = lp.step(lg.dh, p, H), true, true
+	case p < 0 && lg.tied:
+		dPrev, into = lg.stH, true
 	}
 	hp := lp.step(lg.dhp, t, 3*H)
 	q.add(lp.k.GRUCellGrad(device.GRUCellGrad{DType: dt, Batch: rows, Hidden: H, Act: lp.step(lp.b.gates, t, 4*H),
 		HPrev: lp.hIn(t), DH: lp.step(lg.dh, t, H), DXPre: lp.step(lg.dxp, t, 3*H), DHPre: hp, DHPrev: dPrev, Accumulate: acc}))
-	if p >= 0 || lg.tied {
+	if into {
 		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: rows, N: H, K: 3 * H, Alpha: 1, Beta: 1, A: hp, B: lp.w.whh, C: dPrev}))
 	}
+}
+
+// The edge is what the step's cell gradient reads (activations, the
+// gradient with respect to its output) and its recurrent pre-activation
+// gradients: applyEdge runs the cell gradient again to add its direct part
+// into the gradient already there, as the walk in one window does, then
+// the recurrent product. Its layout, in blocks of B·H: act 4, dh 1, dhp 3,
+// and 6 for the pre-activation gradients the second run writes, unread.
+func (gruCell) edgeSize(B, H int) int { return 14 * B * H }
+
+func (gruCell) saveEdge(q *queue, lp *layerPass, lg *layerGrads, t int) {
+	BH, n := lp.B*lp.H, lp.rows(t)*lp.H
+	for _, part := range []struct {
+		off, width int
+		src        device.Buffer
+	}{{0, 4, lp.b.gates}, {4, 1, lg.dh}, {5, 3, lg.dhp}} {
+		q.add(lp.k.Copy(device.Copy{Dst: lg.edge.Elems(lp.dt, part.off*BH, part.width*n),
+			Src: lp.step(part.src, t, part.width*lp.H).Elems(lp.dt, 0, part.width*n)}))
+	}
+}
+
+func (gruCell) applyEdge(q *queue, lp *layerPass, lg *layerGrads, t int) {
+	H, rows, dt, BH := lp.H, lp.rows(t), lp.dt, lp.B*lp.H
+	e := func(off, blocks int) device.Buffer { return lg.edge.Elems(dt, off*BH, blocks*BH) }
+	dPrev := lp.step(lg.dh, lp.prev(t), H)
+	q.add(lp.k.GRUCellGrad(device.GRUCellGrad{DType: dt, Batch: rows, Hidden: H, Act: e(0, 4), HPrev: lp.hIn(t), DH: e(4, 1),
+		DXPre: e(8, 3), DHPre: e(11, 3), DHPrev: dPrev, Accumulate: true}))
+	q.add(lp.k.Gemm(device.Gemm{DType: dt, M: rows, N: H, K: 3 * H, Alpha: 1, Beta: 1, A: e(5, 3), B: lp.w.whh, C: dPrev}))
 }

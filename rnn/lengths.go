@@ -85,14 +85,29 @@ func (sh *batchShape) rows(t int) int {
 	return sh.active[t]
 }
 
-// idxBytes is the size of the device copy of the permutation and lengths.
-func (sh *batchShape) idxBytes() int64 { return int64(4 * sh.B * 4) }
+// idxBytes is the size of the device copy of the permutation and lengths,
+// with the lengths past the start of each of segs segments after the
+// first.
+func (sh *batchShape) idxBytes(segs int) int64 { return int64((4 + 2*max(segs-1, 0)) * sh.B * 4) }
 
 // upload copies perm, inv, sorted and lengths into buf, which becomes
-// sh.idx. It returns when the copy is done (device.Device.Upload).
-func (sh *batchShape) upload(d device.Device, buf device.Buffer) error {
-	b := make([]byte, 0, sh.idxBytes())
-	for _, part := range [][]int32{sh.perm, sh.inv, sh.sorted, sh.lengths} {
+// sh.idx, and for each segment i of seg steps after the first (i < segs)
+// the steps past its start of every sequence, max(0, length - i·seg),
+// sorted and in the caller's order, for the gathers of that segment alone.
+// It returns when the copy is done (device.Device.Upload).
+func (sh *batchShape) upload(d device.Device, buf device.Buffer, seg, segs int) error {
+	parts := [][]int32{sh.perm, sh.inv, sh.sorted, sh.lengths}
+	for i := 1; i < segs; i++ {
+		for _, ls := range [][]int32{sh.sorted, sh.lengths} {
+			past := make([]int32, len(ls))
+			for j, n := range ls {
+				past[j] = max(n-int32(i*seg), 0)
+			}
+			parts = append(parts, past)
+		}
+	}
+	b := make([]byte, 0, sh.idxBytes(segs))
+	for _, part := range parts {
 		for _, v := range part {
 			b = binary.LittleEndian.AppendUint32(b, uint32(v))
 		}
@@ -131,4 +146,25 @@ func (sh *batchShape) fromSorted(dt device.DType, steps, cols int, x, y device.B
 		}
 	}
 	return g
+}
+
+// segmentToSorted and segmentFromSorted are toSorted and fromSorted over
+// w, the i-th segment alone ([w.t1-w.t0, B, cols] sequences), with zeros
+// past each sequence's end. The lengths past the segment's start are on
+// the device for a forward that keeps its boundaries (upload).
+func (sh *batchShape) segmentToSorted(dt device.DType, i int, w span, cols int, x, y device.Buffer) device.GatherSeq {
+	return device.GatherSeq{DType: dt, T: w.t1 - w.t0, B: sh.B, Cols: cols, X: x, Y: y, Index: sh.devPerm(), Lengths: sh.past(i, 0)}
+}
+
+func (sh *batchShape) segmentFromSorted(dt device.DType, i int, w span, cols int, x, y device.Buffer) device.GatherSeq {
+	return device.GatherSeq{DType: dt, T: w.t1 - w.t0, B: sh.B, Cols: cols, X: x, Y: y, Index: sh.devInv(), Lengths: sh.past(i, 1)}
+}
+
+// past is the device copy of the steps past segment i's start of every
+// sequence, sorted (order 0) or in the caller's order (order 1).
+func (sh *batchShape) past(i, order int) device.Buffer {
+	if i == 0 {
+		return sh.idx.Elems(device.Int32, (2+order)*sh.B, sh.B)
+	}
+	return sh.idx.Elems(device.Int32, (4+2*(i-1)+order)*sh.B, sh.B)
 }

@@ -33,17 +33,17 @@ func (lstmCell) carriesC() bool { return true }
 
 // planPass: without grad the pre-activations of every step, which in
 // training are the saved gates.
-func (lstmCell) planPass(tmp *arena, train bool, T, B, H int, p *pass) {
+func (lstmCell) planPass(tmp *arena, train bool, steps, B, H int, p *pass) {
 	if !train {
-		p.pre = tmp.take(T * B * 4 * H)
+		p.pre = tmp.take(steps * B * 4 * H)
 	}
 }
 
 // planLayer: the cells, every step's in training, two slots used in turn
 // without grad (and a third for the reverse direction's initial state).
-func (lstmCell) planLayer(a *arena, train bool, dir, T, B, H int, b *layerBufs) {
+func (lstmCell) planLayer(a *arena, train bool, dir, steps, B, H int, b *layerBufs) {
 	if train {
-		b.cseq = a.take((T + 1) * B * H)
+		b.cseq = a.take((steps + 1) * B * H)
 	} else {
 		b.cseq = a.take((2 + dir) * B * H)
 	}
@@ -71,12 +71,17 @@ func (lstmCell) forwardStep(q *queue, lp *layerPass, t int) {
 		CPrev: lp.cIn(t), C: lp.cOut(t), H: lp.hOut(t), Act: act}))
 }
 
+// gradViews: the gradients replace the activations in the saved gates,
+// and serve as both dPre and dHPre.
+func (lstmCell) gradViews(lp *layerPass, lg *layerGrads) {
+	lg.dPre, lg.dHPre = lp.b.gates, lp.b.gates
+}
+
 // beginBackward starts dc, carried in lg.row from step to step, at the
 // gradient with respect to the final cell state: the state's, or zero.
 // (With lengths a sequence's row is first read at its own last step, and
 // still holds that.)
 func (lstmCell) beginBackward(q *queue, lp *layerPass, lg *layerGrads) {
-	lg.dPre, lg.dHPre = lp.b.gates, lp.b.gates
 	if lg.tied {
 		q.add(lp.k.Copy(device.Copy{Dst: lg.row, Src: lg.stC}))
 	} else {
@@ -97,10 +102,26 @@ func (lstmCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int) {
 	q.add(lp.k.LSTMCellGrad(device.LSTMCellGrad{DType: dt, Batch: rows, Hidden: H, Act: a,
 		CPrev: lp.cIn(t), C: lp.cOut(t), DH: lp.step(lg.dh, t, H), DC: lg.row, DPre: a, DCPrev: lg.row}))
 	switch p := lp.prev(t); {
-	case p >= 0:
+	case p >= 0 && lp.holds(p):
 		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: rows, N: H, K: 4 * H, Alpha: 1, Beta: 1, A: a, B: lp.w.whh,
 			C: lp.step(lg.dh, p, H)}))
-	case lg.tied:
+	case p < 0 && lg.tied:
 		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: rows, N: H, K: 4 * H, Alpha: 1, A: a, B: lp.w.whh, C: lg.stH}))
 	}
+}
+
+// The edge is the step's pre-activation gradients, whose product with the
+// recurrent weights is the step's part of the gradient with respect to h
+// entering it (dc went on in lg.row already).
+func (lstmCell) edgeSize(B, H int) int { return 4 * B * H }
+
+func (lstmCell) saveEdge(q *queue, lp *layerPass, lg *layerGrads, t int) {
+	n := lp.rows(t) * 4 * lp.H
+	q.add(lp.k.Copy(device.Copy{Dst: lg.edge.Elems(lp.dt, 0, n), Src: lp.step(lp.b.gates, t, 4*lp.H).Elems(lp.dt, 0, n)}))
+}
+
+func (lstmCell) applyEdge(q *queue, lp *layerPass, lg *layerGrads, t int) {
+	H := lp.H
+	q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, M: lp.rows(t), N: H, K: 4 * H, Alpha: 1, Beta: 1, A: lg.edge, B: lp.w.whh,
+		C: lp.step(lg.dh, lp.prev(t), H)}))
 }

@@ -32,19 +32,43 @@ type Config struct {
 	// features first, a layer above the first reads 2·Hidden features, and
 	// the state holds Layers·2 rows, layer l's direction d at l·2 + d.
 	Bidirectional bool
+	// Recompute trades time for memory in training forwards over long
+	// sequences (activation checkpointing through time), a complement of
+	// truncated backpropagation, which bounds memory by cutting the
+	// gradient instead: 0, the default, keeps every step's activations for
+	// Backward (about 6·B·H values a step per LSTM layer, for a batch of B
+	// and H = Hidden); k > 0 cuts the steps in segments of k and keeps only
+	// what starts each segment, and Backward runs each segment's forward
+	// again, the last segment first, just before differentiating it;
+	// RecomputeAuto sets k = ⌈√T⌉ for each forward over T steps. A
+	// unidirectional LSTM layer then needs about 2·B·H·T/k values kept and
+	// 6·B·H·k of workspace, a bidirectional layer keeps its outputs too
+	// (B·H·T). k is rounded up to a multiple of the stack's chunk,
+	// ⌈256/B⌉ steps, and a k that reaches T keeps everything, as 0 does.
+	// The gradients are those of Recompute 0 (bit for bit on the CPU
+	// device) and a training step costs about one more forward. The
+	// package documentation, "Recomputation", has the details; NoGrad
+	// forwards ignore the field. Values below RecomputeAuto are an error.
+	Recompute int
 }
+
+// RecomputeAuto is the Config.Recompute that chooses the segment length
+// of each training forward from its number of steps T: k = ⌈√T⌉, which
+// makes what the stack keeps (about 2·T/k states per layer) and what it
+// recomputes at once (k steps) grow alike, as √T.
+const RecomputeAuto = -1
 
 // The execution of a stack.
 //
 // A stack runs layer by layer, and within a layer direction by direction
 // (forward, then with Bidirectional the reverse). Everything about one
-// direction's walk over a window is a layerPass: its parameters, its
-// regions of the pass's memory, its input and the rows each step covers.
-// The stack owns what the cells share (the initial and final state, the
-// input projection, dropout between layers, the order of the sequences,
-// and in Backward the weight and input gradients, which are a few large
-// GEMMs over all steps); a cell (lstmCell, gruCell) owns what differs,
-// its per-step forward and backward kernels and the buffers they need.
+// direction's walk over a window of steps is a layerPass: its parameters,
+// its views of the pass's memory, its input and the rows each step
+// covers. The stack owns what the cells share (the initial and final
+// state, the input projection, dropout between layers, the order of the
+// sequences, and in Backward the weight and input gradients, which are a
+// few large GEMMs); a cell (lstmCell, gruCell) owns what differs, its
+// per-step forward and backward kernels and the buffers they need.
 //
 // The reverse direction walks the steps from the last to the first with
 // its own "_reverse" parameters; its states are stored in time order too
@@ -60,11 +84,27 @@ type Config struct {
 // its initial state (copied into the padded position the step reads); its
 // forward walk's final state is taken after its own last step. Padded
 // positions of the stack's own sequences are never read: the input
-// projection computes rows nobody reads, Backward's GEMMs over all steps
-// run on the running rows packed, and the caller's output and input
-// gradient are gathered with zeros at padded positions. Only the gradients
-// flowing into a layer's outputs (dh) start at zero there, where the
-// reverse walk adds up the gradients of the initial states.
+// projection computes rows nobody reads, Backward's GEMMs over steps run
+// on the running rows packed, and the caller's output and input gradient
+// are gathered with zeros at padded positions. Only the gradients flowing
+// into a layer's outputs (dh) start at zero there, where the reverse walk
+// adds up the gradients of the initial states.
+//
+// Windows, chunks and recomputation. The products over many steps (the
+// input projection in forward, the weight gradients and bias sums in
+// Backward) run one chunk of steps at a time, ⌈chunkRows/B⌉ steps, in a
+// fixed order: the projection in time order, the gradient sums in the
+// order the backward walk reaches them. A walk runs over windows of
+// whole chunks: one window of all T steps without recomputation; with
+// Recompute, segments (recompute.go). A window's per-step buffers hold its
+// steps only, and a window's walk hands the gradient flowing into the
+// step before it to the next window through an edge (cell.saveEdge,
+// cell.applyEdge), applied once the gradient it is added to is complete,
+// so that every value is summed in the same order however the steps are
+// cut. Since both the plain and the recomputed execution make the same
+// kernel calls on the same values in the same order, or products whose
+// rows do not depend on how many rows a call has, their results are the
+// same bits on a device that gives the same bits for the same call.
 
 // stack is what LSTM and GRU share: the fused execution of L layers.
 type stack struct {
@@ -81,14 +121,16 @@ type stack struct {
 	rec   *record
 	spent bool
 	// reserve holds what a training forward saves for Backward; work the
-	// temporaries of one pass; grads the gradients flowing between layers
-	// in Backward; dx the gradient with respect to the input; idx the
-	// device copy of a training forward's order and lengths, idxWork a
-	// no-grad forward's.
-	reserve, work, grads, dx, idx, idxWork scratch
-	lay                                    []layerBufs // reused views, as layers
-	dropSeed                               uint64      // the seed of the dropout masks
-	drawn                                  uint64      // dropout mask elements drawn so far
+	// temporaries of one pass (with Recompute, a segment of every layer);
+	// out the output of a forward with Recompute (Backward does not need
+	// it); grads the gradients flowing between layers in Backward; dx the
+	// gradient with respect to the input; idx the device copy of a
+	// training forward's order and lengths, idxWork a no-grad forward's.
+	reserve, work, out, grads, dx, idx, idxWork scratch
+	lay                                         []layerBufs // reused views, as layers
+	dropSeed                                    uint64      // the seed of the dropout masks
+	drawn                                       uint64      // dropout mask elements drawn so far
+	chunkRows                                   int         // rows of a chunk of steps: the constant chunkRows
 }
 
 // cell is what differs between the LSTM and the GRU: the size of a layer,
@@ -104,15 +146,16 @@ type cell interface {
 	carriesC() bool
 
 	// planPass takes the temporaries that the layers of a pass share in
-	// turn; planLayer takes the buffers of a layer's direction dir beyond
-	// h and the saved activations; planGrads takes Backward's per-step
-	// temporaries.
-	planPass(tmp *arena, train bool, T, B, H int, p *pass)
-	planLayer(a *arena, train bool, dir, T, B, H int, b *layerBufs)
-	planGrads(g *arena, T, B, H int, gb *gradBufs)
+	// turn, for windows of steps steps; planLayer takes the buffers of a
+	// layer's direction dir beyond h and the saved activations, for
+	// windows of steps steps; planGrads takes Backward's per-step
+	// temporaries, for windows of steps steps.
+	planPass(tmp *arena, train bool, steps, B, H int, p *pass)
+	planLayer(a *arena, train bool, dir, steps, B, H int, b *layerBufs)
+	planGrads(g *arena, steps, B, H int, gb *gradBufs)
 
-	// projection is where the input projection of all steps goes, [T, B,
-	// gates·H], for forwardStep to read.
+	// projection is where the input projection of the window's steps
+	// goes, [steps, B, gates·H], for forwardStep to read.
 	projection(lp *layerPass) device.Buffer
 	// forwardStep queues step t over lp.rows(t) rows: h and c entering the
 	// step (hIn, cIn) and the step's input projection in, h and c leaving
@@ -120,23 +163,59 @@ type cell interface {
 	// training.
 	forwardStep(q *queue, lp *layerPass, t int)
 
-	// beginBackward prepares a direction's backward walk: it sets lg.dPre
-	// and lg.dHPre, and starts any gradient the cell carries between
-	// steps; endBackward finishes it.
+	// gradViews sets lg.dPre and lg.dHPre to the window's pre-activation
+	// gradients. beginBackward starts any gradient the cell carries from
+	// step to step, before the first window of a direction's walk back;
+	// endBackward finishes it after the last.
+	gradViews(lp *layerPass, lg *layerGrads)
 	beginBackward(q *queue, lp *layerPass, lg *layerGrads)
 	endBackward(q *queue, lp *layerPass, lg *layerGrads)
 	// backwardStep queues step t of the walk back: from the gradient with
 	// respect to the step's output, lg.dh's step t, to the pre-activation
 	// gradients of step t and the gradient with respect to the state
-	// entering it, added into lg.dh's step lp.prev(t) (or, for the first
-	// step of a walk, written to the state's gradient when tied).
+	// entering it, added into lg.dh's step lp.prev(t) when the window
+	// holds it, written to the state's gradient for the first step of a
+	// tied walk, and left to the edge otherwise.
 	backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int)
+	// edgeSize is the number of elements saveEdge keeps for a batch of B.
+	// saveEdge copies into lg.edge what step t of lp's window (whose
+	// predecessor lies in the next window of the walk back) needs to add
+	// its part of the gradient with respect to the state entering it;
+	// applyEdge adds it into lg.dh's step lp.prev(t), lp now being that
+	// next window, once the gradient there holds what flows from above.
+	edgeSize(B, H int) int
+	saveEdge(q *queue, lp *layerPass, lg *layerGrads, t int)
+	applyEdge(q *queue, lp *layerPass, lg *layerGrads, t int)
 }
 
-// record is one training forward: its shape and the state it read.
+// keep says what a forward keeps for Backward.
+type keep uint8
+
+const (
+	// keepNothing is a NoGrad forward.
+	keepNothing keep = iota
+	// keepSteps keeps every step's activations: Recompute off, or a
+	// segment as long as the sequence.
+	keepSteps
+	// keepOutputs keeps each layer's outputs and, for the LSTM, its cell
+	// states at the segment boundaries: Recompute in a bidirectional
+	// stack, whose layers' walks each need the whole output of the layer
+	// below. Backward recomputes each segment's gates and cells.
+	keepOutputs
+	// keepBoundaries keeps every layer's states at the segment
+	// boundaries: Recompute in a unidirectional stack. Backward
+	// recomputes every layer of each segment, the last segment first.
+	keepBoundaries
+)
+
+// record is one training forward: its shape, the state it read, what it
+// kept, the length of its segments and where its dropout masks started.
 type record struct {
 	sh    batchShape
 	state *State
+	keep  keep
+	seg   int
+	drawn uint64
 }
 
 // layerParams are one layer's parameters and gradients in one direction,
@@ -151,19 +230,28 @@ type layerParams struct {
 type layerBufs struct {
 	// hseq is [T+1, B, H]: the states in time order, the initial one at
 	// position 0 for the forward direction (h0, h1..hT) and at position T
-	// for the reverse one; the other T positions are the output.
+	// for the reverse one; the other T positions are the output. With
+	// keepBoundaries, a segment's positions only.
 	hseq device.Buffer
-	// cseq is the LSTM's cells, placed as hseq in training; without grad
-	// two [B, H] slots used in turn, and a third holding the reverse
-	// direction's initial state.
+	// cseq is the LSTM's cells, placed as hseq in training (with
+	// Recompute, a segment's positions); without grad two [B, H] slots
+	// used in turn, and a third holding the reverse direction's initial
+	// state.
 	cseq device.Buffer
-	// gates is [T, B, 4H]: the LSTM's pre-activations, then activations
-	// in place (and their gradients in Backward); the GRU's activations
-	// r, z, n and h_n+bh_n (training only).
+	// gates is [T, B, 4H] (with Recompute, a segment's steps): the LSTM's
+	// pre-activations, then activations in place (and their gradients in
+	// Backward); the GRU's activations r, z, n and h_n+bh_n (training
+	// only).
 	gates device.Buffer
-	// mask and drop are the dropout mask and the dropped output [T, B, H],
-	// for layers below the top in training with Dropout > 0.
+	// mask and drop are the dropout mask and the dropped output [T, B, H]
+	// (with keepBoundaries, a segment's steps), for layers below the top
+	// in training with Dropout > 0 (keepSteps and keepBoundaries).
 	mask, drop device.Buffer
+	// ckH and ckC are the states at the segment boundaries with Recompute,
+	// [S+1, B, H] for S segments: the state at position i·seg at i, and
+	// at position T at S. keepBoundaries keeps both, keepOutputs the
+	// LSTM's ckC (its hseq holds h).
+	ckH, ckC device.Buffer
 }
 
 // pass is the layout of one forward.
@@ -171,40 +259,56 @@ type pass struct {
 	// x is the input [T, B, I] as the stack reads it: in training a copy,
 	// with lengths sorted (padding zeroed); nil without grad or lengths.
 	x    device.Buffer
-	xpre device.Buffer // GRU: the input projection [T, B, 3H]
+	xpre device.Buffer // GRU: the input projection [steps, B, 3H]
 	hpre device.Buffer // GRU: one step's recurrent product [B, 3H]
 	pre  device.Buffer // LSTM without grad: the gate pre-activations [T, B, 4H]
 	// out is the output [T, B, dirs·H] in the caller's order, when it is
-	// not the top layer's own sequence (bidirectional, or with lengths).
+	// not the top layer's own sequence (bidirectional, with lengths, or
+	// with Recompute, where it is workspace: Backward does not read it).
 	out device.Buffer
-	// hEnd and cEnd are [B, H]: with lengths, the forward direction's final
-	// states, each taken after its sequence's last step.
+	// hEnd and cEnd are [B, H] per layer with keepBoundaries, one [B, H]
+	// otherwise: with lengths, the forward direction's final states, each
+	// taken after its sequence's last step.
 	hEnd, cEnd device.Buffer
+	// With keepOutputs and dropout, inDrop are a segment's input of a
+	// layer above the first, dropped, one [seg, B, H] per part, and
+	// inMask the mask drawn for it.
+	inDrop [2]device.Buffer
+	inMask device.Buffer
 }
 
-// gradBufs are Backward's buffers, shared by the layers in turn.
+// gradBufs are Backward's buffers, shared by the layers in turn but for
+// those with one entry per layer and direction.
 type gradBufs struct {
-	// dh are two sets of [T, B, H] sequences, one per direction, used in
-	// turn: the gradient with respect to one layer's outputs, then the
-	// layer below's.
+	// dh are two sets of [steps, B, H] sequences (all T steps, or a
+	// segment's with keepBoundaries), one per direction, used in turn: the
+	// gradient with respect to one layer's outputs, then the layer
+	// below's.
 	dh [2][2]device.Buffer
-	// row is one [B, H] row of steps: the LSTM's carried dc, the GRU's
-	// scratch for a gradient nobody reads.
-	row device.Buffer
+	// rows are one [B, H] row per layer and direction, rows[l·dirs+dir]:
+	// the LSTM's dc carried from step to step, the GRU's scratch for a
+	// gradient nobody reads.
+	rows []device.Buffer
+	// edges are one cell.edgeSize buffer per layer and direction, for the
+	// gradient crossing a window's boundary into the next window walked
+	// back (with Recompute).
+	edges []device.Buffer
 	// dxp and dhp are the GRU's gradients with respect to the input-side
-	// and recurrent pre-activations, [T, B, 3H].
+	// and recurrent pre-activations, [steps, B, 3H].
 	dxp, dhp device.Buffer
-	// With lengths: stH and stC are [B, H], a direction's state gradients
-	// in the sorted order, and dxs is the input's gradient [T, B, I]
-	// before it is put back in the caller's order.
-	stH, stC, dxs device.Buffer
-	// With lengths, the operands of the GEMMs over all steps packed (the
-	// running rows of every step, one step after the other, PyTorch's
-	// PackedSequence data), so that their work is the sum of the lengths:
-	// the pre-activation gradients (pPre, and the GRU's recurrent ones
-	// pHPre), the layer's input (pIn, a part's width·T·B elements at
-	// part.off·T·B), the states entering the steps (pH), and the input's
-	// gradient (pDst, as pIn).
+	// With lengths: stH and stC are one [B, H] row per layer and
+	// direction, the state gradients in the sorted order, and dxs is the
+	// input's gradient [T, B, I] before it is put back in the caller's
+	// order.
+	stH, stC []device.Buffer
+	dxs      device.Buffer
+	// With lengths, one chunk of the operands of the GEMMs over steps
+	// packed (the running rows of every step of the chunk, one step after
+	// the other, PyTorch's PackedSequence data), so that their work is the
+	// sum of the lengths: the pre-activation gradients (pPre, and the
+	// GRU's recurrent ones pHPre), the layer's input (pIn, a part's
+	// width·rows elements at part.off times a chunk's rows), the states
+	// entering the steps (pH), and the input's gradient (pDst, as pIn).
 	pPre, pHPre, pIn, pH, pDst device.Buffer
 }
 
@@ -213,13 +317,13 @@ type gradBufs struct {
 // (the input, or the layer below's output), or two above a bidirectional
 // layer (its two directions' outputs).
 type inPart struct {
-	buf        device.Buffer // [T, B, width]
+	buf        device.Buffer // the window's steps, [steps, B, width]
 	width, off int
 }
 
-// layerPass is one layer's walk over a window in one direction: the
-// layer's parameters and buffers, the pass's shared temporaries, and the
-// shape of every step.
+// layerPass is one layer's walk over a window of steps in one direction:
+// the layer's parameters and buffers, the pass's shared temporaries, and
+// the shape of every step.
 type layerPass struct {
 	k       device.Kernels
 	dt      device.DType
@@ -228,21 +332,37 @@ type layerPass struct {
 	sh      *batchShape
 	dir     int // 0 forward, 1 reverse
 	w       *layerParams
-	b       *layerBufs
-	p       *pass
-	in      []inPart
-	// pre is the input projection of all steps, [T, B, gates·H].
+	// b are the layer's buffers as the window sees them: step t of a
+	// per-step buffer at t-t0, position p of hseq and cseq at p-t0.
+	b  layerBufs
+	p  *pass
+	in []inPart
+	// t0 and t1 bound the window, [t0, t1): all T steps, or a segment of
+	// seg steps (where its checkpoints are).
+	t0, t1, seg int
+	// pre is the input projection of the window's steps.
 	pre device.Buffer
+	// h0 and c0 are where the direction's initial state is, [B, H].
+	h0, c0 device.Buffer
+	// hEnd and cEnd are the layer's rows of the pass's.
+	hEnd, cEnd device.Buffer
 }
 
 // rows is the number of rows step t covers: the batch, or the prefix of
 // the sorted batch still running at t.
 func (lp *layerPass) rows(t int) int { return lp.sh.rows(t) }
 
-// step returns step t's [B, width] block of a [T, B, width] sequence.
+// step returns step t's [B, width] block of a per-step buffer of the
+// window (position t of hseq or cseq).
 func (lp *layerPass) step(buf device.Buffer, t, width int) device.Buffer {
 	n := lp.B * width
-	return buf.Elems(lp.dt, t*n, n)
+	return buf.Elems(lp.dt, (t-lp.t0)*n, n)
+}
+
+// steps returns steps [a, b) of a per-step buffer of the window.
+func (lp *layerPass) steps(buf device.Buffer, a, b, width int) device.Buffer {
+	n := lp.B * width
+	return buf.Elems(lp.dt, (a-lp.t0)*n, (b-a)*n)
 }
 
 // span returns rows [r0, r1) of a [B, width] block.
@@ -250,15 +370,16 @@ func (lp *layerPass) span(block device.Buffer, r0, r1, width int) device.Buffer 
 	return block.Elems(lp.dt, r0*width, (r1-r0)*width)
 }
 
-// walk lists the steps in the order the direction visits them, up to the
-// longest sequence.
+// walk lists the window's steps in the order the direction visits them,
+// up to the longest sequence.
 func (lp *layerPass) walk() []int {
-	n := lp.sh.maxLen
-	ts := make([]int, n)
-	for i := range ts {
-		ts[i] = i
+	a, b := lp.t0, min(lp.t1, lp.sh.maxLen)
+	ts := make([]int, 0, max(b-a, 0))
+	for i := range max(b-a, 0) {
 		if lp.dir == 1 {
-			ts[i] = n - 1 - i
+			ts = append(ts, b-1-i)
+		} else {
+			ts = append(ts, a+i)
 		}
 	}
 	return ts
@@ -278,25 +399,23 @@ func (lp *layerPass) prev(t int) int {
 	return -1
 }
 
+// holds reports whether step t is in the window.
+func (lp *layerPass) holds(t int) bool { return t >= lp.t0 && t < lp.t1 }
+
 // hIn and hOut are the hidden states entering and leaving step t.
 func (lp *layerPass) hIn(t int) device.Buffer  { return lp.step(lp.b.hseq, t+lp.dir, lp.H) }
 func (lp *layerPass) hOut(t int) device.Buffer { return lp.step(lp.b.hseq, t+1-lp.dir, lp.H) }
 
-// hInit is where the initial state goes: the state entering the first
-// step of the walk.
-func (lp *layerPass) hInit() device.Buffer { return lp.step(lp.b.hseq, lp.dir*lp.T, lp.H) }
+// entry is the position of the state entering the window's walk, exit
+// that of the state leaving it.
+func (lp *layerPass) entry() int { return lp.t0 + lp.dir*(lp.t1-lp.t0) }
+func (lp *layerPass) exit() int  { return lp.t1 - lp.dir*(lp.t1-lp.t0) }
 
-// cIn, cOut and cInit are hIn, hOut and hInit for the cell state; none
-// for a cell without one. Without grad two slots serve every step in turn,
-// and a third holds the reverse direction's initial state.
+// cIn and cOut are hIn and hOut for the cell state; none for a cell
+// without one. Without grad two slots serve every step in turn, and a
+// third holds the reverse direction's initial state.
 func (lp *layerPass) cIn(t int) device.Buffer  { return lp.cAt(t + lp.dir) }
 func (lp *layerPass) cOut(t int) device.Buffer { return lp.cAt(t + 1 - lp.dir) }
-func (lp *layerPass) cInit() device.Buffer {
-	if !lp.train && lp.dir == 1 && !lp.b.cseq.IsZero() {
-		return lp.step(lp.b.cseq, 2, lp.H)
-	}
-	return lp.cAt(lp.dir * lp.T)
-}
 
 func (lp *layerPass) cAt(pos int) device.Buffer {
 	if lp.b.cseq.IsZero() {
@@ -308,28 +427,25 @@ func (lp *layerPass) cAt(pos int) device.Buffer {
 	return lp.step(lp.b.cseq, pos, lp.H)
 }
 
-// output is the direction's output, [T, B, H] in time order.
+// output is the direction's output over the window, [steps, B, H] in
+// time order.
 func (lp *layerPass) output() device.Buffer {
-	BH := lp.B * lp.H
-	return lp.b.hseq.Elems(lp.dt, (1-lp.dir)*BH, lp.T*BH)
-}
-
-// hIns is the states entering every step, [T, B, H] in time order: what
-// the recurrent weights multiplied.
-func (lp *layerPass) hIns() device.Buffer {
-	BH := lp.B * lp.H
-	return lp.b.hseq.Elems(lp.dt, lp.dir*BH, lp.T*BH)
+	return lp.steps(lp.b.hseq, lp.t0+1-lp.dir, lp.t1+1-lp.dir, lp.H)
 }
 
 // layerGrads are one layer's gradients in Backward, in one direction.
 type layerGrads struct {
 	gradBufs
-	// dh is the gradient with respect to the direction's output, [T, B,
-	// H]; the walk back adds the recurrent part into it step by step.
+	// dh is the gradient with respect to the direction's output over the
+	// window, [steps, B, H]; the walk back adds the recurrent part into it
+	// step by step.
 	dh device.Buffer
 	// dPre and dHPre are the gradients with respect to the input-side and
-	// recurrent pre-activations, [T, B, G·H] (the same for the LSTM).
+	// recurrent pre-activations of the window's steps, [steps, B, G·H]
+	// (the same for the LSTM).
 	dPre, dHPre device.Buffer
+	// row is the layer's direction's rows entry; edge its edges entry.
+	row, edge device.Buffer
 	// tied says the forward's state is still tied to it: stH and stC are
 	// then the direction's rows of the state's gradients (in the sorted
 	// order with lengths), the gradient with respect to the final state on
@@ -339,7 +455,7 @@ type layerGrads struct {
 }
 
 func newStack(d device.Device, c Config, kind cell) (*stack, error) {
-	s := &stack{dev: d, cell: kind, dropSeed: c.Seed}
+	s := &stack{dev: d, cell: kind, dropSeed: c.Seed, chunkRows: chunkRows}
 	name := kind.name()
 	if d == nil {
 		return nil, fmt.Errorf("rnn: New%s: no device", name)
@@ -358,6 +474,9 @@ func newStack(d device.Device, c Config, kind cell) (*stack, error) {
 			name, c.Input, c.Hidden, c.Layers, device.ErrShape)
 	case !(c.Dropout >= 0 && c.Dropout < 1):
 		return nil, fmt.Errorf("rnn: New%s: dropout %v, want [0, 1)", name, c.Dropout)
+	case c.Recompute < RecomputeAuto:
+		return nil, fmt.Errorf("rnn: New%s: recompute %d, want 0 (off), a segment length > 0 or RecomputeAuto (%d)",
+			name, c.Recompute, RecomputeAuto)
 	}
 	s.cfg = c
 	if s.params, err = newParams(d, dt, c.Seed, s.paramSpecs()); err != nil {
@@ -462,7 +581,7 @@ func (s *stack) NewState(batch int) (*State, error) {
 func (s *stack) Close() error {
 	s.rec = nil
 	var q queue
-	for _, b := range []*scratch{&s.reserve, &s.work, &s.grads, &s.dx, &s.idx, &s.idxWork} {
+	for _, b := range []*scratch{&s.reserve, &s.work, &s.out, &s.grads, &s.dx, &s.idx, &s.idxWork} {
 		q.add(b.free(s.dev))
 	}
 	if s.params != nil {
@@ -472,10 +591,17 @@ func (s *stack) Close() error {
 	return q.err
 }
 
-// plan lays out a forward of shape sh: what Backward needs from res,
-// temporaries from tmp (the same arena without grad).
-func (s *stack) plan(res, tmp *arena, train bool, sh *batchShape) pass {
+// plan lays out a forward of shape sh that keeps kp, with segments of seg
+// steps: what Backward needs from res, the output of a forward with
+// Recompute from out, temporaries from tmp (res is tmp without grad).
+func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg int) pass {
 	T, B, H, L, D := sh.T, sh.B, s.cfg.Hidden, s.cfg.Layers, s.dirs()
+	train := kp != keepNothing
+	// steps is how many steps a window's per-step temporaries hold.
+	steps := T
+	if kp == keepOutputs || kp == keepBoundaries {
+		steps = seg
+	}
 	var p pass
 	switch {
 	case train:
@@ -483,83 +609,195 @@ func (s *stack) plan(res, tmp *arena, train bool, sh *batchShape) pass {
 	case sh.varlen:
 		p.x = tmp.take(T * B * s.cfg.Input)
 	}
-	s.cell.planPass(tmp, train, T, B, H, &p)
-	if D == 2 || sh.varlen {
+	s.cell.planPass(tmp, train, steps, B, H, &p)
+	switch {
+	case kp == keepBoundaries || kp == keepOutputs:
+		// Backward recomputes from what it keeps, not from the output.
+		p.out = out.take(T * B * D * H)
+	case D == 2 || sh.varlen:
 		p.out = res.take(T * B * D * H)
 	}
 	if sh.varlen {
-		p.hEnd = tmp.take(B * H)
+		// Layer by layer one row serves every layer in turn; time-major,
+		// each layer has its own.
+		ends := 1
+		if kp == keepBoundaries {
+			ends = L
+		}
+		p.hEnd = tmp.take(ends * B * H)
 		if s.cell.carriesC() {
-			p.cEnd = tmp.take(B * H)
+			p.cEnd = tmp.take(ends * B * H)
 		}
 	}
+	dropped := s.cfg.Dropout > 0 && L > 1
+	// With keepOutputs, the layers share in turn one segment's cells and
+	// gates, and the dropped input of a segment.
+	var shared layerBufs
+	if kp == keepOutputs {
+		s.cell.planLayer(tmp, true, 0, seg, B, H, &shared)
+		shared.gates = tmp.take(seg * B * 4 * H)
+		if dropped {
+			for dir := range D {
+				p.inDrop[dir] = tmp.take(seg * B * H)
+			}
+			p.inMask = tmp.take(seg * B * H)
+		}
+	}
+	boundaries := (T+seg-1)/seg + 1
 	for l := range L {
 		for dir := range D {
 			b := &s.lay[l*D+dir]
-			if train {
-				b.hseq = res.take((T + 1) * B * H)
-				s.cell.planLayer(res, train, dir, T, B, H, b)
+			below := dropped && l < L-1
+			switch kp {
+			case keepSteps:
+				*b = layerBufs{hseq: res.take((T + 1) * B * H)}
+				s.cell.planLayer(res, true, dir, T, B, H, b)
 				b.gates = res.take(T * B * 4 * H)
-				if l < L-1 && s.cfg.Dropout > 0 {
+				if below {
 					b.mask, b.drop = res.take(T*B*H), res.take(T*B*H)
 				}
-				continue
+			case keepOutputs:
+				*b = layerBufs{hseq: res.take((T + 1) * B * H), cseq: shared.cseq, gates: shared.gates}
+				if s.cell.carriesC() {
+					b.ckC = res.take(boundaries * B * H)
+				}
+			case keepBoundaries:
+				*b = layerBufs{ckH: res.take(boundaries * B * H)}
+				if s.cell.carriesC() {
+					b.ckC = res.take(boundaries * B * H)
+				}
+				b.hseq = tmp.take((seg + 1) * B * H)
+				s.cell.planLayer(tmp, true, dir, seg, B, H, b)
+				b.gates = tmp.take(seg * B * 4 * H)
+				if below {
+					b.mask, b.drop = tmp.take(seg*B*H), tmp.take(seg*B*H)
+				}
+			default:
+				// Without grad two layers' sequences serve every layer in turn.
+				if l < 2 {
+					*b = layerBufs{hseq: tmp.take((T + 1) * B * H)}
+					s.cell.planLayer(tmp, false, dir, T, B, H, b)
+				} else {
+					below := s.lay[(l-2)*D+dir]
+					*b = layerBufs{hseq: below.hseq, cseq: below.cseq}
+				}
 			}
-			// Without grad two layers' sequences serve every layer in turn.
-			if l < 2 {
-				b.hseq = tmp.take((T + 1) * B * H)
-				s.cell.planLayer(tmp, train, dir, T, B, H, b)
-			} else {
-				b.hseq, b.cseq = s.lay[(l-2)*D+dir].hseq, s.lay[(l-2)*D+dir].cseq
-			}
-			b.gates, b.mask, b.drop = device.Buffer{}, device.Buffer{}, device.Buffer{}
 		}
 	}
 	return p
 }
 
-// layout sizes the arenas for a pass, takes their memory from the
+// layout sizes the arenas for a forward, takes their memory from the
 // stack's scratch buffers and lays the pass out in it; with lengths it
 // also puts their order on the device.
-func (s *stack) layout(train bool, sh *batchShape) (pass, error) {
-	dt := s.cfg.DType
-	res, tmp := &arena{dt: dt}, &arena{dt: dt}
-	if !train {
-		res = tmp
-	}
-	s.plan(res, tmp, train, sh)
-	var err error
-	if train {
-		if res.buf, err = s.reserve.get(s.dev, device.Activations, int64(res.off)*dt.Size()); err != nil {
-			return pass{}, err
-		}
-	}
-	if tmp.buf, err = s.work.get(s.dev, device.Workspace, int64(max(tmp.off, 1))*dt.Size()); err != nil {
+func (s *stack) layout(kp keep, sh *batchShape, seg int) (pass, error) {
+	res, tmp, out, err := s.arenas(kp, sh, seg)
+	if err != nil {
 		return pass{}, err
 	}
 	if sh.varlen {
 		idx, cat := &s.idxWork, device.Workspace
-		if train {
+		if kp != keepNothing {
 			idx, cat = &s.idx, device.Activations
 		}
-		buf, err := idx.get(s.dev, cat, sh.idxBytes())
+		segs := 0
+		if kp == keepBoundaries {
+			segs = len(s.windows(sh, kp, seg))
+		}
+		buf, err := idx.get(s.dev, cat, sh.idxBytes(segs))
 		if err == nil {
-			err = sh.upload(s.dev, buf)
+			err = sh.upload(s.dev, buf, seg, segs)
 		}
 		if err != nil {
 			return pass{}, err
 		}
 	}
-	res.off, tmp.off = 0, 0
-	return s.plan(res, tmp, train, sh), nil
+	return s.plan(res, tmp, out, kp, sh, seg), nil
 }
 
-// layerPass returns the walk of layer l in direction dir over a pass of
-// shape sh that reads in.
-func (s *stack) layerPass(p *pass, sh *batchShape, train bool, l, dir int, in []inPart) *layerPass {
-	D := s.dirs()
-	return &layerPass{k: s.dev.Kernels(), dt: s.cfg.DType, T: sh.T, B: sh.B, H: s.cfg.Hidden, train: train, sh: sh, dir: dir,
-		w: &s.layers[l*D+dir], b: &s.lay[l*D+dir], p: p, in: in}
+// layoutSaved lays out the saved training forward rec again, in the memory
+// that holds it.
+func (s *stack) layoutSaved(rec *record) (pass, error) {
+	res, tmp, out, err := s.arenas(rec.keep, &rec.sh, rec.seg)
+	if err != nil {
+		return pass{}, err
+	}
+	return s.plan(res, tmp, out, rec.keep, &rec.sh, rec.seg), nil
+}
+
+// arenas sizes the arenas of a pass and gives them the memory of the
+// stack's scratch buffers, ready to be laid out from their start.
+func (s *stack) arenas(kp keep, sh *batchShape, seg int) (res, tmp, out *arena, err error) {
+	dt := s.cfg.DType
+	res, tmp, out = &arena{dt: dt}, &arena{dt: dt}, &arena{dt: dt}
+	if kp == keepNothing {
+		res = tmp
+	}
+	s.plan(res, tmp, out, kp, sh, seg)
+	if kp != keepNothing {
+		if res.buf, err = s.reserve.get(s.dev, device.Activations, int64(res.off)*dt.Size()); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if out.off > 0 {
+		if out.buf, err = s.out.get(s.dev, device.Workspace, int64(out.off)*dt.Size()); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if tmp.buf, err = s.work.get(s.dev, device.Workspace, int64(max(tmp.off, 1))*dt.Size()); err != nil {
+		return nil, nil, nil, err
+	}
+	res.off, tmp.off, out.off = 0, 0, 0
+	return res, tmp, out, nil
+}
+
+// layerPass returns the walk of layer l in direction dir over window w of
+// a pass of shape sh that keeps kp, with segments of seg steps. The
+// caller sets its input.
+func (s *stack) layerPass(p *pass, sh *batchShape, kp keep, seg, l, dir int, w span) *layerPass {
+	D, dt, BH := s.dirs(), s.cfg.DType, sh.B*s.cfg.Hidden
+	lp := &layerPass{k: s.dev.Kernels(), dt: dt, T: sh.T, B: sh.B, H: s.cfg.Hidden, train: kp != keepNothing, sh: sh, dir: dir,
+		w: &s.layers[l*D+dir], b: s.lay[l*D+dir], p: p, t0: w.t0, t1: w.t1, seg: seg}
+	if !p.hEnd.IsZero() {
+		row := 0
+		if kp == keepBoundaries {
+			row = l
+		}
+		lp.hEnd = p.hEnd.Elems(dt, row*BH, BH)
+		if !p.cEnd.IsZero() {
+			lp.cEnd = p.cEnd.Elems(dt, row*BH, BH)
+		}
+	}
+	all := lp.b.hseq
+	switch kp {
+	case keepOutputs:
+		lp.b.hseq = all.Elems(dt, w.t0*BH, (w.t1-w.t0+1)*BH)
+		lp.h0 = all.Elems(dt, dir*sh.T*BH, BH)
+		lp.c0 = checkpoint(lp, lp.b.ckC, dir*sh.T)
+	case keepBoundaries:
+		lp.h0 = checkpoint(lp, lp.b.ckH, 0)
+		lp.c0 = checkpoint(lp, lp.b.ckC, 0)
+	default:
+		lp.h0 = lp.step(all, dir*sh.T, lp.H)
+		switch {
+		case lp.b.cseq.IsZero():
+		case kp == keepNothing && dir == 1:
+			lp.c0 = lp.b.cseq.Elems(dt, 2*BH, BH)
+		default:
+			lp.c0 = lp.cAt(dir * sh.T)
+		}
+	}
+	return lp
+}
+
+// checkpoint is the [B, H] slot of ck (ckH or ckC) holding the state at
+// position pos, a segment boundary; none without ck.
+func checkpoint(lp *layerPass, ck device.Buffer, pos int) device.Buffer {
+	if ck.IsZero() {
+		return device.Buffer{}
+	}
+	BH := lp.B * lp.H
+	return ck.Elems(lp.dt, (pos+lp.seg-1)/lp.seg*BH, BH)
 }
 
 // Forward runs the stack over x, [seq, batch, Input] (PyTorch's layout
@@ -608,22 +846,31 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 	if err != nil {
 		return device.Buffer{}, err
 	}
-	train := mode == Train
-	if train {
+	kp, seg := s.schedule(mode == Train, sh.T, sh.B)
+	if kp != keepNothing {
 		// The reserve is about to be overwritten.
 		s.rec, s.spent = nil, false
 	}
-	p, err := s.layout(train, &sh)
+	p, err := s.layout(kp, &sh, seg)
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
 	}
 	var q queue
-	out := s.forwardLayers(&q, &p, &sh, train, x, st)
+	drawn := s.drawn
+	var out device.Buffer
+	if kp == keepBoundaries {
+		out = s.forwardBoundaries(&q, &p, &sh, seg, x, st)
+	} else {
+		out = s.forwardLayers(&q, &p, &sh, kp, seg, x, st)
+	}
 	if q.err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, q.err)
 	}
-	if train {
-		s.save(&q, sh, st)
+	if kp != keepNothing {
+		if s.cfg.Dropout > 0 {
+			s.drawn += uint64((s.cfg.Layers - 1) * s.dirs() * sh.T * sh.B * s.cfg.Hidden)
+		}
+		s.save(&q, &record{sh: sh, state: st, keep: kp, seg: seg, drawn: drawn})
 	}
 	if q.err != nil {
 		s.rec = nil
@@ -658,57 +905,124 @@ func (s *stack) checkForward(op string, mode Mode, x device.Buffer, seq, batch i
 	return nil
 }
 
-// forwardLayers queues the layers' forwards over x, [T, B, Input], and
-// returns the output: the top layer's (which has no dropout), in the
-// caller's order and with both directions interleaved.
-func (s *stack) forwardLayers(q *queue, p *pass, sh *batchShape, train bool, x device.Buffer, st *State) device.Buffer {
-	dt, T, B, I, H, D := s.cfg.DType, sh.T, sh.B, s.cfg.Input, s.cfg.Hidden, s.dirs()
-	k := s.dev.Kernels()
-	in := x.Slice(0, int64(T*B*I)*dt.Size())
+// input queues reading x, [T, B, Input], as the stack keeps it: sorted
+// with lengths, copied in training; it returns the stack's input.
+func (s *stack) input(q *queue, p *pass, sh *batchShape, train bool, x device.Buffer) device.Buffer {
+	dt, k := s.cfg.DType, s.dev.Kernels()
+	in := x.Slice(0, int64(sh.T*sh.B*s.cfg.Input)*dt.Size())
 	switch {
 	case sh.varlen:
-		q.add(k.GatherSeq(sh.toSorted(dt, T, I, in, p.x)))
-		in = p.x
+		q.add(k.GatherSeq(sh.toSorted(dt, sh.T, s.cfg.Input, in, p.x)))
+		return p.x
 	case train:
 		q.add(k.Copy(device.Copy{Dst: p.x, Src: in}))
-		in = p.x
+		return p.x
 	}
-	parts := []inPart{{buf: in, width: I}}
-	var outs [2]device.Buffer
-	for l := range s.cfg.Layers {
+	return in
+}
+
+// forwardLayers queues the layers' forwards over x, [T, B, Input], one
+// layer after the other (every kept but keepBoundaries), and returns the
+// output: the top layer's (which has no dropout), in the caller's order
+// and with both directions interleaved.
+func (s *stack) forwardLayers(q *queue, p *pass, sh *batchShape, kp keep, seg int, x device.Buffer, st *State) device.Buffer {
+	dt, T, B, H, L, D := s.cfg.DType, sh.T, sh.B, s.cfg.Hidden, s.cfg.Layers, s.dirs()
+	k := s.dev.Kernels()
+	in := s.input(q, p, sh, kp != keepNothing, x)
+	for l := range L {
 		for dir := range D {
-			lp := s.layerPass(p, sh, train, l, dir, parts)
-			s.forwardLayer(q, lp, l, st)
-			outs[dir] = s.dropout(q, lp)
+			wins := s.windows(sh, kp, seg)
+			if dir == 1 {
+				wins = reversed(wins)
+			}
+			for i, w := range wins {
+				lp := s.layerPass(p, sh, kp, seg, l, dir, w)
+				lp.in = s.windowInputs(q, p, sh, kp, seg, l, w, in, s.drawn)
+				if i == 0 {
+					s.initial(q, lp, st, l)
+				}
+				s.forwardWindow(q, lp, st != nil)
+				s.saveExit(q, lp)
+				if i == len(wins)-1 {
+					s.final(q, lp, st, l)
+				}
+				if kp == keepSteps {
+					// The whole layer is one window: keep its dropped output.
+					s.dropWindow(q, lp, s.maskOffset(s.drawn, l, dir, T, B), lp.output(), lp.b.drop, lp.b.mask)
+				}
+			}
 		}
-		parts = parts[:0:0]
-		for dir := range D {
-			parts = append(parts, inPart{buf: outs[dir], width: H, off: dir * H})
-		}
+	}
+	top := make([]device.Buffer, D)
+	for dir := range D {
+		top[dir] = s.lay[(L-1)*D+dir].hseq.Elems(dt, (1-dir)*B*H, T*B*H)
 	}
 	if D == 1 && !sh.varlen {
-		return outs[0]
+		return top[0]
 	}
 	for dir := range D {
-		g := sh.fromSorted(dt, T, H, outs[dir], p.out.Elems(dt, dir*H, T*B*D*H-dir*H))
+		g := sh.fromSorted(dt, T, H, top[dir], p.out.Elems(dt, dir*H, T*B*D*H-dir*H))
 		g.LdY = D * H
 		q.add(k.GatherSeq(g))
 	}
 	return p.out.Elems(dt, 0, T*B*D*H)
 }
 
-// forwardLayer queues layer l's walk over the steps in one direction: the
-// initial state, the input projection of every step at once, the steps,
-// and the final state.
-func (s *stack) forwardLayer(q *queue, lp *layerPass, l int, st *State) {
-	sh, H := lp.sh, lp.H
-	s.initial(q, lp, st, l)
-	lp.pre = s.cell.projection(lp)
-	for j, part := range lp.in {
-		q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, TransB: true, M: lp.T * lp.B, N: s.cell.gates() * H, K: part.width,
-			Alpha: 1, Beta: float64(min(j, 1)), A: part.buf, B: weightCols(lp.dt, lp.w.wih, part.off), LdB: lp.w.in, C: lp.pre}))
+// windowInputs returns the input of layer l over window w, one part per
+// direction of the layer below: x (the stack's input, in), or the outputs
+// of the layer below, dropped when they are in training. With keepOutputs
+// it queues drawing the window's dropout again (into p.inDrop); drawn is
+// where the forward's masks started.
+func (s *stack) windowInputs(q *queue, p *pass, sh *batchShape, kp keep, seg, l int, w span, in device.Buffer, drawn uint64) []inPart {
+	dt, B, H, I := s.cfg.DType, sh.B, s.cfg.Hidden, s.cfg.Input
+	if l == 0 {
+		return []inPart{{buf: in.Elems(dt, w.t0*B*I, (w.t1-w.t0)*B*I), width: I}}
 	}
-	ends := lp.dir == 0 && sh.varlen && st != nil
+	var parts []inPart
+	for dir := range s.dirs() {
+		below := s.layerPass(p, sh, kp, seg, l-1, dir, w)
+		buf := below.output()
+		switch {
+		case kp == keepSteps && !below.b.drop.IsZero():
+			buf = below.b.drop
+		case kp == keepOutputs && !p.inMask.IsZero():
+			buf = s.dropWindow(q, below, s.maskOffset(drawn, l-1, dir, sh.T, B), buf, p.inDrop[dir], p.inMask)
+		}
+		parts = append(parts, inPart{buf: buf, width: H, off: dir * H})
+	}
+	return parts
+}
+
+// maskOffset is where the dropout mask of layer l's direction dir starts
+// in a forward of T steps of B sequences whose masks start at drawn: the
+// layers below the top draw T·B·H elements each, in order.
+func (s *stack) maskOffset(drawn uint64, l, dir, T, B int) uint64 {
+	return drawn + uint64((l*s.dirs()+dir)*T*B*s.cfg.Hidden)
+}
+
+// dropWindow queues the dropout of x, the direction's output over lp's
+// window, into y with its mask, the masks of the layer starting at base,
+// and returns y; with no y (no dropout) it returns x.
+func (s *stack) dropWindow(q *queue, lp *layerPass, base uint64, x, y, mask device.Buffer) device.Buffer {
+	if y.IsZero() {
+		return x
+	}
+	n := (lp.t1 - lp.t0) * lp.B * lp.H
+	q.add(lp.k.Dropout(device.Dropout{DType: lp.dt, N: n, P: s.cfg.Dropout, Seed: s.dropSeed,
+		Offset: base + uint64(lp.t0*lp.B*lp.H), X: x, Y: y.Elems(lp.dt, 0, n), Mask: mask.Elems(lp.dt, 0, n)}))
+	return y.Elems(lp.dt, 0, n)
+}
+
+// forwardWindow queues lp's walk over its window: the state entering it
+// from the checkpoints when the window does not hold it, the input
+// projection of its steps, and the steps; with ends, the final states of
+// the sequences that end in it (lengths, forward direction).
+func (s *stack) forwardWindow(q *queue, lp *layerPass, ends bool) {
+	H := lp.H
+	s.loadEntry(q, lp)
+	lp.pre = s.cell.projection(lp)
+	s.project(q, lp)
+	ends = ends && lp.dir == 0 && lp.sh.varlen
 	for _, t := range lp.walk() {
 		if lp.dir == 1 {
 			s.enter(q, lp, t)
@@ -716,13 +1030,46 @@ func (s *stack) forwardLayer(q *queue, lp *layerPass, l int, st *State) {
 		s.cell.forwardStep(q, lp, t)
 		if e0, e1 := lp.rows(t+1), lp.rows(t); ends && e1 > e0 {
 			// Sequences of length t+1 end here: keep their final states.
-			q.add(lp.k.Copy(device.Copy{Dst: lp.span(lp.p.hEnd, e0, e1, H), Src: lp.span(lp.hOut(t), e0, e1, H)}))
-			if !lp.p.cEnd.IsZero() {
-				q.add(lp.k.Copy(device.Copy{Dst: lp.span(lp.p.cEnd, e0, e1, H), Src: lp.span(lp.cOut(t), e0, e1, H)}))
+			q.add(lp.k.Copy(device.Copy{Dst: lp.span(lp.hEnd, e0, e1, H), Src: lp.span(lp.hOut(t), e0, e1, H)}))
+			if !lp.cEnd.IsZero() {
+				q.add(lp.k.Copy(device.Copy{Dst: lp.span(lp.cEnd, e0, e1, H), Src: lp.span(lp.cOut(t), e0, e1, H)}))
 			}
 		}
 	}
-	s.final(q, lp, st, l)
+}
+
+// project queues the input projection of lp's window, one product per
+// chunk of steps.
+func (s *stack) project(q *queue, lp *layerPass) {
+	GH, c := s.cell.gates()*lp.H, s.chunkSteps(lp.B)
+	for a := lp.t0; a < lp.t1; a += c {
+		b := min(a+c, lp.t1)
+		for j, part := range lp.in {
+			q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, TransB: true, M: (b - a) * lp.B, N: GH, K: part.width,
+				Alpha: 1, Beta: float64(min(j, 1)), A: lp.steps(part.buf, a, b, part.width),
+				B: weightCols(lp.dt, lp.w.wih, part.off), LdB: lp.w.in, C: lp.steps(lp.pre, a, b, GH)}))
+		}
+	}
+}
+
+// loadEntry queues copying the state entering lp's window from the
+// checkpoints into the window's buffers, where they are apart; saveExit
+// copies the state leaving it into the checkpoints.
+func (s *stack) loadEntry(q *queue, lp *layerPass) { s.checkpoints(q, lp, lp.entry(), false) }
+func (s *stack) saveExit(q *queue, lp *layerPass)  { s.checkpoints(q, lp, lp.exit(), true) }
+
+func (s *stack) checkpoints(q *queue, lp *layerPass, pos int, save bool) {
+	for _, c := range []struct{ ck, at device.Buffer }{{lp.b.ckH, lp.step(lp.b.hseq, pos, lp.H)}, {lp.b.ckC, lp.cAt(pos)}} {
+		if c.ck.IsZero() {
+			continue
+		}
+		slot := checkpoint(lp, c.ck, pos)
+		if save {
+			q.add(lp.k.Copy(device.Copy{Dst: slot, Src: c.at}))
+		} else {
+			q.add(lp.k.Copy(device.Copy{Dst: c.at, Src: slot}))
+		}
+	}
 }
 
 // weightCols is the view of a [rows, in] weight that starts at column off:
@@ -740,7 +1087,7 @@ func (s *stack) enter(q *queue, lp *layerPass, t int) {
 	if e1 <= e0 {
 		return
 	}
-	for _, c := range [][2]device.Buffer{{lp.hIn(t), lp.hInit()}, {lp.cIn(t), lp.cInit()}} {
+	for _, c := range [][2]device.Buffer{{lp.hIn(t), lp.h0}, {lp.cIn(t), lp.c0}} {
 		if !c[0].IsZero() && c[0] != c[1] {
 			q.add(lp.k.Copy(device.Copy{Dst: lp.span(c[0], e0, e1, lp.H), Src: lp.span(c[1], e0, e1, lp.H)}))
 		}
@@ -748,11 +1095,11 @@ func (s *stack) enter(q *queue, lp *layerPass, t int) {
 }
 
 // initial queues writing the initial state of layer l's direction into
-// its place: the state's values (sorted with lengths), or zeros without a
-// state.
+// its place (lp.h0, lp.c0): the state's values (sorted with lengths), or
+// zeros without a state.
 func (s *stack) initial(q *queue, lp *layerPass, st *State, l int) {
 	n, idx := lp.B*lp.H, l*s.dirs()+lp.dir
-	for _, part := range []struct{ dst, src device.Buffer }{{lp.hInit(), st.layerH(idx, n)}, {lp.cInit(), st.layerC(idx, n)}} {
+	for _, part := range []struct{ dst, src device.Buffer }{{lp.h0, st.layerH(idx, n)}, {lp.c0, st.layerC(idx, n)}} {
 		switch {
 		case part.dst.IsZero():
 		case st == nil:
@@ -768,18 +1115,20 @@ func (s *stack) initial(q *queue, lp *layerPass, st *State, l int) {
 // final queues copying the final state of layer l's direction into the
 // state, if there is one: the state leaving the walk's last step (the
 // forward direction's with lengths, each sequence's, kept in hEnd and
-// cEnd), in the caller's order.
+// cEnd), in the caller's order. lp is the walk's last window.
 func (s *stack) final(q *queue, lp *layerPass, st *State, l int) {
 	if st == nil {
 		return
 	}
 	n, idx := lp.B*lp.H, l*s.dirs()+lp.dir
-	hT, cT := lp.hOut(lp.T-1), lp.cOut(lp.T-1)
+	var hT, cT device.Buffer
 	switch {
 	case lp.dir == 1:
 		hT, cT = lp.hOut(0), lp.cOut(0)
 	case lp.sh.varlen:
-		hT, cT = lp.p.hEnd, lp.p.cEnd
+		hT, cT = lp.hEnd, lp.cEnd
+	default:
+		hT, cT = lp.hOut(lp.T-1), lp.cOut(lp.T-1)
 	}
 	for _, part := range []struct{ dst, src device.Buffer }{{st.layerH(idx, n), hT}, {st.layerC(idx, n), cT}} {
 		switch {
@@ -792,33 +1141,19 @@ func (s *stack) final(q *queue, lp *layerPass, st *State, l int) {
 	}
 }
 
-// dropout queues the dropout of a direction's output, for the layers
-// below the top in training, and returns the input of the layer above:
-// the output, or its dropped copy.
-func (s *stack) dropout(q *queue, lp *layerPass) device.Buffer {
-	out := lp.output()
-	if lp.b.drop.IsZero() {
-		return out
-	}
-	n := lp.T * lp.B * lp.H
-	q.add(lp.k.Dropout(device.Dropout{DType: lp.dt, N: n, P: s.cfg.Dropout, Seed: s.dropSeed, Offset: s.drawn,
-		X: out, Y: lp.b.drop, Mask: lp.b.mask}))
-	s.drawn += uint64(n)
-	return lp.b.drop
-}
-
 // save records a training forward for Backward and ties the state to it,
 // zeroing the state's gradients for the caller to write into.
-func (s *stack) save(q *queue, sh batchShape, st *State) {
-	s.rec = &record{sh: sh, state: st}
+func (s *stack) save(q *queue, rec *record) {
+	s.rec = rec
+	st := rec.state
 	if st == nil {
 		return
 	}
-	st.tie = s.rec
+	st.tie = rec
 	k, dt := s.dev.Kernels(), s.cfg.DType
 	for _, g := range []device.Buffer{st.dh, st.dc} {
 		if !g.IsZero() {
-			q.add(k.Fill(device.Fill{DType: dt, N: s.cfg.Layers * s.dirs() * sh.B * s.cfg.Hidden, X: g}))
+			q.add(k.Fill(device.Fill{DType: dt, N: s.cfg.Layers * s.dirs() * rec.sh.B * s.cfg.Hidden, X: g}))
 		}
 	}
 }
@@ -830,7 +1165,8 @@ func (s *stack) save(q *queue, sh batchShape, st *State) {
 // in the forward's state, if that state is still tied to it, with the
 // gradient with respect to the initial state, and returns the gradient with
 // respect to x, [seq, batch, Input] (zero at padded positions), valid
-// until the next Backward.
+// until the next Backward. With Config.Recompute it first runs the
+// forward of each segment again, as the training forward did.
 //
 // Backward consumes what the forward saved: calling it without a training
 // forward, or twice for one, returns ErrNoForward.
@@ -846,10 +1182,19 @@ func (s *stack) Backward(dy device.Buffer) (device.Buffer, error) {
 		return device.Buffer{}, err
 	}
 	s.rec, s.spent = nil, true
-	sh := rec.sh
-	p, err := s.layoutSaved(&sh)
+	p, err := s.layoutSaved(rec)
+	var gb gradBufs
 	if err == nil {
-		err = s.backward(&p, &sh, rec, dy)
+		gb, err = s.gradLayout(rec)
+	}
+	if err == nil {
+		var q queue
+		if rec.keep == keepBoundaries {
+			s.backwardBoundaries(&q, &p, rec, dy, gb)
+		} else {
+			s.backwardLayers(&q, &p, rec, dy, gb)
+		}
+		err = q.err
 	}
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
@@ -857,47 +1202,48 @@ func (s *stack) Backward(dy device.Buffer) (device.Buffer, error) {
 	return s.dx.buf.Elems(dt, 0, T*B*I), nil
 }
 
-// layoutSaved lays out the saved training forward of shape sh again, in
-// the memory that holds it.
-func (s *stack) layoutSaved(sh *batchShape) (pass, error) {
-	dt := s.cfg.DType
-	res, tmp := &arena{dt: dt}, &arena{dt: dt}
-	s.plan(res, tmp, true, sh)
-	var err error
-	if res.buf, err = s.reserve.get(s.dev, device.Activations, int64(res.off)*dt.Size()); err != nil {
-		return pass{}, err
-	}
-	if tmp.buf, err = s.work.get(s.dev, device.Workspace, int64(max(tmp.off, 1))*dt.Size()); err != nil {
-		return pass{}, err
-	}
-	res.off, tmp.off = 0, 0
-	return s.plan(res, tmp, true, sh), nil
-}
-
 // gradLayout takes Backward's buffers from the stack's scratch: the
 // gradients flowing between layers and the gradient with respect to x.
-func (s *stack) gradLayout(sh *batchShape) (gradBufs, error) {
-	c, dt := s.cfg, s.cfg.DType
-	T, B, D := sh.T, sh.B, s.dirs()
+func (s *stack) gradLayout(rec *record) (gradBufs, error) {
+	c, dt, sh := s.cfg, s.cfg.DType, &rec.sh
+	T, B, H, LD := sh.T, sh.B, c.Hidden, c.Layers*s.dirs()
+	// dh holds all T steps but with keepBoundaries, which walks back a
+	// segment of every layer at a time; the cells' per-step gradients
+	// hold one window's steps.
+	steps, window := T, T
+	switch rec.keep {
+	case keepBoundaries:
+		steps, window = rec.seg, rec.seg
+	case keepOutputs:
+		window = rec.seg
+	}
 	g := &arena{dt: dt}
 	take := func() (gb gradBufs) {
-		BH := B * c.Hidden
+		BH := B * H
 		for slot := range 2 {
-			for dir := range D {
-				gb.dh[slot][dir] = g.take(T * BH)
+			for dir := range s.dirs() {
+				gb.dh[slot][dir] = g.take(steps * BH)
 			}
 		}
-		gb.row = g.take(BH)
-		s.cell.planGrads(g, T, B, c.Hidden, &gb)
-		if sh.varlen {
-			gb.stH, gb.dxs = g.take(BH), g.take(T*B*c.Input)
-			GH, in := s.cell.gates()*c.Hidden, max(c.Input, D*c.Hidden)
-			gb.pPre, gb.pIn, gb.pH, gb.pDst = g.take(T*B*GH), g.take(T*B*in), g.take(T*BH), g.take(T*B*in)
-			if !s.cell.carriesC() {
-				gb.pHPre = g.take(T * B * GH)
+		for range LD {
+			gb.rows = append(gb.rows, g.take(BH))
+			if rec.keep != keepSteps {
+				gb.edges = append(gb.edges, g.take(s.cell.edgeSize(B, H)))
 			}
-			if s.cell.carriesC() {
-				gb.stC = g.take(BH)
+		}
+		s.cell.planGrads(g, window, B, H, &gb)
+		if sh.varlen {
+			for range LD {
+				gb.stH = append(gb.stH, g.take(BH))
+				if s.cell.carriesC() {
+					gb.stC = append(gb.stC, g.take(BH))
+				}
+			}
+			gb.dxs = g.take(T * B * c.Input)
+			rows, GH, in := s.chunkSteps(B)*B, s.cell.gates()*H, max(c.Input, s.dirs()*H)
+			gb.pPre, gb.pIn, gb.pH, gb.pDst = g.take(rows*GH), g.take(rows*in), g.take(rows*H), g.take(rows*in)
+			if !s.cell.carriesC() {
+				gb.pHPre = g.take(rows * GH)
 			}
 		}
 		return gb
@@ -915,15 +1261,14 @@ func (s *stack) gradLayout(sh *batchShape) (gradBufs, error) {
 	return gb, nil
 }
 
-func (s *stack) backward(p *pass, sh *batchShape, rec *record, dy device.Buffer) error {
-	c, dt := s.cfg, s.cfg.DType
+// backwardLayers differentiates a forward that ran one layer after the
+// other (keepSteps, keepOutputs): layer by layer from the top, each
+// direction walking back its windows (with keepOutputs recomputing each
+// window's gates and cells first).
+func (s *stack) backwardLayers(q *queue, p *pass, rec *record, dy device.Buffer, gb gradBufs) {
+	c, dt, sh := s.cfg, s.cfg.DType, &rec.sh
 	T, B, H, I, L, D := sh.T, sh.B, c.Hidden, c.Input, c.Layers, s.dirs()
-	gb, err := s.gradLayout(sh)
-	if err != nil {
-		return err
-	}
 	k := s.dev.Kernels()
-	var q queue
 	st := rec.state
 	tied := st != nil && st.tie == rec
 	// The gradient with respect to the top layer's output, in the stack's
@@ -938,8 +1283,11 @@ func (s *stack) backward(p *pass, sh *batchShape, rec *record, dy device.Buffer)
 			q.add(k.GatherSeq(g))
 		}
 	}
+	if tied && sh.varlen {
+		s.sortStateGrads(q, sh, st, gb, true)
+	}
+	wins := s.windows(sh, rec.keep, rec.seg)
 	for l := L - 1; l >= 0; l-- {
-		in := s.layerInputs(p, sh, l)
 		// dst receives the gradient with respect to each part of the input.
 		dst := []device.Buffer{s.dx.buf}
 		if sh.varlen {
@@ -948,221 +1296,308 @@ func (s *stack) backward(p *pass, sh *batchShape, rec *record, dy device.Buffer)
 		if l > 0 {
 			dst = gb.dh[(l-1)%2][:D]
 		}
-		var packed []inPart // with lengths, the input packed, and its gradient
-		var pdst []device.Buffer
-		if sh.varlen {
-			for _, part := range in {
-				pp := part
-				pp.buf = gb.pIn.Elems(dt, T*B*part.off, T*B*part.width)
-				s.pack(&q, sh, part.buf, pp.buf, part.width)
-				packed = append(packed, pp)
-				pdst = append(pdst, gb.pDst.Elems(dt, T*B*part.off, T*B*part.width))
-			}
-		}
 		for dir := range D {
-			lp := s.layerPass(p, sh, true, l, dir, in)
-			lg := &layerGrads{gradBufs: gb, dh: gb.dh[l%2][dir], tied: tied}
-			idx := l*D + dir
-			if tied {
-				lg.stH, lg.stC = st.layerGradH(idx, B*H), st.layerGradC(idx, B*H)
-				if sh.varlen {
-					lg.stH, lg.stC = s.sortedGrads(&q, sh, lg, gb)
+			lg := s.layerGrads(gb, st, tied, sh, l, dir)
+			order := wins
+			if dir == 0 {
+				order = reversed(wins)
+			}
+			edge := -1
+			for i, w := range order {
+				lp := s.layerPass(p, sh, rec.keep, rec.seg, l, dir, w)
+				lp.in = s.windowInputs(q, p, sh, rec.keep, rec.seg, l, w, p.x, rec.drawn)
+				if rec.keep == keepOutputs {
+					s.forwardWindow(q, lp, false)
 				}
-			}
-			s.backwardLayer(&q, lp, lg)
-			if tied && sh.varlen {
-				q.add(k.GatherSeq(sh.fromSorted(dt, 1, H, lg.stH, st.layerGradH(idx, B*H))))
-				if !lg.stC.IsZero() {
-					q.add(k.GatherSeq(sh.fromSorted(dt, 1, H, lg.stC, st.layerGradC(idx, B*H))))
-				}
-			}
-			if sh.varlen {
-				s.packedGrads(&q, lp, lg, packed, pdst, dir > 0)
-			} else {
-				s.weightGrads(&q, lp, lg)
-				s.inputGrads(&q, lp, lg, dst, dir > 0)
-			}
-		}
-		if sh.varlen {
-			for j, part := range in {
-				q.add(k.Fill(device.Fill{DType: dt, N: T * B * part.width, X: dst[j]}))
-				s.unpack(&q, sh, pdst[j], dst[j], part.width)
+				lg.dh = gb.dh[l%2][dir].Elems(dt, w.t0*B*H, (w.t1-w.t0)*B*H)
+				edge = s.backwardWindow(q, lp, &lg, i == 0, i == len(order)-1, edge)
+				s.paramGrads(q, lp, &lg, windowViews(dt, dst, lp.in, w, B), dir > 0)
 			}
 		}
 		if l > 0 {
-			for dir := range D {
-				if m := s.lay[(l-1)*D+dir].mask; !m.IsZero() {
-					q.add(k.Mul(device.Mul{DType: dt, N: T * B * H, X: dst[dir], Y: m, Z: dst[dir]}))
-				}
-			}
+			s.dropoutGrads(q, p, rec, l, dst)
 		}
+	}
+	if tied && sh.varlen {
+		s.sortStateGrads(q, sh, st, gb, false)
 	}
 	if sh.varlen {
 		q.add(k.GatherSeq(sh.fromSorted(dt, T, I, gb.dxs, s.dx.buf)))
 	}
-	return q.err
 }
 
-// sortedGrads queues gathering a direction's state gradients (lg.stH,
-// lg.stC, in the caller's order) into the sorted order, and returns the
-// sorted buffers.
-func (s *stack) sortedGrads(q *queue, sh *batchShape, lg *layerGrads, gb gradBufs) (h, c device.Buffer) {
-	k, dt, H := s.dev.Kernels(), s.cfg.DType, s.cfg.Hidden
-	q.add(k.GatherSeq(sh.toSorted(dt, 1, H, lg.stH, gb.stH)))
-	if !lg.stC.IsZero() {
-		q.add(k.GatherSeq(sh.toSorted(dt, 1, H, lg.stC, gb.stC)))
-		c = gb.stC
+// windowViews returns window w's steps of each buffer of dst, the
+// gradients with respect to the parts of a layer's input.
+func windowViews(dt device.DType, dst []device.Buffer, in []inPart, w span, B int) []device.Buffer {
+	views := make([]device.Buffer, len(dst))
+	for j, part := range in {
+		views[j] = dst[j].Elems(dt, w.t0*B*part.width, (w.t1-w.t0)*B*part.width)
 	}
-	return gb.stH, c
+	return views
 }
 
-// layerInputs is the input that layer l read in the training forward of
-// pass p: x, or the outputs of the layer below, dropped when they were.
-func (s *stack) layerInputs(p *pass, sh *batchShape, l int) []inPart {
-	if l == 0 {
-		return []inPart{{buf: p.x, width: s.cfg.Input}}
-	}
-	var parts []inPart
+// dropoutGrads queues the backward of the dropout between layer l-1 and
+// layer l, multiplying dst, the gradients with respect to layer l's
+// input parts, by the masks: the kept ones, or with keepOutputs the same
+// masks drawn again window by window.
+func (s *stack) dropoutGrads(q *queue, p *pass, rec *record, l int, dst []device.Buffer) {
+	dt, sh, H := s.cfg.DType, &rec.sh, s.cfg.Hidden
+	k := s.dev.Kernels()
 	for dir := range s.dirs() {
-		below := s.layerPass(p, sh, true, l-1, dir, nil)
-		buf := below.b.drop
-		if buf.IsZero() {
-			buf = below.output()
+		if m := s.lay[(l-1)*s.dirs()+dir].mask; !m.IsZero() {
+			q.add(k.Mul(device.Mul{DType: dt, N: sh.T * sh.B * H, X: dst[dir], Y: m, Z: dst[dir]}))
 		}
-		parts = append(parts, inPart{buf: buf, width: s.cfg.Hidden, off: dir * s.cfg.Hidden})
+		if rec.keep != keepOutputs || p.inMask.IsZero() {
+			continue
+		}
+		for _, w := range s.windows(sh, rec.keep, rec.seg) {
+			below := s.layerPass(p, sh, rec.keep, rec.seg, l-1, dir, w)
+			n := (w.t1 - w.t0) * sh.B * H
+			s.dropWindow(q, below, s.maskOffset(rec.drawn, l-1, dir, sh.T, sh.B), below.output(), p.inDrop[dir], p.inMask)
+			g := dst[dir].Elems(dt, w.t0*sh.B*H, n)
+			q.add(k.Mul(device.Mul{DType: dt, N: n, X: g, Y: p.inMask, Z: g}))
+		}
 	}
-	return parts
 }
 
-// backwardLayer queues the walk back over a direction's steps.
-func (s *stack) backwardLayer(q *queue, lp *layerPass, lg *layerGrads) {
-	H := lp.H
-	if lg.tied {
-		// The gradient with respect to a final state joins that of the
-		// output of the step that produced it.
-		for _, t := range lp.walk() {
-			e0, e1 := lp.rows(t+1), lp.rows(t)
-			if lp.dir == 1 {
-				if t != 0 {
-					continue
-				}
-				e0 = 0
-			}
-			if e1 > e0 {
-				q.add(lp.k.Axpby(device.Axpby{DType: lp.dt, N: (e1 - e0) * H, Alpha: 1, X: lp.span(lg.stH, e0, e1, H), Beta: 1,
-					Y: lp.span(lp.step(lg.dh, t, H), e0, e1, H)}))
+// layerGrads returns layer l's direction dir's gradients: its row and
+// edge, and, when the forward's state is still tied to it, that
+// direction's rows of the state's gradients (sorted with lengths).
+func (s *stack) layerGrads(gb gradBufs, st *State, tied bool, sh *batchShape, l, dir int) layerGrads {
+	i, BH := l*s.dirs()+dir, sh.B*s.cfg.Hidden
+	lg := layerGrads{gradBufs: gb, row: gb.rows[i], tied: tied}
+	if gb.edges != nil {
+		lg.edge = gb.edges[i]
+	}
+	switch {
+	case !tied:
+	case sh.varlen:
+		lg.stH = gb.stH[i]
+		if gb.stC != nil {
+			lg.stC = gb.stC[i]
+		}
+	default:
+		lg.stH, lg.stC = st.layerGradH(i, BH), st.layerGradC(i, BH)
+	}
+	return lg
+}
+
+// sortStateGrads queues gathering the state's gradients into the sorted
+// order (gb.stH, gb.stC), with toSorted, or back.
+func (s *stack) sortStateGrads(q *queue, sh *batchShape, st *State, gb gradBufs, toSorted bool) {
+	k, dt, H := s.dev.Kernels(), s.cfg.DType, s.cfg.Hidden
+	for i := range gb.stH {
+		pairs := [][2]device.Buffer{{st.layerGradH(i, sh.B*H), gb.stH[i]}}
+		if gb.stC != nil {
+			pairs = append(pairs, [2]device.Buffer{st.layerGradC(i, sh.B*H), gb.stC[i]})
+		}
+		for _, pr := range pairs {
+			if toSorted {
+				q.add(k.GatherSeq(sh.toSorted(dt, 1, H, pr[0], pr[1])))
+			} else {
+				q.add(k.GatherSeq(sh.fromSorted(dt, 1, H, pr[1], pr[0])))
 			}
 		}
 	}
-	s.cell.beginBackward(q, lp, lg)
+}
+
+// backwardWindow queues the walk back over lp's window, whose gradient
+// with respect to the output, lg.dh, holds what flows from above: the
+// gradients with respect to the final state join it, the edge of the
+// window walked back before (the step edgeIn, -1 for none) is added, the
+// steps go back, and the edge of this window's last step back, whose
+// predecessor lies in the next window, is saved. first and last say the
+// window starts or ends the direction's walk back. It returns the step
+// whose edge it saved, -1 for none.
+func (s *stack) backwardWindow(q *queue, lp *layerPass, lg *layerGrads, first, last bool, edgeIn int) int {
+	s.cell.gradViews(lp, lg)
+	if first {
+		s.cell.beginBackward(q, lp, lg)
+	}
+	if lg.tied {
+		s.finalGrads(q, lp, lg)
+	}
+	if edgeIn >= 0 {
+		s.cell.applyEdge(q, lp, lg, edgeIn)
+		s.initialGrads(q, lp, lg, edgeIn)
+	}
 	walk := lp.walk()
 	for i := len(walk) - 1; i >= 0; i-- {
 		t := walk[i]
 		s.cell.backwardStep(q, lp, lg, t)
-		if p := lp.prev(t); lg.tied && lp.dir == 1 && p >= 0 {
-			// The sequences whose reverse walk started at t: the gradient
-			// with respect to their initial state is in padded rows of p.
-			if e0, e1 := lp.rows(t+1), lp.rows(t); e1 > e0 {
-				q.add(lp.k.Copy(device.Copy{Dst: lp.span(lg.stH, e0, e1, H), Src: lp.span(lp.step(lg.dh, p, H), e0, e1, H)}))
-			}
+		if p := lp.prev(t); p >= 0 && lp.holds(p) {
+			s.initialGrads(q, lp, lg, t)
 		}
 	}
-	s.cell.endBackward(q, lp, lg)
+	edge := -1
+	if len(walk) > 0 {
+		if t := walk[0]; lp.prev(t) >= 0 && !lp.holds(lp.prev(t)) {
+			s.cell.saveEdge(q, lp, lg, t)
+			edge = t
+		}
+	}
+	if last {
+		s.cell.endBackward(q, lp, lg)
+	}
+	return edge
 }
 
-// weightGrads queues the gradients of a direction's weights and biases,
-// added over all steps by a few large products and two row sums.
-func (s *stack) weightGrads(q *queue, lp *layerPass, lg *layerGrads) {
-	GH, TB, dt, w := s.cell.gates()*lp.H, lp.T*lp.B, lp.dt, lp.w
-	dPre, dHPre := lg.dPre.Elems(dt, 0, TB*GH), lg.dHPre.Elems(dt, 0, TB*GH)
-	for _, part := range lp.in {
-		q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: part.width, K: TB, Alpha: 1, Beta: 1, A: dPre, B: part.buf,
-			C: weightCols(dt, w.gwih, part.off), LdC: w.in}))
+// finalGrads queues adding the gradient with respect to a final state into
+// that of the output of the step that produced it, for the steps of lp's
+// window.
+func (s *stack) finalGrads(q *queue, lp *layerPass, lg *layerGrads) {
+	H := lp.H
+	for _, t := range lp.walk() {
+		e0, e1 := lp.rows(t+1), lp.rows(t)
+		if lp.dir == 1 {
+			if t != 0 {
+				continue
+			}
+			e0 = 0
+		}
+		if e1 > e0 {
+			q.add(lp.k.Axpby(device.Axpby{DType: lp.dt, N: (e1 - e0) * H, Alpha: 1, X: lp.span(lg.stH, e0, e1, H), Beta: 1,
+				Y: lp.span(lp.step(lg.dh, t, H), e0, e1, H)}))
+		}
 	}
-	q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: lp.H, K: TB, Alpha: 1, Beta: 1, A: dHPre, B: lp.hIns(), C: w.gwhh}))
+}
+
+// initialGrads queues, once the gradient with respect to the state
+// entering step t of a tied reverse walk is complete, copying that of the
+// sequences whose walk started at t, in padded rows of the step before,
+// into the state's gradient.
+func (s *stack) initialGrads(q *queue, lp *layerPass, lg *layerGrads, t int) {
+	if !lg.tied || lp.dir != 1 {
+		return
+	}
+	if e0, e1 := lp.rows(t+1), lp.rows(t); e1 > e0 {
+		q.add(lp.k.Copy(device.Copy{Dst: lp.span(lg.stH, e0, e1, lp.H), Src: lp.span(lp.step(lg.dh, lp.prev(t), lp.H), e0, e1, lp.H)}))
+	}
+}
+
+// paramGrads queues the gradients of a direction's weights and biases over
+// lp's window, added chunk by chunk in the order the walk back reaches
+// them, and the gradient with respect to each part of the window's input
+// into dst (one buffer per part, the window's steps), added to what dst
+// holds with accumulate (the other direction's). With lengths, every
+// product runs on the chunk's running rows packed.
+func (s *stack) paramGrads(q *queue, lp *layerPass, lg *layerGrads, dst []device.Buffer, accumulate bool) {
+	var chunks []span
+	for a, c := lp.t0, s.chunkSteps(lp.B); a < min(lp.t1, lp.sh.maxLen); a += c {
+		chunks = append(chunks, span{a, min(a+c, lp.t1)})
+	}
+	if lp.dir == 0 {
+		chunks = reversed(chunks)
+	}
+	if lp.sh.varlen {
+		if !accumulate {
+			for j, part := range lp.in {
+				q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: (lp.t1 - lp.t0) * lp.B * part.width, X: dst[j]}))
+			}
+		}
+		for _, ch := range chunks {
+			s.packedGrads(q, lp, lg, ch, dst, accumulate)
+		}
+		return
+	}
+	for _, ch := range chunks {
+		s.weightGrads(q, lp, lg, ch)
+	}
+	s.inputGrads(q, lp, lg, dst, accumulate)
+}
+
+// weightGrads queues the gradients of a direction's weights and biases
+// over the steps of chunk ch: a few products and two row sums, added into
+// the gradient buffers.
+func (s *stack) weightGrads(q *queue, lp *layerPass, lg *layerGrads, ch span) {
+	GH, rows, dt, w := s.cell.gates()*lp.H, (ch.t1-ch.t0)*lp.B, lp.dt, lp.w
+	dPre, dHPre := lp.steps(lg.dPre, ch.t0, ch.t1, GH), lp.steps(lg.dHPre, ch.t0, ch.t1, GH)
+	for _, part := range lp.in {
+		q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: part.width, K: rows, Alpha: 1, Beta: 1, A: dPre,
+			B: lp.steps(part.buf, ch.t0, ch.t1, part.width), C: weightCols(dt, w.gwih, part.off), LdC: w.in}))
+	}
+	hIns := lp.steps(lp.b.hseq, ch.t0+lp.dir, ch.t1+lp.dir, lp.H)
+	q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: lp.H, K: rows, Alpha: 1, Beta: 1, A: dHPre, B: hIns, C: w.gwhh}))
 	if !s.cfg.NoBias {
-		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: TB, Cols: GH, X: dPre, Out: w.gbih, Accumulate: true}))
-		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: TB, Cols: GH, X: dHPre, Out: w.gbhh, Accumulate: true}))
+		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dPre, Out: w.gbih, Accumulate: true}))
+		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dHPre, Out: w.gbhh, Accumulate: true}))
 	}
 }
 
 // inputGrads queues the gradient with respect to each part of a
-// direction's input into dst (one buffer per part, [T, B, width]): through
-// the input weights' columns of the part, added to what dst holds with
-// accumulate (the other direction's).
+// direction's input over lp's window into dst: through the input weights'
+// columns of the part, added to what dst holds with accumulate. (Each row
+// of the product depends on its own row of dPre only, so the window's
+// product gives every step the bits one product over all steps gives.)
 func (s *stack) inputGrads(q *queue, lp *layerPass, lg *layerGrads, dst []device.Buffer, accumulate bool) {
-	GH, TB, dt, w := s.cell.gates()*lp.H, lp.T*lp.B, lp.dt, lp.w
-	dPre := lg.dPre.Elems(dt, 0, TB*GH)
+	GH, dt, w := s.cell.gates()*lp.H, lp.dt, lp.w
 	beta := 0.0
 	if accumulate {
 		beta = 1
 	}
 	for j, part := range lp.in {
-		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: TB, N: part.width, K: GH, Alpha: 1, Beta: beta, A: dPre,
-			B: weightCols(dt, w.wih, part.off), LdB: w.in, C: dst[j]}))
+		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: (lp.t1 - lp.t0) * lp.B, N: part.width, K: GH, Alpha: 1, Beta: beta,
+			A: lp.steps(lg.dPre, lp.t0, lp.t1, GH), B: weightCols(dt, w.wih, part.off), LdB: w.in, C: dst[j]}))
 	}
 }
 
-// pack queues copying the running rows of every step of src, a [T, B,
-// width] sequence in the sorted order, into dst one step after the other:
-// sum-of-lengths rows.
-func (s *stack) pack(q *queue, sh *batchShape, src, dst device.Buffer, width int) {
-	s.packing(q, sh, src, dst, width, true)
-}
-
-// unpack is pack's inverse; dst's padded rows are left as they are.
-func (s *stack) unpack(q *queue, sh *batchShape, src, dst device.Buffer, width int) {
-	s.packing(q, sh, dst, src, width, false)
-}
-
-func (s *stack) packing(q *queue, sh *batchShape, seq, packed device.Buffer, width int, pack bool) {
-	k, dt, off := s.dev.Kernels(), s.cfg.DType, 0
-	for t := range sh.maxLen {
-		n := sh.rows(t)
-		a, b := seq.Elems(dt, t*sh.B*width, n*width), packed.Elems(dt, off*width, n*width)
-		if pack {
-			q.add(k.Copy(device.Copy{Dst: b, Src: a}))
-		} else {
-			q.add(k.Copy(device.Copy{Dst: a, Src: b}))
-		}
-		off += n
+// packedGrads is weightGrads and inputGrads with lengths, over the running
+// rows of chunk ch packed: the same products, and the input's gradient
+// unpacked into dst (whose padded rows stay as they are: zero).
+func (s *stack) packedGrads(q *queue, lp *layerPass, lg *layerGrads, ch span, dst []device.Buffer, accumulate bool) {
+	GH, dt, w, gb := s.cell.gates()*lp.H, lp.dt, lp.w, &lg.gradBufs
+	n, room := 0, s.chunkSteps(lp.B)*lp.B
+	for t := ch.t0; t < ch.t1; t++ {
+		n += lp.rows(t)
 	}
-}
-
-// tokens is the sum of the lengths.
-func (sh *batchShape) tokens() int {
-	n := 0
-	for t := range sh.maxLen {
-		n += sh.rows(t)
-	}
-	return n
-}
-
-// packedGrads is weightGrads and inputGrads with lengths: the same
-// products over the packed running rows (in, the layer's input packed,
-// and dst, its gradient packed, added into with accumulate).
-func (s *stack) packedGrads(q *queue, lp *layerPass, lg *layerGrads, in []inPart, dst []device.Buffer, accumulate bool) {
-	GH, TB, dt, w, n := s.cell.gates()*lp.H, lp.T*lp.B, lp.dt, lp.w, lp.sh.tokens()
-	dPre, dHPre := lg.pPre, lg.pPre
-	s.pack(q, lp.sh, lg.dPre.Elems(dt, 0, TB*GH), dPre, GH)
+	dPre, dHPre := gb.pPre, gb.pPre
+	s.pack(q, lp, ch, lg.dPre, dPre, GH, true)
 	if lg.dHPre != lg.dPre {
-		dHPre = lg.pHPre
-		s.pack(q, lp.sh, lg.dHPre.Elems(dt, 0, TB*GH), dHPre, GH)
+		dHPre = gb.pHPre
+		s.pack(q, lp, ch, lg.dHPre, dHPre, GH, true)
 	}
-	s.pack(q, lp.sh, lp.hIns(), lg.pH, lp.H)
+	// hIns is the states entering the steps: step t at position t+dir.
+	hIns := lp.steps(lp.b.hseq, lp.t0+lp.dir, lp.t1+lp.dir, lp.H)
+	s.pack(q, lp, ch, hIns, gb.pH, lp.H, true)
 	beta := 0.0
 	if accumulate {
 		beta = 1
 	}
-	for j, part := range in {
-		q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: part.width, K: n, Alpha: 1, Beta: 1, A: dPre, B: part.buf,
+	for j, part := range lp.in {
+		pIn, pDst := gb.pIn.Elems(dt, room*part.off, n*part.width), gb.pDst.Elems(dt, room*part.off, n*part.width)
+		s.pack(q, lp, ch, part.buf, pIn, part.width, true)
+		q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: part.width, K: n, Alpha: 1, Beta: 1, A: dPre, B: pIn,
 			C: weightCols(dt, w.gwih, part.off), LdC: w.in}))
+		if accumulate {
+			s.pack(q, lp, ch, dst[j], pDst, part.width, true)
+		}
 		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: n, N: part.width, K: GH, Alpha: 1, Beta: beta, A: dPre,
-			B: weightCols(dt, w.wih, part.off), LdB: w.in, C: dst[j]}))
+			B: weightCols(dt, w.wih, part.off), LdB: w.in, C: pDst}))
+		s.pack(q, lp, ch, dst[j], pDst, part.width, false)
 	}
-	q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: lp.H, K: n, Alpha: 1, Beta: 1, A: dHPre, B: lg.pH, C: w.gwhh}))
+	q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: lp.H, K: n, Alpha: 1, Beta: 1, A: dHPre, B: gb.pH, C: w.gwhh}))
 	if !s.cfg.NoBias {
 		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: n, Cols: GH, X: dPre, Out: w.gbih, Accumulate: true}))
 		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: n, Cols: GH, X: dHPre, Out: w.gbhh, Accumulate: true}))
+	}
+}
+
+// pack queues copying the running rows of the steps of chunk ch of seq, a
+// per-step buffer of lp's window (width features a row), into packed one
+// step after the other; with pack false, back.
+func (s *stack) pack(q *queue, lp *layerPass, ch span, seq, packed device.Buffer, width int, pack bool) {
+	off := 0
+	for t := ch.t0; t < ch.t1; t++ {
+		n := lp.rows(t)
+		if n == 0 {
+			break
+		}
+		a, b := lp.step(seq, t, width).Elems(lp.dt, 0, n*width), packed.Elems(lp.dt, off*width, n*width)
+		if pack {
+			q.add(lp.k.Copy(device.Copy{Dst: b, Src: a}))
+		} else {
+			q.add(lp.k.Copy(device.Copy{Dst: a, Src: b}))
+		}
+		off += n
 	}
 }
