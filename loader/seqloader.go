@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"sync"
 
 	"github.com/gocurrent/gocurrent/device"
@@ -405,48 +406,59 @@ func (l *SeqLoader) deviceBatch(s *seqSlot, hb HostBatch) SeqBatch {
 }
 
 // Largest lists batches (as example indices) that together are as large
-// as any the loader makes in every dimension a model's memory grows with:
-// the most steps (the longest example, as many rows of it as a batch
-// holds), the most rows, and the most tokens (rows × steps) a batch can
-// have under the token budget (Load gives them the longest word any batch
-// can have). A run that trains on them first (train.Config.WarmUp) has
-// then allocated what its other batches need.
+// as any the loader makes, in every dimension a model's memory grows
+// with: for every number of rows r a batch can have, a batch of r' ≥ r
+// rows of the longest example that r rows of fit the token budget (without
+// a budget, one batch: Batch rows of the longest example). Every batch the
+// loader makes, of r rows whose longest is n, is then no larger in rows,
+// steps or tokens than one of them, so a model's buffers, whatever mix of
+// rows and steps their sizes grow with, are as large after a pass over
+// them as any batch needs (Load also gives them the longest word any
+// batch can have). A run that trains on them first (train.Config.WarmUp)
+// has then allocated what its other batches need.
 func (l *SeqLoader) Largest() [][]int32 {
 	b := l.cfg.Bucket
+	byLength := map[int]int32{} // an example of each length
+	var lengths []int
+	for i := range l.data.Len() {
+		n := l.data.Length(i)
+		if _, ok := byLength[n]; !ok {
+			byLength[n] = int32(i)
+			lengths = append(lengths, n)
+		}
+	}
+	slices.Sort(lengths)
 	rows := func(n int) int {
 		if b.MaxTokens > 0 {
 			return min(b.Batch, max(1, b.MaxTokens/n))
 		}
 		return b.Batch
 	}
-	// For each measure, the example whose batch is largest by it (ties:
-	// the longer example).
-	var best [3]struct {
-		at   int32
-		size int
-		n    int
-	}
-	for i := range l.data.Len() {
-		n := l.data.Length(i)
-		r := rows(n)
-		for k, size := range [3]int{n, r, n * r} {
-			if size > best[k].size || (size == best[k].size && n > best[k].n) {
-				best[k].at, best[k].size, best[k].n = int32(i), size, n
-			}
-		}
-	}
 	var out [][]int32
-	seen := map[int32]bool{}
-	for _, c := range best {
-		if seen[c.at] || c.size == 0 {
+	seen := map[int]bool{}
+	for r := b.Batch; r >= 1; r-- {
+		// The longest example r rows of fit the budget (or the longest
+		// of all: an example over the budget makes a batch of its own).
+		n := lengths[len(lengths)-1]
+		if b.MaxTokens > 0 && r > 1 {
+			i, _ := slices.BinarySearch(lengths, b.MaxTokens/r+1)
+			if i == 0 {
+				continue
+			}
+			n = lengths[i-1]
+		}
+		if seen[n] {
 			continue
 		}
-		seen[c.at] = true
-		batch := make([]int32, rows(c.n))
+		seen[n] = true
+		batch := make([]int32, rows(n))
 		for i := range batch {
-			batch[i] = c.at
+			batch[i] = byLength[n]
 		}
 		out = append(out, batch)
+		if b.MaxTokens == 0 {
+			break
+		}
 	}
 	return out
 }

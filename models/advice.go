@@ -8,6 +8,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device/meta"
+	"github.com/gocurrent/gocurrent/rnn"
 )
 
 // Advice is what the planner says about a run that does not fit: what it
@@ -27,6 +28,29 @@ type Advice struct {
 	// split fits.
 	AccumBatch, Accum int
 	AccumPeak         int64
+	// Recompute is the run as asked with recomputation through time
+	// (rnn.RecomputeAuto) when it had none: its planned report, and
+	// whether it fits; a zero Report when the run recomputes already.
+	Recompute     alloc.Report
+	RecomputeFits bool
+}
+
+// recompute returns spec with its recurrent stack's Recompute set to k,
+// the model's configuration copied, and the value it had.
+func (s MemorySpec) recompute(k int) (MemorySpec, int) {
+	var was int
+	switch {
+	case s.CharRNN != nil:
+		c := *s.CharRNN
+		was, c.Recompute, s.CharRNN = c.Recompute, k, &c
+	case s.Tagger != nil:
+		c := *s.Tagger
+		was, c.Recompute, s.Tagger = c.Recompute, k, &c
+	case s.Classifier != nil:
+		c := *s.Classifier
+		was, c.Recompute, s.Classifier = c.Recompute, k, &c
+	}
+	return s, was
 }
 
 // Advise plans spec on target, whose Capacity is the memory the run may
@@ -45,6 +69,13 @@ func Advise(ctx context.Context, target meta.Config, spec MemorySpec) (Advice, e
 	a := Advice{Need: need.Report, Limit: limit}
 	if limit == 0 {
 		return a, nil
+	}
+	if rs, was := spec.recompute(rnn.RecomputeAuto); was == 0 {
+		r, err := PlanMemory(ctx, unlimited, rs)
+		if err != nil {
+			return a, err
+		}
+		a.Recompute, a.RecomputeFits = r.Report, r.Report.PeakReserved <= limit
 	}
 	// No margin: the advice is what fits at all; FitBatch keeps one.
 	cfg := FitConfig{Margin: -1}
@@ -92,6 +123,15 @@ func (a Advice) String() string {
 			fmt.Fprintf(&b, "; a batch of %d accumulated %d times keeps the %d examples of a step (planned peak %s)",
 				a.AccumBatch, a.Accum, a.AccumBatch*a.Accum, alloc.FormatSize(a.AccumPeak))
 		}
+	}
+	if r := a.Recompute; a.Limit > 0 && r.PeakReserved > 0 {
+		verdict := "fits"
+		if !a.RecomputeFits {
+			verdict = "still does not fit"
+		}
+		fmt.Fprintf(&b, "; recomputation through time (recompute auto) keeps %s of activations instead of %s, a peak of %s: the batch as asked %s",
+			alloc.FormatSize(r.AtPeak[alloc.Activations]), alloc.FormatSize(a.Need.AtPeak[alloc.Activations]),
+			alloc.FormatSize(r.PeakReserved), verdict)
 	}
 	return b.String()
 }

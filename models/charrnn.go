@@ -33,6 +33,11 @@ type CharRNNConfig struct {
 	// Dropout, in [0, 1), drops the outputs of every recurrent layer but
 	// the last during training, as PyTorch's dropout argument does.
 	Dropout float64 `json:"dropout"`
+	// Recompute is the recurrent stack's rnn.Config.Recompute: keep the
+	// state every k steps and recompute the rest in Backward (0 off,
+	// rnn.RecomputeAuto for k = ⌈√T⌉). A way of training, not of the
+	// model: not recorded (SetRecompute sets it on a loaded model).
+	Recompute int `json:"-"`
 }
 
 func (c CharRNNConfig) validate() error {
@@ -56,6 +61,7 @@ type recurrent interface {
 	Params() *rnn.Params
 	DropoutState() (seed, offset uint64)
 	SetDropoutState(seed, offset uint64)
+	SetRecompute(k int) error
 	Close() error
 }
 
@@ -104,7 +110,7 @@ func NewCharRNN(d device.Device, cfg CharRNNConfig, vocab *loader.Vocab, seed ui
 			err = errors.Join(err, m.Close())
 		}
 	}()
-	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout}
+	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout, Recompute: cfg.Recompute}
 	if err := m.build(d, "char-RNN", cfg.Cell, vocab.Len(), vocab.Len(), rc, seed); err != nil {
 		return nil, err
 	}
@@ -258,6 +264,11 @@ func (m *CharRNN) Metadata() map[string]string {
 // Close frees the model's device memory. The model must not be used
 // afterwards.
 func (m *CharRNN) Close() error { return m.close() }
+
+// SetRecompute sets the recurrent stack's rnn.Config.Recompute for the
+// training forwards to come (CharRNNConfig.Recompute): for a model loaded
+// from a checkpoint, which does not record it.
+func (c *chain) SetRecompute(k int) error { return c.rnn.SetRecompute(k) }
 
 // LoadCharRNN builds the char-RNN a checkpoint describes (its format,
 // config and vocab metadata) on d and loads its weights; the file may

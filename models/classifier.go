@@ -47,6 +47,10 @@ type ClassifierConfig struct {
 	Input string `json:"input"`
 	// DType is the parameters' type: Float32 (0) or Float64; not recorded.
 	DType device.DType `json:"-"`
+	// Recompute is the recurrent stack's rnn.Config.Recompute (0 off,
+	// rnn.RecomputeAuto); not recorded (SetRecompute sets it on a loaded
+	// model).
+	Recompute int `json:"-"`
 }
 
 // The pooling and input values of ClassifierConfig.
@@ -164,7 +168,7 @@ func NewClassifier(d device.Device, cfg ClassifierConfig, tokens *loader.Words, 
 		}
 	}()
 	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout, Bidirectional: cfg.Bidirectional,
-		DType: cfg.DType}
+		DType: cfg.DType, Recompute: cfg.Recompute}
 	if err := m.build(d, "classifier", cfg.Cell, tokens.Len(), labels.Len(), rc, seed); err != nil {
 		return nil, err
 	}

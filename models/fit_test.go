@@ -168,7 +168,10 @@ func TestAdvice(t *testing.T) {
 	if a.Accum < 2 || a.AccumBatch*a.Accum != 128 || a.AccumBatch > a.Batch {
 		t.Errorf("accumulation: batch %d x %d, want a product of 128 with a batch of at most %d", a.AccumBatch, a.Accum, a.Batch)
 	}
-	for _, s := range []string{"activations", "largest batch that fits is", "accumulated"} {
+	if r := a.Recompute; r.AtPeak[alloc.Activations] == 0 || r.AtPeak[alloc.Activations] >= a.Need.AtPeak[alloc.Activations]/2 {
+		t.Errorf("recomputation keeps %d bytes of activations, without %d: want less than half", r.AtPeak[alloc.Activations], a.Need.AtPeak[alloc.Activations])
+	}
+	for _, s := range []string{"activations", "largest batch that fits is", "accumulated", "recomputation through time"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("the error does not say %q: %v", s, err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/gocurrent/gocurrent/device/meta"
 	"github.com/gocurrent/gocurrent/devices"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
+	"github.com/gocurrent/gocurrent/rnn"
 	"github.com/gocurrent/gocurrent/train"
 )
 
@@ -38,6 +39,13 @@ func planCases() []MemorySpec {
 				Batch: 8, Seq: 20, Lengths: lengthsFrom(33, 20, 1), ValLengths: lengthsFrom(13, 17, 2), Validate: true},
 		)
 	}
+	// Recomputation through time, uni- and bidirectional.
+	specs = append(specs,
+		MemorySpec{CharRNN: &CharRNNConfig{Cell: "lstm", Embed: 16, Hidden: 48, Layers: 2, Dropout: 0.1, Recompute: rnn.RecomputeAuto},
+			Vocab: 65, Batch: 8, Seq: 96},
+		MemorySpec{Tagger: &TaggerConfig{Cell: "gru", Embed: 24, Hidden: 40, Layers: 2, Bidirectional: true, Recompute: 8}, Vocab: 500,
+			Classes: 17, Batch: 40, Seq: 60, Lengths: lengthsFrom(100, 60, 2)},
+	)
 	return specs
 }
 
@@ -54,7 +62,7 @@ func lengthsFrom(n, longest, min int) []int {
 func specName(s MemorySpec) string {
 	switch {
 	case s.CharRNN != nil:
-		return fmt.Sprintf("charrnn-%s-L%d-accum%d", s.CharRNN.Cell, s.CharRNN.Layers, s.Accum)
+		return fmt.Sprintf("charrnn-%s-L%d-accum%d-recompute%d", s.CharRNN.Cell, s.CharRNN.Layers, s.Accum, s.CharRNN.Recompute)
 	case s.Tagger != nil:
 		return fmt.Sprintf("tagger-%s-bi%v-chars%v", s.Tagger.Cell, s.Tagger.Bidirectional, s.Tagger.hasChars())
 	}

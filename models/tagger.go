@@ -41,6 +41,10 @@ type TaggerConfig struct {
 	// DType is the parameters' type: Float32 (0) or Float64 (for checks);
 	// not recorded.
 	DType device.DType `json:"-"`
+	// Recompute is the sentence stack's rnn.Config.Recompute (0 off,
+	// rnn.RecomputeAuto; the character LSTM, over words, does without);
+	// not recorded (SetRecompute sets it on a loaded model).
+	Recompute int `json:"-"`
 }
 
 func (c TaggerConfig) validate() error {
@@ -127,7 +131,7 @@ func NewTaggerChars(d device.Device, cfg TaggerConfig, words, chars *loader.Word
 		}
 	}()
 	rc := rnn.Config{Input: cfg.Embed + 2*cfg.CharHidden, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout,
-		Bidirectional: cfg.Bidirectional, DType: cfg.DType}
+		Bidirectional: cfg.Bidirectional, DType: cfg.DType, Recompute: cfg.Recompute}
 	if err := m.buildEmbed(d, "tagger", cfg.Cell, words.Len(), cfg.Embed, tags.Len(), rc, seed); err != nil {
 		return nil, err
 	}

@@ -555,6 +555,21 @@ func (s *stack) layerParams(l, dir int) layerParams {
 // Config returns the configuration, with defaults filled in.
 func (s *stack) Config() Config { return s.cfg }
 
+// SetRecompute changes Config.Recompute for the training forwards to come
+// (a model loaded from a checkpoint, say, trained over longer windows). It
+// refuses while a training forward waits for its Backward, whose saved
+// activations follow the setting it was made with.
+func (s *stack) SetRecompute(k int) error {
+	switch {
+	case k < RecomputeAuto:
+		return fmt.Errorf("rnn: SetRecompute(%d): want 0 (off), a segment length > 0 or RecomputeAuto (%d)", k, RecomputeAuto)
+	case s.rec != nil:
+		return fmt.Errorf("rnn: SetRecompute(%d): a training forward waits for its Backward", k)
+	}
+	s.cfg.Recompute = k
+	return nil
+}
+
 // Params returns the parameters.
 func (s *stack) Params() *Params { return s.params }
 
@@ -1240,7 +1255,11 @@ func (s *stack) gradLayout(rec *record) (gradBufs, error) {
 				}
 			}
 			gb.dxs = g.take(T * B * c.Input)
-			rows, GH, in := s.chunkSteps(B)*B, s.cell.gates()*H, max(c.Input, s.dirs()*H)
+			// A chunk's rows, ⌈chunkRows/B⌉·B, are below chunkRows + B: sized
+			// so, the buffers of a batch of B rows serve every smaller one
+			// (⌈256/15⌉·15 = 270 rows outgrow 16's 256), so a warm-up on
+			// the batch with the most rows has allocated them for all.
+			rows, GH, in := s.chunkRows+B-1, s.cell.gates()*H, max(c.Input, s.dirs()*H)
 			gb.pPre, gb.pIn, gb.pH, gb.pDst = g.take(rows*GH), g.take(rows*in), g.take(rows*H), g.take(rows*in)
 			if !s.cell.carriesC() {
 				gb.pHPre = g.take(rows * GH)

@@ -141,3 +141,43 @@ func TestOutOfMemoryAdvice(t *testing.T) {
 		}
 	}
 }
+
+// TestRecomputeFlag plans and trains with -recompute auto: the plan is
+// what the run then reports, and it keeps fewer activations than without.
+// (Batch 64 of 64 steps: the stack's chunks are 4 steps, so the segments
+// of ⌈√64⌉ = 8 steps are not rounded up to the window.)
+func TestRecomputeFlag(t *testing.T) {
+	ctx := context.Background()
+	data := bigCorpus(t)
+	flags := append(memoryFlags(t), "-data", data, "-batch", "64", "-seq", "64", "-json")
+	activations := func(ev map[string]any) float64 {
+		return ev["categories"].(map[string]any)["activations"].(map[string]any)["peak"].(float64)
+	}
+	plans := map[string]map[string]any{}
+	for _, k := range []string{"0", "auto"} {
+		out, _, err := run(t, ctx, append(append([]string{"plan"}, flags...), "-recompute", k)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := ofEvent(events(t, out), "plan"); len(p) == 1 {
+			plans[k] = p[0]
+		} else {
+			t.Fatalf("%d plan events", len(p))
+		}
+	}
+	if a, b := activations(plans["auto"]), activations(plans["0"]); a >= b/2 {
+		t.Errorf("planned activations %v with -recompute auto, %v without: want less than half", a, b)
+	}
+	ckpt := filepath.Join(t.TempDir(), "run.safetensors")
+	out, _, err := run(t, ctx, smallTrain(t, ckpt, "-data", data, "-batch", "64", "-seq", "64", "-recompute", "auto", "-steps", "2", "-memstats", "-json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := ofEvent(events(t, out), "memstats")
+	if len(ms) != 1 || ms[0]["peak_allocated_bytes"] != plans["auto"]["peak_allocated_bytes"] || activations(ms[0]) != activations(plans["auto"]) {
+		t.Errorf("trained with -recompute auto: %v; planned %v", ms, plans["auto"])
+	}
+	if _, _, err := run(t, ctx, smallTrain(t, ckpt, "-recompute", "-2", "-force")...); !errors.Is(err, charrnn.ErrUsage) {
+		t.Errorf("-recompute -2: %v, want a usage error", err)
+	}
+}

@@ -115,6 +115,7 @@ func registerModel(fs *flag.FlagSet, m *models.CharRNNConfig) {
 	fs.IntVar(&m.Hidden, "hidden", 256, "hidden size of each layer")
 	fs.IntVar(&m.Layers, "layers", 2, "recurrent layers")
 	fs.Float64Var(&m.Dropout, "dropout", 0, "dropout between recurrent layers, in [0, 1)")
+	cli.RecomputeVar(fs, &m.Recompute, "recompute")
 }
 
 // stepEvent is a -json line of training progress.
@@ -312,8 +313,10 @@ func (r *trainRun) loadModel() (err error) {
 	if r.ck == nil {
 		return nil
 	}
-	r.m, err = models.CharRNNFromCheckpoint(r.d, r.ck)
-	return err
+	if r.m, err = models.CharRNNFromCheckpoint(r.d, r.ck); err != nil {
+		return err
+	}
+	return r.m.SetRecompute(r.f.Model.Recompute) // not recorded: the flag's
 }
 
 // readText opens -data (or the default corpus), tokenizes it, in the
@@ -369,6 +372,7 @@ func (r *trainRun) memorySpec() models.MemorySpec {
 	cfg := f.Model
 	if r.m != nil {
 		cfg = r.m.Config()
+		cfg.Recompute = f.Model.Recompute // a way of training, not recorded
 	}
 	return models.MemorySpec{CharRNN: &cfg, Vocab: r.text.Vocab().Len(), Batch: f.Batch, Accum: f.Accum, Seq: f.Seq,
 		Optimizer: train.Algorithm(f.Optimizer), Validate: f.ValFrac > 0}

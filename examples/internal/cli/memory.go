@@ -9,6 +9,7 @@ import (
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/models"
+	"github.com/gocurrent/gocurrent/rnn"
 )
 
 // Size is a flag of bytes: a number with an optional unit, "512MiB",
@@ -76,6 +77,38 @@ func (b batchValue) Set(v string) error {
 		return fmt.Errorf("want a number or auto")
 	}
 	*b.n, *b.auto = n, false
+	return nil
+}
+
+// RecomputeVar defines a -recompute flag into k: "auto" (the recurrent
+// stack recomputes segments of ⌈√T⌉ steps in backward,
+// rnn.RecomputeAuto), a segment length, or 0 (off, the default).
+func RecomputeVar(fs *flag.FlagSet, k *int, name string) {
+	fs.Var(recomputeValue{k}, name, "recompute the recurrent stack's activations in backward, keeping the state every K steps: auto (K = ⌈√steps⌉), K, or 0 (off): less memory for about one more forward")
+}
+
+type recomputeValue struct{ k *int }
+
+func (r recomputeValue) String() string {
+	switch {
+	case r.k == nil || *r.k == 0:
+		return "0"
+	case *r.k == rnn.RecomputeAuto:
+		return "auto"
+	}
+	return strconv.Itoa(*r.k)
+}
+
+func (r recomputeValue) Set(v string) error {
+	if v == "auto" {
+		*r.k = rnn.RecomputeAuto
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want auto, a number of steps, or 0")
+	}
+	*r.k = n
 	return nil
 }
 

@@ -344,3 +344,26 @@ func TestPlanUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanRecompute plans a classifier over long sequences with and
+// without -recompute auto: recomputation keeps a fraction of the
+// activations. (Batch 64: the stack's chunks are 4 steps, so the segments
+// of ⌈√120⌉ = 11 steps, 12 rounded, are not the whole window.)
+func TestPlanRecompute(t *testing.T) {
+	act := map[string]float64{}
+	for _, k := range []string{"0", "auto"} {
+		out, err := runOn(t, Classification, "plan", "-vocab", "20", "-classes", "3", "-seq", "120", "-embed", "16", "-hidden", "32",
+			"-bidirectional=false", "-layers", "2", "-batch", "64", "-device", "cpu", "-capacity", "48MiB", "-recompute", k, "-json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ofEvent(t, out, "plan")
+		if len(p) != 1 {
+			t.Fatalf("%s", out)
+		}
+		act[k] = p[0]["categories"].(map[string]any)["activations"].(map[string]any)["peak"].(float64)
+	}
+	if act["auto"] >= act["0"]/3 {
+		t.Errorf("planned activations %v: want -recompute auto to keep less than a third", act)
+	}
+}

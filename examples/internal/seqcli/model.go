@@ -21,8 +21,10 @@ type model interface {
 	labels() *loader.Labels
 	// usesChars says batches must carry each word's characters.
 	usesChars() bool
-	// describe names the model's shape in spec, for the planner.
-	describe(spec *models.MemorySpec)
+	// describe names the model's shape in spec, for the planner, with
+	// the recomputation it trains with (not recorded in the model).
+	describe(spec *models.MemorySpec, recompute int)
+	SetRecompute(k int) error
 }
 
 type tagger struct{ *models.Tagger }
@@ -32,8 +34,9 @@ func (m tagger) vocabs() (*loader.Words, *loader.Words, *loader.Labels) {
 }
 func (m tagger) labels() *loader.Labels { return m.Tags() }
 func (m tagger) usesChars() bool        { return m.Chars() != nil }
-func (m tagger) describe(spec *models.MemorySpec) {
+func (m tagger) describe(spec *models.MemorySpec, recompute int) {
 	cfg := m.Config()
+	cfg.Recompute = recompute
 	spec.Tagger, spec.Classifier = &cfg, nil
 }
 
@@ -47,21 +50,22 @@ func (m classifier) vocabs() (*loader.Words, *loader.Words, *loader.Labels) {
 }
 func (m classifier) labels() *loader.Labels { return m.Labels() }
 func (m classifier) usesChars() bool        { return false }
-func (m classifier) describe(spec *models.MemorySpec) {
+func (m classifier) describe(spec *models.MemorySpec, recompute int) {
 	cfg := m.Config()
+	cfg.Recompute = recompute
 	spec.Tagger, spec.Classifier = nil, &cfg
 }
 
 // taggerConfig is the tagger f describes.
 func (f ModelFlags) taggerConfig() models.TaggerConfig {
 	return models.TaggerConfig{Cell: f.Cell, Embed: f.Embed, Hidden: f.Hidden, Layers: f.Layers,
-		Bidirectional: f.Bidirectional, Dropout: f.Dropout, CharEmbed: f.CharEmbed, CharHidden: f.CharHidden}
+		Bidirectional: f.Bidirectional, Dropout: f.Dropout, CharEmbed: f.CharEmbed, CharHidden: f.CharHidden, Recompute: f.Recompute}
 }
 
 // classifierConfig is the classifier f describes.
 func (f ModelFlags) classifierConfig() models.ClassifierConfig {
 	return models.ClassifierConfig{Cell: f.Cell, Embed: f.Embed, Hidden: f.Hidden, Layers: f.Layers,
-		Bidirectional: f.Bidirectional, Dropout: f.Dropout, Pool: f.Pool, Input: f.Input}
+		Bidirectional: f.Bidirectional, Dropout: f.Dropout, Pool: f.Pool, Input: f.Input, Recompute: f.Recompute}
 }
 
 // describe names task's model of shape f in spec, for the planner.

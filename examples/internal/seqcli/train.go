@@ -29,6 +29,8 @@ type ModelFlags struct {
 	// The classifier's pooling (last, mean, max) and tokens (words or
 	// chars).
 	Pool, Input string
+	// Recompute is the stack's rnn.Config.Recompute (-recompute).
+	Recompute int
 }
 
 // register defines the flags of task's model shape.
@@ -39,6 +41,7 @@ func (m *ModelFlags) register(fs *flag.FlagSet, task Task) {
 	fs.IntVar(&m.Layers, "layers", 1, "recurrent layers")
 	fs.BoolVar(&m.Bidirectional, "bidirectional", true, "run each layer both ways")
 	fs.Float64Var(&m.Dropout, "dropout", 0, "dropout between recurrent layers, in [0, 1)")
+	cli.RecomputeVar(fs, &m.Recompute, "recompute")
 	if task == Tagging {
 		fs.IntVar(&m.CharEmbed, "char-embed", 0, "character embedding width for character features (0: none)")
 		fs.IntVar(&m.CharHidden, "char-hidden", 0, "hidden size of the character LSTM (0: none)")
@@ -293,6 +296,9 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 			return err
 		}
 		cleanup = append(cleanup, m.Close)
+		if err := m.SetRecompute(f.Model.Recompute); err != nil { // not recorded: the flag's
+			return err
+		}
 		dcfg.Words, dcfg.Chars, dcfg.Labels = m.vocabs()
 	}
 	data, val, err := openDatasets(ctx, f.task, paths, dcfg, f.charInput())
@@ -308,7 +314,7 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 	memorySpec := func() models.MemorySpec {
 		spec := batching{Batch: f.Batch, Accum: f.Accum, MaxTokens: f.MaxTokens, Optimizer: f.Optimizer, Seed: f.Seed}.spec()
 		if m != nil {
-			m.describe(&spec)
+			m.describe(&spec, f.Model.Recompute)
 		} else {
 			f.Model.describe(f.task, &spec)
 		}
