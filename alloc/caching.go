@@ -41,6 +41,8 @@ type Caching struct {
 	closed       bool
 
 	lastSourceErr error // the Source's last out-of-memory refusal, for the error
+
+	scopes map[Scope]*CategoryArray // the bytes of each scope but 0, by category
 }
 
 // block is a piece of a segment: allocated, pending (freed but in use by a
@@ -53,6 +55,7 @@ type block struct {
 	seg        *segment
 	prev, next *block   // neighbours in the same segment, by address
 	cat        Category // what it holds, while allocated
+	scope      Scope    // whose it is, while allocated
 	allocated  bool
 	inPool     bool
 	split      bool // counted in InactiveSplit while in the pool
@@ -159,6 +162,13 @@ func (c *Caching) Alloc(size int64, s Stream) (Ptr, error) {
 // AllocCategory is Alloc of a block that holds cat: its bytes count in
 // Stats.CategoryBytes[cat] until it is freed.
 func (c *Caching) AllocCategory(size int64, s Stream, cat Category) (Ptr, error) {
+	return c.AllocIn(size, s, cat, 0)
+}
+
+// AllocIn is AllocCategory for the allocation scope scope (a job sharing
+// the device with others; 0 is the device's own): the block's bytes count
+// in the scope's figures too (ScopeBytes) until it is freed.
+func (c *Caching) AllocIn(size int64, s Stream, cat Category, scope Scope) (Ptr, error) {
 	if cat >= NumCategories {
 		return 0, fmt.Errorf("alloc: Alloc: %v is not a category", cat)
 	}
@@ -214,7 +224,7 @@ func (c *Caching) AllocCategory(size int64, s Stream, cat Category) (Ptr, error)
 			return 0, c.oom(size, segSize, s, cat, "")
 		}
 	}
-	c.allocFoundBlock(pool, b, rounded, size, cat)
+	c.allocFoundBlock(pool, b, rounded, size, cat, scope)
 	return b.ptr, nil
 }
 
@@ -254,7 +264,7 @@ func (c *Caching) shouldSplit(b *block, size int64) bool {
 
 // allocFoundBlock hands out b (out of the pool) for a request of requested
 // bytes rounded to size, splitting off the rest when the rules allow.
-func (c *Caching) allocFoundBlock(p *blockPool, b *block, size, requested int64, cat Category) {
+func (c *Caching) allocFoundBlock(p *blockPool, b *block, size, requested int64, cat Category, scope Scope) {
 	if c.shouldSplit(b, size) {
 		r := c.newBlock()
 		*r = block{ptr: b.ptr + Ptr(size), size: b.size - size, stream: b.stream, seg: b.seg, prev: b, next: b.next}
@@ -267,12 +277,15 @@ func (c *Caching) allocFoundBlock(p *blockPool, b *block, size, requested int64,
 	}
 	b.allocated = true
 	b.requested = requested
-	b.cat = cat
+	b.cat, b.scope = cat, scope
 	c.live[b.ptr] = b
 	k := b.seg.pool
 	c.stats.Allocation.add(k, 1)
 	c.stats.AllocatedBytes.add(k, b.size)
 	c.stats.CategoryBytes[cat].add(b.size)
+	if scope != 0 {
+		c.scopeStats(scope)[cat].add(b.size)
+	}
 	if all := &c.stats.AllocatedBytes[AllPools]; all.Current >= all.Peak {
 		c.stats.AtPeak = c.stats.CategoryBytes.currents()
 	}
@@ -306,6 +319,9 @@ func (c *Caching) Free(p Ptr) error {
 	c.stats.AllocatedBytes.add(k, -b.size)
 	c.stats.RequestedBytes.add(k, -b.requested)
 	c.stats.CategoryBytes[b.cat].add(-b.size)
+	if b.scope != 0 {
+		c.scopeStats(b.scope)[b.cat].add(-b.size)
+	}
 	if b.size >= c.cfg.maxSplit() {
 		c.stats.OversizeAllocations.add(-1)
 	}
@@ -715,6 +731,11 @@ func (c *Caching) Stats() Stats {
 func (c *Caching) ResetPeak() {
 	c.mu.Lock()
 	c.stats.resetPeak()
+	for _, a := range c.scopes {
+		for i := range a {
+			a[i].Peak = a[i].Current
+		}
+	}
 	c.mu.Unlock()
 }
 
@@ -797,7 +818,7 @@ func (c *Caching) Snapshot() Snapshot {
 			switch {
 			case b.allocated:
 				bi.State = BlockActiveAllocated
-				bi.Category = b.cat
+				bi.Category, bi.Scope = b.cat, b.scope
 				si.AllocatedSize += b.size
 				si.RequestedSize += b.requested
 				si.ActiveSize += b.size

@@ -177,3 +177,54 @@ func TestReport(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestScopes keeps the books of two jobs sharing a device: each scope's
+// bytes by category, current and peak, beside the device's, which count
+// every scope's.
+func TestScopes(t *testing.T) {
+	_, c := newSim(t, gib, alloc.Config{})
+	in := func(n int64, cat alloc.Category, scope alloc.Scope) alloc.Ptr {
+		t.Helper()
+		p, err := c.AllocIn(n, 0, cat, scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a1 := in(4*mib, alloc.Parameters, 1)
+	a2 := in(6*mib, alloc.Activations, 1)
+	b1 := in(2*mib, alloc.Parameters, 2)
+	own := in(mib, alloc.Workspace, 0)
+	checkInvariants(t, c)
+	mustFree(t, c, a2)
+	checkInvariants(t, c)
+	if got := c.Scopes(); len(got) != 2 || got[0] != 1 || got[1] != 2 {
+		t.Errorf("Scopes() = %v, want [1 2]", got)
+	}
+	s1, s2 := c.ScopeBytes(1), c.ScopeBytes(2)
+	if s1[alloc.Parameters].Current != 4*mib || s1[alloc.Activations].Current != 0 || s1[alloc.Activations].Peak != 6*mib {
+		t.Errorf("scope 1: %+v", s1)
+	}
+	if s2.Total() != 2*mib || s2[alloc.Activations].Peak != 0 {
+		t.Errorf("scope 2: %+v", s2)
+	}
+	st := c.Stats()
+	if st.CategoryBytes[alloc.Parameters].Current != 6*mib || st.CategoryBytes.Total() != 7*mib {
+		t.Errorf("the device: parameters %d, all %d; want 6 MiB, 7 MiB", st.CategoryBytes[alloc.Parameters].Current, st.CategoryBytes.Total())
+	}
+	if z := c.ScopeBytes(9); z.Total() != 0 {
+		t.Errorf("a scope that never allocated holds %d", z.Total())
+	}
+	r := c.Report(nil)
+	if len(r.Scopes) != 2 || r.Scopes[1][alloc.Parameters].Current != 4*mib || !strings.Contains(r.Table(), "scope 2") {
+		t.Errorf("report's scopes %v, table:\n%s", r.Scopes, r.Table())
+	}
+	c.ResetPeak()
+	if p := c.ScopeBytes(1)[alloc.Activations].Peak; p != 0 {
+		t.Errorf("scope 1's activations peak after ResetPeak: %d", p)
+	}
+	for _, p := range []alloc.Ptr{a1, b1, own} {
+		mustFree(t, c, p)
+	}
+	checkInvariants(t, c)
+}

@@ -25,6 +25,7 @@ func CheckInvariants(c *Caching) error {
 	snap := c.Snapshot()
 	st := c.Stats()
 	var want Stats
+	scopes := map[Scope]*CategoryArray{}
 	inactive := 0
 	for _, seg := range snap.Segments {
 		k := seg.Pool
@@ -48,6 +49,12 @@ func CheckInvariants(c *Caching) error {
 				want.Active.add(k, 1)
 				want.ActiveBytes.add(k, b.Size)
 				want.CategoryBytes[b.Category].add(b.Size)
+				if b.Scope != 0 {
+					if scopes[b.Scope] == nil {
+						scopes[b.Scope] = new(CategoryArray)
+					}
+					scopes[b.Scope][b.Category].add(b.Size)
+				}
 				if b.RequestedSize > b.Size || b.RequestedSize <= 0 {
 					return fmt.Errorf("block %v: requested %d, size %d", b.Address, b.RequestedSize, b.Size)
 				}
@@ -103,6 +110,18 @@ func CheckInvariants(c *Caching) error {
 		if g.Current != want.CategoryBytes[cat].Current || g.Current > g.Peak || g.Current < 0 {
 			return fmt.Errorf("category_bytes.%v: current %d, peak %d; want current %d from the snapshot",
 				Category(cat), g.Current, g.Peak, want.CategoryBytes[cat].Current)
+		}
+	}
+	for _, sc := range c.Scopes() {
+		got, w := c.ScopeBytes(sc), scopes[sc]
+		for cat := range got {
+			var wc int64
+			if w != nil {
+				wc = w[cat].Current
+			}
+			if got[cat].Current != wc || got[cat].Current > got[cat].Peak {
+				return fmt.Errorf("scope %d, %v: current %d, peak %d; want current %d from the snapshot", sc, Category(cat), got[cat].Current, got[cat].Peak, wc)
+			}
 		}
 	}
 	if sum, all := st.CategoryBytes.Total(), st.AllocatedBytes[AllPools].Current; sum != all {

@@ -2,6 +2,8 @@ package alloc
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -38,6 +40,9 @@ type Report struct {
 	// a GPU), which hold batches on their way to the device; 0 when the
 	// report was made without the staging cache.
 	Staging, PeakStaging int64
+	// Scopes are the bytes of each allocation scope but 0 (jobs sharing
+	// the device), by category; nil when there are none.
+	Scopes map[Scope]CategoryArray
 }
 
 // Report returns the allocator's figures as a Report, with the device's
@@ -60,6 +65,12 @@ func (c *Caching) Report(staging *HostCache) Report {
 		Limit:         st.Limit,
 	}
 	r.Cached = r.Reserved - r.Allocated // blocks freed but still in use by a stream included
+	for _, sc := range c.Scopes() {
+		if r.Scopes == nil {
+			r.Scopes = map[Scope]CategoryArray{}
+		}
+		r.Scopes[sc] = c.ScopeBytes(sc)
+	}
 	if free, total, err := c.src.MemInfo(); err == nil && total > 0 {
 		r.DeviceTotal, r.DeviceFree = total, free
 		r.Outside = max(0, total-free-r.Reserved)
@@ -94,6 +105,10 @@ func (r Report) Table() string {
 	}
 	if r.Limit > 0 {
 		fmt.Fprintf(w, "  memory limit\t%s\t\t\t\n", FormatSize(r.Limit))
+	}
+	for _, sc := range slices.Sorted(maps.Keys(r.Scopes)) {
+		a := r.Scopes[sc]
+		fmt.Fprintf(w, "  of which scope %d\t%s\t\t\t\n", sc, FormatSize(a.Total()))
 	}
 	if r.Staging > 0 || r.PeakStaging > 0 {
 		fmt.Fprintf(w, "  host staging\t%s\t%s\t\t\n", FormatSize(r.Staging), FormatSize(r.PeakStaging))

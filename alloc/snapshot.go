@@ -47,6 +47,7 @@ type BlockInfo struct {
 	RequestedSize int64 // 0 unless allocated
 	State         BlockState
 	Category      Category // what an allocated block holds
+	Scope         Scope    // the scope an allocated block is in
 }
 
 // Fragmentation is 1 - largest cached block / cached bytes over the whole
