@@ -3,7 +3,6 @@ package seqcli
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -62,25 +61,7 @@ func threeLetterFile(t *testing.T, dir string, n int, seed uint64) string {
 // labelledFile's.
 func longLabelledFile(t *testing.T, dir string, n int, seed uint64) string {
 	t.Helper()
-	r := rand.New(rand.NewPCG(seed, 4))
-	var b strings.Builder
-	for range n {
-		ws := make([]string, 3+r.IntN(38))
-		for i := range ws {
-			ws[i] = fmt.Sprint("w", r.IntN(6))
-		}
-		label := map[byte]string{'0': "zero", '1': "one"}[ws[0][1]]
-		if label == "" {
-			label = "other"
-		}
-		js, _ := json.Marshal(map[string]any{"tokens": ws, "label": label})
-		b.Write(append(js, '\n'))
-	}
-	path := filepath.Join(dir, fmt.Sprintf("long%d.jsonl", seed))
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeLabelled(t, filepath.Join(dir, fmt.Sprintf("long%d.jsonl", seed)), rand.New(rand.NewPCG(seed, 4)), n, 3, 40)
 }
 
 // TestPlanMatchesTrain plans runs of the tagger (with and without

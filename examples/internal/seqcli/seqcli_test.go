@@ -50,10 +50,16 @@ func taggedFile(t *testing.T, dir string, n int, seed uint64) string {
 // labelledFile writes n sequences labelled by their first word's class.
 func labelledFile(t *testing.T, dir string, n int, seed uint64) string {
 	t.Helper()
-	r := rand.New(rand.NewPCG(seed, 2))
+	return writeLabelled(t, filepath.Join(dir, fmt.Sprintf("labelled%d.jsonl", seed)), rand.New(rand.NewPCG(seed, 2)), n, 1, 6)
+}
+
+// writeLabelled writes to path n sequences of lo to hi words drawn from r,
+// each labelled by its first word's class ("zero", "one" or "other").
+func writeLabelled(t *testing.T, path string, r *rand.Rand, n, lo, hi int) string {
+	t.Helper()
 	var b strings.Builder
 	for range n {
-		ws := make([]string, 1+r.IntN(6))
+		ws := make([]string, lo+r.IntN(hi-lo+1))
 		for i := range ws {
 			ws[i] = fmt.Sprint("w", r.IntN(6))
 		}
@@ -64,7 +70,6 @@ func labelledFile(t *testing.T, dir string, n int, seed uint64) string {
 		js, _ := json.Marshal(map[string]any{"tokens": ws, "label": label})
 		b.Write(append(js, '\n'))
 	}
-	path := filepath.Join(dir, fmt.Sprintf("labelled%d.jsonl", seed))
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
