@@ -67,6 +67,17 @@ func TestPlanBatch(t *testing.T) {
 		t.Errorf("batch %d, want a few tens on a 64 MiB device", res.Spec.Batch)
 	}
 	checkLargest(t, target, res, 0.05)
+	// FitBatch itself on the simulated device (the meta device of 64 MiB):
+	// its trials out of memory are the allocator's typed errors there too.
+	sim, err := meta.Open(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	onSim, err := FitBatch(ctx, sim, fitSpec(), FitConfig{})
+	if err != nil || onSim.Spec.Batch != res.Spec.Batch {
+		t.Errorf("FitBatch on the simulated device: batch %d, %v; want %d", onSim.Spec.Batch, err, res.Spec.Batch)
+	}
 
 	// Keeping an effective batch of 256 raises the accumulation.
 	eff, err := PlanBatch(ctx, target, fitSpec(), FitConfig{Effective: 256})
