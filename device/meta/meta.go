@@ -74,6 +74,8 @@ type Device struct {
 
 	mu      sync.Mutex
 	streams int
+	allocs  int // Alloc calls so far
+	failAt  int // the Alloc call to fail, 0 for none
 }
 
 var (
@@ -137,11 +139,37 @@ func (d *Device) Alloc(bytes int64, cat device.Category) (device.Buffer, error) 
 	if bytes < 0 {
 		return device.Buffer{}, fmt.Errorf("%s: Alloc of %d bytes: %w", d.cfg.Name, bytes, device.ErrShape)
 	}
+	d.mu.Lock()
+	d.allocs++
+	fail := d.allocs == d.failAt
+	d.mu.Unlock()
+	if fail {
+		return device.Buffer{}, fmt.Errorf("%s: allocation %d of %d bytes failed (FailAlloc): %w", d.cfg.Name, d.failAt, bytes, alloc.ErrOutOfMemory)
+	}
 	p, err := d.mem.AllocCategory(bytes, 0, cat)
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("%s: %w", d.cfg.Name, err)
 	}
 	return driver.NewBuffer(d, p, bytes, nil), nil
+}
+
+// FailAlloc makes the k-th call of Alloc from now on (k ≥ 1) fail with an
+// error matching alloc.ErrOutOfMemory, as a device out of memory there
+// would; 0 fails none. Allocs counts the calls. Together they let a test
+// fail every allocation of a piece of code in turn and check that each
+// failure is reported and leaks nothing.
+func (d *Device) FailAlloc(k int) {
+	d.mu.Lock()
+	d.allocs, d.failAt = 0, k
+	d.mu.Unlock()
+}
+
+// Allocs is the number of Alloc calls since the device opened or since
+// FailAlloc.
+func (d *Device) Allocs() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.allocs
 }
 
 // Free returns b to the cache.

@@ -122,3 +122,22 @@ func TestCUDALike(t *testing.T) {
 		t.Errorf("a short buffer: %v, want ErrShape", err)
 	}
 }
+
+// TestFailAlloc fails the k-th allocation with the out-of-memory error,
+// and only it.
+func TestFailAlloc(t *testing.T) {
+	d := open(t, meta.Config{})
+	d.FailAlloc(2)
+	if _, err := d.Alloc(64, device.Workspace); err != nil {
+		t.Fatalf("allocation 1: %v", err)
+	}
+	if _, err := d.Alloc(64, device.Workspace); !errors.Is(err, alloc.ErrOutOfMemory) {
+		t.Fatalf("allocation 2: %v, want out of memory", err)
+	}
+	if _, err := d.Alloc(64, device.Workspace); err != nil {
+		t.Fatalf("allocation 3: %v", err)
+	}
+	if d.Allocs() != 3 {
+		t.Errorf("Allocs() = %d, want 3", d.Allocs())
+	}
+}
