@@ -96,3 +96,31 @@ func TestCancelWhileSkipping(t *testing.T) {
 		t.Errorf("Run: %v after %d skipped steps, want context.Canceled after 1", err, sum.Skipped)
 	}
 }
+
+// countLog counts the records logged.
+type countLog struct {
+	slog.Handler
+	n *int
+}
+
+func (h countLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h countLog) Handle(context.Context, slog.Record) error { *h.n++; return nil }
+
+// TestSkipLogIsRateLimited: 100 steps skipped in a row log at the 1st,
+// 2nd, 4th, ..., 64th: 7 lines, not 100.
+func TestSkipLogIsRateLimited(t *testing.T) {
+	d := testdevice.Open(t)
+	m := divergedLM(t, d)
+	l := newLoader(t, d, text(t, 3000, 10, 3), loader.Config{Batch: 4, Seq: 8})
+	lines := 0
+	tr := newTrainer(t, d, m, l, train.Config{Optimizer: adam(t, 0.01), Steps: 1000, SkipNonFinite: true, MaxSkips: 100,
+		Logger: slog.New(countLog{slog.DiscardHandler, &lines})})
+	sum, err := tr.Run(context.Background())
+	if err == nil || sum.Skipped != 100 {
+		t.Fatalf("Run: %v after %d skipped steps, want the MaxSkips error after 100", err, sum.Skipped)
+	}
+	if lines != 7 {
+		t.Errorf("%d log lines for 100 skipped steps, want 7 (at 1, 2, 4, ..., 64)", lines)
+	}
+}

@@ -563,8 +563,10 @@ func (t *Trainer) endStep(next loader.Position) (*Progress, error) {
 			t.skipRun++
 			t.lastSkip = err
 			t.pos = next
-			if t.cfg.Logger != nil {
-				t.cfg.Logger.Warn("train: skipped a step", "error", err, "skipped", t.skipped)
+			if t.cfg.Logger != nil && t.skipRun&(t.skipRun-1) == 0 {
+				// The 1st, 2nd, 4th, 8th... skip of a run of them: a run
+				// that diverged for good logs a few lines, not one a step.
+				t.cfg.Logger.Warn("train: skipped a step", "error", err, "skipped", t.skipped, "in_a_row", t.skipRun)
 			}
 			return nil, nil
 		}
