@@ -42,6 +42,21 @@ var defaultBLASLibraries = []string{"libcublas.so.13", "libcublas.so.12", "libcu
 
 const defaultBLASWorkspace = 32 << 20
 
+// Workspace is the bytes of cuBLAS workspace a device opened with c takes
+// from its allocator at Open: BLASWorkspace resolved, 0 when cuBLAS
+// manages its own. (A device whose cuBLAS refuses the workspace holds
+// none; Device.BLASWorkspace says what it took.)
+func (c Config) Workspace() int64 {
+	switch ws := c.BLASWorkspace; {
+	case ws < 0:
+		return 0
+	case ws == 0:
+		return defaultBLASWorkspace
+	default:
+		return ws
+	}
+}
+
 func (c Config) validate() error {
 	if c.Ordinal < 0 {
 		return fmt.Errorf("cuda: device ordinal %d is negative", c.Ordinal)

@@ -218,10 +218,7 @@ func (d *Device) start(cc int) error {
 		return err
 	}
 	// The workspace is set after the stream: cublasSetStream resets it.
-	if ws := d.cfg.BLASWorkspace; ws >= 0 {
-		if ws == 0 {
-			ws = defaultBLASWorkspace
-		}
+	if ws := d.cfg.Workspace(); ws > 0 {
 		p, err := d.mem.AllocCategory(ws, 0, alloc.Workspace)
 		if err != nil {
 			return fmt.Errorf("allocating the cuBLAS workspace: %w", err)

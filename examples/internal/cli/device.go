@@ -37,7 +37,7 @@ func PlanTarget(spec string, gpu cuda.Config, capacity, limit int64) (meta.Confi
 	if capacity > 0 {
 		t = meta.Config{Name: spec, Capacity: capacity}
 		if strings.HasPrefix(spec, "cuda") {
-			t.Workspace, t.KernelTemporaries = 32<<20, true
+			t = meta.CUDA(spec, capacity, gpu.Memory, gpu.Workspace())
 		}
 	} else {
 		d, err := OpenDevice(spec, gpu, limit)
