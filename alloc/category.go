@@ -3,6 +3,8 @@ package alloc
 import (
 	"fmt"
 	"slices"
+	"sort"
+	"strings"
 )
 
 // Category says what an allocation holds, so that the allocator can say
@@ -71,6 +73,21 @@ func ParseCategory(s string) (Category, error) {
 		}
 	}
 	return 0, fmt.Errorf("alloc: unknown memory category %q", s)
+}
+
+// FormatCategories lists the categories holding bytes in v, largest first
+// (ties in Categories' order): "activations 1.20 GiB, parameters 9.50
+// MiB".
+func FormatCategories(v [NumCategories]int64) string {
+	cats := Categories()
+	sort.SliceStable(cats, func(i, j int) bool { return v[cats[i]] > v[cats[j]] })
+	var parts []string
+	for _, c := range cats {
+		if v[c] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s", c, FormatSize(v[c])))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // CategoryArray holds a Stat per category, indexed by Category. Byte

@@ -3,7 +3,6 @@ package alloc
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 )
 
@@ -84,19 +83,8 @@ func (e *OutOfMemoryError) Error() string {
 	return b.String()
 }
 
-// held lists the categories that held memory, largest first: "activations
-// 1.20 GiB, parameters 9.50 MiB".
-func (e *OutOfMemoryError) held() string {
-	cats := Categories()
-	sort.SliceStable(cats, func(i, j int) bool { return e.Categories[cats[i]] > e.Categories[cats[j]] })
-	var parts []string
-	for _, c := range cats {
-		if n := e.Categories[c]; n > 0 {
-			parts = append(parts, fmt.Sprintf("%s %s", c, FormatSize(n)))
-		}
-	}
-	return strings.Join(parts, ", ")
-}
+// held lists the categories that held memory, largest first.
+func (e *OutOfMemoryError) held() string { return FormatCategories(e.Categories) }
 
 // Is reports whether target is ErrOutOfMemory.
 func (e *OutOfMemoryError) Is(target error) bool { return target == ErrOutOfMemory }

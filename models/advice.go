@@ -109,7 +109,7 @@ func planLargest(ctx context.Context, target meta.Config, spec MemorySpec, cfg F
 func (a Advice) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "the run needs %s at its peak (%s allocated: %s)", alloc.FormatSize(a.Need.PeakReserved),
-		alloc.FormatSize(a.Need.PeakAllocated), breakdown(a.Need))
+		alloc.FormatSize(a.Need.PeakAllocated), alloc.FormatCategories(a.Need.AtPeak))
 	if a.Limit > 0 {
 		fmt.Fprintf(&b, "; the device has room for %s", alloc.FormatSize(a.Limit))
 	}
@@ -134,25 +134,6 @@ func (a Advice) String() string {
 			alloc.FormatSize(r.PeakReserved), verdict)
 	}
 	return b.String()
-}
-
-// breakdown lists the categories held at the peak, largest first.
-func breakdown(r alloc.Report) string {
-	cats := alloc.Categories()
-	var parts []string
-	for len(cats) > 0 {
-		j := 0
-		for i, c := range cats {
-			if r.AtPeak[c] > r.AtPeak[cats[j]] {
-				j = i
-			}
-		}
-		if r.AtPeak[cats[j]] > 0 {
-			parts = append(parts, fmt.Sprintf("%s %s", cats[j], alloc.FormatSize(r.AtPeak[cats[j]])))
-		}
-		cats = append(cats[:j], cats[j+1:]...)
-	}
-	return strings.Join(parts, ", ")
 }
 
 // MemoryError is an out-of-memory error of a run with the planner's
