@@ -72,9 +72,9 @@ type Device struct {
 	compute *stream
 	closed  atomic.Bool
 
-	mu      sync.Mutex
-	allocs  int // Alloc calls so far
-	failAt  int // the Alloc call to fail, 0 for none
+	mu     sync.Mutex
+	allocs int // Alloc calls so far
+	failAt int // the Alloc call to fail, 0 for none
 }
 
 var (
