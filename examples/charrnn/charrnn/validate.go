@@ -68,13 +68,7 @@ func (f *TrainFlags) validate() error {
 
 // checkModel checks the model's flags (registerModel's).
 func checkModel(c *flagCheck, m models.CharRNNConfig) {
-	c.OneOf("cell", m.Cell, "lstm", "gru")
-	c.Positive("embed", int64(m.Embed))
-	c.Positive("hidden", int64(m.Hidden))
-	c.Positive("layers", int64(m.Layers))
-	if !(m.Dropout >= 0 && m.Dropout < 1) {
-		c.Fail("dropout", m.Dropout, "[0, 1)")
-	}
+	c.Recurrent(m.Cell, m.Embed, m.Hidden, m.Layers, m.Dropout)
 }
 
 func (f *SampleFlags) validate() error {

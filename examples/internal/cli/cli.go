@@ -107,6 +107,19 @@ func (c *FlagCheck) Device(v string) {
 	c.Fail("device", strconv.Quote(v), "auto, cpu, cuda or cuda:N with N a GPU ordinal")
 }
 
+// Recurrent checks the flags of a recurrent stack's shape that every
+// example has: -cell lstm|gru, -embed, -hidden and -layers positive,
+// -dropout in [0, 1).
+func (c *FlagCheck) Recurrent(cell string, embed, hidden, layers int, dropout float64) {
+	c.OneOf("cell", cell, "lstm", "gru")
+	c.Positive("embed", int64(embed))
+	c.Positive("hidden", int64(hidden))
+	c.Positive("layers", int64(layers))
+	if !(dropout >= 0 && dropout < 1) {
+		c.Fail("dropout", dropout, "[0, 1)")
+	}
+}
+
 // stopSignals end a run the way Ctrl-C does.
 var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
 

@@ -53,13 +53,7 @@ func (m *ModelFlags) register(fs *flag.FlagSet, task Task) {
 
 // check checks the flags of task's model shape.
 func (m ModelFlags) check(c *flagCheck, task Task) {
-	c.OneOf("cell", m.Cell, "lstm", "gru")
-	c.Positive("embed", int64(m.Embed))
-	c.Positive("hidden", int64(m.Hidden))
-	c.Positive("layers", int64(m.Layers))
-	if !(m.Dropout >= 0 && m.Dropout < 1) {
-		c.Fail("dropout", m.Dropout, "[0, 1)")
-	}
+	c.Recurrent(m.Cell, m.Embed, m.Hidden, m.Layers, m.Dropout)
 	c.NonNegative("char-embed", int64(m.CharEmbed))
 	c.NonNegative("char-hidden", int64(m.CharHidden))
 	if (m.CharEmbed == 0) != (m.CharHidden == 0) {
