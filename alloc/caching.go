@@ -40,9 +40,11 @@ type Caching struct {
 	key          block    // search key for the pools; a field so searches allocate nothing
 	closed       bool
 
-	lastSourceErr error // the Source's last out-of-memory refusal, for the error
+	lastSourceErr error       // the Source's last out-of-memory refusal, for the error
+	refusedBy     *scopeState // the scope whose limit refused the last segment, for the ladder
 
-	scopes map[Scope]*CategoryArray // the bytes of each scope but 0, by category
+	scopes    map[Scope]*scopeState // the allocation scopes but 0
+	lastScope Scope                 // the highest scope id given out
 }
 
 // block is a piece of a segment: allocated, pending (freed but in use by a
@@ -55,7 +57,6 @@ type block struct {
 	seg        *segment
 	prev, next *block   // neighbours in the same segment, by address
 	cat        Category // what it holds, while allocated
-	scope      Scope    // whose it is, while allocated
 	allocated  bool
 	inPool     bool
 	split      bool // counted in InactiveSplit while in the pool
@@ -68,6 +69,7 @@ type segment struct {
 	head   *block // the block at the segment's base; never changes
 	size   int64
 	stream Stream
+	scope  *scopeState // the allocation scope whose requests it serves; nil for scope 0
 	pool   Pool
 }
 
@@ -183,8 +185,12 @@ func (c *Caching) AllocIn(size int64, s Stream, cat Category, scope Scope) (Ptr,
 	if c.closed {
 		return 0, errClosed
 	}
+	var sc *scopeState
+	if scope != 0 {
+		sc = c.scopeOf(scope)
+	}
 	if size > MaxRequest {
-		return 0, c.oom(size, size, s, cat, "Requests of more than 1 EiB are refused.")
+		return 0, c.oom(size, size, s, cat, sc, "Requests of more than 1 EiB are refused.")
 	}
 	if c.npending > 0 {
 		if err := c.processEvents(); err != nil {
@@ -194,9 +200,9 @@ func (c *Caching) AllocIn(size int64, s Stream, cat Category, scope Scope) (Ptr,
 	rounded := c.cfg.RoundSize(size)
 	pool := c.pool(PoolOf(rounded))
 	segSize := SegmentSize(rounded)
-	c.lastSourceErr = nil
+	c.lastSourceErr, c.refusedBy = nil, nil
 
-	b := c.getFreeBlock(pool, s, rounded)
+	b := c.getFreeBlock(pool, s, rounded, sc)
 	if b == nil {
 		var err error
 		if c.limit > 0 && c.cfg.GarbageCollectionThreshold > 0 {
@@ -204,35 +210,40 @@ func (c *Caching) AllocIn(size int64, s Stream, cat Category, scope Scope) (Ptr,
 				return 0, err
 			}
 		}
-		b, err = c.allocSegment(segSize, s, pool.kind)
+		b, err = c.allocSegment(segSize, s, pool.kind, sc)
 		if b == nil && err == nil {
 			var released bool
-			if released, err = c.releaseAvailableCachedBlocks(pool, s, rounded); released && err == nil {
-				b, err = c.allocSegment(segSize, s, pool.kind)
+			if released, err = c.releaseAvailableCachedBlocks(pool, s, rounded, sc); released && err == nil {
+				b, err = c.allocSegment(segSize, s, pool.kind, sc)
 			}
 		}
 		if b == nil && err == nil {
-			if err = c.releaseCachedBlocks(); err == nil {
+			// A scope's own limit refused: only its own cache can make
+			// room, and the other scopes' is left alone.
+			if err = c.releaseCachedBlocks(c.refusedBy); err == nil {
 				c.stats.AllocRetries++
-				b, err = c.allocSegment(segSize, s, pool.kind)
+				if sc != nil {
+					sc.stats.AllocRetries++
+				}
+				b, err = c.allocSegment(segSize, s, pool.kind, sc)
 			}
 		}
 		if err != nil {
 			return 0, err
 		}
 		if b == nil {
-			return 0, c.oom(size, segSize, s, cat, "")
+			return 0, c.oom(size, segSize, s, cat, sc, "")
 		}
 	}
-	c.allocFoundBlock(pool, b, rounded, size, cat, scope)
+	c.allocFoundBlock(pool, b, rounded, size, cat)
 	return b.ptr, nil
 }
 
-// getFreeBlock takes the best-fitting cached block on stream s out of the
-// pool, or returns nil. Like PyTorch, a request below MaxSplitSize is not
+// getFreeBlock takes the best-fitting cached block on stream s, in a
+// segment of scope sc, out of the pool, or returns nil. Like PyTorch, a request below MaxSplitSize is not
 // served from a block at or above it, and a request at or above it only
 // from a block less than MaxNonSplitRounding larger.
-func (c *Caching) getFreeBlock(p *blockPool, s Stream, size int64) *block {
+func (c *Caching) getFreeBlock(p *blockPool, s Stream, size int64, sc *scopeState) *block {
 	p.getCount++
 	c.key = block{stream: s, size: size}
 	var found *block
@@ -240,7 +251,7 @@ func (c *Caching) getFreeBlock(p *blockPool, s Stream, size int64) *block {
 		found = b
 		return false
 	})
-	if found == nil || found.stream != s {
+	if found == nil || found.stream != s || found.seg.scope != sc {
 		return nil
 	}
 	maxSplit := c.cfg.maxSplit()
@@ -264,7 +275,7 @@ func (c *Caching) shouldSplit(b *block, size int64) bool {
 
 // allocFoundBlock hands out b (out of the pool) for a request of requested
 // bytes rounded to size, splitting off the rest when the rules allow.
-func (c *Caching) allocFoundBlock(p *blockPool, b *block, size, requested int64, cat Category, scope Scope) {
+func (c *Caching) allocFoundBlock(p *blockPool, b *block, size, requested int64, cat Category) {
 	if c.shouldSplit(b, size) {
 		r := c.newBlock()
 		*r = block{ptr: b.ptr + Ptr(size), size: b.size - size, stream: b.stream, seg: b.seg, prev: b, next: b.next}
@@ -277,23 +288,12 @@ func (c *Caching) allocFoundBlock(p *blockPool, b *block, size, requested int64,
 	}
 	b.allocated = true
 	b.requested = requested
-	b.cat, b.scope = cat, scope
+	b.cat = cat
 	c.live[b.ptr] = b
-	k := b.seg.pool
-	c.stats.Allocation.add(k, 1)
-	c.stats.AllocatedBytes.add(k, b.size)
-	c.stats.CategoryBytes[cat].add(b.size)
-	if scope != 0 {
-		c.scopeStats(scope)[cat].add(b.size)
-	}
-	if all := &c.stats.AllocatedBytes[AllPools]; all.Current >= all.Peak {
-		c.stats.AtPeak = c.stats.CategoryBytes.currents()
-	}
-	c.stats.RequestedBytes.add(k, requested)
-	c.stats.Active.add(k, 1)
-	c.stats.ActiveBytes.add(k, b.size)
-	if b.size >= c.cfg.maxSplit() {
-		c.stats.OversizeAllocations.add(1)
+	oversize := b.size >= c.cfg.maxSplit()
+	c.stats.allocated(b.seg.pool, b.size, requested, cat, oversize)
+	if sc := b.seg.scope; sc != nil {
+		sc.stats.allocated(b.seg.pool, b.size, requested, cat, oversize)
 	}
 	c.trace.add(TraceAlloc, b.ptr, b.size, requested, b.stream)
 }
@@ -314,16 +314,10 @@ func (c *Caching) Free(p Ptr) error {
 	}
 	delete(c.live, p)
 	b.allocated = false
-	k := b.seg.pool
-	c.stats.Allocation.add(k, -1)
-	c.stats.AllocatedBytes.add(k, -b.size)
-	c.stats.RequestedBytes.add(k, -b.requested)
-	c.stats.CategoryBytes[b.cat].add(-b.size)
-	if b.scope != 0 {
-		c.scopeStats(b.scope)[b.cat].add(-b.size)
-	}
-	if b.size >= c.cfg.maxSplit() {
-		c.stats.OversizeAllocations.add(-1)
+	oversize := b.size >= c.cfg.maxSplit()
+	c.stats.freed(b.seg.pool, b.size, b.requested, b.cat, oversize)
+	if sc := b.seg.scope; sc != nil {
+		sc.stats.freed(b.seg.pool, b.size, b.requested, b.cat, oversize)
 	}
 	c.trace.add(TraceFreeRequested, b.ptr, b.size, b.requested, b.stream)
 	if len(b.uses) > 0 {
@@ -458,8 +452,10 @@ func (c *Caching) eventCompleted(pe pendingEvent) {
 // free neighbours of its segment.
 func (c *Caching) freeBlock(b *block) {
 	k := b.seg.pool
-	c.stats.Active.add(k, -1)
-	c.stats.ActiveBytes.add(k, -b.size)
+	c.stats.inactive(k, b.size)
+	if sc := b.seg.scope; sc != nil {
+		sc.stats.inactive(k, b.size)
+	}
 	c.trace.add(TraceFreeCompleted, b.ptr, b.size, b.requested, b.stream)
 	b.uses = b.uses[:0]
 	b.requested = 0
@@ -491,8 +487,10 @@ func (c *Caching) insertIntoPool(p *blockPool, b *block) {
 	b.gcBase = p.getCount
 	b.split = b.isSplit()
 	if b.split {
-		c.stats.InactiveSplit.add(p.kind, 1)
-		c.stats.InactiveSplitBytes.add(p.kind, b.size)
+		c.stats.split(p.kind, 1, b.size)
+		if sc := b.seg.scope; sc != nil {
+			sc.stats.split(p.kind, 1, b.size)
+		}
 	}
 	p.blocks.ReplaceOrInsert(b)
 }
@@ -501,8 +499,10 @@ func (c *Caching) removeFromPool(p *blockPool, b *block) {
 	p.blocks.Delete(b)
 	b.inPool = false
 	if b.split {
-		c.stats.InactiveSplit.add(p.kind, -1)
-		c.stats.InactiveSplitBytes.add(p.kind, -b.size)
+		c.stats.split(p.kind, -1, -b.size)
+		if sc := b.seg.scope; sc != nil {
+			sc.stats.split(p.kind, -1, -b.size)
+		}
 		b.split = false
 	}
 }
@@ -522,10 +522,15 @@ func (c *Caching) recycle(b *block) {
 	c.spare = append(c.spare, b)
 }
 
-// allocSegment asks the Source for a segment of size bytes and returns it
-// as one free block outside the pool. It returns (nil, nil) when the limit
-// or the device has no room.
-func (c *Caching) allocSegment(size int64, s Stream, k Pool) (*block, error) {
+// allocSegment asks the Source for a segment of size bytes for scope sc
+// and returns it as one free block outside the pool. It returns (nil, nil)
+// when the scope's limit (noted in c.refusedBy), the allocator's limit or
+// the device has no room.
+func (c *Caching) allocSegment(size int64, s Stream, k Pool, sc *scopeState) (*block, error) {
+	if sc != nil && sc.limit > 0 && sc.stats.ReservedBytes[AllPools].Current+size > sc.limit {
+		c.refusedBy = sc
+		return nil, nil
+	}
 	if c.limit > 0 && c.stats.ReservedBytes[AllPools].Current+size > c.limit {
 		return nil, nil
 	}
@@ -537,16 +542,15 @@ func (c *Caching) allocSegment(size int64, s Stream, k Pool) (*block, error) {
 		}
 		return nil, fmt.Errorf("alloc: allocating a %s segment on %s: %w", FormatSize(size), c.name, err)
 	}
-	seg := &segment{size: size, stream: s, pool: k}
+	seg := &segment{size: size, stream: s, pool: k, scope: sc}
 	b := c.newBlock()
 	*b = block{ptr: ptr, size: size, stream: s, seg: seg, uses: b.uses}
 	seg.head = b
 	c.segments[ptr] = seg
-	c.stats.Segment.add(k, 1)
-	c.stats.ReservedBytes.add(k, size)
-	c.stats.DeviceAllocs++
-	if size >= c.cfg.maxSplit() {
-		c.stats.OversizeSegments.add(1)
+	oversize := size >= c.cfg.maxSplit()
+	c.stats.segment(k, size, oversize)
+	if sc != nil {
+		sc.stats.segment(k, size, oversize)
 	}
 	c.trace.add(TraceSegmentAlloc, ptr, size, size, s)
 	return b, nil
@@ -560,11 +564,10 @@ func (c *Caching) releaseSegment(p *blockPool, b *block) error {
 	}
 	c.removeFromPool(p, b)
 	delete(c.segments, b.ptr)
-	c.stats.Segment.add(p.kind, -1)
-	c.stats.ReservedBytes.add(p.kind, -b.size)
-	c.stats.DeviceFrees++
-	if b.size >= c.cfg.maxSplit() {
-		c.stats.OversizeSegments.add(-1)
+	oversize := b.size >= c.cfg.maxSplit()
+	c.stats.segment(p.kind, -b.size, oversize)
+	if sc := b.seg.scope; sc != nil {
+		sc.stats.segment(p.kind, -b.size, oversize)
 	}
 	c.trace.add(TraceSegmentFree, b.ptr, b.size, b.size, b.stream)
 	c.recycle(b)
@@ -572,10 +575,11 @@ func (c *Caching) releaseSegment(p *blockPool, b *block) error {
 }
 
 // releaseAvailableCachedBlocks frees cached oversize segments of stream s
-// that could make room for a block of size bytes: the smallest one at least
-// max(size, MaxSplitSize) if there is one, else the largest ones until their
-// sizes add up to that. It acts only when MaxSplitSize is set.
-func (c *Caching) releaseAvailableCachedBlocks(p *blockPool, s Stream, size int64) (bool, error) {
+// and scope sc that could make room for a block of size bytes: the smallest
+// one at least max(size, MaxSplitSize) if there is one, else the largest
+// ones until their sizes add up to that. It acts only when MaxSplitSize is
+// set.
+func (c *Caching) releaseAvailableCachedBlocks(p *blockPool, s Stream, size int64, sc *scopeState) (bool, error) {
 	if c.cfg.MaxSplitSize == 0 {
 		return false, nil
 	}
@@ -583,7 +587,7 @@ func (c *Caching) releaseAvailableCachedBlocks(p *blockPool, s Stream, size int6
 	c.key = block{stream: s, size: need}
 	var fit *block
 	p.blocks.AscendGreaterOrEqual(&c.key, func(b *block) bool {
-		if b.stream == s && !b.isSplit() {
+		if b.stream == s && !b.isSplit() && b.seg.scope == sc {
 			fit = b
 		}
 		return b.stream == s && fit == nil
@@ -597,7 +601,7 @@ func (c *Caching) releaseAvailableCachedBlocks(p *blockPool, s Stream, size int6
 		if b.stream != s || b.size < c.cfg.MaxSplitSize {
 			return false
 		}
-		if !b.isSplit() {
+		if !b.isSplit() && b.seg.scope == sc {
 			victims = append(victims, b)
 			total += b.size
 		}
@@ -612,16 +616,17 @@ func (c *Caching) releaseAvailableCachedBlocks(p *blockPool, s Stream, size int6
 }
 
 // releaseCachedBlocks waits for every pending event, then gives every
-// unsplit cached segment of both pools back to the Source. Split segments
-// stay: some of their blocks are in use.
-func (c *Caching) releaseCachedBlocks() error {
+// unsplit cached segment of both pools back to the Source: only scope
+// only's when only is not nil. Split segments stay: some of their blocks
+// are in use.
+func (c *Caching) releaseCachedBlocks(only *scopeState) error {
 	if err := c.synchronizeEvents(); err != nil {
 		return err
 	}
 	for _, p := range []*blockPool{&c.small, &c.large} {
 		var whole []*block
 		p.blocks.Ascend(func(b *block) bool {
-			if !b.isSplit() {
+			if !b.isSplit() && (only == nil || b.seg.scope == only) {
 				whole = append(whole, b)
 			}
 			return true
@@ -693,7 +698,7 @@ func (c *Caching) EmptyCache() error {
 	if c.closed {
 		return errClosed
 	}
-	return c.releaseCachedBlocks()
+	return c.releaseCachedBlocks(nil)
 }
 
 // Close releases every segment back to the Source. While blocks are still
@@ -710,7 +715,7 @@ func (c *Caching) Close() error {
 		return fmt.Errorf("alloc: Close: %d blocks (%s) are still allocated; free them first",
 			n, FormatSize(c.stats.AllocatedBytes[AllPools].Current))
 	}
-	if err := c.releaseCachedBlocks(); err != nil {
+	if err := c.releaseCachedBlocks(nil); err != nil {
 		return err
 	}
 	if len(c.segments) != 0 {
@@ -731,10 +736,8 @@ func (c *Caching) Stats() Stats {
 func (c *Caching) ResetPeak() {
 	c.mu.Lock()
 	c.stats.resetPeak()
-	for _, a := range c.scopes {
-		for i := range a {
-			a[i].Peak = a[i].Current
-		}
+	for _, sc := range c.scopes {
+		sc.stats.resetPeak()
 	}
 	c.mu.Unlock()
 }
@@ -744,6 +747,9 @@ func (c *Caching) ResetPeak() {
 func (c *Caching) ResetAccumulated() {
 	c.mu.Lock()
 	c.stats.resetAccumulated()
+	for _, sc := range c.scopes {
+		sc.stats.resetAccumulated()
+	}
 	c.mu.Unlock()
 }
 
@@ -769,8 +775,9 @@ func (c *Caching) largestCached() (largest, free int64) {
 	return largest, free
 }
 
-// oom builds the out-of-memory error, counts it and traces it.
-func (c *Caching) oom(requested, allocSize int64, s Stream, cat Category, hint string) error {
+// oom builds the out-of-memory error of a request in scope sc (nil for
+// scope 0), counts it and traces it.
+func (c *Caching) oom(requested, allocSize int64, s Stream, cat Category, sc *scopeState, hint string) error {
 	c.stats.OOMs++
 	e := &OutOfMemoryError{
 		Device:     c.name,
@@ -788,6 +795,14 @@ func (c *Caching) oom(requested, allocSize int64, s Stream, cat Category, hint s
 	var free int64
 	e.LargestCached, free = c.largestCached()
 	e.Fragmentation = fragmentation(e.LargestCached, free)
+	if sc != nil {
+		sc.stats.OOMs++
+		e.Scope = sc.describe()
+		e.ScopeLimit = sc.limit
+		e.ScopeAllocated = sc.stats.AllocatedBytes[AllPools].Current
+		e.ScopeReserved = sc.stats.ReservedBytes[AllPools].Current
+		e.ScopeRefused = c.refusedBy == sc
+	}
 	e.Hint = hint
 	if e.Hint == "" {
 		e.Hint = e.hint()
@@ -813,12 +828,18 @@ func (c *Caching) Snapshot() Snapshot {
 	segs := make([]SegmentInfo, 0, len(c.segments))
 	for base, seg := range c.segments {
 		si := SegmentInfo{Address: base, TotalSize: seg.size, Stream: seg.stream, Pool: seg.pool}
+		if seg.scope != nil {
+			si.Scope = seg.scope.id
+		}
 		for b := seg.head; b != nil; b = b.next {
 			bi := BlockInfo{Address: b.ptr, Size: b.size, RequestedSize: b.requested, State: BlockInactive}
 			switch {
 			case b.allocated:
 				bi.State = BlockActiveAllocated
-				bi.Category, bi.Scope = b.cat, b.scope
+				bi.Category = b.cat
+				if sc := b.seg.scope; sc != nil {
+					bi.Scope = sc.id
+				}
 				si.AllocatedSize += b.size
 				si.RequestedSize += b.requested
 				si.ActiveSize += b.size

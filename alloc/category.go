@@ -2,7 +2,6 @@ package alloc
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 )
@@ -111,47 +110,4 @@ func (a *CategoryArray) currents() [NumCategories]int64 {
 		v[i] = a[i].Current
 	}
 	return v
-}
-
-// Scope is an allocation scope: the part of a device's memory one job
-// holds when several share the device (a training service's jobs). 0 is
-// the device's own, which every allocation not made for a scope is in.
-type Scope uint32
-
-// scopeStats returns scope's figures, made on first use; c.mu is held.
-func (c *Caching) scopeStats(scope Scope) *CategoryArray {
-	a := c.scopes[scope]
-	if a == nil {
-		if c.scopes == nil {
-			c.scopes = map[Scope]*CategoryArray{}
-		}
-		a = new(CategoryArray)
-		c.scopes[scope] = a
-	}
-	return a
-}
-
-// ScopeBytes returns the bytes scope holds, by category, current and
-// peak (ResetPeak resets them too), as Stats.CategoryBytes does for the
-// whole device; zero for a scope that never allocated, and for scope 0
-// (the whole device's figures are Stats.CategoryBytes).
-func (c *Caching) ScopeBytes(scope Scope) CategoryArray {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if a := c.scopes[scope]; a != nil {
-		return *a
-	}
-	return CategoryArray{}
-}
-
-// Scopes lists the scopes, other than 0, that allocated, in order.
-func (c *Caching) Scopes() []Scope {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]Scope, 0, len(c.scopes))
-	for s := range c.scopes {
-		out = append(out, s)
-	}
-	slices.Sort(out)
-	return out
 }

@@ -54,6 +54,15 @@ type OutOfMemoryError struct {
 	Fragmentation float64
 	Hint          string // what to try, chosen from the figures
 	SourceErr     error  // the Source's own refusal, if it gave one
+
+	// Scope names the allocation scope the request was made in (a job
+	// sharing the device), "" for the device's own. ScopeLimit is its
+	// limit (0: none), ScopeAllocated and ScopeReserved what it held;
+	// ScopeRefused is set when its limit, not the device, refused.
+	Scope                         string
+	ScopeLimit                    int64
+	ScopeAllocated, ScopeReserved int64
+	ScopeRefused                  bool
 }
 
 func (e *OutOfMemoryError) Error() string {
@@ -66,6 +75,12 @@ func (e *OutOfMemoryError) Error() string {
 		e.Stream, FormatSize(e.DeviceTotal), FormatSize(e.DeviceFree))
 	if e.Limit > 0 {
 		fmt.Fprintf(&b, "; %s allowed by the memory limit", FormatSize(e.Limit))
+	}
+	if e.Scope != "" {
+		fmt.Fprintf(&b, "; %s holds %s allocated and %s reserved", e.Scope, FormatSize(e.ScopeAllocated), FormatSize(e.ScopeReserved))
+		if e.ScopeLimit > 0 {
+			fmt.Fprintf(&b, " of its limit of %s", FormatSize(e.ScopeLimit))
+		}
 	}
 	fmt.Fprintf(&b, "; %s is allocated by gocurrent and %s is reserved by gocurrent but unallocated (largest cached block %s, fragmentation %.2f)",
 		FormatSize(e.Allocated), FormatSize(e.Reserved-e.Allocated), FormatSize(e.LargestCached), e.Fragmentation)
@@ -97,6 +112,8 @@ func (e *OutOfMemoryError) Unwrap() error { return e.SourceErr }
 func (e *OutOfMemoryError) hint() string {
 	unallocated := e.Reserved - e.Allocated
 	switch {
+	case e.ScopeRefused:
+		return fmt.Sprintf("The limit of %s is what binds: raise its limit, or need less memory (a smaller batch, gradient accumulation, recomputation through time).", e.Scope)
 	case e.Limit > 0 && e.Reserved+e.AllocSize > e.Limit && e.DeviceFree >= e.AllocSize:
 		return "The memory limit is what binds: raise Config.MemoryLimit or Config.MemoryFraction (per_process_memory_fraction), or need less memory."
 	case unallocated >= e.AllocSize:

@@ -53,8 +53,26 @@ func (c *Caching) Report(staging *HostCache) Report {
 	c.mu.Lock()
 	largest, _ := c.largestCached()
 	c.mu.Unlock()
+	r := reportOf(c.name, &st, largest)
+	for _, sc := range c.Scopes() {
+		if r.Scopes == nil {
+			r.Scopes = map[Scope]CategoryArray{}
+		}
+		r.Scopes[sc] = c.ScopeBytes(sc)
+	}
+	c.deviceFigures(&r)
+	if staging != nil {
+		s := staging.Stats()
+		r.Staging, r.PeakStaging = s.ReservedBytes[AllPools].Current, s.ReservedBytes[AllPools].Peak
+	}
+	return r
+}
+
+// reportOf is the Report of the figures st, whose largest cached block is
+// largest, for the device (or scope) name.
+func reportOf(name string, st *Stats, largest int64) Report {
 	r := Report{
-		Device:        c.name,
+		Device:        name,
 		Categories:    st.CategoryBytes,
 		AtPeak:        st.AtPeak,
 		Allocated:     st.AllocatedBytes[AllPools].Current,
@@ -65,21 +83,16 @@ func (c *Caching) Report(staging *HostCache) Report {
 		Limit:         st.Limit,
 	}
 	r.Cached = r.Reserved - r.Allocated // blocks freed but still in use by a stream included
-	for _, sc := range c.Scopes() {
-		if r.Scopes == nil {
-			r.Scopes = map[Scope]CategoryArray{}
-		}
-		r.Scopes[sc] = c.ScopeBytes(sc)
-	}
+	return r
+}
+
+// deviceFigures fills in the device's total and free memory, and what is
+// outside r's reserved bytes, from the Source when it can say.
+func (c *Caching) deviceFigures(r *Report) {
 	if free, total, err := c.src.MemInfo(); err == nil && total > 0 {
 		r.DeviceTotal, r.DeviceFree = total, free
 		r.Outside = max(0, total-free-r.Reserved)
 	}
-	if staging != nil {
-		s := staging.Stats()
-		r.Staging, r.PeakStaging = s.ReservedBytes[AllPools].Current, s.ReservedBytes[AllPools].Peak
-	}
-	return r
 }
 
 // Table prints the report as an aligned table, one row per category that

@@ -15,7 +15,8 @@ type SegmentInfo struct {
 	AllocatedSize int64 // bytes in its allocated blocks
 	ActiveSize    int64 // bytes in blocks allocated or still in use by a stream
 	Stream        Stream
-	Pool          Pool // SmallPool or LargePool
+	Pool          Pool  // SmallPool or LargePool
+	Scope         Scope // the allocation scope it serves (0: the device's own)
 	Blocks        []BlockInfo
 }
 
@@ -47,7 +48,7 @@ type BlockInfo struct {
 	RequestedSize int64 // 0 unless allocated
 	State         BlockState
 	Category      Category // what an allocated block holds
-	Scope         Scope    // the scope an allocated block is in
+	Scope         Scope    // the scope an allocated block is in (its segment's)
 }
 
 // Fragmentation is 1 - largest cached block / cached bytes over the whole

@@ -166,3 +166,61 @@ func (s *Stats) Map() map[string]int64 {
 	m["memory_limit"] = s.Limit
 	return m
 }
+
+// allocated counts a block of size bytes (requested asked for) handed out
+// from pool k for category cat.
+func (s *Stats) allocated(k Pool, size, requested int64, cat Category, oversize bool) {
+	s.Allocation.add(k, 1)
+	s.AllocatedBytes.add(k, size)
+	s.CategoryBytes[cat].add(size)
+	if all := &s.AllocatedBytes[AllPools]; all.Current >= all.Peak {
+		s.AtPeak = s.CategoryBytes.currents()
+	}
+	s.RequestedBytes.add(k, requested)
+	s.Active.add(k, 1)
+	s.ActiveBytes.add(k, size)
+	if oversize {
+		s.OversizeAllocations.add(1)
+	}
+}
+
+// freed counts the Free of a block allocated is counted for.
+func (s *Stats) freed(k Pool, size, requested int64, cat Category, oversize bool) {
+	s.Allocation.add(k, -1)
+	s.AllocatedBytes.add(k, -size)
+	s.RequestedBytes.add(k, -requested)
+	s.CategoryBytes[cat].add(-size)
+	if oversize {
+		s.OversizeAllocations.add(-1)
+	}
+}
+
+// inactive counts a freed block that no stream uses any more.
+func (s *Stats) inactive(k Pool, size int64) {
+	s.Active.add(k, -1)
+	s.ActiveBytes.add(k, -size)
+}
+
+// split counts n cached blocks of bytes in split segments entering (n > 0)
+// or leaving the pool.
+func (s *Stats) split(k Pool, n, bytes int64) {
+	s.InactiveSplit.add(k, n)
+	s.InactiveSplitBytes.add(k, bytes)
+}
+
+// segment counts a segment of size bytes obtained from the Source (size >
+// 0) or given back (size < 0).
+func (s *Stats) segment(k Pool, size int64, oversize bool) {
+	n := int64(1)
+	if size < 0 {
+		n = -1
+		s.DeviceFrees++
+	} else {
+		s.DeviceAllocs++
+	}
+	s.Segment.add(k, n)
+	s.ReservedBytes.add(k, size)
+	if oversize {
+		s.OversizeSegments.add(n)
+	}
+}
