@@ -29,6 +29,8 @@ type fakeAPI struct {
 	devices int
 	cc      [2]int
 	blasErr error
+	// blasCreateErr, if set, is what cublasCreate returns.
+	blasCreateErr error
 
 	mem, pinned *alloc.Host
 	sizes       map[alloc.Ptr]int64
@@ -41,9 +43,12 @@ type fakeAPI struct {
 	functions                map[cuFunction]string
 	launches                 []fakeLaunch
 	gemms                    []blasGemm
+	gemmStreams              []cuStream // the stream each of gemms ran on: its handle's
 	memAllocs                int
 	blasHandles              int
-	workspace                alloc.Ptr
+	blasStream               map[blasHandle]cuStream  // each live handle's stream
+	blasWorkspace            map[blasHandle]alloc.Ptr // each live handle's workspace
+	workspace                alloc.Ptr                // the last workspace set
 	// logStatus makes the calls that read and reset the status word (a
 	// 4-byte copy to the host, a one-word memset) and stream
 	// synchronisations append to statusLog, with their stream.
@@ -59,6 +64,7 @@ type fakeLaunch struct {
 	name        string
 	grid, block [3]uint32
 	args        []uint64
+	stream      cuStream
 }
 
 func newFakeAPI() *fakeAPI {
@@ -68,6 +74,7 @@ func newFakeAPI() *fakeAPI {
 		sizes: map[alloc.Ptr]int64{}, pinnedSizes: map[alloc.Ptr]int64{},
 		streams: map[uintptr]bool{}, events: map[uintptr]bool{},
 		modules: map[cuModule][]byte{}, functions: map[cuFunction]string{},
+		blasStream: map[blasHandle]cuStream{}, blasWorkspace: map[blasHandle]alloc.Ptr{},
 	}
 }
 
@@ -313,19 +320,49 @@ func (f *fakeAPI) ModuleGetFunction(_ cuContext, m cuModule, name string) (cuFun
 	return h, nil
 }
 
-func (f *fakeAPI) Launch(_ cuContext, fn cuFunction, grid, block [3]uint32, _ uint32, _ cuStream, args []uint64) error {
+// Launch records the launch, and runs one kernel's index check:
+// gc_embedding_* raises statusEmbedding in the status word it is given
+// when an id is out of range, as the kernel does on the GPU, so that tests
+// see an index error reach the status word of the lane that launched it.
+func (f *fakeAPI) Launch(_ cuContext, fn cuFunction, grid, block [3]uint32, _ uint32, s cuStream, args []uint64) error {
 	f.mu.Lock()
 	name, ok := f.functions[fn]
 	if ok {
-		f.launches = append(f.launches, fakeLaunch{name: name, grid: grid, block: block, args: append([]uint64(nil), args...)})
+		f.launches = append(f.launches, fakeLaunch{name: name, grid: grid, block: block, args: append([]uint64(nil), args...), stream: s})
 	}
 	hook := f.onLaunch
 	f.mu.Unlock()
 	if !ok {
 		return newError("cuLaunchKernel", 400, "")
 	}
+	if name == "gc_embedding_f32" || name == "gc_embedding_f64" {
+		// table, ids, out, n, dim, vocab, status (ABI.md)
+		if err := f.checkIDs(alloc.Ptr(args[1]), int64(args[3]), int64(args[5]), alloc.Ptr(args[6]), statusEmbedding); err != nil {
+			return err
+		}
+	}
 	if hook != nil {
 		hook(name)
+	}
+	return nil
+}
+
+// checkIDs ors bit into the status word at status if one of the n int32
+// ids at p is outside [0, vocab).
+func (f *fakeAPI) checkIDs(p alloc.Ptr, n, vocab int64, status alloc.Ptr, bit uint32) error {
+	ids, err := f.devBytes(p, 4*n)
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		if id := int32(binary.LittleEndian.Uint32(ids[4*i:])); id < 0 || int64(id) >= vocab {
+			w, err := f.devBytes(status, 4)
+			if err != nil {
+				return err
+			}
+			binary.LittleEndian.PutUint32(w, binary.LittleEndian.Uint32(w)|bit)
+			return nil
+		}
 	}
 	return nil
 }
@@ -342,29 +379,46 @@ func (f *fakeAPI) BLASLibrary() string { return "libcublas.so.fake" }
 func (f *fakeAPI) BLASCreate(cuContext) (blasHandle, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.blasCreateErr != nil {
+		return 0, f.blasCreateErr
+	}
 	f.blasHandles++
 	return blasHandle(f.handle()), nil
 }
 
-func (f *fakeAPI) BLASDestroy(cuContext, blasHandle) error {
+func (f *fakeAPI) BLASDestroy(_ cuContext, h blasHandle) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.blasHandles--
+	delete(f.blasStream, h)
+	delete(f.blasWorkspace, h)
 	return nil
 }
 
-func (f *fakeAPI) BLASSetStream(cuContext, blasHandle, cuStream) error { return nil }
-func (f *fakeAPI) BLASSetMathMode(cuContext, blasHandle, int) error    { return nil }
-func (f *fakeAPI) BLASSetWorkspace(_ cuContext, _ blasHandle, p alloc.Ptr, _ int64) (bool, error) {
+// BLASSetStream binds h to s and, as cuBLAS does, resets its workspace.
+func (f *fakeAPI) BLASSetStream(_ cuContext, h blasHandle, s cuStream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.blasStream[h] = s
+	delete(f.blasWorkspace, h)
+	return nil
+}
+
+func (f *fakeAPI) BLASSetMathMode(cuContext, blasHandle, int) error { return nil }
+func (f *fakeAPI) BLASSetWorkspace(_ cuContext, h blasHandle, p alloc.Ptr, _ int64) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.workspace = p
+	f.blasWorkspace[h] = p
 	return true, nil
 }
 
 // BLASGemm computes the column-major GEMM with a naive loop, as cuBLAS's
 // reference documentation defines it.
-func (f *fakeAPI) BLASGemm(_ cuContext, _ blasHandle, g blasGemm) error {
+func (f *fakeAPI) BLASGemm(_ cuContext, h blasHandle, g blasGemm) error {
 	f.mu.Lock()
 	f.gemms = append(f.gemms, g)
+	f.gemmStreams = append(f.gemmStreams, f.blasStream[h])
 	f.mu.Unlock()
 	size := int64(4)
 	if g.Double {

@@ -117,41 +117,55 @@ func typ(dt device.DType) int {
 	return 0
 }
 
-// launchFn queues f on the compute stream with args in its 8-byte slots.
-func (d *Device) launchFn(f cuFunction, grid, block [3]uint32, args ...uint64) error {
-	d.launchMu.Lock()
-	n := copy(d.args[:], args)
-	err := d.api.Launch(d.ctx, f, grid, block, 0, d.compute.s, d.args[:n])
-	d.launchMu.Unlock()
+// launchFn queues f on the lane's compute stream with args in its 8-byte
+// slots.
+func (l *lane) launchFn(f cuFunction, grid, block [3]uint32, args ...uint64) error {
+	l.launchMu.Lock()
+	n := copy(l.args[:], args)
+	err := l.d.api.Launch(l.d.ctx, f, grid, block, 0, l.compute.s, l.args[:n])
+	l.launchMu.Unlock()
 	return err
 }
 
 // launch queues kernel k's variant for dt.
-func (d *Device) launch(k kernel, dt device.DType, grid, block [3]uint32, args ...uint64) error {
-	return d.launchFn(d.fn[k][typ(dt)], grid, block, args...)
+func (l *lane) launch(k kernel, dt device.DType, grid, block [3]uint32, args ...uint64) error {
+	return l.launchFn(l.d.fn[k][typ(dt)], grid, block, args...)
+}
+
+// allocTemp takes a kernel's temporary of n bytes from the lane's
+// allocation scope, on its compute stream.
+func (l *lane) allocTemp(kernel string, n int64) (alloc.Ptr, error) {
+	p, err := l.d.mem.AllocIn(n, l.allocStream(), alloc.Workspace, l.scope)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %s: %w", l.name, kernel, err)
+	}
+	return p, nil
 }
 
 // freeTemp returns p, a temporary the kernel method took from the
 // allocator, and joins the error of doing so to *err. It is deferred right
 // after the Alloc: the cache hands p out again only to work queued after
-// the kernel's launches, so freeing it before they ran is safe.
-func (d *Device) freeTemp(kernel string, p alloc.Ptr, err *error) {
-	if ferr := d.mem.Free(p); ferr != nil {
-		*err = errors.Join(*err, fmt.Errorf("%s: %s: freeing a temporary: %w", d.name, kernel, ferr))
+// the kernel's launches on the same stream, so freeing it before they ran
+// is safe.
+func (l *lane) freeTemp(kernel string, p alloc.Ptr, err *error) {
+	if ferr := l.d.mem.Free(p); ferr != nil {
+		*err = errors.Join(*err, fmt.Errorf("%s: %s: freeing a temporary: %w", l.name, kernel, ferr))
 	}
 }
 
-// kernels is device.Kernels on the compute stream.
-type kernels struct{ d *Device }
+// kernels is device.Kernels on a lane's compute stream: the device's or a
+// scope's.
+type kernels struct{ l *lane }
 
 var _ device.Kernels = kernels{}
 
-// check is every kernel's prologue: an open device and valid arguments.
+// check is every kernel's prologue: an open device (and scope) and valid
+// arguments, whose buffers all belong to the lane's owner.
 func (k kernels) check(name string, a interface{ Check(device.Device) error }) error {
-	if err := k.d.checkOpen(name); err != nil {
+	if err := k.l.checkOpen(name); err != nil {
 		return err
 	}
-	return a.Check(k.d)
+	return a.Check(k.l.owner)
 }
 
 func (k kernels) Gemm(a device.Gemm) error {
@@ -178,17 +192,17 @@ func (k kernels) Gemm(a device.Gemm) error {
 		C: w.C.Addr(), LdC: w.LdC, StrideC: int64(w.StrideC),
 		Batch: w.Batch,
 	}
-	d := k.d
-	d.blasMu.Lock()
-	defer d.blasMu.Unlock()
-	return d.api.BLASGemm(d.ctx, d.blas, g)
+	l := k.l
+	l.blasMu.Lock()
+	defer l.blasMu.Unlock()
+	return l.d.api.BLASGemm(l.d.ctx, l.blas, g)
 }
 
 func (k kernels) LSTMCell(a device.LSTMCell) error {
 	if err := k.check("LSTMCell", a); err != nil {
 		return err
 	}
-	return k.d.launch(kLSTMCell, a.DType, grid1(a.Batch*a.Hidden), block1,
+	return k.l.launch(kLSTMCell, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.Pre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.CPrev), ptr(a.C), ptr(a.H), ptr(a.Act), i64(a.Batch), i64(a.Hidden))
 }
 
@@ -196,7 +210,7 @@ func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error {
 	if err := k.check("LSTMCellGrad", a); err != nil {
 		return err
 	}
-	return k.d.launch(kLSTMCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
+	return k.l.launch(kLSTMCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.Act), ptr(a.CPrev), ptr(a.C), ptr(a.DH), ptr(a.DC), ptr(a.DPre), ptr(a.DCPrev), i64(a.Batch), i64(a.Hidden))
 }
 
@@ -204,7 +218,7 @@ func (k kernels) GRUCell(a device.GRUCell) error {
 	if err := k.check("GRUCell", a); err != nil {
 		return err
 	}
-	return k.d.launch(kGRUCell, a.DType, grid1(a.Batch*a.Hidden), block1,
+	return k.l.launch(kGRUCell, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.XPre), ptr(a.HPre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.HPrev), ptr(a.H), ptr(a.Act), i64(a.Batch), i64(a.Hidden))
 }
 
@@ -212,7 +226,7 @@ func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
 	if err := k.check("GRUCellGrad", a); err != nil {
 		return err
 	}
-	return k.d.launch(kGRUCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
+	return k.l.launch(kGRUCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.Act), ptr(a.HPrev), ptr(a.DH), ptr(a.DXPre), ptr(a.DHPre), ptr(a.DHPrev), flag(a.Accumulate), i64(a.Batch), i64(a.Hidden))
 }
 
@@ -220,9 +234,9 @@ func (k kernels) GatherSeq(a device.GatherSeq) error {
 	if err := k.check("GatherSeq", a); err != nil || a.T == 0 || a.B == 0 {
 		return err
 	}
-	a, d := a.WithDefaults(), k.d
-	return d.launch(kGatherSeq, a.DType, grid1(a.T*a.B*a.Cols), block1, ptr(a.Index), ptr(a.Lengths), ptr(a.X), ptr(a.Y),
-		i64(a.T), i64(a.B), i64(a.Cols), i64(a.LdX), i64(a.LdY), uint64(d.statusDev))
+	a, l := a.WithDefaults(), k.l
+	return l.launch(kGatherSeq, a.DType, grid1(a.T*a.B*a.Cols), block1, ptr(a.Index), ptr(a.Lengths), ptr(a.X), ptr(a.Y),
+		i64(a.T), i64(a.B), i64(a.Cols), i64(a.LdX), i64(a.LdY), uint64(l.statusDev))
 }
 
 func (k kernels) SeqPool(a device.SeqPool) error {
@@ -234,7 +248,7 @@ func (k kernels) SeqPool(a device.SeqPool) error {
 	if a.Max {
 		argmax = a.ArgMax
 	}
-	return k.d.launch(kSeqPool, a.DType, grid1(a.B*a.Cols), block1, ptr(a.Lengths), ptr(a.Y), ptr(a.Out), ptr(argmax),
+	return k.l.launch(kSeqPool, a.DType, grid1(a.B*a.Cols), block1, ptr(a.Lengths), ptr(a.Y), ptr(a.Out), ptr(argmax),
 		i64(a.T), i64(a.B), i64(a.Cols), i64(a.LdY), i64(a.LdOut), flag(a.Max))
 }
 
@@ -242,31 +256,31 @@ func (k kernels) SeqPoolGrad(a device.SeqPoolGrad) error {
 	if err := k.check("SeqPoolGrad", a); err != nil || a.T == 0 || a.B == 0 {
 		return err
 	}
-	a, d := a.WithDefaults(), k.d
+	a, l := a.WithDefaults(), k.l
 	var argmax device.Buffer
 	if a.Max {
 		argmax = a.ArgMax
 	}
-	return d.launch(kSeqPoolGrad, a.DType, grid1(a.T*a.B*a.Cols), block1, ptr(a.Lengths), ptr(a.DOut), ptr(argmax), ptr(a.DY),
-		i64(a.T), i64(a.B), i64(a.Cols), i64(a.LdDOut), i64(a.LdDY), flag(a.Max), uint64(d.statusDev))
+	return l.launch(kSeqPoolGrad, a.DType, grid1(a.T*a.B*a.Cols), block1, ptr(a.Lengths), ptr(a.DOut), ptr(argmax), ptr(a.DY),
+		i64(a.T), i64(a.B), i64(a.Cols), i64(a.LdDOut), i64(a.LdDY), flag(a.Max), uint64(l.statusDev))
 }
 
 func (k kernels) Embedding(a device.Embedding) error {
 	if err := k.check("Embedding", a); err != nil || a.N == 0 {
 		return err
 	}
-	d := k.d
-	return d.launch(kEmbedding, a.DType, grid1(a.N*a.Dim), block1,
-		ptr(a.Table), ptr(a.IDs), ptr(a.Out), i64(a.N), i64(a.Dim), i64(a.Vocab), uint64(d.statusDev))
+	l := k.l
+	return l.launch(kEmbedding, a.DType, grid1(a.N*a.Dim), block1,
+		ptr(a.Table), ptr(a.IDs), ptr(a.Out), i64(a.N), i64(a.Dim), i64(a.Vocab), uint64(l.statusDev))
 }
 
 func (k kernels) EmbeddingGrad(a device.EmbeddingGrad) error {
 	if err := k.check("EmbeddingGrad", a); err != nil || a.N == 0 {
 		return err
 	}
-	d := k.d
-	if err := d.launchFn(d.checkID, grid1(a.N), block1,
-		ptr(a.IDs), i64(a.N), i64(a.Vocab), uint64(d.statusDev), statusEmbeddingGrad); err != nil {
+	l := k.l
+	if err := l.launchFn(l.d.checkID, grid1(a.N), block1,
+		ptr(a.IDs), i64(a.N), i64(a.Vocab), uint64(l.statusDev), statusEmbeddingGrad); err != nil {
 		return err
 	}
 	// Deterministic either way: the scan sums each table row's gradients
@@ -275,10 +289,10 @@ func (k kernels) EmbeddingGrad(a device.EmbeddingGrad) error {
 	// in parallel over columns only.
 	if a.Vocab <= maxGridY && int64(a.Vocab)*int64(a.N) <= scanMaxWork {
 		grid := [3]uint32{uint32((a.Dim + scanBlock - 1) / scanBlock), uint32(a.Vocab), 1}
-		return d.launch(kEmbeddingGradScan, a.DType, grid, [3]uint32{scanBlock, 1, 1},
+		return l.launch(kEmbeddingGradScan, a.DType, grid, [3]uint32{scanBlock, 1, 1},
 			ptr(a.IDs), ptr(a.DOut), ptr(a.DTable), i64(a.N), i64(a.Dim), i64(a.Vocab))
 	}
-	return d.launch(kEmbeddingGradSeq, a.DType, grid1(a.Dim), block1,
+	return l.launch(kEmbeddingGradSeq, a.DType, grid1(a.Dim), block1,
 		ptr(a.IDs), ptr(a.DOut), ptr(a.DTable), i64(a.N), i64(a.Dim), i64(a.Vocab))
 }
 
@@ -292,22 +306,22 @@ func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) (err error) {
 	if err := k.check("SoftmaxCrossEntropy", a); err != nil {
 		return err
 	}
-	d := k.d
+	l := k.l
 	// The row losses go through a temporary of N doubles, summed by one
 	// block in a fixed order: deterministic, unlike atomics. Freed at once:
 	// the cache hands it out again only to work queued after these
 	// kernels.
-	rows, err := d.mem.AllocCategory(int64(a.N)*8, 0, alloc.Workspace)
+	rows, err := l.allocTemp("SoftmaxCrossEntropy", int64(a.N)*8)
 	if err != nil {
-		return fmt.Errorf("%s: SoftmaxCrossEntropy: %w", d.name, err)
+		return err
 	}
-	defer d.freeTemp("SoftmaxCrossEntropy", rows, &err)
-	if err := d.launch(kSoftmaxXent, a.DType, rowGrid(a.N), block1,
-		ptr(a.Logits), ptr(a.Targets), i64(a.N), i64(a.Classes), f64(a.Scale), ptr(a.DLogits), uint64(rows), uint64(d.statusDev),
+	defer l.freeTemp("SoftmaxCrossEntropy", rows, &err)
+	if err := l.launch(kSoftmaxXent, a.DType, rowGrid(a.N), block1,
+		ptr(a.Logits), ptr(a.Targets), i64(a.N), i64(a.Classes), f64(a.Scale), ptr(a.DLogits), uint64(rows), uint64(l.statusDev),
 		flag(a.Ignore), i64(int(a.IgnoreIndex)), ptr(a.Weights)); err != nil {
 		return err
 	}
-	return d.launch(kSumFinish, a.DType, [3]uint32{1, 1, 1}, block1,
+	return l.launch(kSumFinish, a.DType, [3]uint32{1, 1, 1}, block1,
 		uint64(rows), i64(a.N), ptr(a.Loss), f64(a.Scale), flag(a.Accumulate))
 }
 
@@ -319,7 +333,7 @@ func (k kernels) Softmax(a device.Softmax) error {
 	if t == 0 {
 		t = 1
 	}
-	return k.d.launch(kSoftmax, a.DType, rowGrid(a.N), block1,
+	return k.l.launch(kSoftmax, a.DType, rowGrid(a.N), block1,
 		ptr(a.Logits), ptr(a.Probs), i64(a.N), i64(a.Classes), f64(1/t))
 }
 
@@ -327,7 +341,7 @@ func (k kernels) Dropout(a device.Dropout) error {
 	if err := k.check("Dropout", a); err != nil || a.N == 0 {
 		return err
 	}
-	return k.d.launch(kDropout, a.DType, grid1(a.N), block1,
+	return k.l.launch(kDropout, a.DType, grid1(a.N), block1,
 		ptr(a.X), ptr(a.Y), ptr(a.Mask), i64(a.N), f64(a.P), a.Seed, a.Offset)
 }
 
@@ -335,7 +349,7 @@ func (k kernels) AddBias(a device.AddBias) error {
 	if err := k.check("AddBias", a); err != nil {
 		return err
 	}
-	return k.d.launch(kAddBias, a.DType, grid1(a.Rows*a.Cols), block1,
+	return k.l.launch(kAddBias, a.DType, grid1(a.Rows*a.Cols), block1,
 		ptr(a.Bias), ptr(a.Y), i64(a.Rows), i64(a.Cols))
 }
 
@@ -344,7 +358,7 @@ func (k kernels) SumRows(a device.SumRows) error {
 		return err
 	}
 	grid := [3]uint32{uint32((a.Cols + 31) / 32), 1, 1}
-	return k.d.launch(kSumRows, a.DType, grid, [3]uint32{32, 8, 1},
+	return k.l.launch(kSumRows, a.DType, grid, [3]uint32{32, 8, 1},
 		ptr(a.X), ptr(a.Out), i64(a.Rows), i64(a.Cols), flag(a.Accumulate))
 }
 
@@ -352,61 +366,61 @@ func (k kernels) Fill(a device.Fill) error {
 	if err := k.check("Fill", a); err != nil || a.N == 0 {
 		return err
 	}
-	d := k.d
+	l := k.l
 	args := []uint64{ptr(a.X), i64(a.N), f64(a.Value)}
 	if a.DType == device.Int32 {
-		return d.launchFn(d.fillI32, grid1(a.N), block1, args...)
+		return l.launchFn(l.d.fillI32, grid1(a.N), block1, args...)
 	}
-	return d.launch(kFill, a.DType, grid1(a.N), block1, args...)
+	return l.launch(kFill, a.DType, grid1(a.N), block1, args...)
 }
 
 func (k kernels) Copy(a device.Copy) error {
 	if err := k.check("Copy", a); err != nil || a.Src.Len() == 0 {
 		return err
 	}
-	d := k.d
-	return d.api.MemcpyDtoDAsync(d.ctx, a.Dst.Addr(), a.Src.Addr(), a.Src.Len(), d.compute.s)
+	l := k.l
+	return l.d.api.MemcpyDtoDAsync(l.d.ctx, a.Dst.Addr(), a.Src.Addr(), a.Src.Len(), l.compute.s)
 }
 
 func (k kernels) Axpby(a device.Axpby) error {
 	if err := k.check("Axpby", a); err != nil || a.N == 0 {
 		return err
 	}
-	return k.d.launch(kAxpby, a.DType, grid1(a.N), block1, ptr(a.X), ptr(a.Y), i64(a.N), f64(a.Alpha), f64(a.Beta))
+	return k.l.launch(kAxpby, a.DType, grid1(a.N), block1, ptr(a.X), ptr(a.Y), i64(a.N), f64(a.Alpha), f64(a.Beta))
 }
 
 func (k kernels) Mul(a device.Mul) error {
 	if err := k.check("Mul", a); err != nil || a.N == 0 {
 		return err
 	}
-	return k.d.launch(kMul, a.DType, grid1(a.N), block1, ptr(a.X), ptr(a.Y), ptr(a.Z), i64(a.N))
+	return k.l.launch(kMul, a.DType, grid1(a.N), block1, ptr(a.X), ptr(a.Y), ptr(a.Z), i64(a.N))
 }
 
 func (k kernels) Clamp(a device.Clamp) error {
 	if err := k.check("Clamp", a); err != nil || a.N == 0 {
 		return err
 	}
-	return k.d.launch(kClamp, a.DType, grid1(a.N), block1, ptr(a.X), i64(a.N), f64(a.Min), f64(a.Max))
+	return k.l.launch(kClamp, a.DType, grid1(a.N), block1, ptr(a.X), i64(a.N), f64(a.Min), f64(a.Max))
 }
 
 func (k kernels) SumSquares(a device.SumSquares) (err error) {
 	if err := k.check("SumSquares", a); err != nil {
 		return err
 	}
-	d := k.d
+	l := k.l
 	// Two passes with a fixed number of blocks for a given N, so the order
 	// of the sum, and the result, never vary between runs.
 	parts := max(1, min((a.N+partWork-1)/partWork, maxParts, gridCap))
-	partial, err := d.mem.AllocCategory(int64(parts)*8, 0, alloc.Workspace)
+	partial, err := l.allocTemp("SumSquares", int64(parts)*8)
 	if err != nil {
-		return fmt.Errorf("%s: SumSquares: %w", d.name, err)
+		return err
 	}
-	defer d.freeTemp("SumSquares", partial, &err)
-	if err := d.launch(kSumSquaresPartial, a.DType, [3]uint32{uint32(parts), 1, 1}, block1,
+	defer l.freeTemp("SumSquares", partial, &err)
+	if err := l.launch(kSumSquaresPartial, a.DType, [3]uint32{uint32(parts), 1, 1}, block1,
 		ptr(a.X), i64(a.N), uint64(partial)); err != nil {
 		return err
 	}
-	return d.launch(kSumFinish, a.DType, [3]uint32{1, 1, 1}, block1,
+	return l.launch(kSumFinish, a.DType, [3]uint32{1, 1, 1}, block1,
 		uint64(partial), i64(parts), ptr(a.Out), f64(1), flag(a.Accumulate))
 }
 
@@ -418,7 +432,7 @@ func (k kernels) SGD(a device.SGD) error {
 	if a.Momentum != 0 {
 		velocity = a.Velocity
 	}
-	return k.d.launch(kSGD, a.DType, grid1(a.N), block1,
+	return k.l.launch(kSGD, a.DType, grid1(a.N), block1,
 		ptr(a.Param), ptr(a.Grad), ptr(velocity), i64(a.N), f64(a.LR), f64(a.Momentum), f64(a.Dampening),
 		f64(a.WeightDecay), flag(a.Nesterov), flag(a.Step == 1))
 }
@@ -433,7 +447,7 @@ func (k kernels) Adam(a device.Adam) error {
 	decay := 1 - a.LR*a.WeightDecay
 	coupled := a.WeightDecay != 0 && !a.Decoupled
 	shrink := a.WeightDecay != 0 && a.Decoupled
-	return k.d.launch(kAdam, a.DType, grid1(a.N), block1,
+	return k.l.launch(kAdam, a.DType, grid1(a.N), block1,
 		ptr(a.Param), ptr(a.Grad), ptr(a.M), ptr(a.V), i64(a.N), f64(stepSize), f64(bc2Sqrt),
 		f64(a.Beta1), f64(a.Beta2), f64(a.Eps), f64(a.WeightDecay), f64(decay), flag(coupled), flag(shrink))
 }
@@ -449,7 +463,7 @@ func (k kernels) RMSprop(a device.RMSprop) error {
 	if a.Momentum != 0 {
 		velocity = a.Velocity
 	}
-	return k.d.launch(kRMSprop, a.DType, grid1(a.N), block1,
+	return k.l.launch(kRMSprop, a.DType, grid1(a.N), block1,
 		ptr(a.Param), ptr(a.Grad), ptr(a.SquareAvg), ptr(gradAvg), ptr(velocity), i64(a.N), f64(a.LR), f64(a.Alpha),
 		f64(a.Eps), f64(a.WeightDecay), f64(a.Momentum), flag(a.Centered))
 }

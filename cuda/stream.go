@@ -4,17 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
 )
 
-// stream is a CUDA stream of the device: the compute stream (allocator
-// stream 0), or one from NewStream. Work is queued by driver calls that
-// return at once; the driver keeps the order.
+// stream is a CUDA stream of a lane (the device's or a scope's): its
+// compute stream, or one from NewStream. Work is queued by driver calls
+// that return at once; the driver keeps the order.
 type stream struct {
-	d       *Device
+	ln      *lane
 	s       cuStream
 	id      alloc.Stream
 	compute bool
@@ -25,10 +26,12 @@ type stream struct {
 
 var _ device.Stream = (*stream)(nil)
 
+// isClosed reports whether the stream, or the lane it belongs to, is
+// closed.
 func (s *stream) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.closed
+	return s.closed || s.ln.isClosed()
 }
 
 func (s *stream) markClosed() {
@@ -38,10 +41,14 @@ func (s *stream) markClosed() {
 }
 
 func (s *stream) closedErr(what string) error {
-	if s.d.closed.Load() {
-		return fmt.Errorf("cuda: %s on a stream of a device that is %w", what, device.ErrClosed)
+	l := s.ln
+	if l.d.closed.Load() {
+		return fmt.Errorf("%s: %s on a stream of a device that is %w", l.name, what, device.ErrClosed)
 	}
-	return fmt.Errorf("cuda: %s: the stream is %w", what, device.ErrClosed)
+	if l.closed.Load() {
+		return fmt.Errorf("%s: %s on a stream of %s, which is %w", l.name, what, l.label, device.ErrClosed)
+	}
+	return fmt.Errorf("%s: %s: the stream is %w", l.name, what, device.ErrClosed)
 }
 
 // Record queues an event on the stream.
@@ -53,7 +60,7 @@ func (s *stream) Record() (device.Event, error) {
 }
 
 func (s *stream) record() (*event, error) {
-	d := s.d
+	d := s.ln.d
 	e, err := d.events.get(d.api, d.ctx)
 	if err != nil {
 		return nil, err
@@ -77,11 +84,12 @@ func (d *Device) recycle(e cuEvent) {
 	}
 }
 
-// Wait makes work queued on s after the call wait for e.
+// Wait makes work queued on s after the call wait for e, an event of the
+// same device or scope.
 func (s *stream) Wait(e device.Event) error {
 	ev, ok := e.(*event)
-	if !ok || ev.s.d != s.d {
-		return fmt.Errorf("cuda: Stream.Wait: event %T is not from this device: %w", e, device.ErrForeignBuffer)
+	if !ok || ev.s.ln != s.ln {
+		return fmt.Errorf("%s: Stream.Wait: event %T is not from this %s: %w", s.ln.name, e, strings.TrimPrefix(s.ln.label, "the "), device.ErrForeignBuffer)
 	}
 	if s.isClosed() {
 		return s.closedErr("Wait")
@@ -89,7 +97,8 @@ func (s *stream) Wait(e device.Event) error {
 	if ev.s == s {
 		return nil // a stream's own work is already in order
 	}
-	err := s.d.api.StreamWaitEvent(s.d.ctx, s.s, ev.e)
+	d := s.ln.d
+	err := d.api.StreamWaitEvent(d.ctx, s.s, ev.e)
 	runtime.KeepAlive(ev) // the handle must not be recycled before the wait is queued
 	return err
 }
@@ -101,22 +110,24 @@ func (s *stream) Synchronize() error {
 		return s.closedErr("Synchronize")
 	}
 	if s.compute {
-		return s.d.readStatus(s.s, true)
+		return s.ln.readStatus(s.s, true)
 	}
-	return s.d.api.StreamSynchronize(s.d.ctx, s.s)
+	return s.ln.d.api.StreamSynchronize(s.ln.d.ctx, s.s)
 }
 
 // Close waits for the stream's work and destroys it.
 func (s *stream) Close() error {
+	l := s.ln
 	if s.compute {
-		return errors.New("cuda: the compute stream belongs to the device and closes with it")
+		return fmt.Errorf("%s: the compute stream belongs to %s and closes with it", l.name, l.label)
 	}
-	d := s.d
+	d := l.d
 	d.mu.Lock()
-	if d.streams == nil || d.streams[s.id] != s {
+	if l.streams[s.id] != s {
 		d.mu.Unlock()
 		return s.closedErr("Close")
 	}
+	delete(l.streams, s.id)
 	delete(d.streams, s.id)
 	d.mu.Unlock()
 	s.markClosed()
@@ -138,9 +149,10 @@ var (
 
 // Done reports whether the work before the event completed.
 func (e *event) Done() (bool, error) {
-	d := e.s.d
-	if d.closed.Load() {
-		return false, fmt.Errorf("cuda: Event.Done: the device is %w", device.ErrClosed)
+	l := e.s.ln
+	d := l.d
+	if l.isClosed() {
+		return false, e.s.closedErr("Event.Done")
 	}
 	done, err := d.api.EventQuery(d.ctx, e.e)
 	runtime.KeepAlive(e)
@@ -151,9 +163,10 @@ func (e *event) Done() (bool, error) {
 // compute stream also returns the index errors raised so far, without
 // clearing them: the stream's next Synchronize reports them.
 func (e *event) Wait() error {
-	d := e.s.d
-	if d.closed.Load() {
-		return fmt.Errorf("cuda: Event.Wait: the device is %w", device.ErrClosed)
+	l := e.s.ln
+	d := l.d
+	if l.isClosed() {
+		return e.s.closedErr("Event.Wait")
 	}
 	err := d.api.EventSynchronize(d.ctx, e.e)
 	runtime.KeepAlive(e)
@@ -161,7 +174,7 @@ func (e *event) Wait() error {
 		return err
 	}
 	if e.s.compute {
-		return d.readStatus(d.statusStream, false)
+		return l.readStatus(l.statusStream, false)
 	}
 	return nil
 }
@@ -170,7 +183,7 @@ func (e *event) Wait() error {
 // call it once the event completed and they no longer need it.
 func (e *event) Release() {
 	e.cleanup.Stop()
-	e.s.d.recycle(e.e)
+	e.s.ln.d.recycle(e.e)
 }
 
 // eventPool keeps created events for reuse: creating one is a driver
