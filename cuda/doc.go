@@ -65,6 +65,35 @@
 // Every failed driver or cuBLAS call is an *Error with the function, the
 // code and its name.
 //
+// # Scopes
+//
+// Device.Scope opens a device.Scope: a job's Device on the GPU shared with
+// others (see device.ScopeConfig for the semantics). A scope is a lane of
+// its own in the device's one context: what is per scope is its compute
+// stream (every kernel, cuBLAS call, Upload and Download of the scope runs
+// on it), its NewStream streams, its status word with the stream that
+// reads it (so an index error raised by its kernels is reported by its
+// Synchronize, Download, compute events and Close only), its cuBLAS handle
+// bound to its compute stream with a workspace of its own, and its
+// allocation scope in the device's caching allocator (alloc.Scope: its
+// segments, figures and limit; its allocator stream is its compute
+// stream's). The cuBLAS workspace is the device's size
+// (Config.BLASWorkspace), at most a sixteenth of the scope's limit, and
+// counts in the scope as alloc.Workspace. Its buffers, staging buffers,
+// streams and events are foreign to the device and to other scopes. Close
+// waits for its streams, reports its unreported errors and gives back all
+// it holds; Device.Close closes the scopes still open first. The device's
+// own methods are scope 0's: its Synchronize and Download neither wait for
+// nor report the scopes' work (its MemStats is the whole allocator's).
+//
+// What is shared: the context and the kernels loaded in it, the GPU's
+// time and memory (cuMemAlloc of one scope can fail for memory another
+// holds), the pinned staging cache, and the context's fate. A sticky CUDA
+// error, such as an illegal address or a kernel that traps, kills the
+// context for every scope and the device alike; and releasing a segment
+// to the driver (cuMemFree: emptying a cache, the out-of-memory ladder,
+// closing a scope) waits for the whole context, scopes included.
+//
 // # Kernels
 //
 // The kernels are CUDA C in cuda/kernels/*.cu, with the calling
