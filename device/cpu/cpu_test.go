@@ -44,7 +44,7 @@ func TestStreamRunsAhead(t *testing.T) {
 	d := open(t, Config{})
 	// hold is a stream without a worker: its one "command" completes only
 	// when the test bumps done.
-	hold := &stream{dev: d, exited: make(chan struct{})}
+	hold := &stream{dev: d, ln: &d.lane, exited: make(chan struct{})}
 	hold.queued.Store(1)
 	hold.notEmpty.L, hold.notFull.L, hold.progress.L = &hold.mu, &hold.mu, &hold.mu
 	if err := d.compute.Wait(event{s: hold, seq: 1}); err != nil {
