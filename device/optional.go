@@ -32,9 +32,20 @@ type StagingAllocator interface {
 
 // MemoryReport returns where d's memory goes (alloc.Report): the bytes
 // per category, the cache, the device's figures outside the allocator and
-// the host staging. ok is false for a device that does not expose its
-// allocator (no Allocator capability).
+// the host staging. For a Scope it is the scope's (alloc.Caching.
+// ScopeReport): its categories, cache and limit, and what it does not hold
+// as outside. ok is false for a device that does not expose its allocator
+// (no Allocator capability, or a scope of such a device).
 func MemoryReport(d Device) (r alloc.Report, ok bool) {
+	if s, isScope := d.(Scope); isScope {
+		a, ok := s.Parent().(Allocator)
+		if !ok {
+			return alloc.Report{}, false
+		}
+		r = a.Memory().ScopeReport(s.ID())
+		r.Device = s.Name()
+		return r, true
+	}
 	a, ok := d.(Allocator)
 	if !ok {
 		return alloc.Report{}, false

@@ -29,3 +29,15 @@ func TestConformanceOneThread(t *testing.T) {
 		return d
 	})
 }
+
+// TestConformanceInScope runs the suite on a scope of the device: a scope
+// is a device.Device of its own and must pass everything the device does.
+func TestConformanceInScope(t *testing.T) {
+	devicetest.Run(t, devicetest.InScope(func(t testing.TB) device.Device {
+		d, err := cpu.Open(cpu.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}))
+}

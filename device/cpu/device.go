@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"gonum.org/v1/gonum/blas/gonum"
 	"gorgonia.org/tensor"
@@ -15,7 +14,6 @@ import (
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/cpu/gemm"
-	"github.com/gocurrent/gocurrent/device/driver"
 )
 
 // Config configures the CPU device. The zero Config works: all cores, no
@@ -39,25 +37,29 @@ type Config struct {
 // Device is the CPU device. Its memory comes from an alloc.Caching over
 // anonymous mmap segments (alloc.Host), off the Go heap; every stream runs
 // its work on a goroutine of its own; kernels are split across a team of
-// Threads goroutines. It is safe for concurrent use.
+// Threads goroutines. It is safe for concurrent use. Its methods not
+// listed below (Alloc, Free, the copies, streams, Synchronize, Kernels)
+// are the device's own lane's, which a Scope has too.
 type Device struct {
+	lane    // the device's own: scope 0
 	cfg     Config
 	blas    tensor.BLAS
 	host    *alloc.Host
 	mem     *alloc.Caching
 	staging *alloc.HostCache
 	pool    *pool
-	compute *stream
 	closed  atomic.Bool
 
-	mu      sync.Mutex // guards streams
-	streams []*stream  // NewStream streams still open
+	scopesMu sync.Mutex // guards scopes and closing
+	scopes   []*Scope   // the scopes still open
+	closing  bool       // Close began: no new scope
 }
 
 var (
 	_ device.Device           = (*Device)(nil)
 	_ device.Allocator        = (*Device)(nil)
 	_ device.StagingAllocator = (*Device)(nil)
+	_ device.Scoper           = (*Device)(nil)
 )
 
 // Open starts a CPU device.
@@ -83,7 +85,8 @@ func Open(cfg Config) (*Device, error) {
 		return nil, fmt.Errorf("cpu: %w", err)
 	}
 	d.mem, d.pool = mem, newPool(cfg.Threads)
-	d.compute = newStream(d, true)
+	d.lane.d, d.lane.owner, d.lane.label = d, d, "the device"
+	d.compute = newStream(&d.lane, true)
 	return d, nil
 }
 
@@ -103,16 +106,18 @@ func (s drainingSource) Release(p alloc.Ptr, size int64) error {
 	return s.Host.Release(p, size)
 }
 
-// drain waits until the work queued so far on every stream has run, and
-// leaves its errors for the streams to report.
+// drain waits until the work queued so far on every stream, the scopes'
+// included, has run, and leaves its errors for the streams to report.
 func (d *Device) drain() {
-	d.mu.Lock()
-	all := append([]*stream{d.compute}, d.streams...)
-	d.mu.Unlock()
-	for _, s := range all {
-		if s != nil {
-			s.wait(s.queued.Load())
-		}
+	if d.compute == nil { // still opening
+		return
+	}
+	d.lane.drain()
+	d.scopesMu.Lock()
+	scopes := slices.Clone(d.scopes)
+	d.scopesMu.Unlock()
+	for _, sc := range scopes {
+		sc.lane.drain()
 	}
 }
 
@@ -134,199 +139,8 @@ func (d *Device) Name() string { return "cpu" }
 // Threads is the number of goroutines kernels are split across.
 func (d *Device) Threads() int { return d.cfg.Threads }
 
-func (d *Device) checkOpen(what string) error {
-	if d.closed.Load() {
-		return fmt.Errorf("cpu: %s: the device is %w", what, device.ErrClosed)
-	}
-	return nil
-}
-
-// Alloc returns a buffer from the caching allocator, 512-byte aligned,
-// counted in category cat.
-func (d *Device) Alloc(bytes int64, cat device.Category) (device.Buffer, error) {
-	if err := d.checkOpen("Alloc"); err != nil {
-		return device.Buffer{}, err
-	}
-	if bytes < 0 {
-		return device.Buffer{}, fmt.Errorf("cpu: Alloc of %d bytes: %w", bytes, device.ErrShape)
-	}
-	p, err := d.mem.AllocCategory(bytes, 0, cat)
-	if err != nil {
-		return device.Buffer{}, fmt.Errorf("cpu: %w", err)
-	}
-	if bytes == 0 {
-		return driver.NewBuffer(d, 0, 0, nil), nil
-	}
-	mem, err := d.host.Bytes(p, bytes)
-	if err != nil { // cannot happen: the block lies in a live segment
-		_ = d.mem.Free(p)
-		return device.Buffer{}, fmt.Errorf("cpu: %w", err)
-	}
-	return driver.NewBuffer(d, p, bytes, unsafe.Pointer(unsafe.SliceData(mem))), nil
-}
-
-// Free returns b to the cache; later work on the compute stream may reuse
-// it, earlier work still sees it.
-func (d *Device) Free(b device.Buffer) error {
-	if err := d.checkOpen("Free"); err != nil {
-		return err
-	}
-	return driver.Free(d, d.mem, b)
-}
-
-// Upload copies src into dst in stream order and waits for the copy.
-func (d *Device) Upload(dst device.Buffer, src []byte) error {
-	if err := d.checkOpen("Upload"); err != nil {
-		return err
-	}
-	if err := driver.CheckUpload(d, dst, src); err != nil {
-		return err
-	}
-	if len(src) == 0 {
-		return nil
-	}
-	return d.copySync(copyCmd{dst: driver.HostPointer(dst), src: unsafe.Pointer(unsafe.SliceData(src)), n: int64(len(src))})
-}
-
-// Download copies src into dst in stream order, waits for the copy and
-// reports a pending error of the compute stream.
-func (d *Device) Download(dst []byte, src device.Buffer) error {
-	if err := d.checkOpen("Download"); err != nil {
-		return err
-	}
-	if err := driver.CheckDownload(d, dst, src); err != nil {
-		return err
-	}
-	if len(dst) == 0 {
-		return d.compute.Synchronize()
-	}
-	if err := d.copySync(copyCmd{dst: unsafe.Pointer(unsafe.SliceData(dst)), src: driver.HostPointer(src), n: int64(len(dst))}); err != nil {
-		return err
-	}
-	return d.compute.report()
-}
-
-func (d *Device) copySync(cc copyCmd) error {
-	seq, err := d.compute.enqueue(func(c *cmd) { c.op, c.copy = opCopy, cc })
-	if err != nil {
-		return err
-	}
-	d.compute.wait(seq)
-	return nil
-}
-
-// Stream is the compute stream.
-func (d *Device) Stream() device.Stream { return d.compute }
-
-// NewStream starts another stream with a worker goroutine of its own.
-func (d *Device) NewStream() (device.Stream, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.checkOpen("NewStream"); err != nil {
-		return nil, err
-	}
-	s := newStream(d, false)
-	d.streams = append(d.streams, s)
-	return s, nil
-}
-
-// forget removes s from the open streams; false if it was not there.
-func (d *Device) forget(s *stream) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	i := slices.Index(d.streams, s)
-	if i < 0 {
-		return false
-	}
-	d.streams = slices.Delete(d.streams, i, i+1)
-	return true
-}
-
-// stream resolves a device.Stream of this device.
-func (d *Device) stream(what string, s device.Stream) (*stream, error) {
-	cs, ok := s.(*stream)
-	if !ok || cs.dev != d {
-		return nil, fmt.Errorf("cpu: %s: stream %T is not from this device: %w", what, s, device.ErrForeignBuffer)
-	}
-	return cs, nil
-}
-
-// Staging returns plain host memory from a cache of its own.
-func (d *Device) Staging(bytes int64) (device.HostBuffer, error) {
-	if err := d.checkOpen("Staging"); err != nil {
-		return device.HostBuffer{}, err
-	}
-	return driver.AllocStaging(d, d.staging, bytes)
-}
-
-// FreeStaging returns a staging buffer.
-func (d *Device) FreeStaging(h device.HostBuffer) error {
-	if err := d.checkOpen("FreeStaging"); err != nil {
-		return err
-	}
-	return driver.FreeStaging(d, d.staging, h)
-}
-
-// CopyToDevice queues the copy of src into dst on s.
-func (d *Device) CopyToDevice(dst device.Buffer, src device.HostBuffer, s device.Stream) (device.Event, error) {
-	if err := d.checkOpen("CopyToDevice"); err != nil {
-		return nil, err
-	}
-	if err := driver.CheckCopyToDevice(d, dst, src); err != nil {
-		return nil, err
-	}
-	return d.copyAsync("CopyToDevice", s, copyCmd{dst: driver.HostPointer(dst), src: unsafe.Pointer(unsafe.SliceData(src.Bytes())), n: src.Len()})
-}
-
-// CopyToHost queues the copy of src into dst on s.
-func (d *Device) CopyToHost(dst device.HostBuffer, src device.Buffer, s device.Stream) (device.Event, error) {
-	if err := d.checkOpen("CopyToHost"); err != nil {
-		return nil, err
-	}
-	if err := driver.CheckCopyToHost(d, dst, src); err != nil {
-		return nil, err
-	}
-	return d.copyAsync("CopyToHost", s, copyCmd{dst: unsafe.Pointer(unsafe.SliceData(dst.Bytes())), src: driver.HostPointer(src), n: dst.Len()})
-}
-
-// copyAsync queues cc on s; the caller checked the device and buffers.
-func (d *Device) copyAsync(what string, s device.Stream, cc copyCmd) (device.Event, error) {
-	cs, err := d.stream(what, s)
-	if err != nil {
-		return nil, err
-	}
-	seq, err := cs.enqueue(func(c *cmd) {
-		c.op = opCopy
-		if cc.n > 0 {
-			c.copy = cc
-		} else {
-			c.op = opNone
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	return event{s: cs, seq: seq}, nil
-}
-
-// Synchronize waits for every stream and returns the first pending error.
-func (d *Device) Synchronize() error {
-	if err := d.checkOpen("Synchronize"); err != nil {
-		return err
-	}
-	d.mu.Lock()
-	all := append([]*stream{d.compute}, d.streams...)
-	d.mu.Unlock()
-	var first error
-	for _, s := range all {
-		if err := s.Synchronize(); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
-// MemStats returns the caching allocator's figures.
+// MemStats returns the caching allocator's figures: the whole device's,
+// the scopes' memory included.
 func (d *Device) MemStats() alloc.Stats { return d.mem.Stats() }
 
 // Memory is the device's caching allocator, for snapshots, traces and
@@ -337,27 +151,27 @@ func (d *Device) Memory() *alloc.Caching { return d.mem }
 // (device.StagingAllocator).
 func (d *Device) StagingMemory() *alloc.HostCache { return d.staging }
 
-// Kernels returns the kernels, which run on the compute stream.
-func (d *Device) Kernels() device.Kernels { return kernels{d} }
-
-// Close waits for the streams to drain, stops them and the thread team,
-// and unmaps all memory, including buffers not freed: they must not be
-// used again.
+// Close closes the scopes still open, waits for the streams to drain,
+// stops them and the thread team, and unmaps all memory, including buffers
+// not freed: they must not be used again.
 func (d *Device) Close() error {
-	d.mu.Lock()
-	if d.closed.Swap(true) {
-		d.mu.Unlock()
+	d.scopesMu.Lock()
+	if d.closing {
+		d.scopesMu.Unlock()
 		return nil
 	}
-	all := append([]*stream{d.compute}, d.streams...)
-	d.streams = nil
-	d.mu.Unlock()
+	d.closing = true
+	scopes := slices.Clone(d.scopes)
+	d.scopesMu.Unlock()
 	var errs []error
-	for _, s := range all {
-		s.shutdown()
-		if err := s.report(); err != nil {
+	for _, sc := range scopes {
+		if err := sc.Close(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	d.closed.Store(true)
+	if err := d.lane.shutdown(); err != nil {
+		errs = append(errs, err)
 	}
 	d.pool.stop()
 	if err := d.mem.ReleaseAll(); err != nil {

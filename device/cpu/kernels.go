@@ -85,8 +85,9 @@ func (c *cmd) release() {
 }
 
 // kernels is the CPU device's device.Kernels: each method checks its
-// arguments and queues a command on the compute stream.
-type kernels struct{ d *Device }
+// arguments against the lane's buffers and queues a command on the lane's
+// compute stream.
+type kernels struct{ l *lane }
 
 var _ device.Kernels = kernels{}
 
@@ -104,106 +105,106 @@ func (k kernels) launchN(n int, err error, fill func(c *cmd)) error {
 		return err
 	}
 	if n == 0 {
-		return k.d.checkOpen("kernel")
+		return k.l.checkOpen("kernel")
 	}
-	_, err = k.d.compute.enqueue(fill)
+	_, err = k.l.compute.enqueue(fill)
 	return err
 }
 
 func (k kernels) Gemm(a device.Gemm) error {
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.gemm = opGemm, a.WithDefaults() })
+	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.gemm = opGemm, a.WithDefaults() })
 }
 
 func (k kernels) LSTMCell(a device.LSTMCell) error {
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.lstm = opLSTMCell, a })
+	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.lstm = opLSTMCell, a })
 }
 
 func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error {
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.lstmGrad = opLSTMCellGrad, a })
+	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.lstmGrad = opLSTMCellGrad, a })
 }
 
 func (k kernels) GRUCell(a device.GRUCell) error {
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.gru = opGRUCell, a })
+	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.gru = opGRUCell, a })
 }
 
 func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.gruGrad = opGRUCellGrad, a })
+	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.gruGrad = opGRUCellGrad, a })
 }
 
 func (k kernels) GatherSeq(a device.GatherSeq) error {
-	return k.launchN(a.T*a.B, a.Check(k.d), func(c *cmd) { c.op, c.gather = opGatherSeq, a.WithDefaults() })
+	return k.launchN(a.T*a.B, a.Check(k.l.owner), func(c *cmd) { c.op, c.gather = opGatherSeq, a.WithDefaults() })
 }
 
 func (k kernels) SeqPool(a device.SeqPool) error {
-	return k.launchN(a.B, a.Check(k.d), func(c *cmd) { c.op, c.pool = opSeqPool, a.WithDefaults() })
+	return k.launchN(a.B, a.Check(k.l.owner), func(c *cmd) { c.op, c.pool = opSeqPool, a.WithDefaults() })
 }
 
 func (k kernels) SeqPoolGrad(a device.SeqPoolGrad) error {
-	return k.launchN(a.T*a.B, a.Check(k.d), func(c *cmd) { c.op, c.poolGrad = opSeqPoolGrad, a.WithDefaults() })
+	return k.launchN(a.T*a.B, a.Check(k.l.owner), func(c *cmd) { c.op, c.poolGrad = opSeqPoolGrad, a.WithDefaults() })
 }
 
 func (k kernels) Embedding(a device.Embedding) error {
-	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.emb = opEmbedding, a })
+	return k.launchN(a.N, a.Check(k.l.owner), func(c *cmd) { c.op, c.emb = opEmbedding, a })
 }
 
 func (k kernels) EmbeddingGrad(a device.EmbeddingGrad) error {
-	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.embGrad = opEmbeddingGrad, a })
+	return k.launchN(a.N, a.Check(k.l.owner), func(c *cmd) { c.op, c.embGrad = opEmbeddingGrad, a })
 }
 
 func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) error {
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.sce = opSoftmaxCrossEntropy, a })
+	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.sce = opSoftmaxCrossEntropy, a })
 }
 
 func (k kernels) Softmax(a device.Softmax) error {
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.softmax = opSoftmax, a })
+	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.softmax = opSoftmax, a })
 }
 
 func (k kernels) Dropout(a device.Dropout) error {
-	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.dropout = opDropout, a })
+	return k.launchN(a.N, a.Check(k.l.owner), func(c *cmd) { c.op, c.dropout = opDropout, a })
 }
 
 func (k kernels) AddBias(a device.AddBias) error {
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.addBias = opAddBias, a })
+	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.addBias = opAddBias, a })
 }
 
 func (k kernels) SumRows(a device.SumRows) error {
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.sumRows = opSumRows, a })
+	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.sumRows = opSumRows, a })
 }
 
 func (k kernels) Fill(a device.Fill) error {
-	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.fill = opFill, a })
+	return k.launchN(a.N, a.Check(k.l.owner), func(c *cmd) { c.op, c.fill = opFill, a })
 }
 
 func (k kernels) Copy(a device.Copy) error {
-	return k.launchN(int(a.Src.Len()), a.Check(k.d), func(c *cmd) {
+	return k.launchN(int(a.Src.Len()), a.Check(k.l.owner), func(c *cmd) {
 		c.op, c.copy = opCopy, copyCmd{dst: driver.HostPointer(a.Dst), src: driver.HostPointer(a.Src), n: a.Src.Len()}
 	})
 }
 
 func (k kernels) Axpby(a device.Axpby) error {
-	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.axpby = opAxpby, a })
+	return k.launchN(a.N, a.Check(k.l.owner), func(c *cmd) { c.op, c.axpby = opAxpby, a })
 }
 
 func (k kernels) Mul(a device.Mul) error {
-	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.mul = opMul, a })
+	return k.launchN(a.N, a.Check(k.l.owner), func(c *cmd) { c.op, c.mul = opMul, a })
 }
 
 func (k kernels) Clamp(a device.Clamp) error {
-	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.clamp = opClamp, a })
+	return k.launchN(a.N, a.Check(k.l.owner), func(c *cmd) { c.op, c.clamp = opClamp, a })
 }
 
 func (k kernels) SumSquares(a device.SumSquares) error {
-	return k.launch(a.Check(k.d), func(c *cmd) { c.op, c.sumSq = opSumSquares, a })
+	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.sumSq = opSumSquares, a })
 }
 
 func (k kernels) SGD(a device.SGD) error {
-	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.sgd = opSGD, a })
+	return k.launchN(a.N, a.Check(k.l.owner), func(c *cmd) { c.op, c.sgd = opSGD, a })
 }
 
 func (k kernels) Adam(a device.Adam) error {
-	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.adam = opAdam, a })
+	return k.launchN(a.N, a.Check(k.l.owner), func(c *cmd) { c.op, c.adam = opAdam, a })
 }
 
 func (k kernels) RMSprop(a device.RMSprop) error {
-	return k.launchN(a.N, a.Check(k.d), func(c *cmd) { c.op, c.rms = opRMSprop, a })
+	return k.launchN(a.N, a.Check(k.l.owner), func(c *cmd) { c.op, c.rms = opRMSprop, a })
 }

@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -27,6 +26,7 @@ const queueDepth = 64
 // allocates nothing. A slot is reused only after its command completed.
 type stream struct {
 	dev     *Device
+	ln      *lane // the device's or the scope's whose stream it is
 	compute bool
 
 	mu       sync.Mutex
@@ -43,8 +43,8 @@ type stream struct {
 	wg sync.WaitGroup // for the pool, used by the worker only
 }
 
-func newStream(d *Device, compute bool) *stream {
-	s := &stream{dev: d, compute: compute, exited: make(chan struct{})}
+func newStream(l *lane, compute bool) *stream {
+	s := &stream{dev: l.d, ln: l, compute: compute, exited: make(chan struct{})}
 	s.notEmpty.L = &s.mu
 	s.notFull.L = &s.mu
 	s.progress.L = &s.mu
@@ -77,6 +77,9 @@ func (s *stream) enqueue(fill func(c *cmd)) (uint64, error) {
 func (s *stream) closedErr() error {
 	if s.dev.closed.Load() {
 		return fmt.Errorf("cpu: a stream of a device that is %w", device.ErrClosed)
+	}
+	if s.ln.closed.Load() {
+		return fmt.Errorf("%s: a stream of %s, which is %w", s.ln.owner.Name(), s.ln.label, device.ErrClosed)
 	}
 	return fmt.Errorf("cpu: the stream is %w", device.ErrClosed)
 }
@@ -153,8 +156,8 @@ func (s *stream) Record() (device.Event, error) {
 
 func (s *stream) Wait(e device.Event) error {
 	ev, ok := e.(event)
-	if !ok || ev.s.dev != s.dev {
-		return fmt.Errorf("cpu: Stream.Wait: event %T is not from this device: %w", e, device.ErrForeignBuffer)
+	if !ok || ev.s.ln != s.ln {
+		return fmt.Errorf("%s: Stream.Wait: event %T is not from this %s: %w", s.ln.owner.Name(), e, labelNoun(s.ln.label), device.ErrForeignBuffer)
 	}
 	if ev.s == s {
 		if s.isClosing() {
@@ -185,9 +188,9 @@ func (s *stream) isClosing() bool {
 
 func (s *stream) Close() error {
 	if s.compute {
-		return errors.New("cpu: the compute stream belongs to the device and closes with it")
+		return fmt.Errorf("%s: the compute stream belongs to %s and closes with it", s.ln.owner.Name(), s.ln.label)
 	}
-	if !s.dev.forget(s) {
+	if !s.ln.forget(s) {
 		return fmt.Errorf("cpu: the stream is already %w", device.ErrClosed)
 	}
 	s.shutdown()

@@ -97,6 +97,7 @@ func RunGroups(t *testing.T, open func(t testing.TB) device.Device, keep func(gr
 		{"Staging", testStaging},
 		{"MemStats", testMemStats},
 		{"Misuse", testMisuse},
+		{"Scopes", testScopes},
 	}
 	for _, g := range groups {
 		if keep != nil && !keep(g.name) {
