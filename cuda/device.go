@@ -183,7 +183,7 @@ func (d *Device) start(cc int) error {
 		return err
 	}
 	d.staging = alloc.NewHostCache(&pinnedSource{d: d})
-	return d.lane.startBLAS(d.cfg.Workspace())
+	return d.lane.startBLAS(d.cfg.Workspace(), false)
 }
 
 // release frees what start made and the context, tolerating a partial

@@ -77,22 +77,26 @@
 // bound to its compute stream with a workspace of its own, and its
 // allocation scope in the device's caching allocator (alloc.Scope: its
 // segments, figures and limit; its allocator stream is its compute
-// stream's). The cuBLAS workspace is the device's size
-// (Config.BLASWorkspace), at most a sixteenth of the scope's limit, and
-// counts in the scope as alloc.Workspace. Its buffers, staging buffers,
-// streams and events are foreign to the device and to other scopes. Close
-// waits for its streams, reports its unreported errors and gives back all
-// it holds; Device.Close closes the scopes still open first. The device's
-// own methods are scope 0's: its Synchronize and Download neither wait for
-// nor report the scopes' work (its MemStats is the whole allocator's).
+// stream's). A new scope holds no memory: its first Gemm takes the cuBLAS
+// workspace, of the device's size (Config.BLASWorkspace) but at most a
+// sixteenth of the scope's limit, in the scope as alloc.Workspace (an
+// out-of-memory in doing so is that Gemm's error). Its buffers, staging
+// buffers, streams and events are foreign to the device and to other
+// scopes. Close waits for its streams, reports its unreported errors and
+// gives back all it holds; Device.Close closes the scopes still open
+// first. The device's own methods are scope 0's: its Synchronize and
+// Download neither wait for nor report the scopes' work (its MemStats is
+// the whole allocator's).
 //
-// What is shared: the context and the kernels loaded in it, the GPU's
-// time and memory (cuMemAlloc of one scope can fail for memory another
-// holds), the pinned staging cache, and the context's fate. A sticky CUDA
-// error, such as an illegal address or a kernel that traps, kills the
-// context for every scope and the device alike; and releasing a segment
-// to the driver (cuMemFree: emptying a cache, the out-of-memory ladder,
-// closing a scope) waits for the whole context, scopes included.
+// What is shared: the context and the kernels loaded in it, the pinned
+// staging cache, the GPU's time and memory (a cuMemAlloc for one scope can
+// fail for memory another holds; the allocator then releases cached
+// segments, the other scopes' included, never a live block), and the
+// context's fate. A sticky CUDA error, such as an illegal address or a
+// kernel that traps, kills the context for every scope and the device
+// alike; and releasing a segment to the driver (cuMemFree: emptying a
+// cache, the out-of-memory ladder, closing a scope) waits for the whole
+// context, scopes included.
 //
 // # Kernels
 //

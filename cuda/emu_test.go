@@ -46,6 +46,15 @@ func TestEmulatedConformance(t *testing.T) {
 	devicetest.Run(t, func(t testing.TB) device.Device { return openEmulated(t, Config{}) })
 }
 
+// TestEmulatedConformanceInScope runs the conformance suite on a scope of
+// the emulated device: a scope, with its own compute stream, status word,
+// cuBLAS handle and allocation scope, is a device.Device of its own and
+// passes everything the device does.
+func TestEmulatedConformanceInScope(t *testing.T) {
+	openEmulated(t, Config{}).Close()
+	devicetest.Run(t, devicetest.InScope(func(t testing.TB) device.Device { return openEmulated(t, Config{}) }))
+}
+
 // TestEmulatedConformanceSmallGrids runs the conformance suite again on
 // the emulated device with every grid-stride launch capped at two blocks
 // (gridCap): an element-wise kernel then covers a million elements in
@@ -60,7 +69,7 @@ func TestEmulatedConformanceSmallGrids(t *testing.T) {
 	openEmulated(t, Config{}).Close()
 	defer func(old int) { gridCap = old }(gridCap)
 	gridCap = 2
-	unchanged := []string{"SumRows", "Streams", "Concurrency", "Copies", "Staging", "MemStats", "Misuse"}
+	unchanged := []string{"SumRows", "Streams", "Concurrency", "Copies", "Staging", "MemStats", "Misuse", "Scopes"}
 	devicetest.RunGroups(t, func(t testing.TB) device.Device { return openEmulated(t, Config{}) },
 		func(group string) bool { return !slices.Contains(unchanged, group) })
 }

@@ -80,6 +80,19 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceInScope runs the conformance suite on a scope of the GPU
+// device.
+func TestConformanceInScope(t *testing.T) {
+	openGPU(t, gpuConfig())
+	devicetest.Run(t, devicetest.InScope(func(t testing.TB) device.Device {
+		d, err := Open(gpuConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}))
+}
+
 // TestOpenWithoutGPU checks what Open says on a machine without a usable
 // GPU (CI, and this project's development machines): an error matching
 // device.ErrUnavailable that names what is missing, never a panic or an

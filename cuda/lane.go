@@ -51,6 +51,7 @@ type lane struct {
 	blas      blasHandle
 	workspace alloc.Ptr
 	wsBytes   int64 // the workspace's size
+	wsWant    int64 // the workspace's size to be, while workspace is 0
 
 	launchMu sync.Mutex // guards args
 	args     [32]uint64
@@ -91,9 +92,10 @@ func (l *lane) start(id alloc.Stream) error {
 	return l.startStatus()
 }
 
-// startBLAS makes the lane's cuBLAS handle, on its compute stream, with a
-// workspace of ws bytes from the lane's allocation scope.
-func (l *lane) startBLAS(ws int64) error {
+// startBLAS makes the lane's cuBLAS handle, on its compute stream, with
+// a workspace of ws bytes (none for 0) from the lane's allocation scope:
+// allocated now, or by the first Gemm when lazy is set.
+func (l *lane) startBLAS(ws int64, lazy bool) error {
 	a, c := l.d.api, l.d.ctx
 	var err error
 	if l.blas, err = a.BLASCreate(c); err != nil {
@@ -109,22 +111,36 @@ func (l *lane) startBLAS(ws int64) error {
 	if err := a.BLASSetMathMode(c, l.blas, mode); err != nil {
 		return err
 	}
-	// The workspace is set after the stream: cublasSetStream resets it.
-	if ws > 0 {
-		p, err := l.d.mem.AllocIn(ws, l.allocStream(), alloc.Workspace, l.scope)
-		if err != nil {
-			return fmt.Errorf("allocating the cuBLAS workspace: %w", err)
-		}
-		ok, err := a.BLASSetWorkspace(c, l.blas, p, ws)
-		if err != nil || !ok {
-			_ = l.d.mem.Free(p)
-		} else {
-			l.workspace, l.wsBytes = p, ws
-		}
-		if err != nil {
-			return err
-		}
+	l.wsWant = ws
+	if lazy {
+		return nil
 	}
+	return l.setWorkspace()
+}
+
+// setWorkspace gives the cuBLAS handle its workspace, l.wsWant bytes from
+// the lane's allocation scope, if it has none yet; it is set after the
+// stream, because cublasSetStream resets it. When this cuBLAS takes no
+// workspace (before 11.4) none is kept, and cuBLAS uses its own. At Open
+// (the device) or under blasMu (a scope's first Gemm).
+func (l *lane) setWorkspace() error {
+	if l.workspace != 0 || l.wsWant == 0 {
+		return nil
+	}
+	ws := l.wsWant
+	p, err := l.d.mem.AllocIn(ws, l.allocStream(), alloc.Workspace, l.scope)
+	if err != nil {
+		return fmt.Errorf("allocating the cuBLAS workspace: %w", err)
+	}
+	ok, err := l.d.api.BLASSetWorkspace(l.d.ctx, l.blas, p, ws)
+	if err != nil || !ok {
+		_ = l.d.mem.Free(p)
+		if err == nil {
+			l.wsWant = 0 // this cuBLAS has no cublasSetWorkspace
+		}
+		return err
+	}
+	l.workspace, l.wsBytes = p, ws
 	return nil
 }
 
@@ -140,6 +156,7 @@ func (l *lane) releaseBLAS() error {
 		errs = append(errs, l.d.mem.Free(l.workspace))
 		l.workspace, l.wsBytes = 0, 0
 	}
+	l.wsWant = 0
 	return errors.Join(errs...)
 }
 

@@ -195,6 +195,9 @@ func (k kernels) Gemm(a device.Gemm) error {
 	l := k.l
 	l.blasMu.Lock()
 	defer l.blasMu.Unlock()
+	if err := l.setWorkspace(); err != nil {
+		return fmt.Errorf("%s: Gemm: %w", l.name, err)
+	}
 	return l.d.api.BLASGemm(l.d.ctx, l.blas, g)
 }
 

@@ -45,9 +45,10 @@ func (c Config) scopeWorkspace(limit int64) int64 {
 
 // Scope opens a scope on the device: a compute stream, a status word and
 // a cuBLAS handle of its own, in an allocation scope of the device's
-// allocator capped at cfg.Limit bytes. Its cuBLAS workspace (the device's
-// size, at most a sixteenth of the limit) is allocated in it, as
-// alloc.Workspace.
+// allocator capped at cfg.Limit bytes. A new scope holds no memory: its
+// cuBLAS workspace (the device's size, at most a sixteenth of the limit)
+// is allocated in it, as alloc.Workspace, by its first Gemm, whose error
+// an out-of-memory in doing so is.
 func (d *Device) Scope(cfg device.ScopeConfig) (device.Scope, error) {
 	if cfg.Limit < 0 {
 		return nil, fmt.Errorf("%s: scope limit %d is negative: %w", d.name, cfg.Limit, device.ErrShape)
@@ -75,7 +76,7 @@ func (d *Device) Scope(cfg device.ScopeConfig) (device.Scope, error) {
 		d.mu.Lock()
 		d.streams[sid] = s.compute
 		d.mu.Unlock()
-		err = s.lane.startBLAS(d.cfg.scopeWorkspace(cfg.Limit))
+		err = s.lane.startBLAS(d.cfg.scopeWorkspace(cfg.Limit), true)
 	}
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("%s: Scope: %w", s.name, err), s.release())

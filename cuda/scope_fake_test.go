@@ -161,8 +161,20 @@ func TestFakeScopeLimit(t *testing.T) {
 	if b.Limit() != limit || a.Limit() != 0 {
 		t.Errorf("Limit() = %d and %d, want %d and 0", b.Limit(), a.Limit(), limit)
 	}
-	// The scopes' cuBLAS workspaces are theirs, and B's is cut to a
-	// sixteenth of its limit.
+	// A new scope holds nothing; its first Gemm takes its cuBLAS
+	// workspace, in the scope, and B's is cut to a sixteenth of its limit.
+	for _, s := range []*Scope{a, b} {
+		if got := s.MemStats().ReservedBytes[alloc.AllPools].Current; got != 0 {
+			t.Errorf("%s reserves %d bytes when it opens, want 0", s.Name(), got)
+		}
+		x := uploadF32(t, s, []float32{1})
+		if err := s.Kernels().Gemm(device.Gemm{DType: device.Float32, M: 1, N: 1, K: 1, Alpha: 1, A: x, B: x, C: x}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Free(x); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if got := a.MemStats().CategoryBytes[alloc.Workspace].Current; got != defaultBLASWorkspace {
 		t.Errorf("A's workspace bytes = %d, want the device's %d", got, defaultBLASWorkspace)
 	}
@@ -250,12 +262,6 @@ func TestFakeScopeStreamsAndBLAS(t *testing.T) {
 	if got := f.blasHandles - handles; got != 2 {
 		t.Errorf("two scopes made %d cuBLAS handles, want 2", got)
 	}
-	for _, l := range []*lane{&d.lane, &a.lane, &b.lane} {
-		if f.blasStream[l.blas] != l.compute.s || f.blasWorkspace[l.blas] != l.workspace || l.workspace == 0 {
-			t.Errorf("%s's cuBLAS handle is on stream %d with workspace %v, want its compute stream %d and its workspace %v",
-				l.name, f.blasStream[l.blas], f.blasWorkspace[l.blas], l.compute.s, l.workspace)
-		}
-	}
 	if a.blas == b.blas || a.blas == d.blas {
 		t.Error("scopes share a cuBLAS handle")
 	}
@@ -271,6 +277,15 @@ func TestFakeScopeStreamsAndBLAS(t *testing.T) {
 		if f.gemmStreams[i] != want[i] {
 			t.Errorf("GEMM %d ran on stream %d, want %d", i, f.gemmStreams[i], want[i])
 		}
+	}
+	for _, l := range []*lane{&d.lane, &a.lane, &b.lane} {
+		if f.blasStream[l.blas] != l.compute.s || f.blasWorkspace[l.blas] != l.workspace || l.workspace == 0 {
+			t.Errorf("%s's cuBLAS handle is on stream %d with workspace %v, want its compute stream %d and its workspace %v",
+				l.name, f.blasStream[l.blas], f.blasWorkspace[l.blas], l.compute.s, l.workspace)
+		}
+	}
+	if a.workspace == b.workspace || a.workspace == d.workspace {
+		t.Error("scopes share a cuBLAS workspace")
 	}
 	// The allocator streams differ, so no cached block passes between
 	// scopes through the stream key either.
@@ -525,5 +540,39 @@ func TestFakeScopeOpenFails(t *testing.T) {
 	s := openScope(t, d, device.ScopeConfig{Name: "job"})
 	if s.ID() != 2 {
 		t.Errorf("the scope opened after a failure has id %d, want 2 (ids are never reused)", s.ID())
+	}
+}
+
+// TestFakeScopeWorkspaceOutOfMemory checks that a scope whose limit has
+// no room left for its cuBLAS workspace gets the out-of-memory error from
+// its first Gemm, which then runs nothing, and that a Gemm after room was
+// made runs with the workspace.
+func TestFakeScopeWorkspaceOutOfMemory(t *testing.T) {
+	f := newFakeAPI()
+	d := openFake(t, f, Config{})
+	const limit = 2 << 20 // one small-pool segment; a workspace of 128 KiB
+	s := openScope(t, d, device.ScopeConfig{Name: "tiny", Limit: limit})
+	x := uploadF32(t, s, []float32{2})
+	// Fill the segment but 64 KiB, less than the workspace: small-pool
+	// blocks are at most 1 MiB.
+	var fill []device.Buffer
+	for _, n := range []int64{1 << 20, 1<<20 - 64<<10 - 512} {
+		b, err := s.Alloc(n, device.Activations)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill = append(fill, b)
+	}
+	gemm := device.Gemm{DType: device.Float32, M: 1, N: 1, K: 1, Alpha: 1, A: x, B: x, C: x}
+	f.gemms = nil
+	err := s.Kernels().Gemm(gemm)
+	if !errors.Is(err, alloc.ErrOutOfMemory) || !strings.Contains(err.Error(), "cuda:0/tiny: Gemm") || len(f.gemms) != 0 {
+		t.Errorf("Gemm with no room for the workspace = %v after %d GEMMs, want alloc.ErrOutOfMemory naming cuda:0/tiny's Gemm, and none", err, len(f.gemms))
+	}
+	if err := s.Free(fill[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Kernels().Gemm(gemm); err != nil || len(f.gemms) != 1 || s.wsBytes != 128<<10 || f.blasWorkspace[s.blas] != s.workspace {
+		t.Errorf("Gemm after a Free = %v, %d GEMMs, workspace %d bytes; want nil, 1, 128 KiB set on its handle", err, len(f.gemms), s.wsBytes)
 	}
 }
