@@ -54,6 +54,13 @@ type fakeAPI struct {
 	// synchronisations append to statusLog, with their stream.
 	logStatus bool
 	statusLog []string
+	// logOrder makes cuStreamDestroy and cuDevicePrimaryCtxRelease append
+	// to order ("destroy N", "release"); onSync, if set, is called with
+	// the stream at the start of each cuStreamSynchronize, outside the
+	// fake's lock.
+	logOrder bool
+	order    []string
+	onSync   func(s cuStream)
 	// onLaunch, if set, is called with the kernel's name after each
 	// successful launch, outside the fake's lock: a test's way to make
 	// something happen while a kernel method is between launches.
@@ -114,6 +121,9 @@ func (f *fakeAPI) PrimaryCtxRelease(cuDevice) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ctxReleased++
+	if f.logOrder {
+		f.order = append(f.order, "release")
+	}
 	return nil
 }
 
@@ -251,10 +261,19 @@ func (f *fakeAPI) StreamDestroy(_ cuContext, s cuStream) error {
 		return newError("cuStreamDestroy", 400, "")
 	}
 	delete(f.streams, uintptr(s))
+	if f.logOrder {
+		f.order = append(f.order, fmt.Sprintf("destroy %d", s))
+	}
 	return nil
 }
 
 func (f *fakeAPI) StreamSynchronize(_ cuContext, s cuStream) error {
+	f.mu.Lock()
+	hook := f.onSync
+	f.mu.Unlock()
+	if hook != nil {
+		hook(s)
+	}
 	f.log("sync", s)
 	return nil
 }

@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
@@ -18,6 +19,8 @@ type Scope struct {
 	lane
 	id    alloc.Scope
 	limit int64
+
+	closeMu sync.Mutex // held through Close: a second Close (the device's) waits for the first
 }
 
 var _ device.Scope = (*Scope)(nil)
@@ -108,9 +111,11 @@ func (s *Scope) MemStats() alloc.Stats { return s.d.mem.ScopeStats(s.id) }
 // must not be used again). The device and the other scopes are not
 // touched, except that giving segments back to the driver (cuMemFree)
 // waits for the whole context, as it does in any CUDA program. A second
-// Close does nothing.
+// Close, the device's included, waits for the first and does nothing.
 func (s *Scope) Close() error {
 	d := s.d
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
 	if s.closed.Swap(true) {
 		return nil
 	}

@@ -3,8 +3,10 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
@@ -574,5 +576,62 @@ func TestFakeScopeWorkspaceOutOfMemory(t *testing.T) {
 	}
 	if err := s.Kernels().Gemm(gemm); err != nil || len(f.gemms) != 1 || s.wsBytes != 128<<10 || f.blasWorkspace[s.blas] != s.workspace {
 		t.Errorf("Gemm after a Free = %v, %d GEMMs, workspace %d bytes; want nil, 1, 128 KiB set on its handle", err, len(f.gemms), s.wsBytes)
+	}
+}
+
+// TestFakeScopeCloseRace closes a scope and its device at the same time:
+// the device's Close waits for the scope's to finish before it releases
+// the context, and between them they give back everything once (run under
+// -race too).
+func TestFakeScopeCloseRace(t *testing.T) {
+	f := newFakeAPI()
+	d, err := open(f, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openScope(t, d, device.ScopeConfig{})
+	x := uploadF32(t, s, make([]float32, 1<<20))
+	if err := s.Kernels().Gemm(device.Gemm{DType: device.Float32, M: 1, N: 1, K: 1, Alpha: 1, A: x, B: x, C: x}); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := s.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The scope's Close stops at the synchronisation of its stream until
+	// the device's Close has started.
+	inScopeClose, deviceClosing := make(chan struct{}), make(chan struct{})
+	f.mu.Lock()
+	f.logOrder = true
+	f.onSync = func(st cuStream) {
+		if st == cs.(*stream).s {
+			close(inScopeClose)
+			<-deviceClosing
+			time.Sleep(20 * time.Millisecond) // time for a Close that does not wait to release the context
+		}
+	}
+	f.mu.Unlock()
+	scopeStreams := []cuStream{s.statusStream, s.compute.s, cs.(*stream).s}
+	errs := make(chan error, 1)
+	go func() { errs <- s.Close() }()
+	<-inScopeClose
+	close(deviceClosing)
+	if err := d.Close(); err != nil {
+		t.Errorf("device Close beside the scope's: %v", err)
+	}
+	if err := <-errs; err != nil {
+		t.Errorf("scope Close beside the device's: %v", err)
+	}
+	f.mu.Lock()
+	order := f.order
+	f.mu.Unlock()
+	release := slices.Index(order, "release")
+	for _, st := range scopeStreams {
+		if i := slices.Index(order, fmt.Sprintf("destroy %d", st)); i < 0 || i > release {
+			t.Errorf("the scope's stream %d destroyed at %d, the context released at %d (%q): want the scope closed first", st, i, release, order)
+		}
+	}
+	if n := len(f.sizes) + len(f.pinnedSizes) + len(f.streams) + len(f.events) + f.blasHandles; n != 0 {
+		t.Errorf("%d driver objects left after both Closes", n)
 	}
 }
