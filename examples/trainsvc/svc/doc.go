@@ -46,6 +46,10 @@
 // exactly: cancelling at step k and resuming to N gives the weights of an
 // uninterrupted run to N, bit for bit.
 //
+// The API has no authentication and a job reads any file the process may
+// read: serve it to trusted clients only (command trainsvc listens on the
+// loopback by default).
+//
 // # Concurrency
 //
 // A Server's methods and its Handler are safe for concurrent use. Each

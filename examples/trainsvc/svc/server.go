@@ -148,8 +148,8 @@ func sortJobs(jobs []*job) {
 	})
 }
 
-// Submit checks spec, fills its defaults in, saves it as a new job and
-// starts it. The status returned has the job's id. A spec that cannot run
+// Submit checks spec, fills its defaults in (and makes Data absolute),
+// saves it as a new job and starts it. The status returned has the job's id. A spec that cannot run
 // is an error matching ErrInvalid; a draining server's, ErrDraining.
 func (s *Server) Submit(spec Spec) (Status, error) {
 	spec = spec.withDefaults()
@@ -159,6 +159,12 @@ func (s *Server) Submit(spec Spec) (Status, error) {
 	if _, err := os.Stat(spec.Data); err != nil {
 		return Status{}, fmt.Errorf("%w: data: %w", ErrInvalid, err)
 	}
+	// Absolute, so that a server restarted elsewhere finds it.
+	abs, err := filepath.Abs(spec.Data)
+	if err != nil {
+		return Status{}, fmt.Errorf("%w: data: %w", ErrInvalid, err)
+	}
+	spec.Data = abs
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {

@@ -21,7 +21,8 @@ var ErrInvalid = errors.New("trainsvc: invalid job")
 // job's spec.json and GET /jobs/{id} show the spec as it runs.
 type Spec struct {
 	// Data is the training text: a file or a directory tree on the
-	// server's disk, streamed (loader.Open). Required.
+	// server's disk, streamed (loader.Open). Required; Submit makes it
+	// absolute.
 	Data string `json:"data"`
 	// Model is the network trained.
 	Model ModelSpec `json:"model"`
