@@ -67,6 +67,17 @@
 // latest events in a ring (Caching.Trace); package alloc/trace saves them
 // and re-runs them under another policy.
 //
+// # Scopes
+//
+// Jobs sharing a device allocate in scopes of their own (NewScope,
+// AllocIn): a scope's blocks come from segments that serve only it, so
+// ScopeStats is a full Stats of the job's memory, and ScopeReport its
+// report. A scope's limit caps what its segments reserve: past it, the
+// allocator releases the scope's own free segments and asks again, never
+// touching another scope's memory, then fails with an *OutOfMemoryError
+// that names the scope. CloseScope frees what a finished (or failed) job
+// still holds.
+//
 // # Errors
 //
 // Out-of-memory errors match ErrOutOfMemory with errors.Is and are

@@ -166,3 +166,38 @@ func (c *Caching) ScopeReport(scope Scope) Report {
 	c.deviceFigures(&r)
 	return r
 }
+
+// ResetScopePeak sets every peak of scope's figures to its current value,
+// leaving the allocator's and the other scopes' alone.
+func (c *Caching) ResetScopePeak(scope Scope) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sc := c.scopes[scope]; sc != nil && scope != 0 {
+		sc.stats.resetPeak()
+	}
+}
+
+// ResetScopeAccumulated zeroes scope's cumulative figures.
+func (c *Caching) ResetScopeAccumulated(scope Scope) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sc := c.scopes[scope]; sc != nil && scope != 0 {
+		sc.stats.resetAccumulated()
+	}
+}
+
+// EmptyScopeCache is EmptyCache for scope: it gives the scope's cached
+// segments that hold no allocated block back to the Source, and no other
+// scope's.
+func (c *Caching) EmptyScopeCache(scope Scope) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errClosed
+	}
+	sc := c.scopes[scope]
+	if sc == nil || scope == 0 {
+		return nil
+	}
+	return c.releaseCachedBlocks(sc)
+}

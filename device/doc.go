@@ -66,9 +66,20 @@
 // error matching ErrUnavailable; nothing exits or panics for it. Out of
 // memory is alloc.ErrOutOfMemory, with the allocator's figures.
 //
+// # Scopes
+//
+// Several jobs share a device through scopes (NewScope, the Scoper
+// capability of the CPU and CUDA devices): a Scope is a Device of its own,
+// which layers, loaders and trainers run in unchanged, with its own compute
+// and copy streams, its own errors (an index out of range in one job is
+// reported to that job only), its own memory figures and an optional
+// memory limit in the shared caching allocator, and a Close that gives
+// back everything it holds. scope.go says exactly what is isolated and what
+// stays shared.
+//
 // # Concurrency
 //
-// Devices, streams and events are safe for concurrent use.
+// Devices, scopes, streams and events are safe for concurrent use.
 //
 // Example (CPU device, C = A·B for 2×2 matrices):
 //

@@ -434,7 +434,7 @@ func ClassifierFromCheckpoint(d device.Device, ck *train.Checkpoint) (*Classifie
 	}
 	m, err := NewClassifier(d, cfg, tv, lv, 0)
 	if err != nil {
-		return nil, bad("%v", err)
+		return nil, built(ck, err)
 	}
 	if err := ck.LoadWeights(d, m.Groups()); err != nil {
 		return nil, errors.Join(err, m.Close())

@@ -88,13 +88,13 @@ func FitBatch(ctx context.Context, d device.Device, spec MemorySpec, cfg FitConf
 	if limit == 0 {
 		limit = deviceLimit(d)
 	}
-	a, _ := d.(device.Allocator)
-	if a != nil {
+	m, measured := memoryOf(d)
+	if measured {
 		// The run's figures start after the search: its trials' peaks,
 		// allocations and out-of-memory errors are not the run's.
 		defer func() {
-			a.Memory().ResetPeak()
-			a.Memory().ResetAccumulated()
+			m.resetPeak()
+			m.resetAccumulated()
 		}()
 	}
 	start, hint := time.Now(), 0
@@ -108,18 +108,18 @@ func FitBatch(ctx context.Context, d device.Device, spec MemorySpec, cfg FitConf
 		hint = planned.Spec.Batch
 	}
 	res, err := fit(spec, cfg, limit, hint, func(s MemorySpec) (int64, error) {
-		if a != nil {
-			if err := a.Memory().EmptyCache(); err != nil {
+		if measured {
+			if err := m.emptyCache(); err != nil {
 				return 0, err
 			}
-			a.Memory().ResetPeak()
+			m.resetPeak()
 		}
 		_, err := runSpec(ctx, d, s, nil)
-		if a == nil {
+		if !measured {
 			return 0, err
 		}
-		peak := a.Memory().Stats().ReservedBytes[alloc.AllPools].Peak
-		return peak, errors.Join(err, a.Memory().EmptyCache())
+		peak := d.MemStats().ReservedBytes[alloc.AllPools].Peak
+		return peak, errors.Join(err, m.emptyCache())
 	})
 	res.Elapsed = time.Since(start) // the planned search's time included
 	return res, err
@@ -175,6 +175,37 @@ func EpochBatch(ctx context.Context, target meta.Config, spec MemorySpec, cfg Fi
 
 // deviceLimit is the memory a run on d may reserve: the allocator's limit,
 // else what is free plus what the allocator holds.
+// memory is what FitBatch does to the memory figures between trials: the
+// device's, or only a scope's, so that a job's search leaves its
+// neighbours' cache and peaks alone.
+type memory struct {
+	resetPeak, resetAccumulated func()
+	emptyCache                  func() error
+}
+
+// memoryOf returns d's memory operations; false for a device (or a scope
+// of one) without the Allocator capability.
+func memoryOf(d device.Device) (memory, bool) {
+	if s, ok := d.(device.Scope); ok {
+		a, ok := s.Parent().(device.Allocator)
+		if !ok {
+			return memory{}, false
+		}
+		c, id := a.Memory(), s.ID()
+		return memory{
+			resetPeak:        func() { c.ResetScopePeak(id) },
+			resetAccumulated: func() { c.ResetScopeAccumulated(id) },
+			emptyCache:       func() error { return c.EmptyScopeCache(id) },
+		}, true
+	}
+	a, ok := d.(device.Allocator)
+	if !ok {
+		return memory{}, false
+	}
+	c := a.Memory()
+	return memory{resetPeak: c.ResetPeak, resetAccumulated: c.ResetAccumulated, emptyCache: c.EmptyCache}, true
+}
+
 func deviceLimit(d device.Device) int64 {
 	r, ok := device.MemoryReport(d)
 	if !ok {

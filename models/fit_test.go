@@ -294,3 +294,62 @@ func TestEpochBatch(t *testing.T) {
 		t.Errorf("without lengths: batch %d, %v; want the trials' %d", again.Spec.Batch, err, steps.Spec.Batch)
 	}
 }
+
+// TestFitBatchInScope runs the search in a job's scope held to a limit,
+// beside another job's scope that holds memory and cache: it finds the
+// batch the same search finds on a device of that size, and leaves the
+// neighbour's memory, cache and peaks as they were.
+func TestFitBatchInScope(t *testing.T) {
+	ctx := context.Background()
+	const limit = 64 << 20
+	want, err := FitBatch(ctx, openLimited(t, limit), fitSpec(), FitConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := cpu.Open(cpu.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	other, err := device.NewScope(d, device.ScopeConfig{Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := other.Alloc(3<<20, device.Parameters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached, err := other.Alloc(12<<20, device.Activations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Free(cached); err != nil {
+		t.Fatal(err)
+	}
+	before := other.MemStats()
+	job, err := device.NewScope(d, device.ScopeConfig{Name: "job", Limit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := FitBatch(ctx, job, fitSpec(), FitConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Limit != limit || got.Spec.Batch != want.Spec.Batch || got.PeakReserved != want.PeakReserved {
+		t.Errorf("in the scope: batch %d, peak %d, limit %d; on a device of 64 MiB: batch %d, peak %d",
+			got.Spec.Batch, got.PeakReserved, got.Limit, want.Spec.Batch, want.PeakReserved)
+	}
+	after := other.MemStats()
+	if after.ReservedBytes != before.ReservedBytes || after.AllocatedBytes != before.AllocatedBytes || after.OOMs != 0 {
+		t.Errorf("the neighbour's memory changed during the search: reserved %d -> %d, allocated %d -> %d",
+			before.ReservedBytes[alloc.AllPools].Current, after.ReservedBytes[alloc.AllPools].Current,
+			before.AllocatedBytes[alloc.AllPools].Current, after.AllocatedBytes[alloc.AllPools].Current)
+	}
+	if st := job.MemStats(); st.ReservedBytes[alloc.AllPools].Current != 0 || st.AllocatedBytes[alloc.AllPools].Peak != 0 {
+		t.Errorf("the job's scope after the search: %d reserved, peak %d; want its cache empty and its peaks reset",
+			st.ReservedBytes[alloc.AllPools].Current, st.AllocatedBytes[alloc.AllPools].Peak)
+	}
+	if err := errors.Join(other.Free(held), job.Close(), other.Close()); err != nil {
+		t.Fatal(err)
+	}
+}

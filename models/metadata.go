@@ -2,10 +2,13 @@ package models
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/train"
 )
 
@@ -19,6 +22,19 @@ type metaPart struct {
 // mismatch is an error wrapping train.ErrMismatch about ck's path.
 func mismatch(ck *train.Checkpoint, format string, args ...any) error {
 	return fmt.Errorf("models: %s: %w: %s", ck.Path(), train.ErrMismatch, fmt.Sprintf(format, args...))
+}
+
+// built is the error of building the model a checkpoint describes: a
+// failure of the device (out of memory, a closed device) passes as it is,
+// anything else the constructor refused (a config, a vocabulary) is the
+// file's, an error wrapping train.ErrMismatch.
+func built(ck *train.Checkpoint, err error) error {
+	for _, dev := range []error{alloc.ErrOutOfMemory, device.ErrClosed, device.ErrUnavailable} {
+		if errors.Is(err, dev) {
+			return fmt.Errorf("models: %s: %w", ck.Path(), err)
+		}
+	}
+	return mismatch(ck, "%v", err)
 }
 
 // decodeMetadata checks that ck's metadata holds "format" equal to format

@@ -487,7 +487,7 @@ func TaggerFromCheckpoint(d device.Device, ck *train.Checkpoint) (*Tagger, error
 	}
 	m, err := NewTaggerChars(d, cfg, wv, cv, tv, 0)
 	if err != nil {
-		return nil, bad("%v", err)
+		return nil, built(ck, err)
 	}
 	if err := ck.LoadWeights(d, m.Groups()); err != nil {
 		return nil, errors.Join(err, m.Close())

@@ -333,3 +333,66 @@ func TestReleaseWaitsForWork(t *testing.T) {
 		t.Errorf("reserved %d bytes after EmptyCache, want the 64 MiB segment released", r)
 	}
 }
+
+// TestScopeStreamsAreIndependent holds one scope's compute stream behind an
+// event that cannot complete, and shows that another scope's and the
+// device's work still run to the end: no job queues behind another.
+func TestScopeStreamsAreIndependent(t *testing.T) {
+	d := open(t, Config{})
+	sa, err := d.Scope(device.ScopeConfig{Name: "held"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := d.Scope(device.ScopeConfig{Name: "free"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := sa.(*Scope)
+	hold := &stream{dev: d, ln: &a.lane, exited: make(chan struct{})}
+	hold.queued.Store(1)
+	hold.notEmpty.L, hold.notFull.L, hold.progress.L = &hold.mu, &hold.mu, &hold.mu
+	if _, err := a.compute.enqueue(func(c *cmd) { c.op, c.wait = opWait, event{s: hold, seq: 1} }); err != nil {
+		t.Fatal(err)
+	}
+	xa, err := a.Alloc(16, device.Workspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Kernels().Fill(device.Fill{DType: device.Float32, N: 4, X: xa, Value: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, dev := range []device.Device{sb, d} {
+		x, err := dev.Alloc(16, device.Workspace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.Kernels().Fill(device.Fill{DType: device.Float32, N: 4, X: x, Value: 2}); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, 4)
+		if err := device.DownloadSlice(dev, got, x); err != nil { // would hang if it queued behind the held scope
+			t.Fatal(err)
+		}
+		if got[3] != 2 {
+			t.Errorf("%s: got %v, want 2s", dev.Name(), got)
+		}
+	}
+	ev, err := a.Stream().Record()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done, _ := ev.Done(); done {
+		t.Fatal("the held scope's work ran")
+	}
+	hold.mu.Lock()
+	hold.done.Store(1)
+	hold.progress.Broadcast()
+	hold.mu.Unlock()
+	got := make([]float32, 4)
+	if err := device.DownloadSlice(a, got, xa); err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != 1 {
+		t.Errorf("the held scope's fill after release: %v, want 1s", got)
+	}
+}

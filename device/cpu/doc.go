@@ -30,8 +30,16 @@
 // reductions combine per-part float64 partial sums in a fixed order, so
 // results do not depend on scheduling.
 //
+// # Scopes
+//
+// Device.Scope opens a Scope (device.Scope): a lane of its own beside the
+// device's, with its own compute stream goroutine, streams, errors and
+// allocation scope of the shared caching allocator. The scopes' kernels
+// share the device's thread team; releasing a cached segment waits for
+// every stream, the scopes' included.
+//
 // # Concurrency
 //
-// The device is safe for concurrent use. Kernels queued from several
+// The device and its scopes are safe for concurrent use. Kernels queued from several
 // goroutines run in the order their calls returned.
 package cpu

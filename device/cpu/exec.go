@@ -43,27 +43,27 @@ func (s *stream) exec(c *cmd) error {
 	case opGatherSeq:
 		a := &c.gather
 		p.split(wg, c, a.T*a.B, a.Cols, pick(a.DType, gatherSeqPart[float32], gatherSeqPart[float64]))
-		return badIndex(c, "GatherSeq: index", a.Index, a.B, a.B)
+		return badIndex(s, c, "GatherSeq: index", a.Index, a.B, a.B)
 	case opSeqPool:
 		a := &c.pool
 		p.split(wg, c, a.B, max(a.T, 1)*a.Cols, pick(a.DType, seqPoolPart[float32], seqPoolPart[float64]))
 	case opSeqPoolGrad:
 		a := &c.poolGrad
 		p.split(wg, c, a.T*a.B, a.Cols, pick(a.DType, seqPoolGradPart[float32], seqPoolGradPart[float64]))
-		return badArgMax(c)
+		return badArgMax(s, c)
 	case opEmbedding:
 		a := &c.emb
 		p.split(wg, c, a.N, a.Dim, pick(a.DType, embeddingPart[float32], embeddingPart[float64]))
-		return badIndex(c, "Embedding: id", a.IDs, a.N, a.Vocab)
+		return badIndex(s, c, "Embedding: id", a.IDs, a.N, a.Vocab)
 	case opEmbeddingGrad:
 		a := &c.embGrad
 		p.split(wg, c, a.Dim, a.N, pick(a.DType, embeddingGradPart[float32], embeddingGradPart[float64]))
-		return badIndex(c, "EmbeddingGrad: id", a.IDs, a.N, a.Vocab)
+		return badIndex(s, c, "EmbeddingGrad: id", a.IDs, a.N, a.Vocab)
 	case opSoftmaxCrossEntropy:
 		a := &c.sce
 		p.split(wg, c, a.N, 2*a.Classes, pick(a.DType, sceePart[float32], sceePart[float64]))
 		store(a.DType, a.Loss, sumPartials(c), a.Accumulate)
-		return badIndex(c, "SoftmaxCrossEntropy: target", a.Targets, a.N, a.Classes)
+		return badIndex(s, c, "SoftmaxCrossEntropy: target", a.Targets, a.N, a.Classes)
 	case opSoftmax:
 		a := &c.softmax
 		p.split(wg, c, a.N, 2*a.Classes, pick(a.DType, softmaxPart[float32], softmaxPart[float64]))
@@ -151,20 +151,21 @@ func sumPartials(c *cmd) float64 {
 }
 
 // badIndex reports the first out-of-range index the parts of c found, as
-// the stream error of kernel; ids holds the n indices, valid in [0, limit).
-func badIndex(c *cmd, what string, ids device.Buffer, n, limit int) error {
+// the error of stream s (named after its device or scope); ids holds the n
+// indices, valid in [0, limit).
+func badIndex(s *stream, c *cmd, what string, ids device.Buffer, n, limit int) error {
 	for i := range c.parts {
 		if j := c.bad[i]; j >= 0 {
-			return fmt.Errorf("cpu: %s %d at position %d is outside [0, %d): %w",
-				what, elems[int32](ids, n)[j], j, limit, device.ErrIndex)
+			return fmt.Errorf("%s: %s %d at position %d is outside [0, %d): %w",
+				s.ln.owner.Name(), what, elems[int32](ids, n)[j], j, limit, device.ErrIndex)
 		}
 	}
 	return nil
 }
 
 // badArgMax reports the first ArgMax step outside its sequence that the
-// parts of SeqPoolGrad c found.
-func badArgMax(c *cmd) error {
+// parts of SeqPoolGrad c found, as the error of stream s.
+func badArgMax(s *stream, c *cmd) error {
 	a := &c.poolGrad
 	for i := range c.parts {
 		if j := c.bad[i]; j >= 0 {
@@ -173,8 +174,8 @@ func badArgMax(c *cmd) error {
 			if !a.Lengths.IsZero() {
 				n = max(0, min(int(elems[int32](a.Lengths, a.B)[b]), a.T))
 			}
-			return fmt.Errorf("cpu: SeqPoolGrad: ArgMax step %d of sequence %d, column %d, is outside its %d steps: %w",
-				elems[int32](a.ArgMax, a.B*a.Cols)[j], b, j%a.Cols, n, device.ErrIndex)
+			return fmt.Errorf("%s: SeqPoolGrad: ArgMax step %d of sequence %d, column %d, is outside its %d steps: %w",
+				s.ln.owner.Name(), elems[int32](a.ArgMax, a.B*a.Cols)[j], b, j%a.Cols, n, device.ErrIndex)
 		}
 	}
 	return nil
