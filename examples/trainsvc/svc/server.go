@@ -102,6 +102,12 @@ func New(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o777); err != nil {
 		return nil, fmt.Errorf("trainsvc: state directory: %w", err)
 	}
+	// Absolute, as the checkpoint paths of the statuses are.
+	dir, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("trainsvc: state directory: %w", err)
+	}
+	cfg.StateDir = dir
 	jobs, next, err := loadJobs(cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -353,6 +359,9 @@ func (s *Server) job(id string) (*job, error) {
 func (j *job) status() Status {
 	st := j.st
 	st.Memory = maps.Clone(j.st.Memory)
+	if st.Memory == nil {
+		st.Memory = map[string]int64{} // {} in JSON before the first step
+	}
 	st.Err = j.err
 	return st
 }
