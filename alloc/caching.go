@@ -797,6 +797,7 @@ func (c *Caching) oom(requested, allocSize int64, s Stream, cat Category, sc *sc
 	e.Fragmentation = fragmentation(e.LargestCached, free)
 	if sc != nil {
 		sc.stats.OOMs++
+		e.Categories = sc.stats.CategoryBytes.currents() // the job's, not its neighbours'
 		e.Scope = sc.describe()
 		e.ScopeLimit = sc.limit
 		e.ScopeAllocated = sc.stats.AllocatedBytes[AllPools].Current

@@ -40,7 +40,8 @@ type OutOfMemoryError struct {
 	AllocSize int64  // bytes the allocator tried to get: the segment size, or the block size if none was needed
 	Stream    Stream // the stream the request was made on
 	// Category is what the request was for; Categories the bytes each
-	// category held when it failed.
+	// category held when it failed (the scope's, for a request in a
+	// scope).
 	Category   Category
 	Categories [NumCategories]int64
 
@@ -87,7 +88,9 @@ func (e *OutOfMemoryError) Error() string {
 	if e.Category != Other {
 		fmt.Fprintf(&b, "; the request was for %s", e.Category)
 	}
-	if held := e.held(); held != "" {
+	if held := e.held(); held != "" && e.Scope != "" {
+		fmt.Fprintf(&b, "; %s's allocations by category: %s", e.Scope, held)
+	} else if held != "" {
 		b.WriteString("; allocated by category: ")
 		b.WriteString(held)
 	}

@@ -57,7 +57,10 @@ func TestScopeLimit(t *testing.T) {
 		t.Errorf("the error's scope figures: refused %v, scope %q, limit %d, reserved %d; want true, job-b, 64 MiB, 64 MiB",
 			oom.ScopeRefused, oom.Scope, oom.ScopeLimit, oom.ScopeReserved)
 	}
-	for _, want := range []string{"job-b holds", "of its limit of 64.00 MiB", "The limit of job-b is what binds"} {
+	if got := oom.Categories[alloc.Activations]; got != 64*mib {
+		t.Errorf("the error's activations: %d MiB, want B's own 64 (not A's too)", got/mib)
+	}
+	for _, want := range []string{"job-b holds", "of its limit of 64.00 MiB", "The limit of job-b is what binds", "job-b's allocations by category: activations 64.00 MiB"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the message lacks %q:\n%v", want, err)
 		}
