@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/devices"
 	"github.com/gocurrent/gocurrent/examples/trainsvc/svc"
 )
@@ -47,9 +48,12 @@ func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	// The CUDA libraries, when they are not on the loader's path: as the
+	// char-RNN example takes them.
+	gpu := cuda.Config{DriverLibrary: os.Getenv("GOCURRENT_CUDA_DRIVER"), BLASLibrary: os.Getenv("GOCURRENT_CUBLAS")}
 	ln, err := net.Listen("tcp", *addr)
 	if err == nil {
-		err = run(ctx, stop, ln, *state, *dev, log)
+		err = run(ctx, stop, ln, *state, *dev, gpu, log)
 	}
 	if err != nil {
 		log.Error(err.Error())
@@ -60,9 +64,9 @@ func main() {
 // run serves on ln until ctx is cancelled (a signal), then drains the
 // jobs and shuts the HTTP server down. stop restores the signals' default action
 // once the first has arrived, so a second one kills the process.
-func run(ctx context.Context, stop func(), ln net.Listener, state, dev string, log *slog.Logger) (err error) {
+func run(ctx context.Context, stop func(), ln net.Listener, state, dev string, gpu cuda.Config, log *slog.Logger) (err error) {
 	defer ln.Close() // Serve closes it too; before Serve, this does
-	d, err := devices.Open(dev, devices.Config{})
+	d, err := devices.Open(dev, devices.Config{CUDA: gpu})
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ func TestSIGTERMDrains(t *testing.T) {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		done := make(chan error, 1)
 		go func() {
-			done <- run(ctx, stop, ln, state, testdevice.Spec(t), slog.New(slog.NewTextHandler(t.Output(), nil)))
+			done <- run(ctx, stop, ln, state, testdevice.Spec(t), testdevice.CUDAConfig(t), slog.New(slog.NewTextHandler(t.Output(), nil)))
 		}()
 
 		var st svc.Status

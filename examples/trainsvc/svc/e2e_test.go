@@ -21,7 +21,7 @@ import (
 // each in its scope: the healthy job again, the healthy job cancelled at
 // step 5 and resumed, one with bad data (a model vocabulary smaller than
 // the data's, so token ids out of its range), one that diverges (SGD at
-// a rate of 1e30) with skipping on, and one over its memory limit. The
+// a rate of 1e38) with skipping on, and one over its memory limit. The
 // healthy jobs must end with the reference's weights bit for bit, each
 // broken job must fail with its own error, and nothing may leak.
 func TestEndToEnd(t *testing.T) {
@@ -67,7 +67,7 @@ func TestEndToEnd(t *testing.T) {
 			})
 			bad, nan, over := spec, spec, spec
 			bad.Model.Vocab = 4
-			nan.Optimizer, nan.LR, nan.Clip, nan.SkipNonFinite, nan.MaxSkips = "sgd", 1e30, 0, true, 3
+			nan.Optimizer, nan.LR, nan.Clip, nan.SkipNonFinite, nan.MaxSkips = "sgd", 1e38, 0, true, 3
 			over.MemoryLimit = 64 << 10
 			ids := map[string]string{}
 			for _, job := range []struct {
