@@ -44,8 +44,10 @@
 // changes nothing: the carried state is copied aside when a step begins and
 // put back, the parameters and optimizer state are only written by the
 // update, and the position moves only when the step completes. With
-// Config.SkipNonFinite a non-finite step is skipped (its data consumed) and
-// counted instead of ending the run.
+// Config.SkipNonFinite a non-finite step is skipped (its data consumed),
+// counted and reported to OnStep (Progress.NonFinite set) instead of ending
+// the run, until Config.MaxSkips steps in a row have been (100 by
+// default): then the run ends with the last one's *NonFiniteError.
 //
 // # Checkpoints
 //
@@ -71,7 +73,8 @@
 // Config.Checkpoint is set and returns an error wrapping ctx.Err(). OnStep
 // and OnEval run on Run's goroutine after the step's figures are known
 // (Progress: loss, gradient norm, rate, tokens/s, data-wait fraction,
-// allocator figures).
+// allocator figures); OnStep after a skipped step too, which its
+// Progress.NonFinite tells from a step taken.
 //
 // # Example
 //

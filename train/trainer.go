@@ -65,8 +65,9 @@ type Config struct {
 	CheckpointEvery int64
 	Metadata        map[string]string
 
-	// OnStep is called after every optimizer step and OnEval after every
-	// validation, on the goroutine that called Run.
+	// OnStep is called after every optimizer step, and after every step
+	// SkipNonFinite skipped (Progress.NonFinite set), and OnEval after
+	// every validation, on the goroutine that called Run.
 	OnStep func(Progress)
 	OnEval func(Evaluation)
 	// Logger receives diagnostics (checkpoints written, skipped steps);
@@ -98,21 +99,35 @@ const (
 	WarmUpOff
 )
 
-// Progress describes the trainer after an optimizer step.
+// Progress describes the trainer after an optimizer step, or after a step
+// Config.SkipNonFinite skipped: NonFinite tells them apart.
 type Progress struct {
 	// Step is the number of optimizer steps taken, and Steps the target
-	// (0 when the loader's epochs decide).
+	// (0 when the loader's epochs decide). A skipped step is not one of
+	// them: its Progress has the Step of the step before it.
 	Step, Steps int64
-	// Position is where in the data the next step starts.
+	// Position is where in the data the next step starts (after a
+	// skipped step too: its data is consumed).
 	Position loader.Position
 	// Loss is the step's mean cross-entropy in nats per token.
 	Loss float64
 	// GradNorm is the gradient's global L2 norm before clipping.
 	GradNorm float64
-	// LR is the learning rate the step used.
+	// LR is the learning rate the step used, or for a skipped step would
+	// have used.
 	LR float64
-	// Skipped counts the steps skipped for a non-finite loss or gradient.
+	// Skipped counts the steps skipped for a non-finite loss or gradient,
+	// the reported one included.
 	Skipped int64
+	// NonFinite is nil when the step was taken. When it was skipped, it
+	// is the step's error (its Step is the skipped step's number,
+	// Progress.Step+1), Loss and GradNorm are its values (one of them NaN
+	// or infinite), and nothing of it was applied: a loss curve or a
+	// count of steps leaves it out.
+	NonFinite *NonFiniteError
+	// SkippedInARow is the number of steps skipped in a row up to this
+	// one (what Config.MaxSkips bounds); 0 after a step taken.
+	SkippedInARow int64
 	// Tokens is the number of tokens trained on in this run, Elapsed the
 	// run's wall time, TokensPerSecond their ratio.
 	Tokens          int64
@@ -366,13 +381,14 @@ func (t *Trainer) steps(ctx context.Context, r *run) error {
 		if err != nil {
 			return err
 		}
-		if p == nil { // skipped
+		t.report(r, &p)
+		if p.NonFinite != nil {
 			if err := t.afterSkip(ctx); err != nil {
 				return err
 			}
 			continue
 		}
-		done, err := t.afterStep(ctx, r, p)
+		done, err := t.afterStep(ctx, r)
 		if err != nil {
 			return err
 		}
@@ -399,18 +415,27 @@ func (t *Trainer) feed(r *run, b micro, inStep bool) (bool, error) {
 	return true, t.microBatch(b)
 }
 
-// afterStep completes p's figures and reports them, then validates and
-// checkpoints when they are due. It returns whether the run reached its
-// target, and an error when ctx was cancelled.
-func (t *Trainer) afterStep(ctx context.Context, r *run, p *Progress) (done bool, err error) {
+// report completes the figures of a step taken or skipped, keeps a taken
+// step's loss for the summary, and calls OnStep.
+func (t *Trainer) report(r *run, p *Progress) {
 	elapsed := time.Since(r.start)
 	p.Tokens, p.Elapsed = r.tokens, elapsed
 	p.TokensPerSecond = float64(r.tokens) / elapsed.Seconds()
 	p.DataWait = float64(t.src.wait()-r.wait0) / float64(elapsed)
-	r.sum.Loss, r.sum.Tokens = p.Loss, r.tokens
+	p.Skipped, p.SkippedInARow, p.Memory = t.skipped, t.skipRun, t.dev.MemStats()
+	r.sum.Tokens = r.tokens
+	if p.NonFinite == nil {
+		r.sum.Loss = p.Loss
+	}
 	if t.cfg.OnStep != nil {
 		t.cfg.OnStep(*p)
 	}
+}
+
+// afterStep validates and checkpoints after a step taken when they are
+// due. It returns whether the run reached its target, and an error when
+// ctx was cancelled.
+func (t *Trainer) afterStep(ctx context.Context, r *run) (done bool, err error) {
 	if t.src.hasValidation() && t.cfg.EvalEvery > 0 && t.step%t.cfg.EvalEvery == 0 {
 		ev, err := t.validate(ctx)
 		if err != nil {
@@ -542,8 +567,9 @@ func (t *Trainer) microBatch(b micro) error {
 }
 
 // endStep checks the loss and the gradient, clips and updates. It returns
-// nil Progress for a skipped step.
-func (t *Trainer) endStep(next loader.Position) (*Progress, error) {
+// the step's Progress, NonFinite set for a skipped step, for report to
+// complete.
+func (t *Trainer) endStep(next loader.Position) (Progress, error) {
 	// A source whose micro-batches add sums (sequences) makes them the
 	// step's mean here: the norm and loss by scale, the gradient in clip.
 	scale := t.src.scale()
@@ -553,39 +579,39 @@ func (t *Trainer) endStep(next loader.Position) (*Progress, error) {
 		loss, err = t.ce.Loss()
 	}
 	norm, loss = norm*scale, loss*scale
+	lr := t.cfg.Schedule.Rate(t.cfg.Optimizer.LR, t.step, t.cfg.Steps)
 	if err == nil && (!finite(loss) || !finite(norm)) {
-		err = &NonFiniteError{Step: t.step + 1, Loss: loss, GradNorm: norm}
+		nf := &NonFiniteError{Step: t.step + 1, Loss: loss, GradNorm: norm}
+		err = nf
 		if t.cfg.SkipNonFinite {
 			if err := t.rollBack(); err != nil {
-				return nil, err
+				return Progress{}, err
 			}
 			t.skipped++
 			t.skipRun++
-			t.lastSkip = err
+			t.lastSkip = nf
 			t.pos = next
 			if t.cfg.Logger != nil && t.skipRun&(t.skipRun-1) == 0 {
 				// The 1st, 2nd, 4th, 8th... skip of a run of them: a run
 				// that diverged for good logs a few lines, not one a step.
-				t.cfg.Logger.Warn("train: skipped a step", "error", err, "skipped", t.skipped, "in_a_row", t.skipRun)
+				t.cfg.Logger.Warn("train: skipped a step", "error", nf, "skipped", t.skipped, "in_a_row", t.skipRun)
 			}
-			return nil, nil
+			return Progress{Step: t.step, Steps: t.cfg.Steps, Position: next, Loss: loss, GradNorm: norm, LR: lr, NonFinite: nf}, nil
 		}
 	}
 	if err == nil {
 		err = t.clip(norm, scale)
 	}
-	lr := t.cfg.Schedule.Rate(t.cfg.Optimizer.LR, t.step, t.cfg.Steps)
 	if err == nil {
 		err = t.opt.step(t.dev, t.groups, lr, int(t.step+1))
 	}
 	if err != nil {
-		return nil, errors.Join(err, t.rollBack())
+		return Progress{}, errors.Join(err, t.rollBack())
 	}
 	t.step++
 	t.skipRun = 0
 	t.pos = next
-	return &Progress{Step: t.step, Steps: t.cfg.Steps, Position: next, Loss: loss, GradNorm: norm, LR: lr,
-		Skipped: t.skipped, Memory: t.dev.MemStats()}, nil
+	return Progress{Step: t.step, Steps: t.cfg.Steps, Position: next, Loss: loss, GradNorm: norm, LR: lr}, nil
 }
 
 // gradNorm is the global L2 norm of every gradient.
