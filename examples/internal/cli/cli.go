@@ -49,6 +49,21 @@ func (p *Printer) Emit(event any, text string) {
 	io.WriteString(p.W, text)
 }
 
+// Number is a float64 that JSON writes as null when it is NaN or infinite:
+// JSON has no such numbers, encoding/json refuses them, and an event
+// holding one (the loss of a skipped step, of a run that took no step)
+// would print as an error instead.
+type Number float64
+
+// MarshalJSON writes n, or null when it is not finite.
+func (n Number) MarshalJSON() ([]byte, error) {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(f)
+}
+
 // FlagCheck collects the first bad flag of a command: each check names
 // the flag and its value, and Err wraps ErrUsage.
 type FlagCheck struct{ Err error }
