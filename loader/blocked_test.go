@@ -1,0 +1,222 @@
+package loader_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/loader"
+)
+
+// stallReader is an io.ReaderAt over data whose reads, once stall is
+// called, block until release: data that does not come (a reader waiting
+// on a pipe, a stalled network filesystem).
+type stallReader struct {
+	data     []byte
+	stalled  atomic.Bool
+	blocked  chan struct{} // a read has blocked
+	released chan struct{}
+	once     sync.Once
+}
+
+func newStallReader(data []byte) *stallReader {
+	return &stallReader{data: data, blocked: make(chan struct{}, 1), released: make(chan struct{})}
+}
+
+func (r *stallReader) stall()   { r.stalled.Store(true) }
+func (r *stallReader) release() { r.once.Do(func() { close(r.released) }) }
+
+func (r *stallReader) ReadAt(p []byte, off int64) (int, error) {
+	if r.stalled.Load() {
+		select {
+		case r.blocked <- struct{}{}:
+		default:
+		}
+		<-r.released
+	}
+	return bytes.NewReader(r.data).ReadAt(p, off)
+}
+
+// hangLimit is how long a test waits for what must not hang: far beyond
+// what the work takes, so only a hang reaches it.
+const hangLimit = 30 * time.Second
+
+// stallLoader is a loader over a stallReader, as a test of blocked reads
+// sees it: its batches as host copies of their tokens, and Close.
+type stallLoader struct {
+	batches func(ctx context.Context) iter.Seq2[[]int32, error]
+	close   func() error
+}
+
+// TestBlockedRead: a cancelled ctx, or Close, ends an iteration whose
+// producer is blocked reading the data, at once rather than when the read
+// returns, with ctx's error or ErrClosed; Close returns; the producer left
+// in the read returns when it does, leaving no goroutine behind, and
+// touches nothing of the loader's: a later iteration delivers the same
+// batches as before. Before, the iteration's end waited for the read, and
+// a read that never returned held the consumer (and a training run) for
+// ever. For the char-RNN's Loader (a Text over a Corpus) and the
+// SeqLoader (a Dataset).
+func TestBlockedRead(t *testing.T) {
+	d := openDevice(t)
+	kinds := []struct {
+		name string
+		open func(t *testing.T, r *stallReader) stallLoader
+	}{
+		{"Loader", func(t *testing.T, r *stallReader) stallLoader { return textLoader(t, d, r) }},
+		{"SeqLoader", func(t *testing.T, r *stallReader) stallLoader { return seqLoader(t, d, r) }},
+	}
+	for _, kind := range kinds {
+		for _, how := range []string{"cancel", "close"} {
+			t.Run(kind.name+"/"+how, func(t *testing.T) {
+				r := newStallReader(nil)
+				l := kind.open(t, r)
+				defer r.release()
+				ref := collectHost(t, l, 6)
+				before := runtime.NumGoroutine() // the device's and the loader's copy stream included
+
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				stop := cancel
+				var closeErr error
+				closed := make(chan struct{})
+				if how == "close" {
+					stop = func() { closeErr = l.close(); close(closed) }
+				}
+				ended := make(chan error, 1)
+				go func() {
+					var last error
+					n := 0
+					for _, err := range l.batches(ctx) {
+						if err != nil {
+							last = err
+							break
+						}
+						if n++; n == 2 {
+							r.stall()
+							go func() { <-r.blocked; stop() }()
+						}
+					}
+					ended <- last
+				}()
+				var last error
+				select {
+				case last = <-ended:
+				case <-time.After(hangLimit):
+					t.Fatalf("the iteration did not end within %v of a %s while its producer was blocked in a read", hangLimit, how)
+				}
+				want := context.Canceled
+				if how == "close" {
+					want = loader.ErrClosed
+					select {
+					case <-closed:
+					case <-time.After(hangLimit):
+						t.Fatalf("Close did not return within %v while the producer was blocked in a read", hangLimit)
+					}
+					if closeErr != nil {
+						t.Errorf("Close: %v", closeErr)
+					}
+				}
+				if !errors.Is(last, want) {
+					t.Errorf("the iteration ended with %v, want %v", last, want)
+				}
+				r.stalled.Store(false)
+				r.release()
+				if how == "cancel" {
+					// The producer left in the read wrote nothing into the
+					// ring the next iteration uses.
+					if again := collectHost(t, l, 6); !slices.EqualFunc(again, ref, slices.Equal) {
+						t.Errorf("after the blocked read returned, the batches differ from before it")
+					}
+					must(t, l.close())
+				}
+				goroutines(t, before)
+			})
+		}
+	}
+}
+
+// collectHost is the first n batches of l's iteration from the start.
+func collectHost(t *testing.T, l stallLoader, n int) [][]int32 {
+	t.Helper()
+	var out [][]int32
+	for b, err := range l.batches(context.Background()) {
+		must(t, err)
+		if out = append(out, b); len(out) == n {
+			break
+		}
+	}
+	if len(out) != n {
+		t.Fatalf("%d batches, want %d", len(out), n)
+	}
+	return out
+}
+
+// textLoader is a Loader over a text read from r, given the text's bytes.
+func textLoader(t *testing.T, d device.Device, r *stallReader) stallLoader {
+	r.data = []byte(randomText(5, 4000))
+	text, err := loader.Tokenize(context.Background(), loader.NewCorpus(r, int64(len(r.data)), "stall"), loader.TokenizeConfig{})
+	must(t, err)
+	l, err := loader.New(d, text, loader.Config{Batch: 2, Seq: 4, Prefetch: 1, Workers: 2})
+	must(t, err)
+	t.Cleanup(func() { l.Close() })
+	return stallLoader{
+		batches: func(ctx context.Context) iter.Seq2[[]int32, error] {
+			return func(yield func([]int32, error) bool) {
+				for b, err := range l.Batches(ctx, loader.Position{}) {
+					var ids []int32
+					if err == nil {
+						ids = make([]int32, b.Seq*b.Rows)
+						err = device.DownloadSlice(d, ids, b.Inputs)
+					}
+					if !yield(ids, err) {
+						return
+					}
+				}
+			}
+		},
+		close: l.Close,
+	}
+}
+
+// seqLoader is a SeqLoader over a tagged dataset read from r, given the
+// dataset's bytes.
+func seqLoader(t *testing.T, d device.Device, r *stallReader) stallLoader {
+	rnd := rand.New(rand.NewPCG(5, 6))
+	var b strings.Builder
+	for range 300 {
+		for range 1 + rnd.IntN(12) {
+			fmt.Fprintf(&b, "w%d\tT%d\n", rnd.IntN(40), rnd.IntN(4))
+		}
+		b.WriteString("\n")
+	}
+	r.data = []byte(b.String())
+	data, err := loader.NewDataset(context.Background(), r, int64(len(r.data)), "stall.tsv", loader.DatasetConfig{})
+	must(t, err)
+	l, err := loader.NewSeqLoader(d, data, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: 4}, Prefetch: 1})
+	must(t, err)
+	t.Cleanup(func() { l.Close() })
+	return stallLoader{
+		batches: func(ctx context.Context) iter.Seq2[[]int32, error] {
+			return func(yield func([]int32, error) bool) {
+				for b, err := range l.Batches(ctx, loader.Position{}) {
+					if !yield(slices.Clone(b.Host.Tokens), err) {
+						return
+					}
+				}
+			}
+		},
+		close: l.Close,
+	}
+}
