@@ -1,7 +1,6 @@
 package loader_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,51 +9,22 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/stall"
 	"github.com/gocurrent/gocurrent/loader"
 )
-
-// stallReader is an io.ReaderAt over data whose reads, once stall is
-// called, block until release: data that does not come (a reader waiting
-// on a pipe, a stalled network filesystem).
-type stallReader struct {
-	data     []byte
-	stalled  atomic.Bool
-	blocked  chan struct{} // a read has blocked
-	released chan struct{}
-	once     sync.Once
-}
-
-func newStallReader(data []byte) *stallReader {
-	return &stallReader{data: data, blocked: make(chan struct{}, 1), released: make(chan struct{})}
-}
-
-func (r *stallReader) stall()   { r.stalled.Store(true) }
-func (r *stallReader) release() { r.once.Do(func() { close(r.released) }) }
-
-func (r *stallReader) ReadAt(p []byte, off int64) (int, error) {
-	if r.stalled.Load() {
-		select {
-		case r.blocked <- struct{}{}:
-		default:
-		}
-		<-r.released
-	}
-	return bytes.NewReader(r.data).ReadAt(p, off)
-}
 
 // hangLimit is how long a test waits for what must not hang: far beyond
 // what the work takes, so only a hang reaches it.
 const hangLimit = 30 * time.Second
 
-// stallLoader is a loader over a stallReader, as a test of blocked reads
+// stallLoader is a loader over a stall.Reader, as a test of blocked reads
 // sees it: its batches as host copies of their tokens, and Close.
 type stallLoader struct {
+	r       *stall.Reader
 	batches func(ctx context.Context) iter.Seq2[[]int32, error]
 	close   func() error
 }
@@ -72,17 +42,17 @@ func TestBlockedRead(t *testing.T) {
 	d := openDevice(t)
 	kinds := []struct {
 		name string
-		open func(t *testing.T, r *stallReader) stallLoader
+		open func(t *testing.T, d device.Device) stallLoader
 	}{
-		{"Loader", func(t *testing.T, r *stallReader) stallLoader { return textLoader(t, d, r) }},
-		{"SeqLoader", func(t *testing.T, r *stallReader) stallLoader { return seqLoader(t, d, r) }},
+		{"Loader", textLoader},
+		{"SeqLoader", seqLoader},
 	}
 	for _, kind := range kinds {
 		for _, how := range []string{"cancel", "close"} {
 			t.Run(kind.name+"/"+how, func(t *testing.T) {
-				r := newStallReader(nil)
-				l := kind.open(t, r)
-				defer r.release()
+				l := kind.open(t, d)
+				r := l.r
+				defer r.Release()
 				ref := collectHost(t, l, 6)
 				before := runtime.NumGoroutine() // the device's and the loader's copy stream included
 
@@ -104,8 +74,8 @@ func TestBlockedRead(t *testing.T) {
 							break
 						}
 						if n++; n == 2 {
-							r.stall()
-							go func() { <-r.blocked; stop() }()
+							r.Stall()
+							go func() { <-r.Blocked(); stop() }()
 						}
 					}
 					ended <- last
@@ -131,8 +101,7 @@ func TestBlockedRead(t *testing.T) {
 				if !errors.Is(last, want) {
 					t.Errorf("the iteration ended with %v, want %v", last, want)
 				}
-				r.stalled.Store(false)
-				r.release()
+				r.Release()
 				if how == "cancel" {
 					// The producer left in the read wrote nothing into the
 					// ring the next iteration uses.
@@ -163,15 +132,16 @@ func collectHost(t *testing.T, l stallLoader, n int) [][]int32 {
 	return out
 }
 
-// textLoader is a Loader over a text read from r, given the text's bytes.
-func textLoader(t *testing.T, d device.Device, r *stallReader) stallLoader {
-	r.data = []byte(randomText(5, 4000))
-	text, err := loader.Tokenize(context.Background(), loader.NewCorpus(r, int64(len(r.data)), "stall"), loader.TokenizeConfig{})
+// textLoader is a Loader over a text read from a stall.Reader.
+func textLoader(t *testing.T, d device.Device) stallLoader {
+	r := stall.New([]byte(randomText(5, 4000)))
+	text, err := loader.Tokenize(context.Background(), loader.NewCorpus(r, r.Size(), "stall"), loader.TokenizeConfig{})
 	must(t, err)
 	l, err := loader.New(d, text, loader.Config{Batch: 2, Seq: 4, Prefetch: 1, Workers: 2})
 	must(t, err)
 	t.Cleanup(func() { l.Close() })
 	return stallLoader{
+		r: r,
 		batches: func(ctx context.Context) iter.Seq2[[]int32, error] {
 			return func(yield func([]int32, error) bool) {
 				for b, err := range l.Batches(ctx, loader.Position{}) {
@@ -190,9 +160,9 @@ func textLoader(t *testing.T, d device.Device, r *stallReader) stallLoader {
 	}
 }
 
-// seqLoader is a SeqLoader over a tagged dataset read from r, given the
-// dataset's bytes.
-func seqLoader(t *testing.T, d device.Device, r *stallReader) stallLoader {
+// seqLoader is a SeqLoader over a tagged dataset read from a
+// stall.Reader.
+func seqLoader(t *testing.T, d device.Device) stallLoader {
 	rnd := rand.New(rand.NewPCG(5, 6))
 	var b strings.Builder
 	for range 300 {
@@ -201,13 +171,14 @@ func seqLoader(t *testing.T, d device.Device, r *stallReader) stallLoader {
 		}
 		b.WriteString("\n")
 	}
-	r.data = []byte(b.String())
-	data, err := loader.NewDataset(context.Background(), r, int64(len(r.data)), "stall.tsv", loader.DatasetConfig{})
+	r := stall.New([]byte(b.String()))
+	data, err := loader.NewDataset(context.Background(), r, r.Size(), "stall.tsv", loader.DatasetConfig{})
 	must(t, err)
 	l, err := loader.NewSeqLoader(d, data, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: 4}, Prefetch: 1})
 	must(t, err)
 	t.Cleanup(func() { l.Close() })
 	return stallLoader{
+		r: r,
 		batches: func(ctx context.Context) iter.Seq2[[]int32, error] {
 			return func(yield func([]int32, error) bool) {
 				for b, err := range l.Batches(ctx, loader.Position{}) {
