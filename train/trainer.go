@@ -173,6 +173,8 @@ type Trainer struct {
 	skipRun  int64 // steps skipped in a row, for Config.MaxSkips
 	lastSkip error // the last skipped step's *NonFiniteError
 
+	random0 []uint64 // the model's random state when the step began; nil: it has none
+
 	unlock func() error // releases Config.Checkpoint's lock; nil: none held
 }
 
@@ -300,11 +302,15 @@ func (t *Trainer) Position() loader.Position { return t.pos }
 func (t *Trainer) Skipped() int64 { return t.skipped }
 
 // Run trains until Config.Steps steps are taken or the loader's epochs
-// end. A cancelled ctx is noticed between steps: the step under way
-// completes, the checkpoint is written if Config.Checkpoint is set, and Run
-// returns an error wrapping ctx.Err(). A failed step (a data error, a
-// device error, a non-finite loss or gradient) leaves the parameters,
-// optimizer state, carried state and position as they were before it.
+// end. A cancelled ctx is noticed after every step, taken or skipped,
+// before every micro-batch of a step, and while the loader waits for data
+// (however long a read of the data blocks): the run ends at a step
+// boundary, a step cut short rolled back as a failed one is, the
+// checkpoint is written if Config.Checkpoint is set, and Run returns an
+// error wrapping ctx.Err(). A failed step (a data error, a device error, a
+// non-finite loss or gradient) leaves the parameters, optimizer state,
+// carried state, the model's random state and the position as they were
+// before it.
 func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 	r := t.newRun()
 	var err error
@@ -358,18 +364,25 @@ func (t *Trainer) newRun() *run {
 }
 
 // steps takes steps until the target is reached, the data ends, ctx is
-// cancelled (between steps) or a step fails.
+// cancelled or a step fails. The loader sees ctx, so a cancellation ends a
+// wait for data however long its read blocks, and ctx is checked before
+// every micro-batch: a step begun and cut short is rolled back as a failed
+// one is, and the run ends at a step boundary either way.
 func (t *Trainer) steps(ctx context.Context, r *run) error {
-	// The loader does not see ctx: a cancellation ends the run between
-	// steps, so a step never stops halfway.
 	inStep := false
-	for b, err := range t.src.batches(context.WithoutCancel(ctx), t.pos) {
+	for b, err := range t.src.batches(ctx, t.pos) {
+		if err == nil {
+			err = ctx.Err()
+		}
 		if err == nil {
 			inStep, err = t.feed(r, b, inStep)
 		}
 		if err != nil {
 			if inStep {
 				err = errors.Join(err, t.rollBack())
+			}
+			if c := ctx.Err(); c != nil && errors.Is(err, c) {
+				err = fmt.Errorf("train: stopped before step %d: %w", t.step+1, err)
 			}
 			return err
 		}
@@ -491,7 +504,8 @@ func (t *Trainer) finish(ctx context.Context, r *run, err error) (Summary, error
 	stopped := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 	var nf *NonFiniteError
 	diverged := errors.As(err, &nf)
-	if t.cfg.Checkpoint != "" && (err == nil || stopped || diverged) {
+	whole := !errors.Is(err, errRollBack) // the state is one a step boundary left
+	if t.cfg.Checkpoint != "" && whole && (err == nil || stopped || diverged) {
 		mark := ""
 		if diverged {
 			// A refused step changed nothing: the state before it is
@@ -510,8 +524,11 @@ func (t *Trainer) finish(ctx context.Context, r *run, err error) (Summary, error
 }
 
 // beginStep zeroes the gradients and the loss and copies the carried state
-// aside, so a failed step can put it back.
+// and the model's random state aside, so a failed step can put them back.
 func (t *Trainer) beginStep() error {
+	if r := t.src.random(); r != nil {
+		t.random0 = r.RandomState()
+	}
 	for _, g := range t.groups {
 		if err := g.Params.ZeroGrad(); err != nil {
 			return fmt.Errorf("train: %w", err)
@@ -531,14 +548,25 @@ func (t *Trainer) beginStep() error {
 	return nil
 }
 
-// rollBack puts the carried state back as beginStep found it.
+// errRollBack is wrapped by the error of a rollBack that failed: the state
+// is then not the state before the step, and no checkpoint is written of
+// it.
+var errRollBack = errors.New("train: restoring the state before the step failed")
+
+// rollBack puts the carried state and the model's random state (the
+// dropout masks drawn) back as beginStep found them.
 func (t *Trainer) rollBack() error {
+	if r := t.src.random(); r != nil && t.random0 != nil {
+		if err := r.SetRandomState(t.random0); err != nil {
+			return fmt.Errorf("%w: the random state: %w", errRollBack, err)
+		}
+	}
 	k := t.dev.Kernels()
 	for i, st := range t.states {
 		st.Detach()
 		for j, c := range st.Carried() {
 			if err := k.Copy(device.Copy{Dst: c.Buffer, Src: t.backup[i][j]}); err != nil {
-				return fmt.Errorf("train: restoring the carried state: %w", err)
+				return fmt.Errorf("%w: the carried state: %w", errRollBack, err)
 			}
 		}
 	}
