@@ -1,0 +1,143 @@
+package models_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/stall"
+	"github.com/gocurrent/gocurrent/internal/testdevice"
+	"github.com/gocurrent/gocurrent/loader"
+	"github.com/gocurrent/gocurrent/models"
+	"github.com/gocurrent/gocurrent/rnn"
+	"github.com/gocurrent/gocurrent/train"
+)
+
+// hangLimit is how long a test waits for what must not hang: far beyond
+// what the work takes, so only a hang reaches it.
+const hangLimit = 30 * time.Second
+
+// randomSeqModel is a SeqModel with dropout, as the tagger is.
+type randomSeqModel interface {
+	train.SeqModel
+	RandomState() []uint64
+	SetRandomState([]uint64) error
+}
+
+// hookedSeq is a SeqModel that calls hook, when set, at the start of its
+// training forwards.
+type hookedSeq struct {
+	randomSeqModel
+	hook func()
+}
+
+func (m *hookedSeq) ForwardBatch(mode rnn.Mode, b loader.SeqBatch) (device.Buffer, error) {
+	if mode == rnn.Train && m.hook != nil {
+		m.hook()
+	}
+	return m.randomSeqModel.ForwardBatch(mode, b)
+}
+
+// TestCancelBlockedSeqLoader: a tagger's run (train.NewSeq over a
+// SeqLoader) ends when ctx is cancelled while the loader is blocked
+// reading the dataset, with an error matching context.Canceled, in the
+// state its last step left, saved byte for byte as the run stopped between
+// steps saved it; as does a run cancelled in the first batch of a step of
+// two (the step rolled back: the dropout drawn, the loss's sums); and once
+// the read returns and everything is closed, no goroutine is left.
+// Before, the trainer hid ctx from the loader, which waited for the data
+// for ever.
+func TestCancelBlockedSeqLoader(t *testing.T) {
+	d := testdevice.Open(t)
+	rnd := rand.New(rand.NewPCG(8, 1))
+	var b strings.Builder
+	for range 200 {
+		for range 1 + rnd.IntN(10) {
+			w := rnd.IntN(12)
+			fmt.Fprintf(&b, "w%d\tT%d\n", w, w%3)
+		}
+		b.WriteString("\n")
+	}
+	r := stall.New([]byte(b.String()))
+	defer r.Release()
+	data, err := loader.NewDataset(context.Background(), r, r.Size(), "stall.tsv", loader.DatasetConfig{})
+	check(t, err)
+	tagger := seqModel(t, d, data, "lstm", 0.3).(*models.Tagger)
+	defer tagger.Close()
+	m := &hookedSeq{randomSeqModel: tagger}
+	l, err := loader.NewSeqLoader(d, data, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: 4, Accum: 2, Pool: 3, Shuffle: true, Seed: 5}})
+	check(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "run.safetensors")
+	tr, err := train.NewSeq(d, m, l, train.Config{Steps: 1000, Checkpoint: path, OnStep: func(p train.Progress) {
+		if p.Step == 3 {
+			cancel()
+		}
+	}}, train.SeqOptions{})
+	check(t, err)
+	if _, err := tr.Run(ctx); !errors.Is(err, context.Canceled) || tr.Step() != 3 {
+		t.Fatalf("the first run stopped at step %d with %v, want step 3 and context.Canceled", tr.Step(), err)
+	}
+	want, err := os.ReadFile(path)
+	check(t, err)
+	// The run's goroutines have ended; the device's and the loader's
+	// copy stream's are running.
+	before := runtime.NumGoroutine()
+
+	runUntil := func(what string, ctx context.Context) {
+		t.Helper()
+		ended := make(chan error, 1)
+		go func() {
+			_, err := tr.Run(ctx)
+			ended <- err
+		}()
+		select {
+		case err = <-ended:
+		case <-time.After(hangLimit):
+			t.Fatalf("%s: Run did not end within %v of the cancellation", what, hangLimit)
+		}
+		if !errors.Is(err, context.Canceled) || tr.Step() != 3 {
+			t.Fatalf("%s: Run %v at step %d, want context.Canceled at step 3", what, err, tr.Step())
+		}
+		got, err := os.ReadFile(path)
+		check(t, err)
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: the checkpoint differs from that of the run stopped between steps 3 and 4", what)
+		}
+	}
+	// Cancelled in step 4's first batch: the step is rolled back.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	m.hook = cancel
+	runUntil("cancelled mid-step", ctx)
+	m.hook = nil
+
+	// Cancelled while the loader waits for the dataset's bytes.
+	r.Stall()
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-r.Blocked(); cancel() }()
+	runUntil("cancelled while blocked reading", ctx)
+
+	r.Release()
+	check(t, tr.Close())
+	check(t, l.Close())
+	n := runtime.NumGoroutine()
+	for deadline := time.Now().Add(hangLimit); n > before && time.Now().Before(deadline); n = runtime.NumGoroutine() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n > before {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines left, want %d:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}
