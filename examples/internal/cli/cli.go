@@ -140,7 +140,7 @@ var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
 
 // OnSignal returns a context cancelled by the first stop signal (SIGINT,
 // SIGTERM, SIGHUP), and a function that tells which signal that was (nil:
-// none). The first signal lets the run finish its step and save; after it
+// none). The first signal lets the run stop at a step boundary and save; after it
 // the signals' default actions are back, so a second one kills the
 // process.
 func OnSignal(parent context.Context) (context.Context, func() os.Signal) {
