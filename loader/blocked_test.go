@@ -160,9 +160,8 @@ func textLoader(t *testing.T, d device.Device) stallLoader {
 	}
 }
 
-// seqLoader is a SeqLoader over a tagged dataset read from a
-// stall.Reader.
-func seqLoader(t *testing.T, d device.Device) stallLoader {
+// stalledDataset is a tagged dataset read from a stall.Reader.
+func stalledDataset(t *testing.T) (*stall.Reader, *loader.Dataset) {
 	rnd := rand.New(rand.NewPCG(5, 6))
 	var b strings.Builder
 	for range 300 {
@@ -174,6 +173,13 @@ func seqLoader(t *testing.T, d device.Device) stallLoader {
 	r := stall.New([]byte(b.String()))
 	data, err := loader.NewDataset(context.Background(), r, r.Size(), "stall.tsv", loader.DatasetConfig{})
 	must(t, err)
+	return r, data
+}
+
+// seqLoader is a SeqLoader over a tagged dataset read from a
+// stall.Reader.
+func seqLoader(t *testing.T, d device.Device) stallLoader {
+	r, data := stalledDataset(t)
 	l, err := loader.NewSeqLoader(d, data, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: 4}, Prefetch: 1})
 	must(t, err)
 	t.Cleanup(func() { l.Close() })
@@ -190,4 +196,39 @@ func seqLoader(t *testing.T, d device.Device) stallLoader {
 		},
 		close: l.Close,
 	}
+}
+
+// TestLoadBlockedRead: SeqLoader.Load (a warm-up's) blocked reading the
+// dataset ends when ctx is cancelled, with ctx's error; its read, once
+// it returns, leaves no goroutine behind, and Load works again.
+func TestLoadBlockedRead(t *testing.T) {
+	d := openDevice(t)
+	r, data := stalledDataset(t)
+	defer r.Release()
+	l, err := loader.NewSeqLoader(d, data, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: 4}})
+	must(t, err)
+	defer l.Close()
+	before := runtime.NumGoroutine()
+	r.Stall()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-r.Blocked(); cancel() }()
+	ended := make(chan error, 1)
+	go func() {
+		_, _, err := l.Load(ctx, l.Largest()[0])
+		ended <- err
+	}()
+	select {
+	case err = <-ended:
+	case <-time.After(hangLimit):
+		t.Fatalf("Load did not end within %v of the cancellation while blocked reading", hangLimit)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Load: %v, want context.Canceled", err)
+	}
+	r.Release()
+	goroutines(t, before)
+	_, release, err := l.Load(context.Background(), l.Largest()[0])
+	must(t, err)
+	must(t, release())
 }

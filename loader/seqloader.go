@@ -479,8 +479,10 @@ func (l *SeqLoader) Largest() [][]int32 {
 // word a batch of the loader can have (HostBatch.WordLen), the largest
 // shape of that dimension. The batch lives in the first slot of the ring,
 // until release, which the caller calls once it has queued its work on
-// the batch.
-func (l *SeqLoader) Load(examples []int32) (b SeqBatch, release func() error, err error) {
+// the batch. A cancelled ctx ends Load with an error wrapping ctx.Err(),
+// at once even while the read of the examples blocks (that read then ends
+// on its own, touching nothing of the loader's).
+func (l *SeqLoader) Load(ctx context.Context, examples []int32) (b SeqBatch, release func() error, err error) {
 	l.mu.Lock()
 	switch {
 	case l.closed:
@@ -492,7 +494,7 @@ func (l *SeqLoader) Load(examples []int32) (b SeqBatch, release func() error, er
 	if err != nil {
 		return SeqBatch{}, nil, err
 	}
-	hb, err := l.cfg.Collate(l.data, examples)
+	hb, err := l.collate(ctx, examples)
 	if err != nil {
 		return SeqBatch{}, nil, err
 	}
@@ -531,6 +533,26 @@ func (l *SeqLoader) Load(examples []int32) (b SeqBatch, release func() error, er
 		return err
 	}
 	return l.deviceBatch(s, hb), release, nil
+}
+
+// collate is Collate of examples on a goroutine of its own, which a
+// cancelled ctx does not wait for.
+func (l *SeqLoader) collate(ctx context.Context, examples []int32) (HostBatch, error) {
+	type collated struct {
+		hb  HostBatch
+		err error
+	}
+	done := make(chan collated, 1) // the goroutine never waits to send
+	go func() {
+		hb, err := l.cfg.Collate(l.data, examples)
+		done <- collated{hb, err}
+	}()
+	select {
+	case c := <-done:
+		return c.hb, c.err
+	case <-ctx.Done():
+		return HostBatch{}, fmt.Errorf("loader: Load: %w", ctx.Err())
+	}
 }
 
 // Close ends a running iteration (its consumer sees ErrClosed) and frees

@@ -141,3 +141,47 @@ func TestCancelBlockedSeqLoader(t *testing.T) {
 		t.Errorf("%d goroutines left, want %d:\n%s", n, before, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// TestCancelBlockedWarmUp: a tagger's first Run, whose warm-up (the
+// largest batches, loaded before the first step) is blocked reading the
+// dataset, ends when ctx is cancelled, with an error matching
+// context.Canceled, before step 1; the next Run, the data flowing again,
+// trains. Before, the warm-up's reads did not see ctx.
+func TestCancelBlockedWarmUp(t *testing.T) {
+	d := testdevice.Open(t)
+	b, err := os.ReadFile(writeTagged(t, 60, 3))
+	check(t, err)
+	r := stall.New(b)
+	defer r.Release()
+	data, err := loader.NewDataset(context.Background(), r, r.Size(), "stall.tsv", loader.DatasetConfig{})
+	check(t, err)
+	m := seqModel(t, d, data, "gru", 0)
+	defer m.Close()
+	l, err := loader.NewSeqLoader(d, data, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: 4, MaxTokens: 24}})
+	check(t, err)
+	defer l.Close()
+	tr, err := train.NewSeq(d, m, l, train.Config{Steps: 2}, train.SeqOptions{})
+	check(t, err)
+	defer tr.Close()
+	r.Stall()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-r.Blocked(); cancel() }()
+	ended := make(chan error, 1)
+	go func() {
+		_, err := tr.Run(ctx)
+		ended <- err
+	}()
+	select {
+	case err = <-ended:
+	case <-time.After(hangLimit):
+		t.Fatalf("Run did not end within %v of the cancellation while its warm-up was blocked reading", hangLimit)
+	}
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "warming up") || tr.Step() != 0 {
+		t.Fatalf("Run: %v at step %d, want context.Canceled while warming up, at step 0", err, tr.Step())
+	}
+	r.Release()
+	if sum, err := tr.Run(context.Background()); err != nil || sum.Steps != 2 {
+		t.Errorf("the next Run: %v after %d steps, want 2 steps", err, sum.Steps)
+	}
+}

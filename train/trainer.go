@@ -74,7 +74,8 @@ type Config struct {
 	// nil means none.
 	Logger *slog.Logger
 
-	// WarmUp says whether the first Run begins with a warm-up: the
+	// WarmUp says whether the first Run begins with a warm-up (a warm-up
+	// that failed or was cancelled is tried again by the next Run): the
 	// training forward and backward of the largest batches the data makes
 	// (loader.SeqLoader.Largest), and a no-grad forward of the
 	// validation's, before the first step. It changes nothing but the
@@ -319,25 +320,26 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 	case ctx.Err() != nil:
 		err = fmt.Errorf("train: stopped before step %d: %w", t.step+1, ctx.Err())
 	default:
-		if err = t.warmUp(); err == nil {
+		if err = t.warmUp(ctx); err == nil {
 			err = t.steps(ctx, r)
 		}
 	}
 	return t.finish(ctx, r, err)
 }
 
-// warmUp runs the warm-up (Config.WarmUp) once, before the first step.
-func (t *Trainer) warmUp() error {
+// warmUp runs the warm-up (Config.WarmUp) before the first step, until it
+// has run through once: a warm-up that failed or was cancelled runs again
+// at the next Run.
+func (t *Trainer) warmUp(ctx context.Context) error {
 	if t.warmed || t.cfg.WarmUp == WarmUpOff {
 		return nil
 	}
-	t.warmed = true
 	r := t.src.random()
 	var saved []uint64
 	if r != nil {
 		saved = r.RandomState()
 	}
-	err := t.src.warm(t.ce)
+	err := t.src.warm(ctx, t.ce)
 	for _, g := range t.groups {
 		err = errors.Join(err, g.Params.ZeroGrad())
 	}
@@ -348,6 +350,7 @@ func (t *Trainer) warmUp() error {
 	if err != nil {
 		return fmt.Errorf("train: warming up: %w", err)
 	}
+	t.warmed = true
 	return nil
 }
 
