@@ -654,3 +654,47 @@ func download(t *testing.T, d *Device, dt device.DType, b device.Buffer, n int) 
 	}
 	return x
 }
+
+// TestFakeRecordFails: an event the driver fails to record comes back as
+// a nil interface with the error, from the stream's Record, the copies and
+// the allocators' sources; before, it was a nil *event in a non-nil
+// interface, and a caller that kept it (the loader keeps a copy's event,
+// and waits on it when not nil) would call Wait on a nil pointer.
+func TestFakeRecordFails(t *testing.T) {
+	f := newFakeAPI()
+	d := openFake(t, f, Config{})
+	b, err := d.Alloc(64, device.Batches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := d.Staging(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.recordErr = newError("cuEventRecord", 700, "CUDA_ERROR_ILLEGAL_ADDRESS")
+	f.mu.Unlock()
+	for _, c := range []struct {
+		name   string
+		record func() (any, error)
+	}{
+		{"Stream.Record", func() (any, error) { return d.Stream().Record() }},
+		{"CopyToDevice", func() (any, error) { return d.CopyToDevice(b, h, s) }},
+		{"CopyToHost", func() (any, error) { return d.CopyToHost(h, b, s) }},
+		{"deviceSource.Record", func() (any, error) { return (&deviceSource{d: d}).Record(0) }},
+		{"pinnedSource.Record", func() (any, error) { return (&pinnedSource{d: d}).Record(0) }},
+	} {
+		ev, err := c.record()
+		var ce *Error
+		if !errors.As(err, &ce) || ev != nil {
+			t.Errorf("%s with cuEventRecord failing: event %#v, error %v; want a nil event and the driver's error", c.name, ev, err)
+		}
+	}
+	f.mu.Lock()
+	f.recordErr = nil
+	f.mu.Unlock()
+}

@@ -61,6 +61,8 @@ type fakeAPI struct {
 	logOrder bool
 	order    []string
 	onSync   func(s cuStream)
+	// recordErr, if set, is what EventRecord returns.
+	recordErr error
 	// onLaunch, if set, is called with the kernel's name after each
 	// successful launch, outside the fake's lock: a test's way to make
 	// something happen while a kernel method is between launches.
@@ -298,7 +300,12 @@ func (f *fakeAPI) EventDestroy(_ cuContext, e cuEvent) error {
 	return nil
 }
 
-func (f *fakeAPI) EventRecord(cuContext, cuEvent, cuStream) error            { return nil }
+func (f *fakeAPI) EventRecord(cuContext, cuEvent, cuStream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.recordErr
+}
+
 func (f *fakeAPI) EventQuery(cuContext, cuEvent) (bool, error)               { return true, nil }
 func (f *fakeAPI) EventSynchronize(cuContext, cuEvent) error                 { return nil }
 func (f *fakeAPI) EventElapsed(cuContext, cuEvent, cuEvent) (float32, error) { return 0, nil }

@@ -87,7 +87,11 @@ func (s *deviceSource) Record(st alloc.Stream) (alloc.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return str.record()
+	e, err := str.record()
+	if err != nil {
+		return nil, err // a nil interface, not a nil *event
+	}
+	return e, nil
 }
 
 // pinnedSource is page-locked host memory from cuMemHostAlloc, mapped
@@ -156,7 +160,11 @@ func (s *pinnedSource) Record(st alloc.Stream) (alloc.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return str.record()
+	e, err := str.record()
+	if err != nil {
+		return nil, err // a nil interface, not a nil *event
+	}
+	return e, nil
 }
 
 // Bytes returns the n bytes at p, which must lie within one segment.

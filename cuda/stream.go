@@ -51,12 +51,18 @@ func (s *stream) closedErr(what string) error {
 	return fmt.Errorf("%s: %s: the stream is %w", l.name, what, device.ErrClosed)
 }
 
-// Record queues an event on the stream.
+// Record queues an event on the stream. On error the event is a nil
+// interface, not a nil *event: a caller that keeps what it got and
+// checks it against nil later must not Wait on a nil pointer.
 func (s *stream) Record() (device.Event, error) {
 	if s.isClosed() {
 		return nil, s.closedErr("Record")
 	}
-	return s.record()
+	e, err := s.record()
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
 func (s *stream) record() (*event, error) {

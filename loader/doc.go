@@ -62,8 +62,12 @@
 // Batches is an iter.Seq2[Batch, error]; a Batch's device buffers are valid
 // in the loop body that receives it, for kernels queued on the compute
 // stream there. One iteration runs at a time. Cancelling the context ends
-// it with the context's error, Close with ErrClosed; either way every
-// goroutine has ended when the loop does. A Text is safe for concurrent use.
+// it with the context's error, Close with ErrClosed, at once even while a
+// producer is blocked reading the data (a reader waiting for data that does
+// not come, a stalled network filesystem); every goroutine has ended when
+// the loop does, but such a producer, which the loop does not wait for: it
+// reads into memory of its own, and when its read returns it returns too,
+// touching nothing of the loader's. A Text is safe for concurrent use.
 //
 // # Errors
 //

@@ -224,7 +224,10 @@ func (l *Loader) Stats() Stats {
 // stops, ctx is cancelled (the last pair carries ctx's error) or the loader
 // is closed (ErrClosed). Producer goroutines fill the staging ring ahead of
 // the consumer and copy each batch to the device on the copy stream; every
-// goroutine has ended when the iteration returns. A failed read ends the
+// goroutine has ended when the iteration returns, but a producer blocked in
+// a read of the text's corpus, which the iteration does not wait for (so
+// that a cancellation or Close ends it at once): that one returns when its
+// read does, touching nothing of the loader's. A failed read ends the
 // iteration with its error. So does a failure found while the iteration
 // ends (a copy still in flight, or freeing the ring after a Close from
 // the loop body), joined to the error that ended it, unless the consumer
@@ -262,7 +265,7 @@ type iteration struct {
 	ctx   context.Context
 	order chan orderEntry // slots in delivery order
 	free  chan int        // slots the consumer returned
-	wg    sync.WaitGroup
+	crew  crew            // the dispatcher and the producers
 }
 
 type orderEntry struct {
@@ -294,15 +297,16 @@ func (l *Loader) begin(ctx context.Context) (*iteration, error) {
 	return run, nil
 }
 
-// end stops the iteration's goroutines, waits for them and for the copies
-// in flight, and frees the ring if Close came meanwhile. It returns the
-// errors of the copies and of freeing the ring: Close, called while the
-// iteration ran, could not report the latter.
+// end stops the iteration's goroutines, waits for them (but those blocked
+// in a read of the text, see crew) and for the copies in flight, and frees
+// the ring if Close came meanwhile. It returns the errors of the copies
+// and of freeing the ring: Close, called while the iteration ran, could
+// not report the latter.
 func (l *Loader) end(run *iteration) error {
 	l.mu.Lock()
 	l.stop()
 	l.mu.Unlock()
-	run.wg.Wait()
+	run.crew.end()
 	var errs []error
 	for i := range l.slots {
 		if ev := l.slots[i].copied; ev != nil {
@@ -330,7 +334,7 @@ func (l *Loader) end(run *iteration) error {
 // yielded.
 func (l *Loader) consume(run *iteration, from Position, yield func(Batch, error) bool) (listening bool, err error) {
 	jobs := make(chan job)
-	run.wg.Add(1 + l.cfg.Workers)
+	run.crew.start(1 + l.cfg.Workers)
 	go l.dispatch(run, from, jobs)
 	for range l.cfg.Workers {
 		go l.produce(run, jobs)
@@ -387,7 +391,7 @@ func (l *Loader) consume(run *iteration, from Position, yield func(Batch, error)
 
 // dispatch hands out slots in delivery order, one batch position each.
 func (l *Loader) dispatch(run *iteration, pos Position, jobs chan<- job) {
-	defer run.wg.Done()
+	defer run.crew.done()
 	defer close(jobs)
 	defer close(run.order)
 	var perm []int32
@@ -412,16 +416,27 @@ func (l *Loader) dispatch(run *iteration, pos Position, jobs chan<- job) {
 	}
 }
 
-// produce fills slots: waits until the slot's previous copy has left the
-// staging buffer, reads the batch's tokens into it and copies it to the
-// device once the compute stream has released the device batch.
+// produce fills slots: reads the batch's tokens into memory of its own,
+// waits until the slot's previous copy has left the staging buffer, writes
+// them there and copies them to the device once the compute stream has
+// released the device batch. The read is the crew's: an iteration that
+// ends during it does not wait for it, and the goroutine then returns
+// without touching the slot.
 func (l *Loader) produce(run *iteration, jobs <-chan job) {
-	defer run.wg.Done()
+	defer run.crew.done()
 	window := make([]int32, l.cfg.Seq+1)
+	ids := make([]int32, 2*l.cfg.Seq*l.cfg.Batch)
 	for j := range jobs {
+		run.crew.read()
+		err := l.read(j, window, ids)
+		if !run.crew.resume() {
+			return
+		}
 		s := &l.slots[j.slot]
-		r := result{pos: j.pos}
-		r.err = l.fill(s, j, window)
+		r := result{pos: j.pos, err: err}
+		if r.err == nil {
+			r.err = l.fill(s, ids)
+		}
 		if r.err == nil && s.released != nil {
 			r.err = l.copy.Wait(s.released)
 		}
@@ -439,16 +454,10 @@ func (l *Loader) produce(run *iteration, jobs <-chan job) {
 	}
 }
 
-// fill writes the batch at j.pos into the slot's staging buffer.
-func (l *Loader) fill(s *slot, j job, window []int32) error {
-	if s.copied != nil {
-		if err := s.copied.Wait(); err != nil {
-			return err
-		}
-	}
+// read reads the batch at j.pos into ids, as the slot holds it: inputs
+// then targets, each [Seq, Batch], through window.
+func (l *Loader) read(j job, window, ids []int32) error {
 	seq, rows := l.cfg.Seq, l.cfg.Batch
-	host := s.host.Bytes()
-	ids := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(host))), 2*seq*rows)
 	inputs, targets := ids[:seq*rows], ids[seq*rows:]
 	for r := range rows {
 		if err := l.text.Read(l.plan.rowStart(j.pos, r, j.perm), window); err != nil {
@@ -459,6 +468,19 @@ func (l *Loader) fill(s *slot, j job, window []int32) error {
 			targets[t*rows+r] = window[t+1]
 		}
 	}
+	return nil
+}
+
+// fill writes the batch ids into the slot's staging buffer once the
+// slot's last copy has left it.
+func (l *Loader) fill(s *slot, ids []int32) error {
+	if s.copied != nil {
+		if err := s.copied.Wait(); err != nil {
+			return err
+		}
+	}
+	host := s.host.Bytes()
+	copy(unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(host))), len(ids)), ids)
 	return nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"iter"
 	"slices"
-	"sync"
 
 	"github.com/gocurrent/gocurrent/device"
 )
@@ -233,7 +232,11 @@ type seqResult struct {
 // Batches iterates over the batches from position from (the zero Position
 // is the start) to the end of the configured epochs, or until the consumer
 // stops, ctx is cancelled (the last pair carries ctx's error) or the
-// loader is closed (ErrClosed).
+// loader is closed (ErrClosed). Its producer goroutine has ended when the
+// iteration returns, unless it is blocked reading the dataset: the
+// iteration does not wait for that read (so that a cancellation or Close
+// ends it at once), and the producer returns when the read does, touching
+// nothing of the loader's.
 func (l *SeqLoader) Batches(ctx context.Context, from Position) iter.Seq2[SeqBatch, error] {
 	return func(yield func(SeqBatch, error) bool) {
 		if from.Epoch < 0 || from.Batch < 0 || from.Batch >= l.PerEpoch(from.Epoch) {
@@ -260,14 +263,14 @@ func (l *SeqLoader) Batches(ctx context.Context, from Position) iter.Seq2[SeqBat
 			free <- i
 		}
 		ready := make(chan seqResult, len(l.slots))
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go l.produce(ctx, from, free, ready, &wg)
+		c := new(crew)
+		c.start(1)
+		go l.produce(ctx, from, free, ready, c)
 		listening, err := l.consume(ctx, free, ready, yield)
 		l.mu.Lock()
 		l.stop()
 		l.mu.Unlock()
-		wg.Wait()
+		c.end()
 		var errs []error
 		for i := range l.slots {
 			if ev := l.slots[i].copied; ev != nil {
@@ -290,9 +293,11 @@ func (l *SeqLoader) Batches(ctx context.Context, from Position) iter.Seq2[SeqBat
 }
 
 // produce collates the batches from pos on into free slots and copies
-// them to the device, in order.
-func (l *SeqLoader) produce(ctx context.Context, pos Position, free <-chan int, ready chan<- seqResult, wg *sync.WaitGroup) {
-	defer wg.Done()
+// them to the device, in order. Collating reads the dataset: an iteration
+// that ends during it does not wait for it (see crew), and the goroutine
+// then returns without touching the ring.
+func (l *SeqLoader) produce(ctx context.Context, pos Position, free <-chan int, ready chan<- seqResult, c *crew) {
+	defer c.done()
 	defer close(ready)
 	for l.cfg.Epochs == 0 || pos.Epoch < l.cfg.Epochs {
 		var i int
@@ -302,7 +307,12 @@ func (l *SeqLoader) produce(ctx context.Context, pos Position, free <-chan int, 
 			return
 		}
 		r := seqResult{slot: i, pos: pos}
-		r.hb, r.err = l.cfg.Collate(l.data, l.batches(pos.Epoch).batches[pos.Batch])
+		examples := l.batches(pos.Epoch).batches[pos.Batch]
+		c.read()
+		r.hb, r.err = l.cfg.Collate(l.data, examples)
+		if !c.resume() {
+			return
+		}
 		s := &l.slots[i]
 		if r.err == nil && s.copied != nil {
 			r.err = s.copied.Wait()
@@ -469,8 +479,10 @@ func (l *SeqLoader) Largest() [][]int32 {
 // word a batch of the loader can have (HostBatch.WordLen), the largest
 // shape of that dimension. The batch lives in the first slot of the ring,
 // until release, which the caller calls once it has queued its work on
-// the batch.
-func (l *SeqLoader) Load(examples []int32) (b SeqBatch, release func() error, err error) {
+// the batch. A cancelled ctx ends Load with an error wrapping ctx.Err(),
+// at once even while the read of the examples blocks (that read then ends
+// on its own, touching nothing of the loader's).
+func (l *SeqLoader) Load(ctx context.Context, examples []int32) (b SeqBatch, release func() error, err error) {
 	l.mu.Lock()
 	switch {
 	case l.closed:
@@ -482,7 +494,7 @@ func (l *SeqLoader) Load(examples []int32) (b SeqBatch, release func() error, er
 	if err != nil {
 		return SeqBatch{}, nil, err
 	}
-	hb, err := l.cfg.Collate(l.data, examples)
+	hb, err := l.collate(ctx, examples)
 	if err != nil {
 		return SeqBatch{}, nil, err
 	}
@@ -521,6 +533,26 @@ func (l *SeqLoader) Load(examples []int32) (b SeqBatch, release func() error, er
 		return err
 	}
 	return l.deviceBatch(s, hb), release, nil
+}
+
+// collate is Collate of examples on a goroutine of its own, which a
+// cancelled ctx does not wait for.
+func (l *SeqLoader) collate(ctx context.Context, examples []int32) (HostBatch, error) {
+	type collated struct {
+		hb  HostBatch
+		err error
+	}
+	done := make(chan collated, 1) // the goroutine never waits to send
+	go func() {
+		hb, err := l.cfg.Collate(l.data, examples)
+		done <- collated{hb, err}
+	}()
+	select {
+	case c := <-done:
+		return c.hb, c.err
+	case <-ctx.Done():
+		return HostBatch{}, fmt.Errorf("loader: Load: %w", ctx.Err())
+	}
 }
 
 // Close ends a running iteration (its consumer sees ErrClosed) and frees

@@ -256,7 +256,7 @@ func TestLargest(t *testing.T) {
 		}
 		var warm []HostBatch
 		for _, ex := range l.Largest() {
-			b, release, err := l.Load(ex)
+			b, release, err := l.Load(context.Background(), ex)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -292,7 +292,7 @@ func TestLargest(t *testing.T) {
 		}
 		// Load refuses while Batches runs.
 		for range l.Batches(context.Background(), Position{}) {
-			if _, _, err := l.Load(l.Largest()[0]); err == nil {
+			if _, _, err := l.Load(context.Background(), l.Largest()[0]); err == nil {
 				t.Error("Load during Batches succeeded")
 			}
 			break
@@ -300,7 +300,7 @@ func TestLargest(t *testing.T) {
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := l.Load(l.Largest()[0]); !errors.Is(err, ErrClosed) {
+		if _, _, err := l.Load(context.Background(), l.Largest()[0]); !errors.Is(err, ErrClosed) {
 			t.Errorf("Load after Close: %v, want ErrClosed", err)
 		}
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device/meta"
@@ -12,15 +14,17 @@ import (
 
 // TestEveryAllocationFails fails, in turn, every device allocation that
 // building a model, its loaders and its trainer and taking its first steps
-// makes (on the meta device, which computes nothing, so every k is cheap),
-// for the char-RNN, the tagger with character features and the
-// classifier: each run fails with the out-of-memory error, nothing panics
-// (a typed nil in an interface would), and everything built is freed.
+// (a validation, a warm-up, accumulation) makes (on the meta device, which
+// computes nothing, so every k is cheap), for every planned case: the
+// char-RNN, the tagger and the classifier, LSTM and GRU, with and without
+// character features, dropout, recomputation, each optimizer: each run
+// fails with the out-of-memory error, nothing panics (a typed nil in an
+// interface would), everything built is freed and no goroutine is left.
 func TestEveryAllocationFails(t *testing.T) {
 	ctx := context.Background()
-	specs := planCases()
-	for _, spec := range []MemorySpec{specs[1], specs[3], specs[4]} {
+	for _, spec := range planCases() {
 		t.Run(specName(spec), func(t *testing.T) {
+			base := runtime.NumGoroutine()
 			d, err := meta.Open(meta.Config{})
 			if err != nil {
 				t.Fatal(err)
@@ -63,6 +67,14 @@ func TestEveryAllocationFails(t *testing.T) {
 				}
 				if err := d.Close(); err != nil {
 					t.Fatal(err)
+				}
+				g := runtime.NumGoroutine()
+				for deadline := time.Now().Add(30 * time.Second); g > base && time.Now().Before(deadline); g = runtime.NumGoroutine() {
+					time.Sleep(time.Millisecond)
+				}
+				if g > base {
+					buf := make([]byte, 1<<16)
+					t.Fatalf("allocation %d of %d failed: %d goroutines left, %d before:\n%s", k, n, g, base, buf[:runtime.Stack(buf, true)])
 				}
 			}
 		})

@@ -253,13 +253,13 @@ func seqRun(ctx context.Context, d device.Device, spec MemorySpec, opt train.Opt
 	var m seqModel
 	switch {
 	case spec.Tagger != nil && chars:
-		m, err = NewTaggerChars(d, *spec.Tagger, data.Words, data.Chars, data.Labels, 1)
+		m, err = asSeqModel(NewTaggerChars(d, *spec.Tagger, data.Words, data.Chars, data.Labels, 1))
 	case spec.Tagger != nil:
-		m, err = NewTagger(d, *spec.Tagger, data.Words, data.Labels, 1)
+		m, err = asSeqModel(NewTagger(d, *spec.Tagger, data.Words, data.Labels, 1))
 	case texts:
-		m, err = NewClassifier(d, *spec.Classifier, data.Chars, data.Labels, 1)
+		m, err = asSeqModel(NewClassifier(d, *spec.Classifier, data.Chars, data.Labels, 1))
 	default:
-		m, err = NewClassifier(d, *spec.Classifier, data.Words, data.Labels, 1)
+		m, err = asSeqModel(NewClassifier(d, *spec.Classifier, data.Words, data.Labels, 1))
 	}
 	if err != nil {
 		return nil, err
@@ -293,6 +293,16 @@ func seqRun(ctx context.Context, d device.Device, spec MemorySpec, opt train.Opt
 type seqModel interface {
 	train.SeqModel
 	Close() error
+}
+
+// asSeqModel is a constructor's result as a seqModel: on error a nil
+// interface, not a nil *Tagger in a non-nil one, whose Close would
+// dereference nil.
+func asSeqModel[M seqModel](m M, err error) (seqModel, error) {
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // planDataset makes, in memory, a dataset of examples of the given

@@ -54,12 +54,16 @@ func TestNonFiniteSavesState(t *testing.T) {
 
 // TestMaxSkips: skipping stops a run whose every step is non-finite after
 // Config.MaxSkips steps in a row, with the last step's error; before,
-// it skipped to the end of the data and reported success.
+// it skipped to the end of the data and reported success. Each skipped
+// step is reported to OnStep, flagged, the one that reaches the limit
+// included.
 func TestMaxSkips(t *testing.T) {
 	d := testdevice.Open(t)
 	m := divergedLM(t, d)
 	l := newLoader(t, d, text(t, 3000, 10, 3), loader.Config{Batch: 4, Seq: 8, Epochs: 1})
-	tr := newTrainer(t, d, m, l, train.Config{Optimizer: adam(t, 0.01), SkipNonFinite: true, MaxSkips: 3})
+	var reports []train.Progress
+	tr := newTrainer(t, d, m, l, train.Config{Optimizer: adam(t, 0.01), SkipNonFinite: true, MaxSkips: 3,
+		OnStep: func(p train.Progress) { reports = append(reports, p) }})
 	sum, err := tr.Run(context.Background())
 	var nf *train.NonFiniteError
 	if !errors.As(err, &nf) || !strings.Contains(err.Error(), "3 steps in a row") {
@@ -67,6 +71,16 @@ func TestMaxSkips(t *testing.T) {
 	}
 	if sum.Skipped != 3 || sum.Steps != 0 {
 		t.Errorf("%d steps and %d skipped, want 0 and 3", sum.Steps, sum.Skipped)
+	}
+	if len(reports) != 3 {
+		t.Fatalf("OnStep called %d times, want 3 (the skipped steps)", len(reports))
+	}
+	for i, p := range reports {
+		n := int64(i + 1)
+		if p.NonFinite == nil || p.NonFinite.Step != 1 || p.Step != 0 || p.Skipped != n || p.SkippedInARow != n || p.Position.Batch != n {
+			t.Errorf("report %d: NonFinite %v, step %d, skipped %d (%d in a row), position %+v; want step 1's error, step 0, %d skipped in a row, batch %d",
+				i, p.NonFinite, p.Step, p.Skipped, p.SkippedInARow, p.Position, n, n)
+		}
 	}
 }
 

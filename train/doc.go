@@ -41,11 +41,14 @@
 // the optimizer updates the parameters with the schedule's rate.
 //
 // A step that fails (a non-finite loss or gradient, a data or device error)
-// changes nothing: the carried state is copied aside when a step begins and
-// put back, the parameters and optimizer state are only written by the
+// or is cancelled before its last micro-batch changes nothing: the carried
+// state and the model's random state are copied aside when a step begins
+// and put back, the parameters and optimizer state are only written by the
 // update, and the position moves only when the step completes. With
-// Config.SkipNonFinite a non-finite step is skipped (its data consumed) and
-// counted instead of ending the run.
+// Config.SkipNonFinite a non-finite step is skipped (its data consumed),
+// counted and reported to OnStep (Progress.NonFinite set) instead of ending
+// the run, until Config.MaxSkips steps in a row have been (100 by
+// default): then the run ends with the last one's *NonFiniteError.
 //
 // # Checkpoints
 //
@@ -66,12 +69,16 @@
 //
 // # Concurrency
 //
-// A Trainer is used by one goroutine. Run's ctx is checked between steps:
-// cancelling it lets the step under way finish, writes the checkpoint if
-// Config.Checkpoint is set and returns an error wrapping ctx.Err(). OnStep
+// A Trainer is used by one goroutine. Run's ctx is checked after every
+// step, taken or skipped, before every micro-batch, and by the loader
+// while it waits for data, however long a read of the data blocks:
+// cancelling it ends the run at a step boundary (a step cut short rolled
+// back as a failed one is), writes the checkpoint if Config.Checkpoint is
+// set and returns an error wrapping ctx.Err(). OnStep
 // and OnEval run on Run's goroutine after the step's figures are known
 // (Progress: loss, gradient norm, rate, tokens/s, data-wait fraction,
-// allocator figures).
+// allocator figures); OnStep after a skipped step too, which its
+// Progress.NonFinite tells from a step taken.
 //
 // # Example
 //

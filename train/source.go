@@ -52,8 +52,8 @@ type source interface {
 	// random is the model's random state, nil if it draws none.
 	random() randomState
 	// warm runs the warm-up's passes (Config.WarmUp) into ce; nothing for
-	// a source whose batches are all one shape.
-	warm(ce *rnn.CrossEntropy) error
+	// a source whose batches are all one shape. A cancelled ctx ends it.
+	warm(ctx context.Context, ce *rnn.CrossEntropy) error
 }
 
 // randomState is the part of RandomModel a checkpoint records; a SeqModel
@@ -147,7 +147,7 @@ func (w *windows) validate(ctx context.Context) (Evaluation, error) {
 	return Evaluate(ctx, w.dev, w.model, w.val)
 }
 
-func (w *windows) warm(*rnn.CrossEntropy) error { return nil }
+func (w *windows) warm(context.Context, *rnn.CrossEntropy) error { return nil }
 
 func (w *windows) random() randomState {
 	r, _ := w.model.(randomState)
@@ -261,10 +261,10 @@ func (s *sequences) validate(ctx context.Context) (Evaluation, error) {
 
 // warm trains on the largest batches of the data, and evaluates the
 // validation's largest with a loss of its own, as EvaluateSeq does.
-func (s *sequences) warm(ce *rnn.CrossEntropy) error {
+func (s *sequences) warm(ctx context.Context, ce *rnn.CrossEntropy) error {
 	pass := func(l *loader.SeqLoader, mode rnn.Mode, ce *rnn.CrossEntropy) error {
 		for _, examples := range l.Largest() {
-			b, release, err := l.Load(examples)
+			b, release, err := l.Load(ctx, examples)
 			if err != nil {
 				return err
 			}

@@ -65,15 +65,17 @@ type Config struct {
 	CheckpointEvery int64
 	Metadata        map[string]string
 
-	// OnStep is called after every optimizer step and OnEval after every
-	// validation, on the goroutine that called Run.
+	// OnStep is called after every optimizer step, and after every step
+	// SkipNonFinite skipped (Progress.NonFinite set), and OnEval after
+	// every validation, on the goroutine that called Run.
 	OnStep func(Progress)
 	OnEval func(Evaluation)
 	// Logger receives diagnostics (checkpoints written, skipped steps);
 	// nil means none.
 	Logger *slog.Logger
 
-	// WarmUp says whether the first Run begins with a warm-up: the
+	// WarmUp says whether the first Run begins with a warm-up (a warm-up
+	// that failed or was cancelled is tried again by the next Run): the
 	// training forward and backward of the largest batches the data makes
 	// (loader.SeqLoader.Largest), and a no-grad forward of the
 	// validation's, before the first step. It changes nothing but the
@@ -98,21 +100,35 @@ const (
 	WarmUpOff
 )
 
-// Progress describes the trainer after an optimizer step.
+// Progress describes the trainer after an optimizer step, or after a step
+// Config.SkipNonFinite skipped: NonFinite tells them apart.
 type Progress struct {
 	// Step is the number of optimizer steps taken, and Steps the target
-	// (0 when the loader's epochs decide).
+	// (0 when the loader's epochs decide). A skipped step is not one of
+	// them: its Progress has the Step of the step before it.
 	Step, Steps int64
-	// Position is where in the data the next step starts.
+	// Position is where in the data the next step starts (after a
+	// skipped step too: its data is consumed).
 	Position loader.Position
 	// Loss is the step's mean cross-entropy in nats per token.
 	Loss float64
 	// GradNorm is the gradient's global L2 norm before clipping.
 	GradNorm float64
-	// LR is the learning rate the step used.
+	// LR is the learning rate the step used, or for a skipped step would
+	// have used.
 	LR float64
-	// Skipped counts the steps skipped for a non-finite loss or gradient.
+	// Skipped counts the steps skipped for a non-finite loss or gradient,
+	// the reported one included.
 	Skipped int64
+	// NonFinite is nil when the step was taken. When it was skipped, it
+	// is the step's error (its Step is the skipped step's number,
+	// Progress.Step+1), Loss and GradNorm are its values (one of them NaN
+	// or infinite), and nothing of it was applied: a loss curve or a
+	// count of steps leaves it out.
+	NonFinite *NonFiniteError
+	// SkippedInARow is the number of steps skipped in a row up to this
+	// one (what Config.MaxSkips bounds); 0 after a step taken.
+	SkippedInARow int64
 	// Tokens is the number of tokens trained on in this run, Elapsed the
 	// run's wall time, TokensPerSecond their ratio.
 	Tokens          int64
@@ -157,6 +173,8 @@ type Trainer struct {
 
 	skipRun  int64 // steps skipped in a row, for Config.MaxSkips
 	lastSkip error // the last skipped step's *NonFiniteError
+
+	random0 []uint64 // the model's random state when the step began; nil: it has none
 
 	unlock func() error // releases Config.Checkpoint's lock; nil: none held
 }
@@ -285,11 +303,15 @@ func (t *Trainer) Position() loader.Position { return t.pos }
 func (t *Trainer) Skipped() int64 { return t.skipped }
 
 // Run trains until Config.Steps steps are taken or the loader's epochs
-// end. A cancelled ctx is noticed between steps: the step under way
-// completes, the checkpoint is written if Config.Checkpoint is set, and Run
-// returns an error wrapping ctx.Err(). A failed step (a data error, a
-// device error, a non-finite loss or gradient) leaves the parameters,
-// optimizer state, carried state and position as they were before it.
+// end. A cancelled ctx is noticed after every step, taken or skipped,
+// before every micro-batch of a step, and while the loader waits for data
+// (however long a read of the data blocks): the run ends at a step
+// boundary, a step cut short rolled back as a failed one is, the
+// checkpoint is written if Config.Checkpoint is set, and Run returns an
+// error wrapping ctx.Err(). A failed step (a data error, a device error, a
+// non-finite loss or gradient) leaves the parameters, optimizer state,
+// carried state, the model's random state and the position as they were
+// before it.
 func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 	r := t.newRun()
 	var err error
@@ -298,25 +320,26 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 	case ctx.Err() != nil:
 		err = fmt.Errorf("train: stopped before step %d: %w", t.step+1, ctx.Err())
 	default:
-		if err = t.warmUp(); err == nil {
+		if err = t.warmUp(ctx); err == nil {
 			err = t.steps(ctx, r)
 		}
 	}
 	return t.finish(ctx, r, err)
 }
 
-// warmUp runs the warm-up (Config.WarmUp) once, before the first step.
-func (t *Trainer) warmUp() error {
+// warmUp runs the warm-up (Config.WarmUp) before the first step, until it
+// has run through once: a warm-up that failed or was cancelled runs again
+// at the next Run.
+func (t *Trainer) warmUp(ctx context.Context) error {
 	if t.warmed || t.cfg.WarmUp == WarmUpOff {
 		return nil
 	}
-	t.warmed = true
 	r := t.src.random()
 	var saved []uint64
 	if r != nil {
 		saved = r.RandomState()
 	}
-	err := t.src.warm(t.ce)
+	err := t.src.warm(ctx, t.ce)
 	for _, g := range t.groups {
 		err = errors.Join(err, g.Params.ZeroGrad())
 	}
@@ -327,6 +350,7 @@ func (t *Trainer) warmUp() error {
 	if err != nil {
 		return fmt.Errorf("train: warming up: %w", err)
 	}
+	t.warmed = true
 	return nil
 }
 
@@ -343,18 +367,25 @@ func (t *Trainer) newRun() *run {
 }
 
 // steps takes steps until the target is reached, the data ends, ctx is
-// cancelled (between steps) or a step fails.
+// cancelled or a step fails. The loader sees ctx, so a cancellation ends a
+// wait for data however long its read blocks, and ctx is checked before
+// every micro-batch: a step begun and cut short is rolled back as a failed
+// one is, and the run ends at a step boundary either way.
 func (t *Trainer) steps(ctx context.Context, r *run) error {
-	// The loader does not see ctx: a cancellation ends the run between
-	// steps, so a step never stops halfway.
 	inStep := false
-	for b, err := range t.src.batches(context.WithoutCancel(ctx), t.pos) {
+	for b, err := range t.src.batches(ctx, t.pos) {
+		if err == nil {
+			err = ctx.Err()
+		}
 		if err == nil {
 			inStep, err = t.feed(r, b, inStep)
 		}
 		if err != nil {
 			if inStep {
 				err = errors.Join(err, t.rollBack())
+			}
+			if c := ctx.Err(); c != nil && errors.Is(err, c) {
+				err = fmt.Errorf("train: stopped before step %d: %w", t.step+1, err)
 			}
 			return err
 		}
@@ -366,13 +397,14 @@ func (t *Trainer) steps(ctx context.Context, r *run) error {
 		if err != nil {
 			return err
 		}
-		if p == nil { // skipped
+		t.report(r, &p)
+		if p.NonFinite != nil {
 			if err := t.afterSkip(ctx); err != nil {
 				return err
 			}
 			continue
 		}
-		done, err := t.afterStep(ctx, r, p)
+		done, err := t.afterStep(ctx, r)
 		if err != nil {
 			return err
 		}
@@ -399,18 +431,27 @@ func (t *Trainer) feed(r *run, b micro, inStep bool) (bool, error) {
 	return true, t.microBatch(b)
 }
 
-// afterStep completes p's figures and reports them, then validates and
-// checkpoints when they are due. It returns whether the run reached its
-// target, and an error when ctx was cancelled.
-func (t *Trainer) afterStep(ctx context.Context, r *run, p *Progress) (done bool, err error) {
+// report completes the figures of a step taken or skipped, keeps a taken
+// step's loss for the summary, and calls OnStep.
+func (t *Trainer) report(r *run, p *Progress) {
 	elapsed := time.Since(r.start)
 	p.Tokens, p.Elapsed = r.tokens, elapsed
 	p.TokensPerSecond = float64(r.tokens) / elapsed.Seconds()
 	p.DataWait = float64(t.src.wait()-r.wait0) / float64(elapsed)
-	r.sum.Loss, r.sum.Tokens = p.Loss, r.tokens
+	p.Skipped, p.SkippedInARow, p.Memory = t.skipped, t.skipRun, t.dev.MemStats()
+	r.sum.Tokens = r.tokens
+	if p.NonFinite == nil {
+		r.sum.Loss = p.Loss
+	}
 	if t.cfg.OnStep != nil {
 		t.cfg.OnStep(*p)
 	}
+}
+
+// afterStep validates and checkpoints after a step taken when they are
+// due. It returns whether the run reached its target, and an error when
+// ctx was cancelled.
+func (t *Trainer) afterStep(ctx context.Context, r *run) (done bool, err error) {
 	if t.src.hasValidation() && t.cfg.EvalEvery > 0 && t.step%t.cfg.EvalEvery == 0 {
 		ev, err := t.validate(ctx)
 		if err != nil {
@@ -466,7 +507,8 @@ func (t *Trainer) finish(ctx context.Context, r *run, err error) (Summary, error
 	stopped := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 	var nf *NonFiniteError
 	diverged := errors.As(err, &nf)
-	if t.cfg.Checkpoint != "" && (err == nil || stopped || diverged) {
+	whole := !errors.Is(err, errRollBack) // the state is one a step boundary left
+	if t.cfg.Checkpoint != "" && whole && (err == nil || stopped || diverged) {
 		mark := ""
 		if diverged {
 			// A refused step changed nothing: the state before it is
@@ -485,8 +527,11 @@ func (t *Trainer) finish(ctx context.Context, r *run, err error) (Summary, error
 }
 
 // beginStep zeroes the gradients and the loss and copies the carried state
-// aside, so a failed step can put it back.
+// and the model's random state aside, so a failed step can put them back.
 func (t *Trainer) beginStep() error {
+	if r := t.src.random(); r != nil {
+		t.random0 = r.RandomState()
+	}
 	for _, g := range t.groups {
 		if err := g.Params.ZeroGrad(); err != nil {
 			return fmt.Errorf("train: %w", err)
@@ -506,14 +551,25 @@ func (t *Trainer) beginStep() error {
 	return nil
 }
 
-// rollBack puts the carried state back as beginStep found it.
+// errRollBack is wrapped by the error of a rollBack that failed: the state
+// is then not the state before the step, and no checkpoint is written of
+// it.
+var errRollBack = errors.New("train: restoring the state before the step failed")
+
+// rollBack puts the carried state and the model's random state (the
+// dropout masks drawn) back as beginStep found them.
 func (t *Trainer) rollBack() error {
+	if r := t.src.random(); r != nil && t.random0 != nil {
+		if err := r.SetRandomState(t.random0); err != nil {
+			return fmt.Errorf("%w: the random state: %w", errRollBack, err)
+		}
+	}
 	k := t.dev.Kernels()
 	for i, st := range t.states {
 		st.Detach()
 		for j, c := range st.Carried() {
 			if err := k.Copy(device.Copy{Dst: c.Buffer, Src: t.backup[i][j]}); err != nil {
-				return fmt.Errorf("train: restoring the carried state: %w", err)
+				return fmt.Errorf("%w: the carried state: %w", errRollBack, err)
 			}
 		}
 	}
@@ -542,8 +598,9 @@ func (t *Trainer) microBatch(b micro) error {
 }
 
 // endStep checks the loss and the gradient, clips and updates. It returns
-// nil Progress for a skipped step.
-func (t *Trainer) endStep(next loader.Position) (*Progress, error) {
+// the step's Progress, NonFinite set for a skipped step, for report to
+// complete.
+func (t *Trainer) endStep(next loader.Position) (Progress, error) {
 	// A source whose micro-batches add sums (sequences) makes them the
 	// step's mean here: the norm and loss by scale, the gradient in clip.
 	scale := t.src.scale()
@@ -553,39 +610,39 @@ func (t *Trainer) endStep(next loader.Position) (*Progress, error) {
 		loss, err = t.ce.Loss()
 	}
 	norm, loss = norm*scale, loss*scale
+	lr := t.cfg.Schedule.Rate(t.cfg.Optimizer.LR, t.step, t.cfg.Steps)
 	if err == nil && (!finite(loss) || !finite(norm)) {
-		err = &NonFiniteError{Step: t.step + 1, Loss: loss, GradNorm: norm}
+		nf := &NonFiniteError{Step: t.step + 1, Loss: loss, GradNorm: norm}
+		err = nf
 		if t.cfg.SkipNonFinite {
 			if err := t.rollBack(); err != nil {
-				return nil, err
+				return Progress{}, err
 			}
 			t.skipped++
 			t.skipRun++
-			t.lastSkip = err
+			t.lastSkip = nf
 			t.pos = next
 			if t.cfg.Logger != nil && t.skipRun&(t.skipRun-1) == 0 {
 				// The 1st, 2nd, 4th, 8th... skip of a run of them: a run
 				// that diverged for good logs a few lines, not one a step.
-				t.cfg.Logger.Warn("train: skipped a step", "error", err, "skipped", t.skipped, "in_a_row", t.skipRun)
+				t.cfg.Logger.Warn("train: skipped a step", "error", nf, "skipped", t.skipped, "in_a_row", t.skipRun)
 			}
-			return nil, nil
+			return Progress{Step: t.step, Steps: t.cfg.Steps, Position: next, Loss: loss, GradNorm: norm, LR: lr, NonFinite: nf}, nil
 		}
 	}
 	if err == nil {
 		err = t.clip(norm, scale)
 	}
-	lr := t.cfg.Schedule.Rate(t.cfg.Optimizer.LR, t.step, t.cfg.Steps)
 	if err == nil {
 		err = t.opt.step(t.dev, t.groups, lr, int(t.step+1))
 	}
 	if err != nil {
-		return nil, errors.Join(err, t.rollBack())
+		return Progress{}, errors.Join(err, t.rollBack())
 	}
 	t.step++
 	t.skipRun = 0
 	t.pos = next
-	return &Progress{Step: t.step, Steps: t.cfg.Steps, Position: next, Loss: loss, GradNorm: norm, LR: lr,
-		Skipped: t.skipped, Memory: t.dev.MemStats()}, nil
+	return Progress{Step: t.step, Steps: t.cfg.Steps, Position: next, Loss: loss, GradNorm: norm, LR: lr}, nil
 }
 
 // gradNorm is the global L2 norm of every gradient.

@@ -245,19 +245,38 @@ func TestNonFiniteSkip(t *testing.T) {
 	m := newLM(t, d, lmConfig{vocab: 5, embed: 4, hidden: 6, layers: 1, dtype: device.Float32, seed: 1})
 	poison(t, m, 4)
 	l := newLoader(t, d, txt, loader.Config{Batch: 4, Seq: 10, Epochs: 1})
-	var losses []float64
+	var reports []train.Progress
 	tr := newTrainer(t, d, m, l, train.Config{Optimizer: adam(t, 0.01), SkipNonFinite: true,
-		OnStep: func(p train.Progress) { losses = append(losses, p.Loss) }})
+		OnStep: func(p train.Progress) { reports = append(reports, p) }})
 	sum, err := tr.Run(context.Background())
 	check(t, err)
 	// 4 streams of 500 tokens give 49 windows; the 'e' at 777 is input 277
-	// of stream 1, in window 27.
+	// of stream 1, in window 27 (from 0).
 	if sum.Skipped != 1 || sum.Steps != 48 {
 		t.Errorf("%d steps and %d skipped, want 48 and 1", sum.Steps, sum.Skipped)
 	}
-	for i, v := range losses {
-		if math.IsNaN(v) {
-			t.Fatalf("step %d reported loss NaN", i+1)
+	// Every window is reported, in order: the skipped one flagged, with
+	// its NaN loss, at the step count before it; the others taken.
+	if len(reports) != 49 {
+		t.Fatalf("OnStep called %d times, want 49 (48 steps taken and 1 skipped)", len(reports))
+	}
+	for i, p := range reports {
+		var step, skipped, inARow int64 = int64(i + 1), 0, 0
+		switch {
+		case i == 27:
+			step, skipped, inARow = 27, 1, 1
+		case i > 27:
+			step, skipped = int64(i), 1
+		}
+		if p.Step != step || p.Skipped != skipped || p.SkippedInARow != inARow || p.Position.Batch != int64(i+1)%49 {
+			t.Errorf("report %d: step %d, skipped %d (%d in a row), position %+v; want step %d, skipped %d (%d in a row), batch %d",
+				i, p.Step, p.Skipped, p.SkippedInARow, p.Position, step, skipped, inARow, (i+1)%49)
+		}
+		switch {
+		case i == 27 && (p.NonFinite == nil || p.NonFinite.Step != 28 || !math.IsNaN(p.Loss) || !math.IsNaN(p.NonFinite.Loss)):
+			t.Errorf("report of the skipped window: NonFinite %v, loss %v; want the error of step 28 and loss NaN", p.NonFinite, p.Loss)
+		case i != 27 && (p.NonFinite != nil || math.IsNaN(p.Loss)):
+			t.Errorf("report %d (step %d taken): NonFinite %v, loss %v; want none and a finite loss", i, p.Step, p.NonFinite, p.Loss)
 		}
 	}
 	for name, v := range values(t, m.Groups()) {

@@ -61,7 +61,8 @@ var ErrUsage = cli.ErrUsage
 
 // Run runs the command args[0] ("train", "sample", "eval", "bench" or "plan") with
 // the flags that follow. Cancelling ctx (the main program does on Ctrl-C)
-// stops training after the step under way and saves the checkpoint.
+// stops training at a step boundary (train.Trainer.Run) and saves the
+// checkpoint.
 //
 // Run returns its error without printing it; Report prints it as the
 // command line asks.

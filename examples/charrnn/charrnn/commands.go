@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gocurrent/gocurrent/cuda"
+	"github.com/gocurrent/gocurrent/examples/internal/cli"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/models"
 	"github.com/gocurrent/gocurrent/train"
@@ -209,7 +210,7 @@ func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err e
 	if f.Unknown != "" {
 		mapped = fmt.Sprintf(" (%d characters of the text were outside the vocabulary, read as %q)", text.Mapped(), f.Unknown)
 	}
-	p.Emit(evalEvent{Event: "eval", Loss: ev.Loss, BitsPerChar: ev.BitsPerToken, Tokens: ev.Tokens, Mapped: text.Mapped()},
+	p.Emit(evalEvent{Event: "eval", Loss: cli.Number(ev.Loss), BitsPerChar: cli.Number(ev.BitsPerToken), Tokens: ev.Tokens, Mapped: text.Mapped()},
 		fmt.Sprintf("loss %.4f nats/char, %.4f bits/char over %d characters%s\n", ev.Loss, ev.BitsPerToken, ev.Tokens, mapped))
 	return ev, nil
 }

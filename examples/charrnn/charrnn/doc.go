@@ -17,7 +17,7 @@
 //     -max-skips. A progress bar on a
 //     terminal, plain lines otherwise; Ctrl-C, SIGTERM or SIGHUP (main
 //     cancels the context) ends
-//     the run after the step under way and saves the checkpoint. An
+//     the run at a step boundary and saves the checkpoint. An
 //     existing -checkpoint is replaced only with -force or by -resume
 //     from that same file. -resume continues the run as the checkpoint
 //     records it: its shape, batching, seed, optimizer, rate, clipping,
@@ -58,6 +58,6 @@
 // the run resumes from it. Those errors wrap both ErrUsage and
 // ErrOutput. The charrnn program exits with status 2 for an error
 // wrapping ErrUsage, 1 for any other failure and 0 on success (help
-// included); a run that SIGINT, SIGTERM or SIGHUP ended (the step
-// finished, the checkpoint saved) exits with 128 + the signal's number.
+// included); a run that SIGINT, SIGTERM or SIGHUP ended (at a step
+// boundary, the checkpoint saved) exits with 128 + the signal's number.
 package charrnn

@@ -118,29 +118,33 @@ func registerModel(fs *flag.FlagSet, m *models.CharRNNConfig) {
 	cli.RecomputeVar(fs, &m.Recompute, "recompute")
 }
 
-// stepEvent is a -json line of training progress.
+// stepEvent is a -json line of training progress: a step taken, or with
+// SkippedStep one -skip-nonfinite skipped (Step then counts the steps
+// taken before it, and Loss or GradNorm is null: not finite).
 type stepEvent struct {
-	Event        string  `json:"event"`
-	Step         int64   `json:"step"`
-	Steps        int64   `json:"steps,omitempty"`
-	Epoch        int     `json:"epoch"`
-	Loss         float64 `json:"loss"`
-	GradNorm     float64 `json:"grad_norm"`
-	LR           float64 `json:"lr"`
-	TokensPerSec float64 `json:"tokens_per_s"`
-	DataWait     float64 `json:"data_wait"`
-	Skipped      int64   `json:"skipped,omitempty"`
-	AllocBytes   int64   `json:"allocated_bytes"`
+	Event        string     `json:"event"`
+	Step         int64      `json:"step"`
+	Steps        int64      `json:"steps,omitempty"`
+	Epoch        int        `json:"epoch"`
+	SkippedStep  bool       `json:"skipped_step,omitempty"`
+	InARow       int64      `json:"in_a_row,omitempty"` // steps skipped in a row, this one included
+	Loss         cli.Number `json:"loss"`
+	GradNorm     cli.Number `json:"grad_norm"`
+	LR           float64    `json:"lr"`
+	TokensPerSec float64    `json:"tokens_per_s"`
+	DataWait     float64    `json:"data_wait"`
+	Skipped      int64      `json:"skipped,omitempty"`
+	AllocBytes   int64      `json:"allocated_bytes"`
 	// Memory is the bytes each category holds (alloc.Category names).
 	Memory map[string]int64 `json:"memory"`
 }
 
 type evalEvent struct {
-	Event       string  `json:"event"`
-	Step        int64   `json:"step"`
-	Loss        float64 `json:"loss"`
-	BitsPerChar float64 `json:"bits_per_char"`
-	Tokens      int64   `json:"tokens"`
+	Event       string     `json:"event"`
+	Step        int64      `json:"step"`
+	Loss        cli.Number `json:"loss"` // null when not finite (a diverged model)
+	BitsPerChar cli.Number `json:"bits_per_char"`
+	Tokens      int64      `json:"tokens"`
 	// Mapped counts the text's characters outside the vocabulary that eval
 	// -unknown read as its character.
 	Mapped int64 `json:"mapped,omitempty"`
@@ -484,12 +488,12 @@ func (r *trainRun) endRun(ctx context.Context, runErr error) (stopped bool, err 
 // of the trained model, and with -memstats the allocator's figures.
 func (r *trainRun) report(ctx context.Context, sum train.Summary, stopped bool) error {
 	f := r.f
-	done := map[string]any{"event": "done", "step": sum.Steps, "loss": sum.Loss, "tokens": sum.Tokens,
+	done := map[string]any{"event": "done", "step": sum.Steps, "loss": cli.Number(sum.Loss), "tokens": sum.Tokens,
 		"elapsed_s": sum.Elapsed.Seconds(), "tokens_per_s": float64(sum.Tokens) / sum.Elapsed.Seconds(), "skipped": sum.Skipped, "stopped": stopped}
 	text := fmt.Sprintf("step %d: loss %.4f, %s tokens in %s (%s tok/s)", sum.Steps, sum.Loss, thousands(float64(sum.Tokens)),
 		sum.Elapsed.Round(time.Millisecond), thousands(float64(sum.Tokens)/sum.Elapsed.Seconds()))
 	if v := sum.Validation; v != nil {
-		done["val_loss"], done["val_bits_per_char"] = v.Loss, v.BitsPerToken
+		done["val_loss"], done["val_bits_per_char"] = cli.Number(v.Loss), cli.Number(v.BitsPerToken)
 		text += fmt.Sprintf("; validation %.4f nats/char, %.4f bits/char", v.Loss, v.BitsPerToken)
 	}
 	if f.Checkpoint != "" {
@@ -543,6 +547,10 @@ func newTrainProgress(f TrainFlags, env Env, p *printer, total int64) *trainProg
 
 // step is train.Config.OnStep.
 func (tp *trainProgress) step(pr train.Progress) {
+	if pr.NonFinite != nil {
+		tp.skip(pr)
+		return
+	}
 	tp.lastStepAt = time.Now()
 	tp.trainCurve.X = append(tp.trainCurve.X, float64(pr.Step))
 	tp.trainCurve.Y = append(tp.trainCurve.Y, pr.Loss)
@@ -552,12 +560,37 @@ func (tp *trainProgress) step(pr train.Progress) {
 	}
 	if tp.logEvery > 0 && (pr.Step%tp.logEvery == 0 || pr.Step == 1) {
 		rate := tp.rate(pr)
-		tp.p.Emit(stepEvent{Event: "step", Step: pr.Step, Steps: pr.Steps, Epoch: pr.Position.Epoch, Loss: pr.Loss, GradNorm: pr.GradNorm,
-			LR: pr.LR, TokensPerSec: rate, DataWait: pr.DataWait, Skipped: pr.Skipped,
-			AllocBytes: pr.Memory.AllocatedBytes[alloc.AllPools].Current, Memory: cli.CategoryCurrents(pr.Memory)},
+		tp.p.Emit(newStepEvent(pr, rate),
 			fmt.Sprintf("step %d  epoch %d  loss %.4f  grad norm %.3f  lr %.2g  %s tok/s  data wait %.1f%%\n",
 				pr.Step, pr.Position.Epoch, pr.Loss, pr.GradNorm, pr.LR, thousands(rate), 100*pr.DataWait))
 	}
+}
+
+// skip reports a step -skip-nonfinite skipped: neither on the loss curve
+// nor counted by the bar; on the bar's status, or as a line (JSON: a step
+// event with "skipped_step") at the 1st, 2nd, 4th, ... step skipped in a
+// row, whatever -log-every, so a run that diverged for good writes a few
+// lines rather than one a step.
+func (tp *trainProgress) skip(pr train.Progress) {
+	text := fmt.Sprintf("step %d skipped: loss %v, grad norm %v (%d skipped, %d in a row)",
+		pr.NonFinite.Step, pr.Loss, pr.GradNorm, pr.Skipped, pr.SkippedInARow)
+	if tp.bar != nil {
+		tp.bar.Update(pr.Step, text)
+		return
+	}
+	if n := pr.SkippedInARow; n&(n-1) != 0 {
+		return
+	}
+	e := newStepEvent(pr, tp.rate(pr))
+	e.SkippedStep, e.InARow = true, pr.SkippedInARow
+	tp.p.Emit(e, text+"\n")
+}
+
+// newStepEvent is the step event of pr, rate its tokens/s.
+func newStepEvent(pr train.Progress, rate float64) stepEvent {
+	return stepEvent{Event: "step", Step: pr.Step, Steps: pr.Steps, Epoch: pr.Position.Epoch, Loss: cli.Number(pr.Loss),
+		GradNorm: cli.Number(pr.GradNorm), LR: pr.LR, TokensPerSec: rate, DataWait: pr.DataWait, Skipped: pr.Skipped,
+		AllocBytes: pr.Memory.AllocatedBytes[alloc.AllPools].Current, Memory: cli.CategoryCurrents(pr.Memory)}
 }
 
 // rate is the training tokens/s since the previous printed step (the
@@ -582,7 +615,7 @@ func (tp *trainProgress) eval(ev train.Evaluation) {
 	tp.valCurve.X = append(tp.valCurve.X, float64(ev.Step))
 	tp.valCurve.Y = append(tp.valCurve.Y, ev.Loss)
 	if tp.bar == nil {
-		tp.p.Emit(evalEvent{Event: "validation", Step: ev.Step, Loss: ev.Loss, BitsPerChar: ev.BitsPerToken, Tokens: ev.Tokens},
+		tp.p.Emit(evalEvent{Event: "validation", Step: ev.Step, Loss: cli.Number(ev.Loss), BitsPerChar: cli.Number(ev.BitsPerToken), Tokens: ev.Tokens},
 			fmt.Sprintf("validation at step %d: loss %.4f nats/char, %.4f bits/char (%d characters)\n", ev.Step, ev.Loss, ev.BitsPerToken, ev.Tokens))
 	}
 }

@@ -462,6 +462,28 @@ func TestTrainJSON(t *testing.T) {
 	}
 }
 
+// A run resumed at its end takes no step: its done event's loss is null
+// (NaN in train.Summary); before, JSON refused the NaN and the event was
+// an error event instead.
+func TestTrainJSONNoStep(t *testing.T) {
+	ckpt := filepath.Join(t.TempDir(), "run.safetensors")
+	if _, _, err := run(t, t.Context(), smallTrain(t, ckpt, "-batch", "4", "-steps", "2")...); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := run(t, t.Context(), smallTrain(t, ckpt, "-resume", ckpt, "-json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := events(t, out)
+	done := ofEvent(evs, "done")
+	if len(done) != 1 || len(ofEvent(evs, "error")) != 0 {
+		t.Fatalf("output %s, want one done event and no error", out)
+	}
+	if loss, ok := done[0]["loss"]; !ok || loss != nil || done[0]["step"] != 2.0 {
+		t.Errorf("done event %v, want step 2 and loss null", done[0])
+	}
+}
+
 // -plot writes the loss curves as a PNG.
 func TestTrainPlot(t *testing.T) {
 	dir := t.TempDir()
@@ -502,14 +524,45 @@ func TestTrainCancelCheckpointFails(t *testing.T) {
 // TestTrainSkipNonFinite: -skip-nonfinite skips and counts diverged steps
 // and -max-skips ends a run that never recovers, with the last step's
 // error. (lr 1e39 makes every step after the first non-finite; see
-// TestBadInput's non-finite case.)
+// TestBadInput's non-finite case.) The skipped steps are step events
+// flagged "skipped_step" at the 1st, 2nd and 4th in a row, their step the
+// steps taken and their non-finite figures null; before, a skipped step
+// printed nothing.
 func TestTrainSkipNonFinite(t *testing.T) {
 	ckpt := filepath.Join(t.TempDir(), "run.safetensors")
-	_, _, err := run(t, t.Context(), "train", "-data", corpusPath, "-device", testdevice.Spec(t), "-embed", "8", "-hidden", "16",
+	out, _, err := run(t, t.Context(), "train", "-data", corpusPath, "-device", testdevice.Spec(t), "-embed", "8", "-hidden", "16",
 		"-seq", "16", "-batch", "4", "-val-frac", "0", "-steps", "50", "-lr", "1e39", "-sample", "0",
-		"-skip-nonfinite", "-max-skips", "4", "-checkpoint", ckpt)
+		"-skip-nonfinite", "-max-skips", "4", "-checkpoint", ckpt, "-json")
 	if !errors.Is(err, train.ErrNonFinite) || !strings.Contains(err.Error(), "4 steps in a row") {
 		t.Fatalf("train with -max-skips 4 on a diverging run: %v, want ErrNonFinite after 4 steps in a row", err)
+	}
+	type event struct {
+		Event       string   `json:"event"`
+		Step        int64    `json:"step"`
+		SkippedStep bool     `json:"skipped_step"`
+		InARow      int64    `json:"in_a_row"`
+		Skipped     int64    `json:"skipped"`
+		Loss        *float64 `json:"loss"`
+		GradNorm    *float64 `json:"grad_norm"`
+	}
+	var steps []event
+	for line := range strings.Lines(out) {
+		var e event
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("output line %q: %v", line, err)
+		}
+		if e.Event == "step" {
+			steps = append(steps, e)
+		}
+	}
+	if len(steps) != 4 || steps[0].SkippedStep || steps[0].Step != 1 || steps[0].Loss == nil {
+		t.Fatalf("step events %+v, want step 1 taken, then 3 skipped", steps)
+	}
+	for i, e := range steps[1:] {
+		n := int64(1) << i
+		if !e.SkippedStep || e.Step != 1 || e.InARow != n || e.Skipped != n || (e.Loss != nil && e.GradNorm != nil) {
+			t.Errorf("step event %+v, want step 1 (the steps taken), skipped_step, %d skipped in a row, a null loss or gradient norm", e, n)
+		}
 	}
 	ck, err := train.ReadCheckpoint(ckpt)
 	if err != nil {

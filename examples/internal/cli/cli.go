@@ -49,6 +49,21 @@ func (p *Printer) Emit(event any, text string) {
 	io.WriteString(p.W, text)
 }
 
+// Number is a float64 that JSON writes as null when it is NaN or infinite:
+// JSON has no such numbers, encoding/json refuses them, and an event
+// holding one (the loss of a skipped step, of a run that took no step)
+// would print as an error instead.
+type Number float64
+
+// MarshalJSON writes n, or null when it is not finite.
+func (n Number) MarshalJSON() ([]byte, error) {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(f)
+}
+
 // FlagCheck collects the first bad flag of a command: each check names
 // the flag and its value, and Err wraps ErrUsage.
 type FlagCheck struct{ Err error }
@@ -125,7 +140,7 @@ var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
 
 // OnSignal returns a context cancelled by the first stop signal (SIGINT,
 // SIGTERM, SIGHUP), and a function that tells which signal that was (nil:
-// none). The first signal lets the run finish its step and save; after it
+// none). The first signal lets the run stop at a step boundary and save; after it
 // the signals' default actions are back, so a second one kills the
 // process.
 func OnSignal(parent context.Context) (context.Context, func() os.Signal) {

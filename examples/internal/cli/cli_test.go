@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"syscall"
 	"testing"
@@ -56,6 +57,19 @@ func TestPrinter(t *testing.T) {
 	(&Printer{W: &b}).Emit(nil, "text\n")
 	if got := b.String(); got != "{\"event\":\"x\",\"n\":1}\ntext\n" {
 		t.Errorf("wrote %q", got)
+	}
+}
+
+// TestNumber: a non-finite Number is null, so the event still prints;
+// a float64 NaN makes the printer write an error event instead.
+func TestNumber(t *testing.T) {
+	var b bytes.Buffer
+	p := &Printer{W: &b, JSON: true}
+	p.Emit(map[string]any{"event": "x", "a": Number(math.NaN()), "b": Number(math.Inf(-1)), "c": Number(0.25)}, "")
+	p.Emit(map[string]any{"event": "x", "a": math.NaN()}, "")
+	want := "{\"a\":null,\"b\":null,\"c\":0.25,\"event\":\"x\"}\n{\"error\":\"json: unsupported value: NaN\",\"event\":\"error\"}\n"
+	if got := b.String(); got != want {
+		t.Errorf("wrote %q, want %q", got, want)
 	}
 }
 

@@ -68,8 +68,8 @@ func (e Env) withDefaults() Env {
 var ErrUsage = cli.ErrUsage
 
 // Run runs the command args[0] ("train", "eval", "predict", "bench" or
-// "plan") of task with the flags that follow. Cancelling ctx stops training after the
-// step under way and saves the checkpoint. Run returns its error without
+// "plan") of task with the flags that follow. Cancelling ctx stops training at a
+// step boundary (train.Trainer.Run) and saves the checkpoint. Run returns its error without
 // printing it; Report prints it as the command line asks.
 func Run(ctx context.Context, task Task, args []string, env Env) error {
 	env = env.withDefaults()

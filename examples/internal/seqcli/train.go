@@ -359,6 +359,11 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 		EvalEvery: stepsPerEpoch(l), CheckpointEvery: stepsPerEpoch(l),
 		OnStep: func(pr train.Progress) {
 			epoch = pr.Position.Epoch
+			if pr.NonFinite != nil {
+				// A skipped step (none: SkipNonFinite is off here, and a
+				// non-finite step ends the run) is not step pr.Step.
+				return
+			}
 			if pr.Step%f.LogEvery != 0 && pr.Step != pr.Steps {
 				return
 			}
