@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"iter"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/leak"
 	"github.com/gocurrent/gocurrent/internal/stall"
 	"github.com/gocurrent/gocurrent/loader"
 )
@@ -54,7 +54,7 @@ func TestBlockedRead(t *testing.T) {
 				r := l.r
 				defer r.Release()
 				ref := collectHost(t, l, 6)
-				before := runtime.NumGoroutine() // the device's and the loader's copy stream included
+				before := leak.Count() // the device's and the loader's copy stream included
 
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
@@ -110,7 +110,7 @@ func TestBlockedRead(t *testing.T) {
 					}
 					must(t, l.close())
 				}
-				goroutines(t, before)
+				leak.Expect(t, before, "after the iteration")
 			})
 		}
 	}
@@ -208,7 +208,7 @@ func TestLoadBlockedRead(t *testing.T) {
 	l, err := loader.NewSeqLoader(d, data, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: 4}})
 	must(t, err)
 	defer l.Close()
-	before := runtime.NumGoroutine()
+	before := leak.Count()
 	r.Stall()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -227,7 +227,7 @@ func TestLoadBlockedRead(t *testing.T) {
 		t.Errorf("Load: %v, want context.Canceled", err)
 	}
 	r.Release()
-	goroutines(t, before)
+	leak.Expect(t, before, "after the iteration")
 	_, release, err := l.Load(context.Background(), l.Largest()[0])
 	must(t, err)
 	must(t, release())

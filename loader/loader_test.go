@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/leak"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/loader"
 )
@@ -331,19 +330,6 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// goroutines waits briefly for the goroutine count to settle at want.
-func goroutines(t *testing.T, want int) {
-	t.Helper()
-	n := runtime.NumGoroutine()
-	for deadline := time.Now().Add(2 * time.Second); n > want && time.Now().Before(deadline); n = runtime.NumGoroutine() {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n > want {
-		buf := make([]byte, 1<<16)
-		t.Errorf("%d goroutines after the iteration, %d before:\n%s", n, want, buf[:runtime.Stack(buf, true)])
-	}
-}
-
 // TestCancelAndClose: cancelling the context ends the iteration with the
 // context's error, Close ends it with ErrClosed, breaking out ends it
 // quietly; none leaves a goroutine behind.
@@ -351,7 +337,7 @@ func TestCancelAndClose(t *testing.T) {
 	d := openDevice(t)
 	text := tokenize(t, randomText(7, 3000))
 	l := newLoader(t, d, text, loader.Config{Batch: 2, Seq: 4, Workers: 3})
-	before := runtime.NumGoroutine() // the device's and the loader's copy stream included
+	before := leak.Count() // the device's and the loader's copy stream included
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var last error
@@ -367,7 +353,7 @@ func TestCancelAndClose(t *testing.T) {
 	if !errors.Is(last, context.Canceled) {
 		t.Errorf("after cancel: %v, want context.Canceled", last)
 	}
-	goroutines(t, before)
+	leak.Expect(t, before, "after the iteration")
 
 	n = 0
 	for _, err := range l.Batches(context.Background(), loader.Position{}) {
@@ -376,7 +362,7 @@ func TestCancelAndClose(t *testing.T) {
 			break
 		}
 	}
-	goroutines(t, before)
+	leak.Expect(t, before, "after the iteration")
 
 	last, n = nil, 0
 	for _, err := range l.Batches(context.Background(), loader.Position{}) {
@@ -390,7 +376,7 @@ func TestCancelAndClose(t *testing.T) {
 	if !errors.Is(last, loader.ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", last)
 	}
-	goroutines(t, before)
+	leak.Expect(t, before, "after the iteration")
 	for _, err := range l.Batches(context.Background(), loader.Position{}) {
 		if !errors.Is(err, loader.ErrClosed) {
 			t.Errorf("Batches after Close: %v, want ErrClosed", err)

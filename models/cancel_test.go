@@ -8,12 +8,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/leak"
 	"github.com/gocurrent/gocurrent/internal/stall"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/loader"
@@ -92,7 +92,7 @@ func TestCancelBlockedSeqLoader(t *testing.T) {
 	check(t, err)
 	// The run's goroutines have ended; the device's and the loader's
 	// copy stream's are running.
-	before := runtime.NumGoroutine()
+	before := leak.Count()
 
 	runUntil := func(what string, ctx context.Context) {
 		t.Helper()
@@ -132,14 +132,7 @@ func TestCancelBlockedSeqLoader(t *testing.T) {
 	r.Release()
 	check(t, tr.Close())
 	check(t, l.Close())
-	n := runtime.NumGoroutine()
-	for deadline := time.Now().Add(hangLimit); n > before && time.Now().Before(deadline); n = runtime.NumGoroutine() {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n > before {
-		buf := make([]byte, 1<<16)
-		t.Errorf("%d goroutines left, want %d:\n%s", n, before, buf[:runtime.Stack(buf, true)])
-	}
+	leak.Expect(t, before, "after the loader and the trainer closed")
 }
 
 // TestCancelBlockedWarmUp: a tagger's first Run, whose warm-up (the

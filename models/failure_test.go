@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"testing"
-	"time"
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device/meta"
+	"github.com/gocurrent/gocurrent/internal/leak"
 )
 
 // TestEveryAllocationFails fails, in turn, every device allocation that
@@ -24,7 +23,7 @@ func TestEveryAllocationFails(t *testing.T) {
 	ctx := context.Background()
 	for _, spec := range planCases() {
 		t.Run(specName(spec), func(t *testing.T) {
-			base := runtime.NumGoroutine()
+			base := leak.Count()
 			d, err := meta.Open(meta.Config{})
 			if err != nil {
 				t.Fatal(err)
@@ -68,14 +67,7 @@ func TestEveryAllocationFails(t *testing.T) {
 				if err := d.Close(); err != nil {
 					t.Fatal(err)
 				}
-				g := runtime.NumGoroutine()
-				for deadline := time.Now().Add(30 * time.Second); g > base && time.Now().Before(deadline); g = runtime.NumGoroutine() {
-					time.Sleep(time.Millisecond)
-				}
-				if g > base {
-					buf := make([]byte, 1<<16)
-					t.Fatalf("allocation %d of %d failed: %d goroutines left, %d before:\n%s", k, n, g, base, buf[:runtime.Stack(buf, true)])
-				}
+				leak.Expect(t, base, fmt.Sprintf("allocation %d of %d failed", k, n))
 			}
 		})
 	}

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/leak"
 	"github.com/gocurrent/gocurrent/internal/stall"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/loader"
@@ -80,21 +80,6 @@ func stoppedAt(t *testing.T, d device.Device, step int64) []byte {
 	return ck
 }
 
-// settle waits for the goroutine count to fall to want (a hang check, not
-// a timing: it gives up only after hangLimit) and fails with the stacks
-// otherwise.
-func settle(t *testing.T, want int) {
-	t.Helper()
-	n := runtime.NumGoroutine()
-	for deadline := time.Now().Add(hangLimit); n > want && time.Now().Before(deadline); n = runtime.NumGoroutine() {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n > want {
-		buf := make([]byte, 1<<16)
-		t.Errorf("%d goroutines left, want %d:\n%s", n, want, buf[:runtime.Stack(buf, true)])
-	}
-}
-
 // TestCancelBlockedLoader: a run whose loader is blocked reading the data
 // ends when ctx is cancelled, with an error matching context.Canceled, in
 // the state the last step completed left, saved as a run stopped between
@@ -108,7 +93,7 @@ func settle(t *testing.T, want int) {
 func TestCancelBlockedLoader(t *testing.T) {
 	d := testdevice.Open(t)
 	want := stoppedAt(t, d, 3) // and starts what the device starts on its first steps (its GEMM workers)
-	before := runtime.NumGoroutine()
+	before := leak.Count()
 	r := stall.New(cancelText())
 	defer r.Release()
 	l, err := loader.New(d, tokenizeReader(t, r, r.Size()), cancelLoader)
@@ -148,7 +133,7 @@ func TestCancelBlockedLoader(t *testing.T) {
 	r.Release()
 	check(t, tr.Close())
 	check(t, l.Close())
-	settle(t, before)
+	leak.Expect(t, before, "after the loader and the trainer closed")
 	got, err := os.ReadFile(path)
 	check(t, err)
 	if !bytes.Equal(got, want) {

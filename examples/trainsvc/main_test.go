@@ -11,13 +11,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gocurrent/gocurrent/examples/trainsvc/svc"
+	"github.com/gocurrent/gocurrent/internal/leak"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
 )
 
@@ -27,7 +27,7 @@ import (
 // again on the same state directory, the server lists the job and resumes
 // it from where it stopped; a second SIGTERM drains it again.
 func TestSIGTERMDrains(t *testing.T) {
-	before := goroutines()
+	before := leak.Count()
 	state := t.TempDir()
 	data := filepath.Join(t.TempDir(), "corpus.txt")
 	if err := os.WriteFile(data, []byte(strings.Repeat("the quick brown fox jumps over the lazy dog.\n", 100)), 0o666); err != nil {
@@ -94,38 +94,7 @@ func TestSIGTERMDrains(t *testing.T) {
 		drainedAt = saved.Step
 	}
 
-	n := goroutines()
-	for i := 0; n > before && i < 400; i++ {
-		time.Sleep(5 * time.Millisecond)
-		n = goroutines()
-	}
-	if n > before {
-		buf := make([]byte, 1<<20)
-		t.Errorf("got %d goroutines after the test, want at most %d, as before it:\n%s", n, before, buf[:runtime.Stack(buf, true)])
-	}
-}
-
-// goroutines counts the goroutines, less those that live as long as the
-// process once started: the CPU GEMM's helpers (device/cpu/gemm), which
-// the first matrix product starts, and os/signal's loop, which the first
-// signal.Notify starts.
-func goroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if !strings.Contains(g, "gemm.(*worker).loop") && !strings.Contains(g, "os/signal.loop") {
-			count++
-		}
-	}
-	return count
+	leak.Expect(t, before, "after the service stopped")
 }
 
 // call makes a request and decodes the JSON answer into out (if not

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gocurrent/gocurrent/examples/trainsvc/svc"
+	"github.com/gocurrent/gocurrent/internal/leak"
 	"github.com/gocurrent/gocurrent/train"
 )
 
@@ -19,7 +20,7 @@ import (
 // from the start to the same weights.
 func TestDrainRestartResume(t *testing.T) {
 	d := openDevice(t)
-	noLeaks(t)
+	leak.Check(t)
 	spec := healthy(writeCorpus(t, t.TempDir()), "gru")
 	alone := start(t, d, t.TempDir(), nil)
 	ref := alone.wait(alone.submit(spec).ID)

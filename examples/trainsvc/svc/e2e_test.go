@@ -12,6 +12,7 @@ import (
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/examples/trainsvc/svc"
+	"github.com/gocurrent/gocurrent/internal/leak"
 	"github.com/gocurrent/gocurrent/train"
 )
 
@@ -28,7 +29,7 @@ func TestEndToEnd(t *testing.T) {
 	for _, cell := range []string{"lstm", "gru"} {
 		t.Run(cell, func(t *testing.T) {
 			d := openDevice(t)
-			noLeaks(t)
+			leak.Check(t)
 			data := writeCorpus(t, t.TempDir())
 			spec := healthy(data, cell)
 

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,49 +26,6 @@ import (
 // the test ends.
 func openDevice(t *testing.T) device.Device {
 	return testdevice.Open(t)
-}
-
-// noLeaks fails the test, when it ends, if more goroutines run than
-// before (taken now): jobs, scopes, loaders and HTTP connections must all
-// have ended. Call it after opening the device, whose own goroutines live
-// until the test's end.
-func noLeaks(t *testing.T) {
-	before := goroutines()
-	t.Cleanup(func() {
-		n := goroutines()
-		// Goroutines that are ending (a connection's reader after Close)
-		// take a moment to go.
-		for i := 0; n > before && i < 400; i++ {
-			time.Sleep(5 * time.Millisecond)
-			n = goroutines()
-		}
-		if n > before {
-			buf := make([]byte, 1<<20)
-			t.Errorf("got %d goroutines after the test, want at most %d, as before it:\n%s", n, before, buf[:runtime.Stack(buf, true)])
-		}
-	})
-}
-
-// goroutines counts the goroutines, less the CPU GEMM's helpers, which
-// the first matrix product starts and which live as long as the process
-// (device/cpu/gemm).
-func goroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if !strings.Contains(g, "gemm.(*worker).loop") {
-			count++
-		}
-	}
-	return count
 }
 
 // writeCorpus writes a small deterministic text of words to dir and
