@@ -42,11 +42,7 @@ func alloc32(t testing.TB, d *Device, n int) device.Buffer {
 // not done. Releasing the hold lets the queued work run in order.
 func TestStreamRunsAhead(t *testing.T) {
 	d := open(t, Config{})
-	// hold is a stream without a worker: its one "command" completes only
-	// when the test bumps done.
-	hold := &stream{dev: d, ln: &d.lane, exited: make(chan struct{})}
-	hold.queued.Store(1)
-	hold.notEmpty.L, hold.notFull.L, hold.progress.L = &hold.mu, &hold.mu, &hold.mu
+	hold := newHold(&d.lane)
 	if err := d.compute.Wait(event{s: hold, seq: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -64,10 +60,7 @@ func TestStreamRunsAhead(t *testing.T) {
 	if done, _ := ev.Done(); done {
 		t.Fatal("event done while the stream is held: the kernels ran in the caller")
 	}
-	hold.mu.Lock()
-	hold.done.Store(1)
-	hold.progress.Broadcast()
-	hold.mu.Unlock()
+	hold.release()
 	if err := ev.Wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -348,9 +341,7 @@ func TestScopeStreamsAreIndependent(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := sa.(*Scope)
-	hold := &stream{dev: d, ln: &a.lane, exited: make(chan struct{})}
-	hold.queued.Store(1)
-	hold.notEmpty.L, hold.notFull.L, hold.progress.L = &hold.mu, &hold.mu, &hold.mu
+	hold := newHold(&a.lane)
 	if _, err := a.compute.enqueue(func(c *cmd) { c.op, c.wait = opWait, event{s: hold, seq: 1} }); err != nil {
 		t.Fatal(err)
 	}
@@ -384,10 +375,7 @@ func TestScopeStreamsAreIndependent(t *testing.T) {
 	if done, _ := ev.Done(); done {
 		t.Fatal("the held scope's work ran")
 	}
-	hold.mu.Lock()
-	hold.done.Store(1)
-	hold.progress.Broadcast()
-	hold.mu.Unlock()
+	hold.release()
 	got := make([]float32, 4)
 	if err := device.DownloadSlice(a, got, xa); err != nil {
 		t.Fatal(err)
@@ -395,4 +383,22 @@ func TestScopeStreamsAreIndependent(t *testing.T) {
 	if got[0] != 1 {
 		t.Errorf("the held scope's fill after release: %v, want 1s", got)
 	}
+}
+
+// newHold returns a stream of l without a worker: its one "command"
+// completes only when the test calls release, so a stream that waits for
+// event{s: hold, seq: 1} is held until then.
+func newHold(l *lane) *stream {
+	hold := &stream{dev: l.d, ln: l, exited: make(chan struct{})}
+	hold.queued.Store(1)
+	hold.notEmpty.L, hold.notFull.L, hold.progress.L = &hold.mu, &hold.mu, &hold.mu
+	return hold
+}
+
+// release completes a held stream's command.
+func (s *stream) release() {
+	s.mu.Lock()
+	s.done.Store(1)
+	s.progress.Broadcast()
+	s.mu.Unlock()
 }
