@@ -350,7 +350,13 @@ func (l *Loader) consume(run *iteration, from Position, yield func(Batch, error)
 		select {
 		case e, open = <-run.order:
 			if !open {
-				return true, nil // the configured epochs are done
+				// The dispatcher closes the order when the configured
+				// epochs are done, and when it stops for a cancellation:
+				// the select may pick the closed order over ctx then.
+				if run.ctx.Err() != nil {
+					return true, l.stopped(run.ctx)
+				}
+				return true, nil
 			}
 		case <-run.ctx.Done():
 			return true, l.stopped(run.ctx)

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/internal/leak"
@@ -458,4 +459,30 @@ func FuzzBatches(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCancelIsReported cancels many iterations from their loop body: each
+// ends with context.Canceled, never quietly as if its epochs were done.
+// The dispatcher stops on the cancellation too and closes the order of
+// batches, so the consumer sees both at once; it once took the closed
+// order for the end of the data about half the time, and a trainer then
+// returned nil from a cancelled Run.
+func TestCancelIsReported(t *testing.T) {
+	d := openDevice(t)
+	l := newLoader(t, d, tokenize(t, randomText(7, 3000)), loader.Config{Batch: 2, Seq: 4, Workers: 2})
+	for trial := range 200 {
+		ctx, cancel := context.WithCancel(context.Background())
+		var last error
+		for _, err := range l.Batches(ctx, loader.Position{}) {
+			if last = err; err != nil {
+				break
+			}
+			cancel()
+			time.Sleep(100 * time.Microsecond) // lets the dispatcher stop and close the order
+		}
+		cancel()
+		if !errors.Is(last, context.Canceled) {
+			t.Fatalf("trial %d: the iteration cancelled in its loop body ended with %v, want context.Canceled", trial, last)
+		}
+	}
 }
