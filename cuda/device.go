@@ -38,7 +38,10 @@ type Device struct {
 	lane // the device's own: scope 0
 
 	cfg  Config
-	api  api
+	api  api // the driver, counting (countingAPI)
+	raw  api // the driver, for the status word's reads, which are not counted
+
+	counts counts
 	dev  cuDevice
 	ctx  cuContext
 	name string
@@ -116,7 +119,8 @@ func open(a api, cfg Config) (*Device, error) {
 	if ord >= n {
 		return nil, unavailable(ord, fmt.Sprintf("this machine has %d GPU(s)", n), nil)
 	}
-	d := &Device{cfg: cfg, api: a, name: fmt.Sprintf("cuda:%d", ord), streams: map[alloc.Stream]*stream{}, scopes: map[alloc.Scope]*Scope{}}
+	d := &Device{cfg: cfg, raw: a, name: fmt.Sprintf("cuda:%d", ord), streams: map[alloc.Stream]*stream{}, scopes: map[alloc.Scope]*Scope{}}
+	d.api = countingAPI{api: a, n: &d.counts}
 	d.lane.d, d.lane.owner, d.lane.name, d.lane.label = d, d, d.name, "the device"
 	if d.dev, err = a.DeviceGet(ord); err != nil {
 		return nil, unavailable(ord, "getting the GPU", err)

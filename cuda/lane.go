@@ -230,6 +230,7 @@ func (l *lane) Upload(dst device.Buffer, src []byte) error {
 	if err := d.api.MemcpyHtoDAsync(d.ctx, dst.Addr(), unsafe.Pointer(unsafe.SliceData(src)), int64(len(src)), l.compute.s); err != nil {
 		return err
 	}
+	d.counts.syncs.Add(1)
 	return d.api.StreamSynchronize(d.ctx, l.compute.s)
 }
 
@@ -457,7 +458,7 @@ func (l *lane) releaseStatus() error {
 // and leaves the bits for the next synchronisation; call it once the work
 // whose errors it should see has completed.
 func (l *lane) readStatus(s cuStream, clear bool) error {
-	a, c := l.d.api, l.d.ctx
+	a, c := l.d.raw, l.d.ctx
 	l.statusMu.Lock()
 	defer l.statusMu.Unlock()
 	if err := a.MemcpyDtoHAsync(c, l.statusHost, l.statusDev, 4, s); err != nil {

@@ -115,6 +115,7 @@ func (s *stream) Synchronize() error {
 	if s.isClosed() {
 		return s.closedErr("Synchronize")
 	}
+	s.ln.d.counts.syncs.Add(1)
 	if s.compute {
 		return s.ln.readStatus(s.s, true)
 	}
@@ -174,6 +175,7 @@ func (e *event) Wait() error {
 	if l.isClosed() {
 		return e.s.closedErr("Event.Wait")
 	}
+	d.counts.syncs.Add(1)
 	err := d.api.EventSynchronize(d.ctx, e.e)
 	runtime.KeepAlive(e)
 	if err != nil {

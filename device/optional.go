@@ -58,3 +58,38 @@ func MemoryReport(d Device) (r alloc.Report, ok bool) {
 	r.Device = d.Name()
 	return r, true
 }
+
+// Counter is implemented by a Device that counts the work it is asked
+// for, so a benchmark can say what a training step or a sampled token
+// costs in calls (the CPU and the CUDA device). The counts are cumulative
+// since the device opened, its scopes' included: take differences.
+type Counter interface {
+	Counts() Counts
+}
+
+// Counts are the operations a device was asked for, counted alike on
+// every device.
+type Counts struct {
+	// Syncs counts the host's waits for device work: a stream's or the
+	// device's Synchronize (one per stream waited for), Upload, Download
+	// and Event.Wait. A training loop that never waits has none.
+	Syncs int64
+	// Launches counts the kernels queued, GEMMs and copies aside.
+	Launches int64
+	// GEMMs counts Kernels().Gemm calls (cuBLAS calls on a GPU).
+	GEMMs int64
+	// Copies counts the memory copies queued: Upload, Download,
+	// CopyToDevice, CopyToHost and the Copy kernel.
+	Copies int64
+}
+
+// Sub returns c - o, the counts of what happened between two readings.
+func (c Counts) Sub(o Counts) Counts {
+	return Counts{Syncs: c.Syncs - o.Syncs, Launches: c.Launches - o.Launches, GEMMs: c.GEMMs - o.GEMMs, Copies: c.Copies - o.Copies}
+}
+
+// Per returns c divided by n, for counts per step or per token.
+func (c Counts) Per(n int64) (syncs, launches, gemms, copies float64) {
+	f := float64(max(n, 1))
+	return float64(c.Syncs) / f, float64(c.Launches) / f, float64(c.GEMMs) / f, float64(c.Copies) / f
+}

@@ -49,6 +49,7 @@ type Device struct {
 	staging *alloc.HostCache
 	pool    *pool
 	closed  atomic.Bool
+	counts  counts // what the device was asked for (device.Counter)
 
 	scopesMu sync.Mutex // guards scopes and closing
 	scopes   []*Scope   // the scopes still open
@@ -60,7 +61,18 @@ var (
 	_ device.Allocator        = (*Device)(nil)
 	_ device.StagingAllocator = (*Device)(nil)
 	_ device.Scoper           = (*Device)(nil)
+	_ device.Counter          = (*Device)(nil)
 )
+
+// counts are device.Counts as they are kept: atomics the lanes add to.
+type counts struct{ syncs, launches, gemms, copies atomic.Int64 }
+
+// Counts returns what the device was asked for since it opened, its
+// scopes' work included (device.Counter).
+func (d *Device) Counts() device.Counts {
+	c := &d.counts
+	return device.Counts{Syncs: c.syncs.Load(), Launches: c.launches.Load(), GEMMs: c.gemms.Load(), Copies: c.copies.Load()}
+}
 
 // Open starts a CPU device.
 func Open(cfg Config) (*Device, error) {

@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"sync/atomic"
+
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/driver"
 )
@@ -101,18 +103,26 @@ func (k kernels) launch(err error, fill func(c *cmd)) error {
 // nothing to queue, but bad arguments and a closed device are still
 // reported.
 func (k kernels) launchN(n int, err error, fill func(c *cmd)) error {
+	return k.launchAs(&k.l.d.counts.launches, n, err, fill)
+}
+
+// launchAs is launchN counted in counter (GEMMs and copies are counted
+// apart from the other kernels).
+func (k kernels) launchAs(counter *atomic.Int64, n int, err error, fill func(c *cmd)) error {
 	if err != nil {
 		return err
 	}
 	if n == 0 {
 		return k.l.checkOpen("kernel")
 	}
-	_, err = k.l.compute.enqueue(fill)
+	if _, err = k.l.compute.enqueue(fill); err == nil {
+		counter.Add(1)
+	}
 	return err
 }
 
 func (k kernels) Gemm(a device.Gemm) error {
-	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.gemm = opGemm, a.WithDefaults() })
+	return k.launchAs(&k.l.d.counts.gemms, 1, a.Check(k.l.owner), func(c *cmd) { c.op, c.gemm = opGemm, a.WithDefaults() })
 }
 
 func (k kernels) LSTMCell(a device.LSTMCell) error {
@@ -176,7 +186,7 @@ func (k kernels) Fill(a device.Fill) error {
 }
 
 func (k kernels) Copy(a device.Copy) error {
-	return k.launchN(int(a.Src.Len()), a.Check(k.l.owner), func(c *cmd) {
+	return k.launchAs(&k.l.d.counts.copies, int(a.Src.Len()), a.Check(k.l.owner), func(c *cmd) {
 		c.op, c.copy = opCopy, copyCmd{dst: driver.HostPointer(a.Dst), src: driver.HostPointer(a.Src), n: a.Src.Len()}
 	})
 }

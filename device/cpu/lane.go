@@ -116,6 +116,8 @@ func (l *lane) copySync(cc copyCmd) error {
 	if err != nil {
 		return err
 	}
+	l.d.counts.copies.Add(1)
+	l.d.counts.syncs.Add(1)
 	l.compute.wait(seq)
 	return nil
 }
@@ -238,6 +240,9 @@ func (l *lane) copyAsync(what string, s device.Stream, cc copyCmd) (device.Event
 	})
 	if err != nil {
 		return nil, err
+	}
+	if cc.n > 0 {
+		l.d.counts.copies.Add(1)
 	}
 	return event{s: cs, seq: seq}, nil
 }

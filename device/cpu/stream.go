@@ -176,6 +176,7 @@ func (s *stream) Synchronize() error {
 	if closing {
 		return s.closedErr()
 	}
+	s.dev.counts.syncs.Add(1)
 	s.wait(seq)
 	return s.report()
 }
@@ -220,6 +221,7 @@ func (e event) Done() (bool, error) {
 }
 
 func (e event) Wait() error {
+	e.s.dev.counts.syncs.Add(1)
 	e.s.wait(e.seq)
 	return e.s.peek()
 }

@@ -98,6 +98,7 @@ func RunGroups(t *testing.T, open func(t testing.TB) device.Device, keep func(gr
 		{"MemStats", testMemStats},
 		{"Misuse", testMisuse},
 		{"Scopes", testScopes},
+		{"Counts", testCounts},
 	}
 	for _, g := range groups {
 		if keep != nil && !keep(g.name) {
