@@ -37,15 +37,15 @@ type Info struct {
 type Device struct {
 	lane // the device's own: scope 0
 
-	cfg  Config
-	api  api // the driver, counting (countingAPI)
-	raw  api // the driver, for the status word's reads, which are not counted
+	cfg Config
+	api api // the driver, counting (countingAPI)
+	raw api // the driver, for the status word's reads, which are not counted
 
 	counts counts
-	dev  cuDevice
-	ctx  cuContext
-	name string
-	info Info
+	dev    cuDevice
+	ctx    cuContext
+	name   string
+	info   Info
 
 	mem     *alloc.Caching
 	staging *alloc.HostCache
