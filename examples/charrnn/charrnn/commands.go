@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gocurrent/gocurrent/cuda"
+	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/examples/internal/cli"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/models"
@@ -240,6 +241,29 @@ type BenchResult struct {
 	// DataWait is the fraction of the training run spent waiting for a
 	// batch.
 	DataWait float64 `json:"data_wait"`
+	// Step and Token are what the device was asked for (device.Counts)
+	// per timed training step and per timed sampled token; zero on a
+	// device that does not count.
+	Step, Token PerOp `json:"-"`
+}
+
+// PerOp is device.Counts per step or per token.
+type PerOp struct {
+	Syncs, Launches, GEMMs, Copies float64
+}
+
+func perOp(c device.Counts, n int64) PerOp {
+	var p PerOp
+	p.Syncs, p.Launches, p.GEMMs, p.Copies = c.Per(n)
+	return p
+}
+
+// counts reads d's counts; zero for a device that does not count.
+func counts(d device.Device) device.Counts {
+	if c, ok := d.(device.Counter); ok {
+		return c.Counts()
+	}
+	return device.Counts{}
 }
 
 func parseBench(args []string, env Env) (command, error) {
@@ -320,13 +344,15 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	opt, _ := train.NewOptimizer(train.Adam, 2e-3)
 	var t0, t1 time.Time
 	var allocs0 int64
+	var c0, c1 device.Counts
 	tr, err := train.New(d, m, data, train.Config{Optimizer: opt, Steps: int64(steps), ClipNorm: 5,
 		OnStep: func(p train.Progress) {
 			if p.Step == warmSteps {
 				t0 = time.Now()
 				allocs0 = p.Memory.DeviceAllocs
+				c0 = counts(d)
 			}
-			t1 = time.Now()
+			t1, c1 = time.Now(), counts(d)
 			res.SegmentAllocs = p.Memory.DeviceAllocs - allocs0
 			res.DataWait = p.DataWait
 		}})
@@ -338,20 +364,22 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 		return res, err
 	}
 	res.TrainTokensPerSecond = float64(f.Steps*f.Batch*f.Seq) / t1.Sub(t0).Seconds()
+	res.Step = perOp(c1.Sub(c0), int64(f.Steps))
 
 	n := 0
 	err = train.Sample(ctx, d, m, train.SampleConfig{N: warmTokens + f.N, Temperature: 0.8, Prime: []int32{0}, Seed: 1},
 		func(int32) error {
 			if n++; n == warmTokens {
-				t0 = time.Now()
+				t0, c0 = time.Now(), counts(d)
 			}
-			t1 = time.Now()
+			t1, c1 = time.Now(), counts(d)
 			return nil
 		})
 	if err != nil {
 		return res, err
 	}
 	res.SampleTokensPerSecond = float64(f.N) / t1.Sub(t0).Seconds()
+	res.Token = perOp(c1.Sub(c0), int64(f.N))
 	// What the GEMMs ran in: TF32 only on a GPU opened with it (the CPU
 	// device's float32 GEMMs are IEEE float32), printed beside the PyTorch
 	// script's settings so a comparison says what it compares.
@@ -363,10 +391,14 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	p.Emit(map[string]any{"event": "bench", "impl": "gocurrent", "device": d.Name(), "device_name": where, "cell": f.Cell,
 		"hidden": f.Hidden, "layers": f.Layers, "batch": f.Batch, "seq": f.Seq, "tf32": tf32,
 		"train_tokens_per_s": res.TrainTokensPerSecond, "sample_tokens_per_s": res.SampleTokensPerSecond,
-		"segment_allocs": res.SegmentAllocs, "data_wait": res.DataWait},
-		fmt.Sprintf("%s %dx%d batch %d seq %d on %s, TF32 %v: train_tokens_per_s %.0f  sample_tokens_per_s %.0f  segment_allocs %d  data_wait %.1f%%\n",
+		"segment_allocs": res.SegmentAllocs, "data_wait": res.DataWait,
+		"step_syncs": res.Step.Syncs, "step_launches": res.Step.Launches, "step_gemms": res.Step.GEMMs, "step_copies": res.Step.Copies,
+		"token_syncs": res.Token.Syncs, "token_launches": res.Token.Launches, "token_gemms": res.Token.GEMMs, "token_copies": res.Token.Copies},
+		fmt.Sprintf("%s %dx%d batch %d seq %d on %s, TF32 %v: train_tokens_per_s %.0f  sample_tokens_per_s %.0f  segment_allocs %d  data_wait %.1f%%\n"+
+			"  per training step: %.1f syncs, %.1f launches, %.1f GEMMs, %.1f copies; per sampled token: %.1f syncs, %.1f launches, %.1f GEMMs, %.1f copies\n",
 			f.Cell, f.Layers, f.Hidden, f.Batch, f.Seq, where, tf32, res.TrainTokensPerSecond, res.SampleTokensPerSecond,
-			res.SegmentAllocs, 100*res.DataWait))
+			res.SegmentAllocs, 100*res.DataWait,
+			res.Step.Syncs, res.Step.Launches, res.Step.GEMMs, res.Step.Copies, res.Token.Syncs, res.Token.Launches, res.Token.GEMMs, res.Token.Copies))
 	if f.MemStats {
 		printMemStats(p, d)
 	}

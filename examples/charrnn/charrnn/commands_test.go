@@ -138,6 +138,21 @@ func TestBenchCommand(t *testing.T) {
 			t.Errorf("%s = %v, want > 0", k, evs[0][k])
 		}
 	}
+	// The device's counts per step and per token (device.Counter, which
+	// both devices implement): a sampled token of a 1-layer model is 3
+	// GEMMs (the layer's input projection and recurrent product, the
+	// output layer); a step of 8 time steps has at least one recurrent
+	// GEMM per time step, and its work is queued, not waited for, so it
+	// has far fewer syncs than launches.
+	if g := evs[0]["token_gemms"]; g != 3.0 {
+		t.Errorf("token_gemms = %v, want 3", g)
+	}
+	if g, _ := evs[0]["step_gemms"].(float64); g < 8 {
+		t.Errorf("step_gemms = %v, want at least 8", evs[0]["step_gemms"])
+	}
+	if l, sy := evs[0]["step_launches"].(float64), evs[0]["step_syncs"].(float64); !(l > 8*sy) {
+		t.Errorf("step_launches %v, step_syncs %v: want launches to outnumber syncs many times", l, sy)
+	}
 	// tf32 says what the GEMMs ran in, for comparison with PyTorch's
 	// settings: TF32 only when asked for and on a GPU (the CPU device's
 	// float32 GEMMs are IEEE whatever the flag).
