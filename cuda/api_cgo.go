@@ -278,7 +278,10 @@ typedef struct {
 	int batch;
 } gcGemm;
 
-static int gc_blas_gemm(gcDriver* d, gcBLAS* b, gcPtr ctx, gcPtr h, const gcGemm* g) {
+// The GEMM's arguments come by value: a pointer into Go memory passed to C
+// moves the struct to the heap, an allocation per GEMM.
+static int gc_blas_gemm(gcDriver* d, gcBLAS* b, gcPtr ctx, gcPtr h, gcGemm gv) {
+	const gcGemm* g = &gv;
 	GC_BLAS_IN(d, ctx);
 	int ta = g->transa ? 1 : 0, tb = g->transb ? 1 : 0; // CUBLAS_OP_N, CUBLAS_OP_T
 	if (g->dbl) {
@@ -669,7 +672,7 @@ func (a *cgoAPI) BLASGemm(c cuContext, h blasHandle, g blasGemm) error {
 	if g.Batch > 1 {
 		fn += "StridedBatched"
 	}
-	return a.checkBLAS(fn, C.gc_blas_gemm(a.drv, a.blas, ctxOf(c), ptrOf(uintptr(h)), &cg))
+	return a.checkBLAS(fn, C.gc_blas_gemm(a.drv, a.blas, ctxOf(c), ptrOf(uintptr(h)), cg))
 }
 
 func cbool(b bool) C.int {

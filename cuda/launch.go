@@ -161,7 +161,10 @@ var _ device.Kernels = kernels{}
 
 // check is every kernel's prologue: an open device (and scope) and valid
 // arguments, whose buffers all belong to the lane's owner.
-func (k kernels) check(name string, a interface{ Check(device.Device) error }) error {
+//
+// It is generic, not over an interface: boxing the argument struct in an
+// interface made it escape, a heap allocation per kernel call.
+func check[A interface{ Check(device.Device) error }](k kernels, name string, a A) error {
 	if err := k.l.checkOpen(name); err != nil {
 		return err
 	}
@@ -169,7 +172,7 @@ func (k kernels) check(name string, a interface{ Check(device.Device) error }) e
 }
 
 func (k kernels) Gemm(a device.Gemm) error {
-	if err := k.check("Gemm", a); err != nil {
+	if err := check(k, "Gemm", a); err != nil {
 		return err
 	}
 	w := a.WithDefaults()
@@ -202,7 +205,7 @@ func (k kernels) Gemm(a device.Gemm) error {
 }
 
 func (k kernels) LSTMCell(a device.LSTMCell) error {
-	if err := k.check("LSTMCell", a); err != nil {
+	if err := check(k, "LSTMCell", a); err != nil {
 		return err
 	}
 	return k.l.launch(kLSTMCell, a.DType, grid1(a.Batch*a.Hidden), block1,
@@ -210,7 +213,7 @@ func (k kernels) LSTMCell(a device.LSTMCell) error {
 }
 
 func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error {
-	if err := k.check("LSTMCellGrad", a); err != nil {
+	if err := check(k, "LSTMCellGrad", a); err != nil {
 		return err
 	}
 	return k.l.launch(kLSTMCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
@@ -218,7 +221,7 @@ func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error {
 }
 
 func (k kernels) GRUCell(a device.GRUCell) error {
-	if err := k.check("GRUCell", a); err != nil {
+	if err := check(k, "GRUCell", a); err != nil {
 		return err
 	}
 	return k.l.launch(kGRUCell, a.DType, grid1(a.Batch*a.Hidden), block1,
@@ -226,7 +229,7 @@ func (k kernels) GRUCell(a device.GRUCell) error {
 }
 
 func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
-	if err := k.check("GRUCellGrad", a); err != nil {
+	if err := check(k, "GRUCellGrad", a); err != nil {
 		return err
 	}
 	return k.l.launch(kGRUCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
@@ -234,7 +237,7 @@ func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
 }
 
 func (k kernels) GatherSeq(a device.GatherSeq) error {
-	if err := k.check("GatherSeq", a); err != nil || a.T == 0 || a.B == 0 {
+	if err := check(k, "GatherSeq", a); err != nil || a.T == 0 || a.B == 0 {
 		return err
 	}
 	a, l := a.WithDefaults(), k.l
@@ -243,7 +246,7 @@ func (k kernels) GatherSeq(a device.GatherSeq) error {
 }
 
 func (k kernels) SeqPool(a device.SeqPool) error {
-	if err := k.check("SeqPool", a); err != nil || a.B == 0 {
+	if err := check(k, "SeqPool", a); err != nil || a.B == 0 {
 		return err
 	}
 	a = a.WithDefaults()
@@ -256,7 +259,7 @@ func (k kernels) SeqPool(a device.SeqPool) error {
 }
 
 func (k kernels) SeqPoolGrad(a device.SeqPoolGrad) error {
-	if err := k.check("SeqPoolGrad", a); err != nil || a.T == 0 || a.B == 0 {
+	if err := check(k, "SeqPoolGrad", a); err != nil || a.T == 0 || a.B == 0 {
 		return err
 	}
 	a, l := a.WithDefaults(), k.l
@@ -269,7 +272,7 @@ func (k kernels) SeqPoolGrad(a device.SeqPoolGrad) error {
 }
 
 func (k kernels) Embedding(a device.Embedding) error {
-	if err := k.check("Embedding", a); err != nil || a.N == 0 {
+	if err := check(k, "Embedding", a); err != nil || a.N == 0 {
 		return err
 	}
 	l := k.l
@@ -278,7 +281,7 @@ func (k kernels) Embedding(a device.Embedding) error {
 }
 
 func (k kernels) EmbeddingGrad(a device.EmbeddingGrad) error {
-	if err := k.check("EmbeddingGrad", a); err != nil || a.N == 0 {
+	if err := check(k, "EmbeddingGrad", a); err != nil || a.N == 0 {
 		return err
 	}
 	l := k.l
@@ -306,7 +309,7 @@ func rowGrid(n int) [3]uint32 {
 }
 
 func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) (err error) {
-	if err := k.check("SoftmaxCrossEntropy", a); err != nil {
+	if err := check(k, "SoftmaxCrossEntropy", a); err != nil {
 		return err
 	}
 	l := k.l
@@ -329,7 +332,7 @@ func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) (err error) {
 }
 
 func (k kernels) Softmax(a device.Softmax) error {
-	if err := k.check("Softmax", a); err != nil {
+	if err := check(k, "Softmax", a); err != nil {
 		return err
 	}
 	t := a.Temperature
@@ -341,7 +344,7 @@ func (k kernels) Softmax(a device.Softmax) error {
 }
 
 func (k kernels) Dropout(a device.Dropout) error {
-	if err := k.check("Dropout", a); err != nil || a.N == 0 {
+	if err := check(k, "Dropout", a); err != nil || a.N == 0 {
 		return err
 	}
 	return k.l.launch(kDropout, a.DType, grid1(a.N), block1,
@@ -349,7 +352,7 @@ func (k kernels) Dropout(a device.Dropout) error {
 }
 
 func (k kernels) AddBias(a device.AddBias) error {
-	if err := k.check("AddBias", a); err != nil {
+	if err := check(k, "AddBias", a); err != nil {
 		return err
 	}
 	return k.l.launch(kAddBias, a.DType, grid1(a.Rows*a.Cols), block1,
@@ -357,7 +360,7 @@ func (k kernels) AddBias(a device.AddBias) error {
 }
 
 func (k kernels) SumRows(a device.SumRows) error {
-	if err := k.check("SumRows", a); err != nil {
+	if err := check(k, "SumRows", a); err != nil {
 		return err
 	}
 	grid := [3]uint32{uint32((a.Cols + 31) / 32), 1, 1}
@@ -366,7 +369,7 @@ func (k kernels) SumRows(a device.SumRows) error {
 }
 
 func (k kernels) Fill(a device.Fill) error {
-	if err := k.check("Fill", a); err != nil || a.N == 0 {
+	if err := check(k, "Fill", a); err != nil || a.N == 0 {
 		return err
 	}
 	l := k.l
@@ -378,7 +381,7 @@ func (k kernels) Fill(a device.Fill) error {
 }
 
 func (k kernels) Copy(a device.Copy) error {
-	if err := k.check("Copy", a); err != nil || a.Src.Len() == 0 {
+	if err := check(k, "Copy", a); err != nil || a.Src.Len() == 0 {
 		return err
 	}
 	l := k.l
@@ -386,28 +389,28 @@ func (k kernels) Copy(a device.Copy) error {
 }
 
 func (k kernels) Axpby(a device.Axpby) error {
-	if err := k.check("Axpby", a); err != nil || a.N == 0 {
+	if err := check(k, "Axpby", a); err != nil || a.N == 0 {
 		return err
 	}
 	return k.l.launch(kAxpby, a.DType, grid1(a.N), block1, ptr(a.X), ptr(a.Y), i64(a.N), f64(a.Alpha), f64(a.Beta))
 }
 
 func (k kernels) Mul(a device.Mul) error {
-	if err := k.check("Mul", a); err != nil || a.N == 0 {
+	if err := check(k, "Mul", a); err != nil || a.N == 0 {
 		return err
 	}
 	return k.l.launch(kMul, a.DType, grid1(a.N), block1, ptr(a.X), ptr(a.Y), ptr(a.Z), i64(a.N))
 }
 
 func (k kernels) Clamp(a device.Clamp) error {
-	if err := k.check("Clamp", a); err != nil || a.N == 0 {
+	if err := check(k, "Clamp", a); err != nil || a.N == 0 {
 		return err
 	}
 	return k.l.launch(kClamp, a.DType, grid1(a.N), block1, ptr(a.X), i64(a.N), f64(a.Min), f64(a.Max))
 }
 
 func (k kernels) SumSquares(a device.SumSquares) (err error) {
-	if err := k.check("SumSquares", a); err != nil {
+	if err := check(k, "SumSquares", a); err != nil {
 		return err
 	}
 	l := k.l
@@ -428,7 +431,7 @@ func (k kernels) SumSquares(a device.SumSquares) (err error) {
 }
 
 func (k kernels) SGD(a device.SGD) error {
-	if err := k.check("SGD", a); err != nil || a.N == 0 {
+	if err := check(k, "SGD", a); err != nil || a.N == 0 {
 		return err
 	}
 	var velocity device.Buffer
@@ -441,7 +444,7 @@ func (k kernels) SGD(a device.SGD) error {
 }
 
 func (k kernels) Adam(a device.Adam) error {
-	if err := k.check("Adam", a); err != nil || a.N == 0 {
+	if err := check(k, "Adam", a); err != nil || a.N == 0 {
 		return err
 	}
 	t := float64(a.Step)
@@ -456,7 +459,7 @@ func (k kernels) Adam(a device.Adam) error {
 }
 
 func (k kernels) RMSprop(a device.RMSprop) error {
-	if err := k.check("RMSprop", a); err != nil || a.N == 0 {
+	if err := check(k, "RMSprop", a); err != nil || a.N == 0 {
 		return err
 	}
 	var gradAvg, velocity device.Buffer

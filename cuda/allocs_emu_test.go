@@ -1,0 +1,88 @@
+package cuda
+
+import (
+	"testing"
+
+	"github.com/gocurrent/gocurrent/device"
+)
+
+// TestEmulatedKernelCallsAllocateNothing checks the steady-state promise
+// on the CUDA device, through the real cgo bindings: queuing a kernel, a
+// GEMM or a copy makes no Go garbage (testing.AllocsPerRun), as on the CPU
+// device. Kernels that take a temporary from the caching allocator take it
+// from its cache, which allocates nothing either once warm.
+func TestEmulatedKernelCallsAllocateNothing(t *testing.T) {
+	d := openEmulated(t, Config{})
+	const b, h = 4, 8
+	buf := func(n int) device.Buffer {
+		t.Helper()
+		x, err := d.Alloc(int64(n)*4, device.Workspace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Kernels().Fill(device.Fill{DType: device.Float32, N: n, X: x, Value: 0.1}); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	pre, act, w := buf(b*4*h), buf(b*4*h), buf(4*h*h)
+	cPrev, c, hh := buf(b*h), buf(b*h), buf(b*h)
+	loss, ids := buf(1), buf(b)
+	k := d.Kernels()
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"Gemm", func() error {
+			return k.Gemm(device.Gemm{DType: device.Float32, M: b, N: 4 * h, K: h, Alpha: 1, A: hh, B: w, C: pre, TransB: true})
+		}},
+		{"LSTMCell", func() error {
+			return k.LSTMCell(device.LSTMCell{DType: device.Float32, Batch: b, Hidden: h, Pre: pre, CPrev: cPrev, C: c, H: hh, Act: act})
+		}},
+		{"Fill", func() error { return k.Fill(device.Fill{DType: device.Float32, N: b * h, X: c, Value: 1}) }},
+		{"Axpby", func() error {
+			return k.Axpby(device.Axpby{DType: device.Float32, N: b * h, Alpha: 1, Beta: 1, X: c, Y: hh})
+		}},
+		{"Copy", func() error { return k.Copy(device.Copy{Src: c, Dst: cPrev}) }},
+		{"SumSquares", func() error { return k.SumSquares(device.SumSquares{DType: device.Float32, N: b * h, X: c, Out: loss}) }},
+		{"AddBias", func() error {
+			return k.AddBias(device.AddBias{DType: device.Float32, Rows: b, Cols: h, Bias: c, Y: hh})
+		}},
+		{"SumRows", func() error {
+			return k.SumRows(device.SumRows{DType: device.Float32, Rows: b, Cols: h, X: hh, Out: c, Accumulate: true})
+		}},
+		{"Adam", func() error {
+			return k.Adam(device.Adam{DType: device.Float32, N: b * h, LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 3,
+				Param: c, Grad: hh, M: cPrev, V: act})
+		}},
+		{"Embedding and its gradient", func() error {
+			if err := k.Fill(device.Fill{DType: device.Int32, N: b, X: ids, Value: 2}); err != nil {
+				return err
+			}
+			if err := k.Embedding(device.Embedding{DType: device.Float32, N: b, Dim: h, Vocab: 4, Table: w, IDs: ids, Out: hh}); err != nil {
+				return err
+			}
+			return k.EmbeddingGrad(device.EmbeddingGrad{DType: device.Float32, N: b, Dim: h, Vocab: 4, IDs: ids, DOut: hh, DTable: w})
+		}},
+		{"SoftmaxCrossEntropy", func() error {
+			if err := k.Fill(device.Fill{DType: device.Int32, N: b, X: ids, Value: 1}); err != nil {
+				return err
+			}
+			return k.SoftmaxCrossEntropy(device.SoftmaxCrossEntropy{DType: device.Float32, N: b, Classes: h, Logits: c, Targets: ids, Scale: 1, Loss: loss, DLogits: hh})
+		}},
+	} {
+		if err := tc.call(); err != nil { // warms the cache for any temporary
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if n := testing.AllocsPerRun(20, func() {
+			if err := tc.call(); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("%s: %v Go heap allocations per call, want 0", tc.name, n)
+		}
+	}
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}
