@@ -1537,10 +1537,25 @@ func (s *stack) weightGrads(q *queue, lp *layerPass, lg *layerGrads, ch span) {
 	}
 	hIns := lp.steps(lp.b.hseq, ch.t0+lp.dir, ch.t1+lp.dir, lp.H)
 	q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: lp.H, K: rows, Alpha: 1, Beta: 1, A: dHPre, B: hIns, C: w.gwhh}))
-	if !s.cfg.NoBias {
-		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dPre, Out: w.gbih, Accumulate: true}))
-		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dHPre, Out: w.gbhh, Accumulate: true}))
+	s.biasGrads(q, lp, lg, rows, dPre, dHPre)
+}
+
+// biasGrads queues the biases' gradients over rows rows of dPre and
+// dHPre, added into the gradient buffers. An LSTM's two biases enter every
+// gate alike (dHPre is dPre), so their gradients are equal: zeroed
+// together, then added the same sums. The sum is made once and copied:
+// one pass over the rows instead of two.
+func (s *stack) biasGrads(q *queue, lp *layerPass, lg *layerGrads, rows int, dPre, dHPre device.Buffer) {
+	if s.cfg.NoBias {
+		return
 	}
+	GH, dt, w := s.cell.gates()*lp.H, lp.dt, lp.w
+	q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dPre, Out: w.gbih, Accumulate: true}))
+	if lg.dHPre == lg.dPre {
+		q.add(lp.k.Copy(device.Copy{Src: w.gbih.Elems(dt, 0, GH), Dst: w.gbhh}))
+		return
+	}
+	q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dHPre, Out: w.gbhh, Accumulate: true}))
 }
 
 // inputGrads queues the gradient with respect to each part of a
@@ -1595,10 +1610,7 @@ func (s *stack) packedGrads(q *queue, lp *layerPass, lg *layerGrads, ch span, ds
 		s.pack(q, lp, ch, dst[j], pDst, part.width, false)
 	}
 	q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: lp.H, K: n, Alpha: 1, Beta: 1, A: dHPre, B: gb.pH, C: w.gwhh}))
-	if !s.cfg.NoBias {
-		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: n, Cols: GH, X: dPre, Out: w.gbih, Accumulate: true}))
-		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: n, Cols: GH, X: dHPre, Out: w.gbhh, Accumulate: true}))
-	}
+	s.biasGrads(q, lp, lg, n, dPre, dHPre)
 }
 
 // pack queues copying the running rows of the steps of chunk ch of seq, a
