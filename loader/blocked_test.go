@@ -9,17 +9,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/internal/leak"
 	"github.com/gocurrent/gocurrent/internal/stall"
 	"github.com/gocurrent/gocurrent/loader"
 )
-
-// hangLimit is how long a test waits for what must not hang: far beyond
-// what the work takes, so only a hang reaches it.
-const hangLimit = 30 * time.Second
 
 // stallLoader is a loader over a stall.Reader, as a test of blocked reads
 // sees it: its batches as host copies of their tokens, and Close.
@@ -80,20 +75,11 @@ func TestBlockedRead(t *testing.T) {
 					}
 					ended <- last
 				}()
-				var last error
-				select {
-				case last = <-ended:
-				case <-time.After(hangLimit):
-					t.Fatalf("the iteration did not end within %v of a %s while its producer was blocked in a read", hangLimit, how)
-				}
+				last := leak.Await(t, ended, "the iteration, after a "+how+" while its producer was blocked in a read,")
 				want := context.Canceled
 				if how == "close" {
 					want = loader.ErrClosed
-					select {
-					case <-closed:
-					case <-time.After(hangLimit):
-						t.Fatalf("Close did not return within %v while the producer was blocked in a read", hangLimit)
-					}
+					leak.Await(t, closed, "Close, while the producer was blocked in a read,")
 					if closeErr != nil {
 						t.Errorf("Close: %v", closeErr)
 					}
@@ -218,11 +204,7 @@ func TestLoadBlockedRead(t *testing.T) {
 		_, _, err := l.Load(ctx, l.Largest()[0])
 		ended <- err
 	}()
-	select {
-	case err = <-ended:
-	case <-time.After(hangLimit):
-		t.Fatalf("Load did not end within %v of the cancellation while blocked reading", hangLimit)
-	}
+	err = leak.Await(t, ended, "Load, cancelled while blocked reading,")
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Load: %v, want context.Canceled", err)
 	}

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/internal/leak"
@@ -21,10 +20,6 @@ import (
 	"github.com/gocurrent/gocurrent/rnn"
 	"github.com/gocurrent/gocurrent/train"
 )
-
-// hangLimit is how long a test waits for what must not hang: far beyond
-// what the work takes, so only a hang reaches it.
-const hangLimit = 30 * time.Second
 
 // randomSeqModel is a SeqModel with dropout, as the tagger is.
 type randomSeqModel interface {
@@ -101,11 +96,7 @@ func TestCancelBlockedSeqLoader(t *testing.T) {
 			_, err := tr.Run(ctx)
 			ended <- err
 		}()
-		select {
-		case err = <-ended:
-		case <-time.After(hangLimit):
-			t.Fatalf("%s: Run did not end within %v of the cancellation", what, hangLimit)
-		}
+		err = leak.Await(t, ended, what+": Run, cancelled,")
 		if !errors.Is(err, context.Canceled) || tr.Step() != 3 {
 			t.Fatalf("%s: Run %v at step %d, want context.Canceled at step 3", what, err, tr.Step())
 		}
@@ -165,11 +156,7 @@ func TestCancelBlockedWarmUp(t *testing.T) {
 		_, err := tr.Run(ctx)
 		ended <- err
 	}()
-	select {
-	case err = <-ended:
-	case <-time.After(hangLimit):
-		t.Fatalf("Run did not end within %v of the cancellation while its warm-up was blocked reading", hangLimit)
-	}
+	err = leak.Await(t, ended, "Run, cancelled while its warm-up was blocked reading,")
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "warming up") || tr.Step() != 0 {
 		t.Fatalf("Run: %v at step %d, want context.Canceled while warming up, at step 0", err, tr.Step())
 	}

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/internal/leak"
@@ -18,10 +17,6 @@ import (
 	"github.com/gocurrent/gocurrent/rnn"
 	"github.com/gocurrent/gocurrent/train"
 )
-
-// hangLimit is how long a test waits for what must not hang: far beyond
-// what the work takes, so only a hang reaches it.
-const hangLimit = 30 * time.Second
 
 // cancelConfig is the model and data of the cancellation tests: dropout
 // and accumulation on, so the model's random state and the carried
@@ -122,11 +117,7 @@ func TestCancelBlockedLoader(t *testing.T) {
 		_, err := tr.Run(ctx)
 		ended <- err
 	}()
-	select {
-	case err = <-ended:
-	case <-time.After(hangLimit):
-		t.Fatalf("Run did not end within %v of the cancellation while the loader was blocked reading", hangLimit)
-	}
+	err = leak.Await(t, ended, "Run, cancelled while the loader was blocked reading,")
 	if !errors.Is(err, context.Canceled) || tr.Step() != 3 || m.calls != 7 {
 		t.Fatalf("Run: %v at step %d after %d forwards, want context.Canceled at step 3 after 7", err, tr.Step(), m.calls)
 	}
@@ -228,13 +219,8 @@ func TestCancelEndlessSkipping(t *testing.T) {
 	}()
 	<-first
 	cancel()
-	select {
-	case err := <-ended:
-		if !errors.Is(err, context.Canceled) || tr.Step() != 0 {
-			t.Errorf("Run: %v at step %d, want context.Canceled at step 0", err, tr.Step())
-		}
-	case <-time.After(hangLimit):
-		t.Fatalf("a run skipping every step did not end within %v of the cancellation", hangLimit)
+	if err := leak.Await(t, ended, "a cancelled run skipping every step"); !errors.Is(err, context.Canceled) || tr.Step() != 0 {
+		t.Errorf("Run: %v at step %d, want context.Canceled at step 0", err, tr.Step())
 	}
 }
 

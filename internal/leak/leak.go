@@ -85,3 +85,23 @@ func Check(t testing.TB) {
 	before := Count()
 	t.Cleanup(func() { Expect(t, before, "after the test") })
 }
+
+// Await returns the value c delivers, waiting up to Limit; past it, it
+// fails t with every goroutine's stack: what did not return is a hang,
+// and what says what hung.
+func Await[T any](t testing.TB, c <-chan T, what string) T {
+	t.Helper()
+	return await(t, c, what, Limit)
+}
+
+func await[T any](t testing.TB, c <-chan T, what string, within time.Duration) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(within):
+		t.Fatalf("%s did not return within %v:\n%s", what, within, Stacks())
+		var zero T
+		return zero
+	}
+}
