@@ -87,9 +87,3 @@ type Counts struct {
 func (c Counts) Sub(o Counts) Counts {
 	return Counts{Syncs: c.Syncs - o.Syncs, Launches: c.Launches - o.Launches, GEMMs: c.GEMMs - o.GEMMs, Copies: c.Copies - o.Copies}
 }
-
-// Per returns c divided by n, for counts per step or per token.
-func (c Counts) Per(n int64) (syncs, launches, gemms, copies float64) {
-	f := float64(max(n, 1))
-	return float64(c.Syncs) / f, float64(c.Launches) / f, float64(c.GEMMs) / f, float64(c.Copies) / f
-}

@@ -253,9 +253,8 @@ type PerOp struct {
 }
 
 func perOp(c device.Counts, n int64) PerOp {
-	var p PerOp
-	p.Syncs, p.Launches, p.GEMMs, p.Copies = c.Per(n)
-	return p
+	f := float64(max(n, 1))
+	return PerOp{Syncs: float64(c.Syncs) / f, Launches: float64(c.Launches) / f, GEMMs: float64(c.GEMMs) / f, Copies: float64(c.Copies) / f}
 }
 
 // counts reads d's counts; zero for a device that does not count.

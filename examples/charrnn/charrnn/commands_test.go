@@ -150,7 +150,8 @@ func TestBenchCommand(t *testing.T) {
 	if g, _ := evs[0]["step_gemms"].(float64); g < 8 {
 		t.Errorf("step_gemms = %v, want at least 8", evs[0]["step_gemms"])
 	}
-	if l, sy := evs[0]["step_launches"].(float64), evs[0]["step_syncs"].(float64); !(l > 8*sy) {
+	l, _ := evs[0]["step_launches"].(float64)
+	if sy, ok := evs[0]["step_syncs"].(float64); !ok || !(l > 8*sy) {
 		t.Errorf("step_launches %v, step_syncs %v: want launches to outnumber syncs many times", l, sy)
 	}
 	// tf32 says what the GEMMs ran in, for comparison with PyTorch's
