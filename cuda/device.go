@@ -51,10 +51,11 @@ type Device struct {
 	staging *alloc.HostCache
 	events  eventPool
 
-	modules []cuModule
-	fn      [numKernels][2]cuFunction // [kernel][0 float32, 1 float64]
-	checkID cuFunction
-	fillI32 cuFunction
+	modules     []cuModule
+	fn          [numKernels][2]cuFunction // [kernel][0 float32, 1 float64]
+	checkID     cuFunction
+	fillI32     cuFunction
+	guardedCopy cuFunction
 
 	closed atomic.Bool
 	mu     sync.Mutex // guards streams, nextID and every lane's streams and staging

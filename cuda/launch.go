@@ -38,6 +38,7 @@ const (
 	kSGD
 	kAdam
 	kRMSprop
+	kStepGuard
 	numKernels
 )
 
@@ -66,6 +67,7 @@ var kernelNames = [numKernels]string{
 	kSGD:               "sgd",
 	kAdam:              "adam",
 	kRMSprop:           "rmsprop",
+	kStepGuard:         "step_guard",
 }
 
 // Launch shapes (ABI.md).
@@ -440,7 +442,7 @@ func (k kernels) SGD(a device.SGD) error {
 	}
 	return k.l.launch(kSGD, a.DType, grid1(a.N), block1,
 		ptr(a.Param), ptr(a.Grad), ptr(velocity), i64(a.N), f64(a.LR), f64(a.Momentum), f64(a.Dampening),
-		f64(a.WeightDecay), flag(a.Nesterov), flag(a.Step == 1))
+		f64(a.WeightDecay), flag(a.Nesterov), flag(a.Step == 1), ptr(a.Guard), f64(a.Clip))
 }
 
 func (k kernels) Adam(a device.Adam) error {
@@ -455,7 +457,7 @@ func (k kernels) Adam(a device.Adam) error {
 	shrink := a.WeightDecay != 0 && a.Decoupled
 	return k.l.launch(kAdam, a.DType, grid1(a.N), block1,
 		ptr(a.Param), ptr(a.Grad), ptr(a.M), ptr(a.V), i64(a.N), f64(stepSize), f64(bc2Sqrt),
-		f64(a.Beta1), f64(a.Beta2), f64(a.Eps), f64(a.WeightDecay), f64(decay), flag(coupled), flag(shrink))
+		f64(a.Beta1), f64(a.Beta2), f64(a.Eps), f64(a.WeightDecay), f64(decay), flag(coupled), flag(shrink), ptr(a.Guard), f64(a.Clip))
 }
 
 func (k kernels) RMSprop(a device.RMSprop) error {
@@ -471,5 +473,22 @@ func (k kernels) RMSprop(a device.RMSprop) error {
 	}
 	return k.l.launch(kRMSprop, a.DType, grid1(a.N), block1,
 		ptr(a.Param), ptr(a.Grad), ptr(a.SquareAvg), ptr(gradAvg), ptr(velocity), i64(a.N), f64(a.LR), f64(a.Alpha),
-		f64(a.Eps), f64(a.WeightDecay), f64(a.Momentum), flag(a.Centered))
+		f64(a.Eps), f64(a.WeightDecay), f64(a.Momentum), flag(a.Centered), ptr(a.Guard), f64(a.Clip))
+}
+
+func (k kernels) StepGuard(a device.StepGuard) error {
+	if err := check(k, "StepGuard", a); err != nil {
+		return err
+	}
+	return k.l.launch(kStepGuard, a.DType, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1},
+		ptr(a.Loss), ptr(a.NormSq), f64(a.Scale), f64(a.ClipNorm), ptr(a.Record), ptr(a.Guard))
+}
+
+func (k kernels) GuardedCopy(a device.GuardedCopy) error {
+	if err := check(k, "GuardedCopy", a); err != nil || a.Src.Len() == 0 {
+		return err
+	}
+	l := k.l
+	n := int(a.Src.Len() / 4)
+	return l.launchFn(l.d.guardedCopy, grid1(n), block1, ptr(a.Dst), ptr(a.Src), i64(n), ptr(a.Guard))
 }

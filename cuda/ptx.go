@@ -90,6 +90,9 @@ func (d *Device) loadKernels(cc int) error {
 	if d.checkID, err = lookup("gc_check_ids"); err != nil {
 		return err
 	}
+	if d.guardedCopy, err = lookup("gc_guarded_copy"); err != nil {
+		return err
+	}
 	d.fillI32, err = lookup("gc_fill_i32")
 	return err
 }

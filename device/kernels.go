@@ -1,6 +1,9 @@
 package device
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Kernels are the operations the layers and the trainer run on a device.
 // Each takes its arguments as one struct of buffers and shapes, checks them
@@ -42,6 +45,8 @@ type Kernels interface {
 	SGD(a SGD) error
 	Adam(a Adam) error
 	RMSprop(a RMSprop) error
+	StepGuard(a StepGuard) error
+	GuardedCopy(a GuardedCopy) error
 }
 
 // Gemm computes C = Alpha·op(A)·op(B) + Beta·C for row-major matrices,
@@ -873,6 +878,12 @@ type SGD struct {
 	// Step is the 1-based number of this step.
 	Step                  int
 	Param, Grad, Velocity Buffer // [N]; Velocity only with Momentum ≠ 0
+	// Guard, when set, is a StepGuard's verdict: nothing is done while
+	// its skip flag is set, and the gradient used is Grad·Guard[0]. Clip,
+	// when positive, clamps the gradient used to [-Clip, Clip]. Grad is
+	// not modified either way.
+	Guard Buffer
+	Clip  float64
 }
 
 // Check reports whether the arguments are valid for d.
@@ -889,6 +900,7 @@ func (a SGD) Check(d Device) error {
 	if a.Momentum != 0 {
 		c.buf("Velocity", a.Velocity, a.DType, a.N)
 	}
+	c.guard(a.Guard, a.Clip)
 	return c.err
 }
 
@@ -905,6 +917,12 @@ type Adam struct {
 	Decoupled                          bool
 	Step                               int // 1-based
 	Param, Grad, M, V                  Buffer
+	// Guard, when set, is a StepGuard's verdict: nothing is done while
+	// its skip flag is set, and the gradient used is Grad·Guard[0]. Clip,
+	// when positive, clamps the gradient used to [-Clip, Clip]. Grad is
+	// not modified either way.
+	Guard Buffer
+	Clip  float64
 }
 
 // Check reports whether the arguments are valid for d.
@@ -923,6 +941,7 @@ func (a Adam) Check(d Device) error {
 	c.buf("Grad", a.Grad, a.DType, a.N)
 	c.buf("M", a.M, a.DType, a.N)
 	c.buf("V", a.V, a.DType, a.N)
+	c.guard(a.Guard, a.Clip)
 	return c.err
 }
 
@@ -942,6 +961,12 @@ type RMSprop struct {
 	Param, Grad, SquareAvg                Buffer
 	GradAvg                               Buffer // only with Centered
 	Velocity                              Buffer // only with Momentum ≠ 0
+	// Guard, when set, is a StepGuard's verdict: nothing is done while
+	// its skip flag is set, and the gradient used is Grad·Guard[0]. Clip,
+	// when positive, clamps the gradient used to [-Clip, Clip]. Grad is
+	// not modified either way.
+	Guard Buffer
+	Clip  float64
 }
 
 // Check reports whether the arguments are valid for d.
@@ -961,7 +986,89 @@ func (a RMSprop) Check(d Device) error {
 	if a.Momentum != 0 {
 		c.buf("Velocity", a.Velocity, a.DType, a.N)
 	}
+	c.guard(a.Guard, a.Clip)
 	return c.err
+}
+
+// StepGuard decides a training step on the device, so that the host need
+// not read the step's loss and gradient norm before it queues the update
+// (a steady training step then never waits for the device). From the
+// step's summed loss and squared gradient norm (one element each of DType)
+// it computes, in float64,
+//
+//	loss = Loss·Scale        norm = sqrt(NormSq)·Scale
+//
+// and writes them to Record (two Float64: loss, norm). Guard is two
+// Float64, the step's verdict:
+//
+//	Guard[1], the skip flag: set to 1 when loss or norm is NaN or
+//	          infinite; once set it stays set (until the caller resets
+//	          Guard with Fill), so a step queued after a non-finite one
+//	          is skipped too.
+//	Guard[0], the gradient's coefficient: Scale·ClipNorm/(norm+1e-6)
+//	          when ClipNorm > 0 and that ratio is below 1 (PyTorch's
+//	          clip_grad_norm_), Scale otherwise.
+//
+// The optimizer steps given the Guard do nothing while its skip flag is
+// set; otherwise they update with the gradient g = Grad·Guard[0] (rounded
+// to DType) clamped to [-Clip, Clip] when Clip > 0: the same bits as an
+// Axpby scaling Grad by the coefficient and a Clamp. GuardedCopy does
+// nothing while the flag is set.
+type StepGuard struct {
+	DType           DType
+	Loss, NormSq    Buffer
+	Scale, ClipNorm float64
+	Record, Guard   Buffer
+}
+
+// Check reports whether the arguments are valid for d.
+func (a StepGuard) Check(d Device) error {
+	c := checker{d: d, kernel: "StepGuard"}
+	c.float(a.DType)
+	if !(a.Scale > 0) || !(a.ClipNorm >= 0) || math.IsInf(a.Scale, 0) || math.IsInf(a.ClipNorm, 0) {
+		c.fail("Scale %v and ClipNorm %v must be finite, Scale > 0 and ClipNorm >= 0", a.Scale, a.ClipNorm)
+	}
+	if c.err != nil {
+		return c.err
+	}
+	c.buf("Loss", a.Loss, a.DType, 1)
+	c.buf("NormSq", a.NormSq, a.DType, 1)
+	c.buf("Record", a.Record, Float64, 2)
+	c.buf("Guard", a.Guard, Float64, 2)
+	return c.err
+}
+
+// GuardedCopy copies Src.Len() bytes, a multiple of 4, from Src to the
+// start of Dst, device to device, unless the skip flag of Guard (a
+// StepGuard's) is set: the copy of a step that is to be undone when an
+// earlier step queued with it turns out non-finite. They must not
+// overlap. Unlike Copy, it is a kernel.
+type GuardedCopy struct {
+	Dst, Src, Guard Buffer
+}
+
+// Check reports whether the arguments are valid for d.
+func (a GuardedCopy) Check(d Device) error {
+	c := checker{d: d, kernel: "GuardedCopy"}
+	c.owned("Src", a.Src)
+	c.owned("Dst", a.Dst)
+	c.buf("Guard", a.Guard, Float64, 2)
+	switch {
+	case c.err != nil:
+	case a.Src.Len()%4 != 0:
+		c.fail("Src holds %d bytes, not a multiple of 4", a.Src.Len())
+	case a.Dst.Len() < a.Src.Len():
+		c.fail("Dst holds %d bytes, Src %d", a.Dst.Len(), a.Src.Len())
+	}
+	return c.err
+}
+
+// guard checks an optimizer step's optional Guard and Clip.
+func (c *checker) guard(g Buffer, clip float64) {
+	if !(clip >= 0) || math.IsInf(clip, 0) {
+		c.fail("Clip %v, want finite and >= 0", clip)
+	}
+	c.opt("Guard", g, Float64, 2)
 }
 
 // checker collects the first problem with a kernel's arguments. It lives

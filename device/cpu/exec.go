@@ -104,13 +104,29 @@ func (s *stream) exec(c *cmd) error {
 		store(a.DType, a.Out, sumPartials(c), a.Accumulate)
 	case opSGD:
 		a := &c.sgd
-		p.split(wg, c, a.N, 4, pick(a.DType, sgdPart[float32], sgdPart[float64]))
+		if c.verdict(a.Guard) {
+			p.split(wg, c, a.N, 4, pick(a.DType, sgdPart[float32], sgdPart[float64]))
+		}
 	case opAdam:
 		a := &c.adam
-		p.split(wg, c, a.N, 8, pick(a.DType, adamPart[float32], adamPart[float64]))
+		if c.verdict(a.Guard) {
+			p.split(wg, c, a.N, 8, pick(a.DType, adamPart[float32], adamPart[float64]))
+		}
 	case opRMSprop:
 		a := &c.rms
-		p.split(wg, c, a.N, 8, pick(a.DType, rmspropPart[float32], rmspropPart[float64]))
+		if c.verdict(a.Guard) {
+			p.split(wg, c, a.N, 8, pick(a.DType, rmspropPart[float32], rmspropPart[float64]))
+		}
+	case opStepGuard:
+		a := &c.guard
+		kern.StepGuard(load(a.DType, a.Loss), load(a.DType, a.NormSq), a.Scale, a.ClipNorm,
+			elems[float64](a.Record, 2), elems[float64](a.Guard, 2))
+	case opGuardedCopy:
+		a := &c.gcopy
+		if elems[float64](a.Guard, 2)[1] == 0 {
+			n := a.Src.Len()
+			copy(unsafe.Slice((*byte)(driver.HostPointer(a.Dst)), n), unsafe.Slice((*byte)(driver.HostPointer(a.Src)), n))
+		}
 	default:
 		panic(fmt.Sprintf("cpu: unknown command %d", c.op))
 	}
@@ -183,6 +199,32 @@ func badArgMax(s *stream, c *cmd) error {
 
 // store writes (or with accumulate adds) a reduction's result v into the
 // one-element buffer b of type t.
+// load reads the first element of b, of type t.
+func load(t device.DType, b device.Buffer) float64 {
+	if t == device.Float32 {
+		return float64(elems[float32](b, 1)[0])
+	}
+	return elems[float64](b, 1)[0]
+}
+
+// verdict reads an optimizer step's Guard (device.StepGuard) as the step
+// runs: it reports whether the step is to be taken, and keeps the
+// gradient's coefficient in c.coef (1 without a Guard).
+func (c *cmd) verdict(guard device.Buffer) bool {
+	c.coef = 1
+	if guard.IsZero() {
+		return true
+	}
+	g := elems[float64](guard, 2)
+	c.coef = g[0]
+	return g[1] == 0
+}
+
+// clipOf is the gradient clipping of an optimizer step of c.
+func clipOf[T kern.Float](c *cmd, clip float64) kern.Clip[T] {
+	return kern.Clip[T]{Coef: T(c.coef), Max: T(clip)}
+}
+
 func store(t device.DType, b device.Buffer, v float64, accumulate bool) {
 	if t == device.Float32 {
 		storeAs[float32](b, v, accumulate)
@@ -325,19 +367,19 @@ func sumSquaresPart[T kern.Float](c *cmd, part, lo, hi int) {
 
 func sgdPart[T kern.Float](c *cmd, _, lo, hi int) {
 	a := &c.sgd
-	kern.SGD(a.LR, a.Momentum, a.Dampening, a.WeightDecay, a.Nesterov, a.Step,
+	kern.SGD(a.LR, a.Momentum, a.Dampening, a.WeightDecay, a.Nesterov, a.Step, clipOf[T](c, a.Clip),
 		rows[T](a.Param, lo, hi, 1), rows[T](a.Grad, lo, hi, 1), rows[T](a.Velocity, lo, hi, 1))
 }
 
 func adamPart[T kern.Float](c *cmd, _, lo, hi int) {
 	a := &c.adam
-	kern.Adam(a.LR, a.Beta1, a.Beta2, a.Eps, a.WeightDecay, a.Decoupled, a.Step,
+	kern.Adam(a.LR, a.Beta1, a.Beta2, a.Eps, a.WeightDecay, a.Decoupled, a.Step, clipOf[T](c, a.Clip),
 		rows[T](a.Param, lo, hi, 1), rows[T](a.Grad, lo, hi, 1), rows[T](a.M, lo, hi, 1), rows[T](a.V, lo, hi, 1))
 }
 
 func rmspropPart[T kern.Float](c *cmd, _, lo, hi int) {
 	a := &c.rms
-	kern.RMSprop(a.LR, a.Alpha, a.Eps, a.WeightDecay, a.Momentum, a.Centered,
+	kern.RMSprop(a.LR, a.Alpha, a.Eps, a.WeightDecay, a.Momentum, a.Centered, clipOf[T](c, a.Clip),
 		rows[T](a.Param, lo, hi, 1), rows[T](a.Grad, lo, hi, 1), rows[T](a.SquareAvg, lo, hi, 1),
 		rows[T](a.GradAvg, lo, hi, 1), rows[T](a.Velocity, lo, hi, 1))
 }

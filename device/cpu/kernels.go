@@ -37,6 +37,8 @@ const (
 	opSGD
 	opAdam
 	opRMSprop
+	opStepGuard
+	opGuardedCopy
 )
 
 // cmd is one slot of a stream's ring: the kind of work and its arguments,
@@ -70,6 +72,12 @@ type cmd struct {
 	sgd      device.SGD
 	adam     device.Adam
 	rms      device.RMSprop
+	guard    device.StepGuard
+	gcopy    device.GuardedCopy
+
+	// coef is an optimizer step's gradient coefficient, read from its
+	// Guard when the step runs.
+	coef float64
 
 	// parts is the number of parts the pool ran; partial and bad hold
 	// their partial sums and first out-of-range index (-1 for none).
@@ -217,4 +225,12 @@ func (k kernels) Adam(a device.Adam) error {
 
 func (k kernels) RMSprop(a device.RMSprop) error {
 	return k.launchN(a.N, a.Check(k.l.owner), func(c *cmd) { c.op, c.rms = opRMSprop, a })
+}
+
+func (k kernels) StepGuard(a device.StepGuard) error {
+	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.guard = opStepGuard, a })
+}
+
+func (k kernels) GuardedCopy(a device.GuardedCopy) error {
+	return k.launchN(int(a.Src.Len()), a.Check(k.l.owner), func(c *cmd) { c.op, c.gcopy = opGuardedCopy, a })
 }

@@ -91,6 +91,9 @@ func RunGroups(t *testing.T, open func(t testing.TB) device.Device, keep func(gr
 		{"SGD", testSGD},
 		{"Adam", testAdam},
 		{"RMSprop", testRMSprop},
+		{"StepGuard", testStepGuard},
+		{"GuardedSteps", testGuardedSteps},
+		{"GuardedCopy", testGuardedCopy},
 		{"Streams", testStreams},
 		{"Concurrency", testConcurrency},
 		{"Copies", testCopies},
@@ -250,6 +253,10 @@ func launchKernel(k device.Kernels, a any) error {
 		return k.Adam(a)
 	case device.RMSprop:
 		return k.RMSprop(a)
+	case device.StepGuard:
+		return k.StepGuard(a)
+	case device.GuardedCopy:
+		return k.GuardedCopy(a)
 	}
 	panic(fmt.Sprintf("devicetest: %T is not a kernel's arguments", a))
 }

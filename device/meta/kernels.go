@@ -70,6 +70,8 @@ func (k kernels) SumSquares(a device.SumSquares) error {
 	return k.temporary("SumSquares", int64(max(1, min((a.N+partWork-1)/partWork, maxParts)))*8)
 }
 
-func (k kernels) SGD(a device.SGD) error         { return k.check("SGD", a) }
-func (k kernels) Adam(a device.Adam) error       { return k.check("Adam", a) }
-func (k kernels) RMSprop(a device.RMSprop) error { return k.check("RMSprop", a) }
+func (k kernels) SGD(a device.SGD) error                 { return k.check("SGD", a) }
+func (k kernels) Adam(a device.Adam) error               { return k.check("Adam", a) }
+func (k kernels) RMSprop(a device.RMSprop) error         { return k.check("RMSprop", a) }
+func (k kernels) StepGuard(a device.StepGuard) error     { return k.check("StepGuard", a) }
+func (k kernels) GuardedCopy(a device.GuardedCopy) error { return k.check("GuardedCopy", a) }

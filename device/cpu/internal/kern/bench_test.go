@@ -136,7 +136,7 @@ func BenchmarkAdam(b *testing.B) {
 	step := 0
 	for b.Loop() {
 		step++
-		Adam(1e-3, 0.9, 0.999, 1e-8, 0, false, step, param, grad, m, v)
+		Adam(1e-3, 0.9, 0.999, 1e-8, 0, false, step, NoClip[float32](), param, grad, m, v)
 	}
 	// read param, grad, m, v; write param, m, v
 	reportGBs(b, 4*7*n)

@@ -9,6 +9,44 @@ import "math"
 // float64 and then rounded. The formulas are those of device.SGD,
 // device.Adam and device.RMSprop.
 
+// Clip is the gradient an optimizer step uses (device.StepGuard's
+// coefficient and an optimizer's Clip): the gradient times Coef, rounded
+// to T, then clamped to [-Max, Max] when Max > 0, the bits an Axpby and a
+// Clamp over the gradient would leave. NoClip uses it as it is.
+type Clip[T Float] struct{ Coef, Max T }
+
+// NoClip is the Clip of a step without a guard.
+func NoClip[T Float]() Clip[T] { return Clip[T]{Coef: 1} }
+
+func (c Clip[T]) of(g T) T {
+	g = T(g * c.Coef)
+	if c.Max > 0 {
+		if g < -c.Max {
+			g = -c.Max
+		} else if g > c.Max {
+			g = c.Max
+		}
+	}
+	return g
+}
+
+// StepGuard is device.StepGuard: the step's loss and norm into record,
+// its verdict into guard (the skip flag, once set, stays set).
+func StepGuard(loss, normSq, scale, clipNorm float64, record, guard []float64) {
+	// The conversions keep the products rounded (no fused multiply-add):
+	// the bits are the host's.
+	l, n := float64(loss*scale), float64(math.Sqrt(normSq)*scale)
+	record[0], record[1] = l, n
+	if math.IsNaN(l) || math.IsInf(l, 0) || math.IsNaN(n) || math.IsInf(n, 0) {
+		guard[1] = 1
+	}
+	coef := scale
+	if r := clipNorm / (n + 1e-6); clipNorm > 0 && r < 1 {
+		coef *= r
+	}
+	guard[0] = coef
+}
+
 // SGD is one torch.optim.SGD step over len(param) elements (device.SGD):
 //
 //	g = grad + weightDecay·param
@@ -17,13 +55,13 @@ import "math"
 //	param -= lr·g
 //
 // velocity is read and written only when momentum ≠ 0 (it may be nil
-// otherwise). grad is not modified.
-func SGD[T Float](lr, momentum, dampening, weightDecay float64, nesterov bool, step int, param, grad, velocity []T) {
+// otherwise). grad is not modified; the step uses clip.of(grad).
+func SGD[T Float](lr, momentum, dampening, weightDecay float64, nesterov bool, step int, clip Clip[T], param, grad, velocity []T) {
 	grad = grad[:len(param)]
 	lrT, wd := T(lr), T(weightDecay)
 	if momentum == 0 {
 		for i, p := range param {
-			g := grad[i]
+			g := clip.of(grad[i])
 			if weightDecay != 0 {
 				g += wd * p
 			}
@@ -35,7 +73,7 @@ func SGD[T Float](lr, momentum, dampening, weightDecay float64, nesterov bool, s
 	velocity = velocity[:len(param)]
 	first := step == 1
 	for i, p := range param {
-		g := grad[i]
+		g := clip.of(grad[i])
 		if weightDecay != 0 {
 			g += wd * p
 		}
@@ -64,7 +102,7 @@ func SGD[T Float](lr, momentum, dampening, weightDecay float64, nesterov bool, s
 // float64 once per call and rounded to T. PyTorch updates m with lerp,
 // m + (1-beta1)·(g - m), which equals the formula above up to rounding;
 // this follows the formula of device.Adam.
-func Adam[T Float](lr, beta1, beta2, eps, weightDecay float64, decoupled bool, step int, param, grad, m, v []T) {
+func Adam[T Float](lr, beta1, beta2, eps, weightDecay float64, decoupled bool, step int, clip Clip[T], param, grad, m, v []T) {
 	grad = grad[:len(param)]
 	m = m[:len(param)]
 	v = v[:len(param)]
@@ -77,7 +115,7 @@ func Adam[T Float](lr, beta1, beta2, eps, weightDecay float64, decoupled bool, s
 	coupled := weightDecay != 0 && !decoupled
 	shrink := weightDecay != 0 && decoupled
 	for i, p := range param {
-		g := grad[i]
+		g := clip.of(grad[i])
 		if coupled {
 			g += wd * p
 		}
@@ -105,7 +143,7 @@ func Adam[T Float](lr, beta1, beta2, eps, weightDecay float64, decoupled bool, s
 // gradAvg is used only when centered and velocity only when momentum ≠ 0;
 // either may be nil otherwise. As in PyTorch, a rounding that makes
 // squareAvg - gradAvg² negative gives NaN.
-func RMSprop[T Float](lr, alpha, eps, weightDecay, momentum float64, centered bool, param, grad, squareAvg, gradAvg, velocity []T) {
+func RMSprop[T Float](lr, alpha, eps, weightDecay, momentum float64, centered bool, clip Clip[T], param, grad, squareAvg, gradAvg, velocity []T) {
 	n := len(param)
 	grad = grad[:n]
 	squareAvg = squareAvg[:n]
@@ -117,7 +155,7 @@ func RMSprop[T Float](lr, alpha, eps, weightDecay, momentum float64, centered bo
 	}
 	lrT, a, ac, epsT, wd, mom := T(lr), T(alpha), T(1-alpha), T(eps), T(weightDecay), T(momentum)
 	for i, p := range param {
-		g := grad[i]
+		g := clip.of(grad[i])
 		if weightDecay != 0 {
 			g += wd * p
 		}
