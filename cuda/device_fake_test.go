@@ -446,7 +446,7 @@ func TestFakeLaunches(t *testing.T) {
 		}, []string{"gc_adam_f32"}, 16, [3]uint32{1, 1, 1}, block1},
 		{func() error {
 			return k.StepGuard(device.StepGuard{DType: f32, Loss: one, NormSq: one, Scale: 1, ClipNorm: 5, Record: z.Slice(0, 16), Guard: w.Slice(0, 16)})
-		}, []string{"gc_step_guard_f32"}, 6, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}},
+		}, []string{"gc_step_guard_f32"}, 7, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}},
 		{func() error {
 			// 10 words: a block of 256.
 			return k.GuardedCopy(device.GuardedCopy{Dst: y, Src: x.Slice(0, 40), Guard: w.Slice(0, 16)})

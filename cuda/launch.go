@@ -481,7 +481,7 @@ func (k kernels) StepGuard(a device.StepGuard) error {
 		return err
 	}
 	return k.l.launch(kStepGuard, a.DType, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1},
-		ptr(a.Loss), ptr(a.NormSq), f64(a.Scale), f64(a.ClipNorm), ptr(a.Record), ptr(a.Guard))
+		ptr(a.Loss), ptr(a.NormSq), f64(a.Scale), f64(a.ClipNorm), ptr(a.Record), ptr(a.Guard), uint64(k.l.statusDev))
 }
 
 func (k kernels) GuardedCopy(a device.GuardedCopy) error {

@@ -1002,9 +1002,12 @@ func (a RMSprop) Check(d Device) error {
 // Float64, the step's verdict:
 //
 //	Guard[1], the skip flag: set to 1 when loss or norm is NaN or
-//	          infinite; once set it stays set (until the caller resets
-//	          Guard with Fill), so a step queued after a non-finite one
-//	          is skipped too.
+//	          infinite, or when work queued before on the stream found an
+//	          error not yet reported (an index out of range: the step's
+//	          data was bad, and ErrIndex comes at the next
+//	          synchronisation); once set it stays set (until the caller
+//	          resets Guard with Fill), so a step queued after a refused
+//	          one is skipped too.
 //	Guard[0], the gradient's coefficient: Scale·ClipNorm/(norm+1e-6)
 //	          when ClipNorm > 0 and that ratio is below 1 (PyTorch's
 //	          clip_grad_norm_), Scale otherwise.

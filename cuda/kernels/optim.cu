@@ -31,8 +31,9 @@ template <typename T> struct gc_clip {
 // the host's (kern.StepGuard).
 template <typename T>
 __device__ void step_guard(const T* loss, const T* norm_sq, double scale, double clip_norm,
-                           double* record, double* guard) {
+                           double* record, double* guard, const unsigned* status) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  if (*status != 0) guard[1] = 1; // an index error in the step's data
   double l = __dmul_rn((double)loss[0], scale);
   double n = __dmul_rn(sqrt((double)norm_sq[0]), scale);
   record[0] = l;
@@ -140,8 +141,8 @@ __device__ void rmsprop(T* param, const T* grad, T* square_avg, T* grad_avg, T* 
   }                                                                                           \
   extern "C" __global__ void gc_step_guard_##S(const T* loss, const T* norm_sq, double scale,  \
                                                double clip_norm, double* record,              \
-                                               double* guard) {                               \
-    step_guard(loss, norm_sq, scale, clip_norm, record, guard);                               \
+                                               double* guard, const unsigned* status) {       \
+    step_guard(loss, norm_sq, scale, clip_norm, record, guard, status);                       \
   }
 
 GC_OPTIM(float, f32)

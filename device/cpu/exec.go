@@ -119,6 +119,12 @@ func (s *stream) exec(c *cmd) error {
 		}
 	case opStepGuard:
 		a := &c.guard
+		s.mu.Lock()
+		failed := s.err != nil // an index error not yet reported
+		s.mu.Unlock()
+		if failed {
+			elems[float64](a.Guard, 2)[1] = 1
+		}
 		kern.StepGuard(load(a.DType, a.Loss), load(a.DType, a.NormSq), a.Scale, a.ClipNorm,
 			elems[float64](a.Record, 2), elems[float64](a.Guard, 2))
 	case opGuardedCopy:

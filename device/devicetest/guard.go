@@ -65,6 +65,21 @@ func testStepGuard(t *testing.T, open opener) {
 				checkExact(e.t, "Guard", e.get("Guard", g), wantGuard[:])
 			})
 		}
+		// A step whose data was bad (an id out of range, reported at the
+		// next synchronisation) is refused too, though its figures are
+		// finite: its update must not be applied.
+		e.run("AfterIndexError", func(e *env) {
+			table, ids, out := e.vec(constant(4*2, 1)), e.ids([]int32{7}), e.vec(constant(2, 0))
+			e.launch(device.Embedding{DType: e.dt, N: 1, Dim: 2, Vocab: 4, Table: table.buf, IDs: ids.buf, Out: out.buf})
+			loss, normSq := e.vec([]float64{2.5}), e.vec([]float64{9})
+			rec, g := e.vecOf(device.Float64, nans(2)), e.vecOf(device.Float64, []float64{-3, 0})
+			e.launch(device.StepGuard{DType: e.dt, Loss: loss.buf, NormSq: normSq.buf, Scale: 1, Record: rec.buf, Guard: g.buf})
+			if err := call(e.t, "Synchronize", e.dev.Synchronize); !errors.Is(err, device.ErrIndex) {
+				e.t.Fatalf("Synchronize after an id out of range: %v, want device.ErrIndex", err)
+			}
+			checkExact(e.t, "Guard", e.get("Guard", g), []float64{1, 1})
+			checkExact(e.t, "Record", e.get("Record", rec), []float64{2.5, 3})
+		})
 	})
 }
 
