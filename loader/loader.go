@@ -481,13 +481,23 @@ func (l *Loader) read(j job, window, ids []int32) error {
 // slot's last copy has left it.
 func (l *Loader) fill(s *slot, ids []int32) error {
 	if s.copied != nil {
-		if err := s.copied.Wait(); err != nil {
+		if err := await(s.copied); err != nil {
 			return err
 		}
 	}
 	host := s.host.Bytes()
 	copy(unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(host))), len(ids)), ids)
 	return nil
+}
+
+// await waits for e unless it completed already: a slot's last copy has
+// mostly left its staging buffer by the time the slot comes round again,
+// and a steady run then never waits for the device (device.Counts.Syncs).
+func await(e device.Event) error {
+	if done, err := e.Done(); done || err != nil {
+		return err
+	}
+	return e.Wait()
 }
 
 // Close ends a running iteration (its consumer sees ErrClosed), and frees

@@ -315,7 +315,7 @@ func (l *SeqLoader) produce(ctx context.Context, pos Position, free <-chan int, 
 		}
 		s := &l.slots[i]
 		if r.err == nil && s.copied != nil {
-			r.err = s.copied.Wait()
+			r.err = await(s.copied)
 		}
 		if r.err == nil {
 			used := l.stage(s, r.hb)

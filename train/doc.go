@@ -75,10 +75,14 @@
 // cancelling it ends the run at a step boundary (a step cut short rolled
 // back as a failed one is), writes the checkpoint if Config.Checkpoint is
 // set and returns an error wrapping ctx.Err(). OnStep
-// and OnEval run on Run's goroutine after the step's figures are known
-// (Progress: loss, gradient norm, rate, tokens/s, data-wait fraction,
-// allocator figures); OnStep after a skipped step too, which its
-// Progress.NonFinite tells from a step taken.
+// and OnEval run on Run's goroutine after the step's figures are read back
+// from the device (Progress: loss, gradient norm, rate, tokens/s,
+// data-wait fraction, allocator figures); OnStep after a skipped step too,
+// which its Progress.NonFinite tells from a step taken. With
+// Config.Pipeline above 1 the trainer reads steps back in groups without
+// waiting for the device, so OnStep comes up to Pipeline-1 steps after its
+// step and a cancelled run ends after the steps already queued; what the
+// steps do is the same bit for bit.
 //
 // # Example
 //

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -73,6 +74,24 @@ type Config struct {
 	// Logger receives diagnostics (checkpoints written, skipped steps);
 	// nil means none.
 	Logger *slog.Logger
+
+	// Pipeline is how many steps the trainer queues on the device before
+	// it reads back their losses and gradient norms, all in one copy that
+	// it does not wait for while the device has work: a steady step then
+	// never waits for the device (device.Counts.Syncs), and the host
+	// queues the next steps while the device runs the last. 0 or 1 reads
+	// each step's back at its end, waiting for it. Whatever the setting,
+	// the steps taken, their results and the checkpoints are the same:
+	// clipping and the non-finite check are decided on the device
+	// (device.StepGuard), a step found non-finite when read back voids
+	// the steps queued after it (they change nothing, and are run again
+	// after a skip: up to Pipeline-1 steps of work lost), and the trainer
+	// reads back at once at every step a validation, a checkpoint or the
+	// end of the run is due. What changes: OnStep is called for a step
+	// when it is read back, up to Pipeline-1 steps late, and a run
+	// cancelled ends after the steps already queued (cancelling from
+	// OnStep included). Memory: two float64 per pipelined step.
+	Pipeline int
 
 	// WarmUp says whether the first Run begins with a warm-up (a warm-up
 	// that failed or was cancelled is tried again by the next Run): the
@@ -168,6 +187,15 @@ type Trainer struct {
 	states []State       // one per micro-batch group; nil when nothing is carried
 	backup [][]device.Buffer
 
+	// The steps decided on the device (Config.Pipeline).
+	guard    device.Buffer     // device.StepGuard's verdict: two float64
+	records  device.Buffer     // a step's device.StepGuard record per slot, a slot per step queued
+	stage    device.HostBuffer // where records is read back
+	queue    []queued          // steps queued and not yet read back, oldest first
+	queued   int64             // steps queued so far: the next one's slot is queued % slots
+	sent     int               // queue[:sent] are the steps the readback in flight covers
+	readback device.Event      // that readback; nil when none is in flight
+
 	step, skipped int64
 	pos           loader.Position
 
@@ -238,6 +266,18 @@ func (t *Trainer) allocate(dt device.DType, classes int) error {
 	if t.norm, err = d.Alloc(dt.Size(), device.Workspace); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
+	if t.guard, err = d.Alloc(16, device.Workspace); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	if err := d.Kernels().Fill(device.Fill{DType: device.Float64, N: 2, X: t.guard}); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	if t.records, err = d.Alloc(recordSize*int64(t.slots()), device.Workspace); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	if t.stage, err = d.Staging(recordSize * int64(t.slots())); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
 	t.states, err = t.src.states()
 	if err != nil {
 		return fmt.Errorf("train: carried state: %w", err)
@@ -289,6 +329,8 @@ func (c Config) validate(src source) error {
 		return errors.New("train: neither Steps nor the loader's Epochs say when to stop")
 	case bad(c.ClipNorm) || bad(c.ClipValue):
 		return fmt.Errorf("train: ClipNorm %v, ClipValue %v; want finite and >= 0", c.ClipNorm, c.ClipValue)
+	case c.Pipeline < 0:
+		return fmt.Errorf("train: Pipeline %d; want >= 0", c.Pipeline)
 	}
 	return nil
 }
@@ -308,10 +350,12 @@ func (t *Trainer) Skipped() int64 { return t.skipped }
 // (however long a read of the data blocks): the run ends at a step
 // boundary, a step cut short rolled back as a failed one is, the
 // checkpoint is written if Config.Checkpoint is set, and Run returns an
-// error wrapping ctx.Err(). A failed step (a data error, a device error, a
-// non-finite loss or gradient) leaves the parameters, optimizer state,
-// carried state, the model's random state and the position as they were
-// before it.
+// error wrapping ctx.Err(); with Config.Pipeline above 1, the steps
+// already queued are taken first. A failed step (a data error, a
+// non-finite loss or gradient, decided on the device) leaves the
+// parameters, optimizer state, carried state, the model's random state and
+// the position as they were before it, however many steps were queued
+// after it.
 func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 	r := t.newRun()
 	var err error
@@ -370,8 +414,26 @@ func (t *Trainer) newRun() *run {
 // cancelled or a step fails. The loader sees ctx, so a cancellation ends a
 // wait for data however long its read blocks, and ctx is checked before
 // every micro-batch: a step begun and cut short is rolled back as a failed
-// one is, and the run ends at a step boundary either way.
+// one is, and the run ends at a step boundary either way. A step found
+// non-finite when read back voids the steps queued after it; the data is
+// then read again from the position after it.
 func (t *Trainer) steps(ctx context.Context, r *run) error {
+	for {
+		again, err := t.pass(ctx, r)
+		if err != nil {
+			return err
+		}
+		if !again {
+			r.sum.Tokens = r.tokens
+			return nil
+		}
+	}
+}
+
+// pass is steps over one iteration of the data from t.pos. It returns
+// again when a skipped step voided steps queued after it, whose data is to
+// be read again.
+func (t *Trainer) pass(ctx context.Context, r *run) (again bool, err error) {
 	inStep := false
 	for b, err := range t.src.batches(ctx, t.pos) {
 		if err == nil {
@@ -380,40 +442,85 @@ func (t *Trainer) steps(ctx context.Context, r *run) error {
 		if err == nil {
 			inStep, err = t.feed(r, b, inStep)
 		}
+		if err == nil && b.last {
+			if err = t.endStep(r, b.next); err == nil {
+				inStep = false
+			}
+		}
 		if err != nil {
-			if inStep {
-				err = errors.Join(err, t.rollBack())
-			}
-			if c := ctx.Err(); c != nil && errors.Is(err, c) {
-				err = fmt.Errorf("train: stopped before step %d: %w", t.step+1, err)
-			}
-			return err
+			return false, t.fail(ctx, r, err, inStep)
 		}
 		if !b.last {
 			continue
 		}
-		inStep = false
-		p, err := t.endStep(b.next)
-		if err != nil {
-			return err
+		n := t.step + int64(len(t.queue)) // the step just queued, if none before it is refused
+		due := t.cfg.Steps > 0 && n >= t.cfg.Steps ||
+			t.src.hasValidation() && t.cfg.EvalEvery > 0 && n%t.cfg.EvalEvery == 0 ||
+			t.cfg.Checkpoint != "" && t.cfg.CheckpointEvery > 0 && n%t.cfg.CheckpointEvery == 0
+		var o outcome
+		if due || t.cfg.Pipeline <= 1 {
+			o, err = t.drain(r)
+		} else {
+			o, err = t.poll(r)
 		}
-		t.report(r, &p)
-		if p.NonFinite != nil {
+		switch {
+		case err != nil:
+			return false, t.fail(ctx, r, err, false)
+		case o.refused != nil:
+			return false, o.refused
+		case o.skipped:
 			if err := t.afterSkip(ctx); err != nil {
-				return err
+				return false, err
 			}
-			continue
-		}
-		done, err := t.afterStep(ctx, r)
-		if err != nil {
-			return err
-		}
-		if done {
-			break
+			if o.voided {
+				return true, nil
+			}
+		case o.taken && len(t.queue) == 0:
+			done, err := t.afterStep(ctx, r)
+			if err != nil || done {
+				return false, err
+			}
 		}
 	}
-	r.sum.Tokens = r.tokens
-	return nil
+	o, err := t.drain(r)
+	if err != nil {
+		return false, t.fail(ctx, r, err, false)
+	}
+	if o.refused != nil {
+		return false, o.refused
+	}
+	if o.skipped {
+		if err := t.afterSkip(ctx); err != nil {
+			return false, err
+		}
+		return o.voided, nil
+	}
+	if o.taken {
+		_, err := t.afterStep(ctx, r)
+		return false, err
+	}
+	return false, nil
+}
+
+// fail ends a pass that stopped with err: it reads back the steps queued
+// before (they stand, unless one is refused), rolls back the step under
+// way when inStep, and returns the run's error.
+func (t *Trainer) fail(ctx context.Context, r *run, err error, inStep bool) error {
+	o, derr := t.drain(r)
+	switch {
+	case derr != nil:
+		err = errors.Join(derr, err)
+	case o.refused != nil:
+		// A step queued before the failure was refused: it failed first.
+		err = errors.Join(o.refused, err)
+	case !o.skipped && inStep:
+		// Nothing refused: the step under way is undone alone.
+		err = errors.Join(err, t.rollBack(t.random0))
+	}
+	if c := ctx.Err(); c != nil && errors.Is(err, c) {
+		err = fmt.Errorf("train: stopped before step %d: %w", t.step+1, err)
+	}
+	return err
 }
 
 // feed runs micro-batch b, beginning a step first unless one is under
@@ -432,14 +539,15 @@ func (t *Trainer) feed(r *run, b micro, inStep bool) (bool, error) {
 }
 
 // report completes the figures of a step taken or skipped, keeps a taken
-// step's loss for the summary, and calls OnStep.
-func (t *Trainer) report(r *run, p *Progress) {
+// step's loss for the summary, and calls OnStep. tokens is the run's count
+// at the end of the step.
+func (t *Trainer) report(r *run, p *Progress, tokens int64) {
 	elapsed := time.Since(r.start)
-	p.Tokens, p.Elapsed = r.tokens, elapsed
-	p.TokensPerSecond = float64(r.tokens) / elapsed.Seconds()
+	p.Tokens, p.Elapsed = tokens, elapsed
+	p.TokensPerSecond = float64(tokens) / elapsed.Seconds()
 	p.DataWait = float64(t.src.wait()-r.wait0) / float64(elapsed)
 	p.Skipped, p.SkippedInARow, p.Memory = t.skipped, t.skipRun, t.dev.MemStats()
-	r.sum.Tokens = r.tokens
+	r.sum.Tokens = tokens
 	if p.NonFinite == nil {
 		r.sum.Loss = p.Loss
 	}
@@ -528,7 +636,10 @@ func (t *Trainer) finish(ctx context.Context, r *run, err error) (Summary, error
 
 // beginStep zeroes the gradients and the loss and copies the carried state
 // and the model's random state aside, so a failed step can put them back.
+// The copy of the carried state is guarded: while a step queued before is
+// refused (device.StepGuard), the copy made at that step's start is kept.
 func (t *Trainer) beginStep() error {
+	t.random0 = nil
 	if r := t.src.random(); r != nil {
 		t.random0 = r.RandomState()
 	}
@@ -543,7 +654,7 @@ func (t *Trainer) beginStep() error {
 	k := t.dev.Kernels()
 	for i, st := range t.states {
 		for j, c := range st.Carried() {
-			if err := k.Copy(device.Copy{Dst: t.backup[i][j], Src: c.Buffer}); err != nil {
+			if err := k.GuardedCopy(device.GuardedCopy{Dst: t.backup[i][j], Src: c.Buffer, Guard: t.guard}); err != nil {
 				return fmt.Errorf("train: %w", err)
 			}
 		}
@@ -556,11 +667,12 @@ func (t *Trainer) beginStep() error {
 // it.
 var errRollBack = errors.New("train: restoring the state before the step failed")
 
-// rollBack puts the carried state and the model's random state (the
-// dropout masks drawn) back as beginStep found them.
-func (t *Trainer) rollBack() error {
-	if r := t.src.random(); r != nil && t.random0 != nil {
-		if err := r.SetRandomState(t.random0); err != nil {
+// rollBack puts the carried state back as the backup holds it, the
+// model's random state (the dropout masks drawn) to random0, and clears
+// the guard's verdict.
+func (t *Trainer) rollBack(random0 []uint64) error {
+	if r := t.src.random(); r != nil && random0 != nil {
+		if err := r.SetRandomState(random0); err != nil {
 			return fmt.Errorf("%w: the random state: %w", errRollBack, err)
 		}
 	}
@@ -572,6 +684,9 @@ func (t *Trainer) rollBack() error {
 				return fmt.Errorf("%w: the carried state: %w", errRollBack, err)
 			}
 		}
+	}
+	if err := k.Fill(device.Fill{DType: device.Float64, N: 2, X: t.guard}); err != nil {
+		return fmt.Errorf("%w: the step guard: %w", errRollBack, err)
 	}
 	return nil
 }
@@ -597,99 +712,198 @@ func (t *Trainer) microBatch(b micro) error {
 	return nil
 }
 
-// endStep checks the loss and the gradient, clips and updates. It returns
-// the step's Progress, NonFinite set for a skipped step, for report to
-// complete.
-func (t *Trainer) endStep(next loader.Position) (Progress, error) {
-	// A source whose micro-batches add sums (sequences) makes them the
-	// step's mean here: the norm and loss by scale, the gradient in clip.
-	scale := t.src.scale()
-	norm, err := t.gradNorm()
-	var loss float64
-	if err == nil {
-		loss, err = t.ce.Loss()
-	}
-	norm, loss = norm*scale, loss*scale
-	lr := t.cfg.Schedule.Rate(t.cfg.Optimizer.LR, t.step, t.cfg.Steps)
-	if err == nil && (!finite(loss) || !finite(norm)) {
-		nf := &NonFiniteError{Step: t.step + 1, Loss: loss, GradNorm: norm}
-		err = nf
-		if t.cfg.SkipNonFinite {
-			if err := t.rollBack(); err != nil {
-				return Progress{}, err
-			}
-			t.skipped++
-			t.skipRun++
-			t.lastSkip = nf
-			t.pos = next
-			if t.cfg.Logger != nil && t.skipRun&(t.skipRun-1) == 0 {
-				// The 1st, 2nd, 4th, 8th... skip of a run of them: a run
-				// that diverged for good logs a few lines, not one a step.
-				t.cfg.Logger.Warn("train: skipped a step", "error", nf, "skipped", t.skipped, "in_a_row", t.skipRun)
-			}
-			return Progress{Step: t.step, Steps: t.cfg.Steps, Position: next, Loss: loss, GradNorm: norm, LR: lr, NonFinite: nf}, nil
-		}
-	}
-	if err == nil {
-		err = t.clip(norm, scale)
-	}
-	if err == nil {
-		err = t.opt.step(t.dev, t.groups, lr, int(t.step+1))
-	}
-	if err != nil {
-		return Progress{}, errors.Join(err, t.rollBack())
-	}
-	t.step++
-	t.skipRun = 0
-	t.pos = next
-	return Progress{Step: t.step, Steps: t.cfg.Steps, Position: next, Loss: loss, GradNorm: norm, LR: lr}, nil
+// queued is a step queued on the device and not yet read back.
+type queued struct {
+	slot    int             // its loss and norm in records
+	next    loader.Position // the position after it
+	random0 []uint64        // the model's random state at its start
+	lr      float64
+	tokens  int64 // the run's tokens at its end
 }
 
-// gradNorm is the global L2 norm of every gradient.
-func (t *Trainer) gradNorm() (float64, error) {
+// recordSize is the bytes of a step's record: device.StepGuard's loss,
+// norm and skip flag, float64s.
+const recordSize = 24
+
+// slots is the number of steps records holds.
+func (t *Trainer) slots() int { return max(1, t.cfg.Pipeline) }
+
+// endStep queues the end of a step: the gradient's norm, the verdict on
+// the device (device.StepGuard: the non-finite check and the clipping
+// coefficient), the update, which obeys it, and the step's place in the
+// queue. Nothing waits for the device.
+func (t *Trainer) endStep(r *run, next loader.Position) error {
 	k := t.dev.Kernels()
 	dt := t.groups[0].Params.DType()
 	for i, g := range t.groups {
 		_, grad := g.Params.Flat()
 		if err := k.SumSquares(device.SumSquares{DType: dt, N: g.Params.Len(), X: grad, Out: t.norm, Accumulate: i > 0}); err != nil {
-			return 0, fmt.Errorf("train: gradient norm: %w", err)
+			return fmt.Errorf("train: gradient norm: %w", err)
 		}
 	}
-	sq, err := readScalar(t.dev, dt, t.norm)
-	if err != nil {
-		return 0, fmt.Errorf("train: gradient norm: %w", err)
+	slot := int(t.queued % int64(t.slots()))
+	// A source whose micro-batches add sums (sequences) makes them the
+	// step's mean here: the norm and loss by scale, the gradient by the
+	// coefficient, which includes it.
+	if err := k.StepGuard(device.StepGuard{DType: dt, Loss: t.ce.Total(), NormSq: t.norm, Scale: t.src.scale(),
+		ClipNorm: t.cfg.ClipNorm, Record: t.records.Slice(int64(slot)*recordSize, recordSize), Guard: t.guard}); err != nil {
+		return fmt.Errorf("train: %w", err)
 	}
-	return math.Sqrt(sq), nil
+	n := t.step + int64(len(t.queue)) // steps before this one, if none queued is refused
+	lr := t.cfg.Schedule.Rate(t.cfg.Optimizer.LR, n, t.cfg.Steps)
+	if err := t.opt.step(t.dev, t.groups, lr, int(n+1), t.guard, t.cfg.ClipValue); err != nil {
+		return err
+	}
+	t.queue = append(t.queue, queued{slot: slot, next: next, random0: t.random0, lr: lr, tokens: r.tokens})
+	t.queued++
+	return nil
 }
 
-// clip multiplies the gradients by scale (the source's, making a sum a
-// mean) and applies ClipNorm (PyTorch's coefficient max/(norm+1e-6),
-// applied only when below 1) to the scaled gradient, whose norm is norm,
-// in one pass; then ClipValue.
-func (t *Trainer) clip(norm, scale float64) error {
-	k := t.dev.Kernels()
-	dt := t.groups[0].Params.DType()
-	coef := scale
-	if c := t.cfg.ClipNorm; c > 0 && c/(norm+1e-6) < 1 {
-		coef *= c / (norm + 1e-6)
-	}
-	if coef != 1 {
-		for _, g := range t.groups {
-			_, grad := g.Params.Flat()
-			if err := k.Axpby(device.Axpby{DType: dt, N: g.Params.Len(), Alpha: coef, X: grad, Y: grad}); err != nil {
-				return fmt.Errorf("train: clipping: %w", err)
+// outcome is what reading back steps found.
+type outcome struct {
+	taken   bool            // the last step read back was taken
+	skipped bool            // a step was skipped (Config.SkipNonFinite)
+	voided  bool            // the skip voided steps queued after it
+	refused *NonFiniteError // a step refused without SkipNonFinite: the run's error
+}
+
+// poll reads back what the readback in flight brought if it is done, and
+// starts the next one when Config.Pipeline steps wait for it (waiting for
+// the one in flight first only if it is not done yet).
+func (t *Trainer) poll(r *run) (outcome, error) {
+	var o outcome
+	if t.readback != nil {
+		done, err := t.readback.Done()
+		if err != nil && !done {
+			err = t.readback.Wait()
+		}
+		if done || err != nil {
+			if o, err = t.collect(r, err); err != nil || o.skipped || o.refused != nil {
+				return o, err
 			}
 		}
 	}
-	if c := t.cfg.ClipValue; c > 0 {
-		for _, g := range t.groups {
-			_, grad := g.Params.Flat()
-			if err := k.Clamp(device.Clamp{DType: dt, N: g.Params.Len(), Min: -c, Max: c, X: grad}); err != nil {
-				return fmt.Errorf("train: clipping: %w", err)
-			}
+	if len(t.queue)-t.sent < t.slots() {
+		return o, nil
+	}
+	if t.readback != nil {
+		// The device is Pipeline steps behind: wait for it.
+		var err error
+		if o, err = t.collect(r, t.readback.Wait()); err != nil || o.skipped || o.refused != nil {
+			return o, err
 		}
 	}
+	return o, t.send()
+}
+
+// drain reads back every step queued, waiting for the device.
+func (t *Trainer) drain(r *run) (outcome, error) {
+	var o outcome
+	if t.readback != nil {
+		var err error
+		if o, err = t.collect(r, t.readback.Wait()); err != nil || o.skipped || o.refused != nil {
+			return o, err
+		}
+	}
+	if len(t.queue) == 0 {
+		return o, nil
+	}
+	if err := t.send(); err != nil {
+		return o, err
+	}
+	return t.collect(r, t.readback.Wait())
+}
+
+// send queues the copy of records into stage that reads back every step
+// queued, on the compute stream after them.
+func (t *Trainer) send() error {
+	ev, err := t.dev.CopyToHost(t.stage, t.records, t.dev.Stream())
+	if err != nil {
+		return fmt.Errorf("train: reading back the steps: %w", err)
+	}
+	t.readback, t.sent = ev, len(t.queue)
 	return nil
+}
+
+// collect settles the steps the readback covers, once it completed with
+// werr (its Wait's or Done's error), in order: one the guard let through is taken (reported to
+// OnStep); the first it refused voids every step queued after it (the
+// guard made them change nothing), and the carried state, the model's
+// random state and the guard are put back as they were at its start.
+// Refused for a non-finite loss or norm, it is skipped
+// (Config.SkipNonFinite: its data consumed) or the run's error; refused
+// for its data (an index out of range), the device's error is the run's.
+func (t *Trainer) collect(r *run, werr error) (outcome, error) {
+	var o outcome
+	t.readback = nil
+	if werr != nil && !errors.Is(werr, device.ErrIndex) {
+		// Not an error of the data, which the guard refuses: the device
+		// failed, and what the steps did is not known.
+		return o, fmt.Errorf("train: %w", werr)
+	}
+	mem := t.stage.Bytes()
+	field := func(slot, i int) float64 {
+		return math.Float64frombits(binary.LittleEndian.Uint64(mem[slot*recordSize+8*i:]))
+	}
+	for i, q := range t.queue[:t.sent] {
+		loss, norm := field(q.slot, 0), field(q.slot, 1)
+		if field(q.slot, 2) == 0 {
+			t.step++
+			t.skipRun = 0
+			t.pos = q.next
+			o.taken = true
+			t.report(r, &Progress{Step: t.step, Steps: t.cfg.Steps, Position: q.next, Loss: loss, GradNorm: norm, LR: q.lr}, q.tokens)
+			continue
+		}
+		o.taken, o.voided = false, i+1 < len(t.queue)
+		t.queue, t.sent = t.queue[:0], 0
+		if err := t.rollBack(q.random0); err != nil {
+			return o, errors.Join(werr, err)
+		}
+		if finite(loss) && finite(norm) {
+			// Refused for its data: the device's error, taken from it (an
+			// event may only look at it).
+			if err := t.dev.Synchronize(); err != nil {
+				werr = err
+			}
+			if werr == nil {
+				werr = fmt.Errorf("train: the device refused the step with a finite loss %v and gradient norm %v, and no error", loss, norm)
+			}
+			return o, fmt.Errorf("train: step %d: %w", t.step+1, werr)
+		}
+		nf := &NonFiniteError{Step: t.step + 1, Loss: loss, GradNorm: norm}
+		if werr != nil {
+			return o, errors.Join(nf, fmt.Errorf("train: %w", werr))
+		}
+		if !t.cfg.SkipNonFinite {
+			o.refused = nf
+			return o, nil
+		}
+		o.skipped = true
+		r.tokens = q.tokens
+		t.skipped++
+		t.skipRun++
+		t.lastSkip = nf
+		t.pos = q.next
+		if t.cfg.Logger != nil && t.skipRun&(t.skipRun-1) == 0 {
+			// The 1st, 2nd, 4th, 8th... skip of a run of them: a run
+			// that diverged for good logs a few lines, not one a step.
+			t.cfg.Logger.Warn("train: skipped a step", "error", nf, "skipped", t.skipped, "in_a_row", t.skipRun)
+		}
+		t.report(r, &Progress{Step: t.step, Steps: t.cfg.Steps, Position: q.next, Loss: loss, GradNorm: norm, LR: q.lr, NonFinite: nf}, q.tokens)
+		return o, nil
+	}
+	t.queue = t.queue[:copy(t.queue, t.queue[t.sent:])]
+	t.sent = 0
+	if werr != nil {
+		if err := t.dev.Synchronize(); err != nil {
+			werr = err // taken from the device, not only looked at
+		}
+		// The data of work after the steps read back was bad: the step
+		// under way's, which the caller undoes.
+		return o, fmt.Errorf("train: %w", werr)
+	}
+	return o, nil
 }
 
 func (t *Trainer) validate(ctx context.Context) (Evaluation, error) {
@@ -716,9 +930,15 @@ func (t *Trainer) Close() error {
 		errs = append(errs, t.ce.Close())
 		t.ce = nil
 	}
-	if !t.norm.IsZero() {
-		errs = append(errs, t.dev.Free(t.norm))
-		t.norm = device.Buffer{}
+	for _, b := range []*device.Buffer{&t.norm, &t.guard, &t.records} {
+		if !b.IsZero() {
+			errs = append(errs, t.dev.Free(*b))
+			*b = device.Buffer{}
+		}
+	}
+	if t.stage.Len() > 0 {
+		errs = append(errs, t.dev.FreeStaging(t.stage))
+		t.stage = device.HostBuffer{}
 	}
 	for _, st := range t.states {
 		errs = append(errs, st.Free())
@@ -753,15 +973,3 @@ func (e *NonFiniteError) Error() string {
 func (e *NonFiniteError) Unwrap() error { return ErrNonFinite }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-
-// readScalar downloads one element of dt.
-func readScalar(d device.Device, dt device.DType, b device.Buffer) (float64, error) {
-	if dt == device.Float64 {
-		v := []float64{0}
-		err := device.DownloadSlice(d, v, b.Slice(0, 8))
-		return v[0], err
-	}
-	v := []float32{0}
-	err := device.DownloadSlice(d, v, b.Slice(0, 4))
-	return float64(v[0]), err
-}
