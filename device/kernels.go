@@ -998,8 +998,9 @@ func (a RMSprop) Check(d Device) error {
 //
 //	loss = Loss·Scale        norm = sqrt(NormSq)·Scale
 //
-// and writes them to Record (two Float64: loss, norm). Guard is two
-// Float64, the step's verdict:
+// and writes them to Record, three Float64: loss, norm, and the skip flag
+// as this step leaves it (1: refused, by this step's figures or data or
+// by a step before it). Guard is two Float64, the step's verdict:
 //
 //	Guard[1], the skip flag: set to 1 when loss or norm is NaN or
 //	          infinite, or when work queued before on the stream found an
@@ -1036,7 +1037,7 @@ func (a StepGuard) Check(d Device) error {
 	}
 	c.buf("Loss", a.Loss, a.DType, 1)
 	c.buf("NormSq", a.NormSq, a.DType, 1)
-	c.buf("Record", a.Record, Float64, 2)
+	c.buf("Record", a.Record, Float64, 3)
 	c.buf("Guard", a.Guard, Float64, 2)
 	return c.err
 }

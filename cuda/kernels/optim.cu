@@ -26,7 +26,7 @@ template <typename T> struct gc_clip {
   }
 };
 
-// device.StepGuard, one thread: the step's loss and norm into record, its
+// device.StepGuard, one thread: the step's loss, norm and skip flag into record, its
 // verdict into guard. The arithmetic is double, rounded step by step as
 // the host's (kern.StepGuard).
 template <typename T>
@@ -42,6 +42,7 @@ __device__ void step_guard(const T* loss, const T* norm_sq, double scale, double
   double coef = scale, r = clip_norm / __dadd_rn(n, 1e-6);
   if (clip_norm > 0 && r < 1) coef = __dmul_rn(coef, r);
   guard[0] = coef;
+  record[2] = guard[1];
 }
 
 template <typename T>

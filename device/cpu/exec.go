@@ -126,7 +126,7 @@ func (s *stream) exec(c *cmd) error {
 			elems[float64](a.Guard, 2)[1] = 1
 		}
 		kern.StepGuard(load(a.DType, a.Loss), load(a.DType, a.NormSq), a.Scale, a.ClipNorm,
-			elems[float64](a.Record, 2), elems[float64](a.Guard, 2))
+			elems[float64](a.Record, 3), elems[float64](a.Guard, 2))
 	case opGuardedCopy:
 		a := &c.gcopy
 		if elems[float64](a.Guard, 2)[1] == 0 {

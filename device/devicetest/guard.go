@@ -12,9 +12,8 @@ import (
 // refStepGuard is device.StepGuard's arithmetic, each operation rounded
 // to float64 on its own. It returns the record and the guard a guard that
 // held skip before would hold after.
-func refStepGuard(loss, normSq, scale, clipNorm, skip float64) (record, guard [2]float64) {
+func refStepGuard(loss, normSq, scale, clipNorm, skip float64) (record [3]float64, guard [2]float64) {
 	l, n := float64(loss*scale), float64(math.Sqrt(normSq)*scale)
-	record = [2]float64{l, n}
 	guard[1] = skip
 	if math.IsNaN(l) || math.IsInf(l, 0) || math.IsNaN(n) || math.IsInf(n, 0) {
 		guard[1] = 1
@@ -23,6 +22,7 @@ func refStepGuard(loss, normSq, scale, clipNorm, skip float64) (record, guard [2
 	if r := clipNorm / float64(n+1e-6); clipNorm > 0 && r < 1 {
 		guard[0] = float64(scale * r)
 	}
+	record = [3]float64{l, n, guard[1]}
 	return record, guard
 }
 
@@ -56,7 +56,7 @@ func testStepGuard(t *testing.T, open opener) {
 		for _, c := range cs {
 			e.run(c.name, func(e *env) {
 				loss, normSq := e.vec([]float64{c.loss}), e.vec([]float64{c.normSq})
-				rec := e.vecOf(device.Float64, nans(2))
+				rec := e.vecOf(device.Float64, nans(3))
 				g := e.vecOf(device.Float64, []float64{-3, c.was})
 				e.launch(device.StepGuard{DType: e.dt, Loss: loss.buf, NormSq: normSq.buf, Scale: c.scale, ClipNorm: c.clip,
 					Record: rec.buf, Guard: g.buf})
@@ -72,13 +72,13 @@ func testStepGuard(t *testing.T, open opener) {
 			table, ids, out := e.vec(constant(4*2, 1)), e.ids([]int32{7}), e.vec(constant(2, 0))
 			e.launch(device.Embedding{DType: e.dt, N: 1, Dim: 2, Vocab: 4, Table: table.buf, IDs: ids.buf, Out: out.buf})
 			loss, normSq := e.vec([]float64{2.5}), e.vec([]float64{9})
-			rec, g := e.vecOf(device.Float64, nans(2)), e.vecOf(device.Float64, []float64{-3, 0})
+			rec, g := e.vecOf(device.Float64, nans(3)), e.vecOf(device.Float64, []float64{-3, 0})
 			e.launch(device.StepGuard{DType: e.dt, Loss: loss.buf, NormSq: normSq.buf, Scale: 1, Record: rec.buf, Guard: g.buf})
 			if err := call(e.t, "Synchronize", e.dev.Synchronize); !errors.Is(err, device.ErrIndex) {
 				e.t.Fatalf("Synchronize after an id out of range: %v, want device.ErrIndex", err)
 			}
 			checkExact(e.t, "Guard", e.get("Guard", g), []float64{1, 1})
-			checkExact(e.t, "Record", e.get("Record", rec), []float64{2.5, 3})
+			checkExact(e.t, "Record", e.get("Record", rec), []float64{2.5, 3, 1})
 		})
 	})
 }
@@ -181,9 +181,9 @@ func testGuardedSteps(t *testing.T, open opener) {
 			device.Adam{DType: device.Float32, N: 4, LR: 0.1, Beta1: 0.9, Beta2: 0.99, Step: 1, Param: p, Grad: p, M: p, V: p, Guard: small},
 			device.SGD{DType: device.Float32, N: 4, LR: 0.1, Step: 1, Param: p, Grad: p, Clip: -1},
 			device.RMSprop{DType: device.Float32, N: 4, LR: 0.1, Alpha: 0.9, Eps: 1e-8, Param: p, Grad: p, SquareAvg: p, Clip: math.Inf(1)},
-			device.StepGuard{DType: device.Float32, Loss: p, NormSq: p, Scale: 1, Record: small, Guard: e.alloc(device.Float64, 2)},
-			device.StepGuard{DType: device.Float32, Loss: p, NormSq: p, Scale: 0, Record: e.alloc(device.Float64, 2), Guard: e.alloc(device.Float64, 2)},
-			device.StepGuard{DType: device.Float32, Loss: p, NormSq: p, Scale: 1, ClipNorm: math.NaN(), Record: e.alloc(device.Float64, 2), Guard: e.alloc(device.Float64, 2)},
+			device.StepGuard{DType: device.Float32, Loss: p, NormSq: p, Scale: 1, Record: e.alloc(device.Float64, 2), Guard: e.alloc(device.Float64, 2)},
+			device.StepGuard{DType: device.Float32, Loss: p, NormSq: p, Scale: 0, Record: e.alloc(device.Float64, 3), Guard: e.alloc(device.Float64, 2)},
+			device.StepGuard{DType: device.Float32, Loss: p, NormSq: p, Scale: 1, ClipNorm: math.NaN(), Record: e.alloc(device.Float64, 3), Guard: e.alloc(device.Float64, 2)},
 			device.GuardedCopy{Dst: p, Src: p.Slice(0, 6), Guard: e.alloc(device.Float64, 2)},
 			device.GuardedCopy{Dst: small, Src: p, Guard: e.alloc(device.Float64, 2)},
 			device.GuardedCopy{Dst: p, Src: small, Guard: small},

@@ -30,8 +30,8 @@ func (c Clip[T]) of(g T) T {
 	return g
 }
 
-// StepGuard is device.StepGuard: the step's loss and norm into record,
-// its verdict into guard (the skip flag, once set, stays set).
+// StepGuard is device.StepGuard: the step's loss, norm and skip flag into
+// record, its verdict into guard (the skip flag, once set, stays set).
 func StepGuard(loss, normSq, scale, clipNorm float64, record, guard []float64) {
 	// The conversions keep the products rounded (no fused multiply-add):
 	// the bits are the host's.
@@ -45,6 +45,7 @@ func StepGuard(loss, normSq, scale, clipNorm float64, record, guard []float64) {
 		coef *= r
 	}
 	guard[0] = coef
+	record[2] = guard[1]
 }
 
 // SGD is one torch.optim.SGD step over len(param) elements (device.SGD):
