@@ -26,6 +26,7 @@ const (
 	opEmbeddingGrad
 	opSoftmaxCrossEntropy
 	opSoftmax
+	opSample
 	opDropout
 	opAddBias
 	opSumRows
@@ -59,6 +60,7 @@ type cmd struct {
 	embGrad  device.EmbeddingGrad
 	sce      device.SoftmaxCrossEntropy
 	softmax  device.Softmax
+	sample   device.Sample
 	dropout  device.Dropout
 	addBias  device.AddBias
 	sumRows  device.SumRows
@@ -167,6 +169,10 @@ func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) error {
 
 func (k kernels) Softmax(a device.Softmax) error {
 	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.softmax = opSoftmax, a })
+}
+
+func (k kernels) Sample(a device.Sample) error {
+	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.sample = opSample, a })
 }
 
 func (k kernels) Dropout(a device.Dropout) error {
