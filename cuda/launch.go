@@ -26,6 +26,7 @@ const (
 	kEmbeddingGradSeq
 	kSoftmaxXent
 	kSoftmax
+	kSample
 	kDropout
 	kSumSquaresPartial
 	kSumFinish
@@ -55,6 +56,7 @@ var kernelNames = [numKernels]string{
 	kEmbeddingGradSeq:  "embedding_grad_seq",
 	kSoftmaxXent:       "softmax_xent",
 	kSoftmax:           "softmax",
+	kSample:            "sample",
 	kDropout:           "dropout",
 	kSumSquaresPartial: "sum_squares_partial",
 	kSumFinish:         "sum_finish",
@@ -343,6 +345,17 @@ func (k kernels) Softmax(a device.Softmax) error {
 	}
 	return k.l.launch(kSoftmax, a.DType, rowGrid(a.N), block1,
 		ptr(a.Logits), ptr(a.Probs), i64(a.N), i64(a.Classes), f64(1/t))
+}
+
+// Sample is one launch: a block of 256 threads per row (the kernel's
+// chunks of the row are its threads), grid-stride over the rows.
+func (k kernels) Sample(a device.Sample) error {
+	if err := check(k, "Sample", a); err != nil {
+		return err
+	}
+	grid := [3]uint32{uint32(max(1, min(a.N, gridCap))), 1, 1}
+	return k.l.launch(kSample, a.DType, grid, block1, ptr(a.Logits), ptr(a.IDs), ptr(a.Tokens), i64(a.N), i64(a.Classes),
+		f64(a.Temperature), i64(a.TopK), a.Seed, a.Counter)
 }
 
 func (k kernels) Dropout(a device.Dropout) error {

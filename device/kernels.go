@@ -31,6 +31,7 @@ type Kernels interface {
 	EmbeddingGrad(a EmbeddingGrad) error
 	SoftmaxCrossEntropy(a SoftmaxCrossEntropy) error
 	Softmax(a Softmax) error
+	Sample(a Sample) error
 	Dropout(a Dropout) error
 
 	AddBias(a AddBias) error
@@ -634,6 +635,84 @@ func (a Softmax) Check(d Device) error {
 	}
 	c.buf("Logits", a.Logits, a.DType, a.N*a.Classes)
 	c.buf("Probs", a.Probs, a.DType, a.N*a.Classes)
+	return c.err
+}
+
+// Sample draws one token per row of logits where the logits are, the
+// sampling step of a language model: for each of N rows it draws a class
+// from softmax(Logits[i] / Temperature), among the TopK most likely
+// classes when TopK > 0, and writes it as an Int32 to IDs[i] (the ids the
+// next forward reads) and, when given, to Tokens[i] (a slot of a ring the
+// host reads back in chunks, say). Temperature 0 is argmax: the first
+// largest logit, a NaN never winning (0 when the row is all NaN). Row i
+// draws with the uniform SampleUniform(Seed, Counter+i), so the same seed
+// and counters give the same tokens, and a caller that samples token after
+// token passes the token's index as Counter.
+//
+// Every device draws the same ids from the same logits, to the bit: the
+// arithmetic is float64, its order is fixed by the shape, and its
+// exponential is SampleExp, whose operations every device rounds alike.
+// Precisely, for a row x of C = Classes logits (float32 logits widened
+// exactly):
+//
+//  1. Rank: class a ranks before b when x[a] > x[b], or they are equal
+//     (-0 = +0) and a < b; NaNs rank last. The candidates are the first
+//     TopK classes in rank order, all of them when TopK is 0 or ≥ C.
+//  2. Weights: with m the largest logit that is not NaN, a candidate
+//     weighs SampleExp((x[c] - m) / Temperature) (one rounded subtraction,
+//     one rounded division), or, when m is infinite, 1 if x[c] = m and 0
+//     otherwise; a NaN and a class that is not a candidate weigh 0. The
+//     first largest class weighs exactly 1.
+//  3. Sums: the classes fall into SampleChunks (256) chunks of
+//     S = ⌈C/256⌉ consecutive classes (chunk j holds [jS, min(jS+S, C)),
+//     empty past C); chunk sum s_j adds its weights in class order, from
+//     0, and W adds s_0, s_1, ... s_255 in order, from 0.
+//  4. Draw: t = u·W for the row's uniform u. With P_j = s_0 + ... +
+//     s_(j-1) added in order, the first chunk with P_j + s_j > t is walked
+//     from c = P_j, adding each weight in class order, to the first class
+//     where c > t; where rounding leaves none, the chunk's last class of
+//     positive weight. When no chunk has P_j + s_j > t (u·W rounded up to
+//     W), the last class of positive weight. W is 0 only when the row is
+//     all NaN: then 0.
+//
+// A class of zero weight is never drawn. The logits' own rounding is the
+// caller's: two devices whose forward passes round differently may
+// disagree on a token when a draw falls within that difference of a
+// boundary between two classes.
+type Sample struct {
+	DType       DType
+	N, Classes  int
+	Logits      Buffer // [N, Classes]
+	Temperature float64
+	TopK        int
+	Seed        uint64
+	Counter     uint64
+	// IDs is [N] Int32, the drawn classes.
+	IDs Buffer
+	// Tokens is [N] Int32, a second copy of the drawn classes, or none.
+	// It may be IDs.
+	Tokens Buffer
+}
+
+// Check reports whether the arguments are valid for d.
+func (a Sample) Check(d Device) error {
+	c := checker{d: d, kernel: "Sample"}
+	c.float(a.DType)
+	c.positive("N", a.N)
+	c.positive("Classes", a.Classes)
+	if a.Classes > maxInt32 {
+		c.fail("Classes is %d, more than an Int32 id can name", a.Classes)
+	}
+	c.nonNegative("TopK", a.TopK)
+	if !validTemperature(a.Temperature) {
+		c.fail("Temperature %v is not a finite number >= 0", a.Temperature)
+	}
+	if c.err != nil {
+		return c.err
+	}
+	c.buf("Logits", a.Logits, a.DType, a.N*a.Classes)
+	c.buf("IDs", a.IDs, Int32, a.N)
+	c.opt("Tokens", a.Tokens, Int32, a.N)
 	return c.err
 }
 

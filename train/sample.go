@@ -2,11 +2,10 @@ package train
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
-	"slices"
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/rnn"
@@ -32,9 +31,27 @@ type SampleConfig struct {
 // takes memory independent of its length.
 const primeChunk = 256
 
+// tokenChunk is how many drawn tokens the host reads back at once: the
+// tokens stay on the device, in a ring of tokenChunk slots, and the host
+// waits for the device once per chunk.
+const tokenChunk = 64
+
 // Sample generates cfg.N tokens from m without gradients, one at a time
-// with batch 1, calling emit with each as it is drawn: memory does not grow
+// with batch 1, calling emit with each, in order: memory does not grow
 // with N. It stops early with emit's error or ctx's.
+//
+// The tokens are drawn on the device (device.Sample, the generator
+// device.SampleUniform seeded with cfg.Seed, token i drawn with counter i):
+// token i+1's forward reads the id the kernel wrote, and the host never
+// waits for a token. It reads the drawn tokens back in chunks of 64, an
+// asynchronous copy each, and calls emit for a chunk's tokens once its
+// copy completed: one host synchronisation per 64 tokens (and one per
+// 256 tokens of the prime, uploaded), where drawing on the host took two
+// per token. emit is called while later tokens are being drawn, so it
+// runs up to two chunks behind them; a cancelled ctx stops the draws and
+// the emits within a token, and emit then has had exact tokens only.
+// The device draws the same tokens on every device from the same logits
+// (device.Sample says how to the bit).
 func Sample(ctx context.Context, d device.Device, m Model, cfg SampleConfig, emit func(id int32) error) (err error) {
 	classes := m.Classes()
 	switch {
@@ -61,19 +78,26 @@ func Sample(ctx context.Context, d device.Device, m Model, cfg SampleConfig, emi
 	if err != nil {
 		return fmt.Errorf("train: Sample: %w", err)
 	}
-	ids, err := d.Alloc(primeChunk*4, device.Batches)
-	if err != nil {
-		if st != nil {
-			err = errors.Join(err, st.Free())
-		}
-		return fmt.Errorf("train: Sample: %w", err)
-	}
 	defer func() {
-		err = errors.Join(err, d.Free(ids))
 		if st != nil {
 			err = errors.Join(err, st.Free())
 		}
 	}()
+	// One buffer: the prime's window of ids, whose first element is also
+	// the id each drawn token's forward reads, then the ring of drawn
+	// tokens.
+	buf, err := d.Alloc((primeChunk+tokenChunk)*4, device.Batches)
+	if err != nil {
+		return fmt.Errorf("train: Sample: %w", err)
+	}
+	defer func() { err = errors.Join(err, d.Free(buf)) }()
+	ids, ring := buf.Slice(0, primeChunk*4), buf.Slice(primeChunk*4, tokenChunk*4)
+	staging, err := d.Staging(2 * tokenChunk * 4)
+	if err != nil {
+		return fmt.Errorf("train: Sample: %w", err)
+	}
+	r := &tokenReader{ctx: ctx, d: d, staging: staging, emit: emit}
+	defer func() { err = errors.Join(err, r.close()) }()
 
 	// The logits of the last prime token, then of each drawn one.
 	var logits device.Buffer
@@ -89,107 +113,143 @@ func Sample(ctx context.Context, d device.Device, m Model, cfg SampleConfig, emi
 		}
 		logits = out.Slice(int64(len(chunk)-1)*row, row)
 	}
-	r := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
-	probs := make([]float64, classes)
-	host32 := make([]float32, classes)
-	order := make([]int32, classes)
-	one := []int32{0}
+	k := d.Kernels()
 	for i := range cfg.N {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("train: Sample: stopped after %d tokens: %w", i, err)
+			return r.stopped(err)
 		}
-		if cfg.Temperature > 0 {
-			if err := d.Kernels().Softmax(device.Softmax{DType: dt, N: 1, Classes: classes, Logits: logits, Probs: logits, Temperature: cfg.Temperature}); err != nil {
+		slot := i % tokenChunk
+		err := k.Sample(device.Sample{DType: dt, N: 1, Classes: classes, Logits: logits, Temperature: cfg.Temperature,
+			TopK: cfg.TopK, Seed: cfg.Seed, Counter: uint64(i), IDs: ids.Slice(0, 4), Tokens: ring.Slice(int64(slot)*4, 4)})
+		if err != nil {
+			return fmt.Errorf("train: Sample: %w", err)
+		}
+		if slot == tokenChunk-1 || i == cfg.N-1 {
+			// The ring's next writes are queued after this copy, so the
+			// ring needs no second half; the staging buffer has two.
+			if err := r.queue(ring.Slice(0, int64(slot+1)*4)); err != nil {
+				return err
+			}
+		}
+		if i < cfg.N-1 {
+			if logits, err = m.Forward(rnn.NoGrad, ids, 1, 1, st); err != nil {
 				return fmt.Errorf("train: Sample: %w", err)
 			}
 		}
-		if err := download(d, dt, probs, host32, logits); err != nil {
-			return fmt.Errorf("train: Sample: %w", err)
-		}
-		var next int32
-		if cfg.Temperature == 0 {
-			next = argmax(probs)
-		} else {
-			next = draw(r, probs, cfg.TopK, order)
-		}
-		if err := emit(next); err != nil {
+		if err := r.poll(); err != nil {
 			return err
 		}
-		if i == cfg.N-1 {
-			break
+	}
+	return r.drain()
+}
+
+// tokenReader reads the chunks of drawn tokens back from the device and
+// emits them in order: each chunk's copy goes into one half of the staging
+// buffer, and is emitted once it completed (polled with Done, so that
+// emitting never waits for the device when the copy is already done; then
+// Wait returns at once and reports any error of the work before it).
+type tokenReader struct {
+	ctx     context.Context
+	d       device.Device
+	staging device.HostBuffer // two halves of tokenChunk int32
+	emit    func(int32) error
+	// inFlight are the copies not yet emitted, oldest first (at most 2):
+	// the half of staging each went into and its tokens.
+	inFlight []chunkCopy
+	next     int // the half the next copy goes into
+	emitted  int
+}
+
+type chunkCopy struct {
+	ev     device.Event
+	half   int
+	tokens int
+}
+
+// queue copies the tokens of src (a prefix of the ring) to the host.
+func (r *tokenReader) queue(src device.Buffer) error {
+	if len(r.inFlight) == 2 {
+		// Both halves hold chunks not yet emitted: the oldest goes first.
+		if err := r.emitOldest(); err != nil {
+			return err
 		}
-		one[0] = next
-		if err := device.UploadSlice(d, ids.Slice(0, 4), one); err != nil {
+	}
+	n := src.Len() / 4
+	ev, err := r.d.CopyToHost(r.staging.Slice(int64(r.next)*tokenChunk*4, n*4), src, r.d.Stream())
+	if err != nil {
+		return fmt.Errorf("train: Sample: %w", err)
+	}
+	r.inFlight = append(r.inFlight, chunkCopy{ev: ev, half: r.next, tokens: int(n)})
+	r.next ^= 1
+	return nil
+}
+
+// poll emits the chunks whose copies completed, without waiting.
+func (r *tokenReader) poll() error {
+	for len(r.inFlight) > 0 {
+		done, err := r.inFlight[0].ev.Done()
+		if err != nil {
 			return fmt.Errorf("train: Sample: %w", err)
 		}
-		if logits, err = m.Forward(rnn.NoGrad, ids, 1, 1, st); err != nil {
-			return fmt.Errorf("train: Sample: %w", err)
+		if !done {
+			return nil
+		}
+		if err := r.emitOldest(); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// download reads len(dst) elements of dt from src into dst.
-func download(d device.Device, dt device.DType, dst []float64, scratch []float32, src device.Buffer) error {
-	if dt == device.Float64 {
-		return device.DownloadSlice(d, dst, src)
-	}
-	if err := device.DownloadSlice(d, scratch, src); err != nil {
-		return err
-	}
-	for i, v := range scratch {
-		dst[i] = float64(v)
+// drain emits every chunk left, waiting for their copies.
+func (r *tokenReader) drain() error {
+	for len(r.inFlight) > 0 {
+		if err := r.emitOldest(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// argmax is the index of the largest value, the first among equals; NaNs
-// never win.
-func argmax(v []float64) int32 {
-	best := 0
-	for i, x := range v {
-		if x > v[best] || math.IsNaN(v[best]) {
-			best = i
-		}
+// emitOldest waits for the oldest copy and emits its tokens.
+func (r *tokenReader) emitOldest() error {
+	c := r.inFlight[0]
+	r.inFlight = r.inFlight[1:]
+	if err := c.ev.Wait(); err != nil {
+		return fmt.Errorf("train: Sample: %w", err)
 	}
-	return int32(best)
+	b := r.staging.Slice(int64(c.half)*tokenChunk*4, int64(c.tokens)*4).Bytes()
+	for i := range c.tokens {
+		if err := r.ctx.Err(); err != nil {
+			return r.stopped(err)
+		}
+		// The device's int32s in the host's byte order, as
+		// device.UploadSlice and DownloadSlice take them.
+		if err := r.emit(int32(binary.NativeEndian.Uint32(b[4*i:]))); err != nil {
+			return err
+		}
+		r.emitted++
+	}
+	return nil
 }
 
-// draw picks an index with probability proportional to p, among the topK
-// largest when topK > 0 (order is scratch of len(p)).
-func draw(r *rand.Rand, p []float64, topK int, order []int32) int32 {
-	for i := range order {
-		order[i] = int32(i)
-	}
-	cand := order
-	if topK > 0 && topK < len(p) {
-		slices.SortStableFunc(order, func(a, b int32) int {
-			switch {
-			case p[a] > p[b]:
-				return -1
-			case p[a] < p[b]:
-				return 1
-			}
-			return 0
-		})
-		cand = order[:topK]
-	}
-	total := 0.0
-	for _, i := range cand {
-		total += p[i]
-	}
-	u := r.Float64() * total
-	for _, i := range cand {
-		if u -= p[i]; u < 0 {
-			return i
+// stopped is the error of a sample that ctx stopped.
+func (r *tokenReader) stopped(err error) error {
+	return fmt.Errorf("train: Sample: stopped after %d tokens: %w", r.emitted, err)
+}
+
+// close waits for the copies still in flight, which write into the
+// staging buffer, and frees it.
+func (r *tokenReader) close() error {
+	var errs []error
+	for _, c := range r.inFlight {
+		if err := c.ev.Wait(); err != nil {
+			errs = append(errs, fmt.Errorf("train: Sample: %w", err))
 		}
 	}
-	// Rounding left u a hair above zero: the last candidate that can be
-	// drawn.
-	for _, i := range slices.Backward(cand) {
-		if p[i] > 0 {
-			return i
-		}
+	r.inFlight = nil
+	if err := r.d.FreeStaging(r.staging); err != nil {
+		errs = append(errs, fmt.Errorf("train: Sample: %w", err))
 	}
-	return cand[0]
+	return errors.Join(errs...)
 }

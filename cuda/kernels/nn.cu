@@ -302,3 +302,229 @@ __device__ void dropout(const T* x, T* y, T* mask, long long n, double p,
 
 GC_NN(float, f32)
 GC_NN(double, f64)
+
+// ---- Sample (device.Sample) ----------------------------------------------------------------
+// One block of 256 threads per row, grid-stride over rows. Thread j owns chunk j of the row's
+// classes (device.SampleChunks = 256 chunks of S = ceil(classes/256) consecutive classes), so
+// the chunk sums are the documented ones, each a sequential sum, and thread 0 adds them and
+// walks them in order: the same bits as the CPU device. Every double operation that a
+// compiler could fuse into a multiply-add is an explicitly rounded intrinsic.
+#define GC_SAMPLE_CHUNKS 256
+
+__device__ __forceinline__ long long gc_min(long long a, long long b) { return a < b ? a : b; }
+
+// device.SampleUniform: the (counter+1)-th output of splitmix64 seeded with seed, its top 53
+// bits as a multiple of 2^-53.
+__device__ __forceinline__ double gc_sample_uniform(unsigned long long seed,
+                                                    unsigned long long counter) {
+  unsigned long long z = seed + (counter + 1ull) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (double)(z >> 11) * 0x1p-53;
+}
+
+// device.SampleExp, operation for operation (its constants are device/sample.go's).
+__device__ double gc_sample_exp(double x) {
+  if (!(x >= -708.0)) return 0.0;
+  if (x > 709.0) return INFINITY;
+  const double c[14] = {0x1p+00,
+                        0x1p+00,
+                        0x1p-01,
+                        0x1.5555555555555p-03,
+                        0x1.5555555555555p-05,
+                        0x1.1111111111111p-07,
+                        0x1.6c16c16c16c17p-10,
+                        0x1.a01a01a01a01ap-13,
+                        0x1.a01a01a01a01ap-16,
+                        0x1.71de3a556c734p-19,
+                        0x1.27e4fb7789f5cp-22,
+                        0x1.ae64567f544e4p-26,
+                        0x1.1eed8eff8d898p-29,
+                        0x1.6124613a86d09p-33};
+  double k = rint(__dmul_rn(x, 0x1.71547652b82fep+00));
+  double r = __dsub_rn(__dsub_rn(x, __dmul_rn(k, 0x1.62e42feep-01)),
+                       __dmul_rn(k, 0x1.a39ef35793c76p-33));
+  double p = c[13];
+  for (int n = 12; n >= 0; n--) p = __dadd_rn(__dmul_rn(p, r), c[n]);
+  return __dmul_rn(p, __longlong_as_double((long long)(k + 1023.0) << 52));
+}
+
+// The rank order of device.Sample as unsigned keys, larger first: NaN 0, -0 as +0.
+__device__ __forceinline__ unsigned long long gc_value_key(float x) {
+  if (x != x) return 0;
+  unsigned int b = x == 0.0f ? 0u : __float_as_uint(x);
+  return (b >> 31) ? (unsigned long long)(~b) : (unsigned long long)(b | 0x80000000u);
+}
+__device__ __forceinline__ unsigned long long gc_value_key(double x) {
+  if (x != x) return 0;
+  unsigned long long b = x == 0.0 ? 0ull : (unsigned long long)__double_as_longlong(x);
+  return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
+}
+
+// What a row's weights depend on (device.Sample, step 2).
+template <typename T> struct gc_sampler {
+  const T* x;
+  long long classes;
+  double m, temperature;
+  bool selected;                // the candidates are the classes whose keys are >= (vp, ip)
+  unsigned long long vp, ip;
+
+  __device__ double weight(long long i) const {
+    T xi = x[i];
+    double v = (double)xi;
+    if (v != v) return 0.0;
+    if (selected) {
+      unsigned long long vk = gc_value_key(xi), ik = (unsigned long long)(classes - 1 - i);
+      if (vk < vp || (vk == vp && ik < ip)) return 0.0;
+    }
+    if (isinf(m)) return v == m ? 1.0 : 0.0;
+    return gc_sample_exp(__ddiv_rn(__dsub_rn(v, m), temperature));
+  }
+};
+
+// mx, mi: 256 each, a chunk's largest logit and its first class; hist: 3 x 256 digit counts of
+// the radix select (three, so that one barrier a pass suffices: a pass counts into one, clears
+// the next, and the one it clears was last read two passes before); part: the chunk sums.
+template <typename T>
+__device__ void sample(const T* logits, int* ids, int* tokens, long long n, long long classes,
+                       double temperature, long long top_k, unsigned long long seed,
+                       unsigned long long counter, double* mx, int* mi, int* hist,
+                       double* part) {
+  const int tid = threadIdx.x;
+  const long long size = (classes + GC_SAMPLE_CHUNKS - 1) / GC_SAMPLE_CHUNKS;
+  const long long lo = gc_min((long long)tid * size, classes), hi = gc_min(lo + size, classes);
+  const bool select = temperature > 0 && top_k > 0 && top_k < classes;
+  const int vbytes = (int)sizeof(T);
+  int ibytes = 0;
+  while (((unsigned long long)(classes - 1) >> (8 * ibytes)) != 0) ibytes++;
+  for (long long row = blockIdx.x; row < n; row += gridDim.x) {
+    gc_sampler<T> s;
+    s.x = logits + row * classes;
+    s.classes = classes;
+    s.temperature = temperature;
+    s.selected = select;
+    s.vp = 0;
+    s.ip = 0;
+    // 1. The largest logit that is not NaN, and its first class.
+    double m = -INFINITY;
+    int first = -1;
+    for (long long i = lo; i < hi; i++) {
+      double v = (double)s.x[i];
+      if (v == v && (first < 0 || v > m)) {
+        m = v;
+        first = (int)i;
+      }
+    }
+    mx[tid] = m;
+    mi[tid] = first;
+    if (select) hist[tid] = 0;  // the first pass's counts
+    __syncthreads();
+    m = -INFINITY;
+    first = -1;
+    for (int j = 0; j < GC_SAMPLE_CHUNKS; j++) {
+      int f = mi[j];
+      if (f >= 0 && (first < 0 || mx[j] > m)) {
+        m = mx[j];
+        first = f;
+      }
+    }
+    s.m = m;
+    // 2. The top k: the k-th class's keys, a byte a pass from the value key's most significant
+    // to the index key's least; every thread scans the counts and keeps the prefix.
+    if (select) {
+      unsigned long long vmask = 0, imask = 0;
+      long long rest = top_k;
+      for (int p = 0; p < vbytes + ibytes; p++) {
+        int* h = hist + (p % 3) * 256;
+        hist[((p + 1) % 3) * 256 + tid] = 0;
+        bool value = p < vbytes;
+        int shift = value ? 8 * (vbytes - 1 - p) : 8 * (ibytes - 1 - (p - vbytes));
+        for (long long i = lo; i < hi; i++) {
+          unsigned long long vk = gc_value_key(s.x[i]), ik = (unsigned long long)(classes - 1 - i);
+          if ((vk & vmask) != s.vp || (!value && (ik & imask) != s.ip)) continue;
+          atomicAdd(h + (int)(((value ? vk : ik) >> shift) & 255), 1);
+        }
+        __syncthreads();
+        long long above = 0;
+        int d = 255;
+        for (; d > 0 && above + h[d] < rest; d--) above += h[d];
+        rest -= above;
+        if (value) {
+          s.vp |= (unsigned long long)d << shift;
+          vmask |= 255ull << shift;
+        } else {
+          s.ip |= (unsigned long long)d << shift;
+          imask |= 255ull << shift;
+        }
+      }
+    }
+    // 3. The chunk sums.
+    double sum = 0.0;
+    if (temperature > 0 && first >= 0) {
+      for (long long i = lo; i < hi; i++) sum = __dadd_rn(sum, s.weight(i));
+    }
+    part[tid] = sum;
+    __syncthreads();
+    // 4. The draw.
+    if (tid == 0) {
+      long long id = first < 0 ? 0 : first;
+      if (temperature > 0 && first >= 0) {
+        double total = 0.0;
+        for (int j = 0; j < GC_SAMPLE_CHUNKS; j++) total = __dadd_rn(total, part[j]);
+        double t = __dmul_rn(gc_sample_uniform(seed, counter + (unsigned long long)row), total);
+        double before = 0.0;
+        id = -1;
+        for (int j = 0; j < GC_SAMPLE_CHUNKS && id < 0; j++) {
+          double after = __dadd_rn(before, part[j]);
+          if (t < after) {
+            long long a = gc_min((long long)j * size, classes), b = gc_min(a + size, classes);
+            long long last = -1;
+            double run = before;
+            for (long long i = a; i < b; i++) {
+              double w = s.weight(i);
+              if (w > 0) last = i;
+              run = __dadd_rn(run, w);
+              if (t < run) {
+                id = i;
+                break;
+              }
+            }
+            if (id < 0) id = last;
+            break;
+          }
+          before = after;
+        }
+        // u·W rounded up to W: the last class of positive weight.
+        for (int j = GC_SAMPLE_CHUNKS - 1; id < 0 && j >= 0; j--) {
+          if (part[j] > 0) {
+            long long a = gc_min((long long)j * size, classes), b = gc_min(a + size, classes);
+            for (long long i = b - 1; id < 0 && i >= a; i--) {
+              if (s.weight(i) > 0) id = i;
+            }
+          }
+        }
+        if (id < 0) id = first;  // not reached: the first largest class weighs 1
+      }
+      ids[row] = (int)id;
+      if (tokens) tokens[row] = (int)id;
+    }
+  }
+}
+
+#define GC_SAMPLE(T, S)                                                                       \
+  extern "C" __global__ void gc_sample_##S(const T* logits, int* ids, int* tokens,            \
+                                           long long n, long long classes,                    \
+                                           double temperature, long long top_k,               \
+                                           unsigned long long seed,                           \
+                                           unsigned long long counter) {                      \
+    GC_SHARED(double, mx, GC_SAMPLE_CHUNKS);                                                  \
+    GC_SHARED(int, mi, GC_SAMPLE_CHUNKS);                                                     \
+    GC_SHARED(int, hist, 3 * 256);                                                            \
+    GC_SHARED(double, part, GC_SAMPLE_CHUNKS);                                                \
+    sample(logits, ids, tokens, n, classes, temperature, top_k, seed, counter, mx, mi, hist,  \
+           part);                                                                             \
+  }
+
+GC_SAMPLE(float, f32)
+GC_SAMPLE(double, f64)

@@ -67,6 +67,9 @@ func (s *stream) exec(c *cmd) error {
 	case opSoftmax:
 		a := &c.softmax
 		p.split(wg, c, a.N, 2*a.Classes, pick(a.DType, softmaxPart[float32], softmaxPart[float64]))
+	case opSample:
+		a := &c.sample
+		p.split(wg, c, a.N, 4*a.Classes, pick(a.DType, samplePart[float32], samplePart[float64]))
 	case opDropout:
 		a := &c.dropout
 		p.split(wg, c, a.N, 8, pick(a.DType, dropoutPart[float32], dropoutPart[float64]))
@@ -329,6 +332,12 @@ func sceePart[T kern.Float](c *cmd, part, lo, hi int) {
 func softmaxPart[T kern.Float](c *cmd, _, lo, hi int) {
 	a := &c.softmax
 	kern.Softmax(a.Classes, rows[T](a.Logits, lo, hi, a.Classes), rows[T](a.Probs, lo, hi, a.Classes), a.Temperature)
+}
+
+func samplePart[T kern.Float](c *cmd, _, lo, hi int) {
+	a := &c.sample
+	kern.Sample(a.Classes, rows[T](a.Logits, lo, hi, a.Classes), a.Temperature, a.TopK, a.Seed, a.Counter+uint64(lo),
+		rows[int32](a.IDs, lo, hi, 1), rows[int32](a.Tokens, lo, hi, 1))
 }
 
 func dropoutPart[T kern.Float](c *cmd, _, lo, hi int) {

@@ -26,6 +26,7 @@ const (
 	opEmbeddingGrad
 	opSoftmaxCrossEntropy
 	opSoftmax
+	opSample
 	opDropout
 	opAddBias
 	opSumRows
@@ -61,6 +62,7 @@ type cmd struct {
 	embGrad  device.EmbeddingGrad
 	sce      device.SoftmaxCrossEntropy
 	softmax  device.Softmax
+	sample   device.Sample
 	dropout  device.Dropout
 	addBias  device.AddBias
 	sumRows  device.SumRows
@@ -175,6 +177,10 @@ func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) error {
 
 func (k kernels) Softmax(a device.Softmax) error {
 	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.softmax = opSoftmax, a })
+}
+
+func (k kernels) Sample(a device.Sample) error {
+	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.sample = opSample, a })
 }
 
 func (k kernels) Dropout(a device.Dropout) error {

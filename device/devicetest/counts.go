@@ -15,6 +15,7 @@ func testCounts(t *testing.T, open opener) {
 		t.Skipf("%s counts nothing (device.Counter)", e.dev.Name())
 	}
 	x, y := e.filled(64, 1), e.filled(64, 2)
+	ids := e.ids(make([]int32, 2))
 	e.sync()
 	h, err := e.dev.Staging(64 * 4)
 	if err != nil {
@@ -39,6 +40,9 @@ func testCounts(t *testing.T, open opener) {
 		}, device.Counts{Launches: 1}},
 		{"Axpby", func() error {
 			return e.dev.Kernels().Axpby(device.Axpby{DType: device.Float32, N: 64, Alpha: 1, Beta: 1, X: x.buf, Y: y.buf})
+		}, device.Counts{Launches: 1}},
+		{"Sample", func() error {
+			return e.dev.Kernels().Sample(device.Sample{DType: device.Float32, N: 2, Classes: 32, Temperature: 1, Logits: x.buf, IDs: ids.buf, Tokens: ids.buf})
 		}, device.Counts{Launches: 1}},
 		{"Copy", func() error { return e.dev.Kernels().Copy(device.Copy{Src: x.buf, Dst: y.buf}) }, device.Counts{Copies: 1}},
 		{"empty Fill", func() error {

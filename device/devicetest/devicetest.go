@@ -79,6 +79,7 @@ func RunGroups(t *testing.T, open func(t testing.TB) device.Device, keep func(gr
 		{"SoftmaxCrossEntropy", testSoftmaxCrossEntropy},
 		{"IndexErrors", testIndexErrors},
 		{"Softmax", testSoftmax},
+		{"Sample", testSample},
 		{"Dropout", testDropout},
 		{"AddBias", testAddBias},
 		{"SumRows", testSumRows},
@@ -229,6 +230,8 @@ func launchKernel(k device.Kernels, a any) error {
 		return k.SoftmaxCrossEntropy(a)
 	case device.Softmax:
 		return k.Softmax(a)
+	case device.Sample:
+		return k.Sample(a)
 	case device.Dropout:
 		return k.Dropout(a)
 	case device.AddBias:

@@ -125,6 +125,10 @@ func (e *env) misuseCases() []misuseCase {
 	sm := device.Softmax{DType: f32, N: 2, Classes: 3, Logits: z(6), Probs: z(6)}
 	add(misuseCase{args: sm, shapes: shapes(sm, "N", 0, "Classes", -1, "Temperature", -1.0, "DType", device.Int32)})
 
+	smp := device.Sample{DType: f32, N: 2, Classes: 3, Logits: z(6), Temperature: 1, TopK: 2, IDs: zi(2), Tokens: zi(2)}
+	add(misuseCase{args: smp, optional: []string{"Tokens"}, shapes: shapes(smp, "N", 0, "Classes", 0, "Classes", 1<<31,
+		"TopK", -1, "Temperature", -1.0, "Temperature", math.NaN(), "Temperature", math.Inf(1), "DType", device.Int32)})
+
 	do := device.Dropout{DType: f32, N: 5, P: 0.5, X: z(5), Y: z(5), Mask: z(5)}
 	add(misuseCase{args: do, shapes: shapes(do, "N", -1, "P", 1.0, "P", -0.1, "P", math.NaN(), "DType", device.Int32)})
 
@@ -188,7 +192,7 @@ func elemSize(a any, field string) int64 {
 	switch {
 	case reflect.TypeOf(a) == reflect.TypeOf(device.Copy{}):
 		return 1
-	case field == "IDs" || field == "Targets" || field == "Index" || field == "Lengths" || field == "ArgMax":
+	case field == "IDs" || field == "Tokens" || field == "Targets" || field == "Index" || field == "Lengths" || field == "ArgMax":
 		return device.Int32.Size()
 	}
 	return reflect.ValueOf(a).FieldByName("DType").Interface().(device.DType).Size()

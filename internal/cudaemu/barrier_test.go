@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/gocurrent/gocurrent/device"
 )
 
 // TestMissingBarrier shows that the emulator catches a missing
@@ -38,6 +40,9 @@ func TestMissingBarrier(t *testing.T) {
 		{"reduce.cu", 0, sumRows},       // sum_rows: partial column sums written before row 0 adds them
 		{"nn.cu", 0, embeddingGradScan}, // embedding_grad_scan: the id tile loaded before it is read
 		{"nn.cu", 1, embeddingGradScan}, // embedding_grad_scan: the tile read before the next load
+		{"nn.cu", 2, sampleArgmax},      // sample: every chunk's maximum written before all read them
+		{"nn.cu", 3, sampleTop1},        // sample: a radix pass's counts complete before they are scanned
+		{"nn.cu", 4, sampleUniform},     // sample: the chunk sums written before thread 0 adds them
 	}
 	// Every barrier of the kernels is in the table: a new one needs a case.
 	count := 0
@@ -192,3 +197,63 @@ func embeddingGradScan(l *Lib) (got, want []float64, err error) {
 		[]uint64{ptr(ids), ptr(dout), ptr(got), n, dim, vocab})
 	return got, want, err
 }
+
+// sampleRows runs gc_sample_f64 as cuda/launch.go does (blocks of 256
+// threads, a row per block) but on 4 blocks, over 64 rows of 512 classes
+// (two per chunk) whose largest logit is somewhere in the row, drawing at
+// temperature temp among the top topK. Every row draws its argmax, at
+// temperature 0 or among the top 1, so want is the argmax. The rows run on
+// 4 blocks so that most follow another row in their block (shared memory
+// holds that row's values, not the poison).
+func sampleRows(l *Lib, temp float64, topK uint64) (got, want []float64, err error) {
+	const rows, classes = 64, 512
+	x := make([]float64, rows*classes)
+	want = make([]float64, rows)
+	for r := range rows {
+		for c := range classes {
+			x[r*classes+c] = float64((r*31+c*17)%97) / 97
+		}
+		best := (r*149 + 7) % classes
+		x[r*classes+best] = 2
+		want[r] = float64(best)
+	}
+	ids := make([]int32, rows)
+	err = l.Launch("gc_sample_f64", [3]uint32{4, 1, 1}, [3]uint32{256, 1, 1},
+		[]uint64{ptr(x), ptr(ids), 0, rows, classes, math.Float64bits(temp), topK, 1, 0})
+	got = make([]float64, rows)
+	for i, id := range ids {
+		got[i] = float64(id)
+	}
+	return got, want, err
+}
+
+// sampleUniform runs gc_sample_f64 as sampleRows does over rows whose
+// first n classes, n different in every row, are 0 and the others -Inf:
+// the first n weigh exactly 1 and the others 0, so every sum is an exact
+// integer, row r's chunk sums differ from the row's before it, and its
+// class is min(floor(u·n), n-1) with u = device.SampleUniform(seed, r).
+func sampleUniform(l *Lib) (got, want []float64, err error) {
+	const rows, classes, seed = 64, 512, 99
+	x := make([]float64, rows*classes)
+	want = make([]float64, rows)
+	for r := range rows {
+		n := 1 + (r*181)%classes
+		for c := range classes {
+			if c >= n {
+				x[r*classes+c] = math.Inf(-1)
+			}
+		}
+		want[r] = math.Min(math.Floor(device.SampleUniform(seed, uint64(r))*float64(n)), float64(n-1))
+	}
+	ids := make([]int32, rows)
+	err = l.Launch("gc_sample_f64", [3]uint32{4, 1, 1}, [3]uint32{256, 1, 1},
+		[]uint64{ptr(x), ptr(ids), 0, rows, classes, math.Float64bits(1), 0, seed, 0})
+	got = make([]float64, rows)
+	for i, id := range ids {
+		got[i] = float64(id)
+	}
+	return got, want, err
+}
+
+func sampleArgmax(l *Lib) (got, want []float64, err error) { return sampleRows(l, 0, 0) }
+func sampleTop1(l *Lib) (got, want []float64, err error)   { return sampleRows(l, 1, 1) }

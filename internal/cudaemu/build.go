@@ -21,8 +21,10 @@ var sources = []string{"emu.cc.in", "driver.cc.in"}
 
 // flags are g++'s flags before the output and the sources. Hidden
 // visibility leaves the driver's, cuBLAS's and emu_launch's entry points
-// the only symbols the library exports.
-var flags = []string{"-std=c++17", "-O1", "-shared", "-fPIC", "-fvisibility=hidden"}
+// the only symbols the library exports. -ffp-contract=off keeps products
+// and sums apart where the target has fused multiply-adds (arm64): the
+// sample kernel's explicitly rounded intrinsics must round as on a GPU.
+var flags = []string{"-std=c++17", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-fvisibility=hidden"}
 
 // compiler is the g++ to build with; errors.Is(err, exec.ErrNotFound)
 // when there is none.

@@ -242,8 +242,9 @@ type BenchResult struct {
 	// batch.
 	DataWait float64 `json:"data_wait"`
 	// Step and Token are what the device was asked for (device.Counts)
-	// per timed training step and per timed sampled token; zero on a
-	// device that does not count.
+	// per timed training step and per token of the timed sample (a
+	// train.Sample call of -n tokens, its prime and its read-backs
+	// included); zero on a device that does not count.
 	Step, Token PerOp `json:"-"`
 }
 
@@ -365,18 +366,22 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	res.TrainTokensPerSecond = float64(f.Steps*f.Batch*f.Seq) / t1.Sub(t0).Seconds()
 	res.Step = perOp(c1.Sub(c0), int64(f.Steps))
 
-	n := 0
-	err = train.Sample(ctx, d, m, train.SampleConfig{N: warmTokens + f.N, Temperature: 0.8, Prime: []int32{0}, Seed: 1},
-		func(int32) error {
-			if n++; n == warmTokens {
-				t0, c0 = time.Now(), counts(d)
-			}
-			t1, c1 = time.Now(), counts(d)
-			return nil
-		})
-	if err != nil {
+	// Sampling draws on the device and reads the tokens back 64 at a time
+	// (train.Sample), so emit is called in bursts: the timed tokens are a
+	// whole call of their own, after an untimed one, from its start to its
+	// return, its one-token prime and last read-back included.
+	sample := func(n int) error {
+		return train.Sample(ctx, d, m, train.SampleConfig{N: n, Temperature: 0.8, Prime: []int32{0}, Seed: 1},
+			func(int32) error { return nil })
+	}
+	if err := sample(warmTokens); err != nil {
 		return res, err
 	}
+	t0, c0 = time.Now(), counts(d)
+	if err := sample(f.N); err != nil {
+		return res, err
+	}
+	t1, c1 = time.Now(), counts(d)
 	res.SampleTokensPerSecond = float64(f.N) / t1.Sub(t0).Seconds()
 	res.Token = perOp(c1.Sub(c0), int64(f.N))
 	// What the GEMMs ran in: TF32 only on a GPU opened with it (the CPU

@@ -15,8 +15,9 @@ import (
 // sample runs the sample command on PyTorch's initial LSTM, whose
 // distribution over the 40 characters is close to uniform, so different
 // draws give different texts. It runs on the test device: a text is the
-// same for a seed on one device (the draws are made on the host from the
-// probabilities the device computed), not across devices.
+// same for a seed on every device but where the devices' logits differ
+// across a boundary between two characters (the draws are made on the
+// device, the same bits from the same logits everywhere: device.Sample).
 func sample(t *testing.T, flags ...string) string {
 	t.Helper()
 	dev := testdevice.Spec(t)
@@ -146,6 +147,12 @@ func TestBenchCommand(t *testing.T) {
 	// has far fewer syncs than launches.
 	if g := evs[0]["token_gemms"]; g != 3.0 {
 		t.Errorf("token_gemms = %v, want 3", g)
+	}
+	// The 5 timed tokens are drawn on the device and read back in one
+	// chunk: 2 syncs (the prime's upload, the chunk's wait), 0.4 a token,
+	// where drawing on the host took 2 a token.
+	if sy, ok := evs[0]["token_syncs"].(float64); !ok || sy > 0.4 {
+		t.Errorf("token_syncs = %v, want at most 0.4", evs[0]["token_syncs"])
 	}
 	if g, _ := evs[0]["step_gemms"].(float64); g < 8 {
 		t.Errorf("step_gemms = %v, want at least 8", evs[0]["step_gemms"])

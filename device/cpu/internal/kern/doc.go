@@ -48,7 +48,10 @@
 // deterministic: SoftmaxCrossEntropy's row sums and loss, Softmax's row
 // sums, SumSquares (four interleaved partial sums each), SumRows (row
 // order, rounded once), SeqPool's mean (step order, divided by the length
-// and rounded once: the CUDA kernel's operations in the same order). The softmax of a float32 row uses the fast exp;
+// and rounded once: the CUDA kernel's operations in the same order), and
+// Sample's weights and sums (float64 in device.Sample's documented order,
+// with device.SampleExp: the CUDA kernel's bits, not merely its
+// precision). The softmax of a float32 row uses the fast exp;
 // its float32 outputs are within 1.5 ulp (two roundings). The optimizer
 // steps compute in the element type with the hyperparameters rounded to
 // it, as PyTorch does, and compute per-call scalars (Adam's bias
