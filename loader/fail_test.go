@@ -61,6 +61,16 @@ func (s failStream) Wait(e device.Event) error {
 	return s.Stream.Wait(e)
 }
 
+// Done fails as Wait does: a failed copy is reported by either (the
+// loader asks Done first, and waits only for a copy not done).
+func (e failEvent) Done() (bool, error) {
+	done, err := e.Event.Done()
+	if e.d.failWait.Load() {
+		return true, errors.Join(err, errInjected)
+	}
+	return done, err
+}
+
 func (e failEvent) Wait() error {
 	err := e.Event.Wait()
 	if e.d.failWait.Load() {

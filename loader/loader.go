@@ -130,7 +130,7 @@ type ringSlot struct {
 func (s *ringSlot) free(d device.Device) []error {
 	var errs []error
 	if s.copied != nil {
-		errs = append(errs, s.copied.Wait())
+		errs = append(errs, await(s.copied))
 	}
 	if !s.dev.IsZero() {
 		errs = append(errs, d.Free(s.dev))
@@ -310,7 +310,7 @@ func (l *Loader) end(run *iteration) error {
 	var errs []error
 	for i := range l.slots {
 		if ev := l.slots[i].copied; ev != nil {
-			errs = append(errs, ev.Wait())
+			errs = append(errs, await(ev))
 		}
 		// Results the consumer never took.
 		select {

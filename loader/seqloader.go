@@ -274,7 +274,7 @@ func (l *SeqLoader) Batches(ctx context.Context, from Position) iter.Seq2[SeqBat
 		var errs []error
 		for i := range l.slots {
 			if ev := l.slots[i].copied; ev != nil {
-				errs = append(errs, ev.Wait())
+				errs = append(errs, await(ev))
 			}
 		}
 		l.mu.Lock()

@@ -14,7 +14,7 @@
 //     -device, -seed, -init, -resume, -checkpoint, -force, -plot, -memstats, -json;
 //     and -schedule, -warmup, -val-tokens, -eval-every, -log-every,
 //     -checkpoint-every, -sample, -temperature, -prime, -tf32, -skip-nonfinite,
-//     -max-skips. A progress bar on a
+//     -max-skips, -pipeline. A progress bar on a
 //     terminal, plain lines otherwise; Ctrl-C, SIGTERM or SIGHUP (main
 //     cancels the context) ends
 //     the run at a step boundary and saves the checkpoint. An

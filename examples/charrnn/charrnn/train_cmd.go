@@ -46,6 +46,8 @@ type TrainFlags struct {
 	Force                    bool  // replace an existing -checkpoint
 	SkipNonFinite            bool  // train.Config.SkipNonFinite
 	MaxSkips                 int64 // train.Config.MaxSkips
+	Pipeline                 int   // train.Config.Pipeline
+	PipelineAuto             bool  // -pipeline auto: 8 on a GPU, 1 on the CPU
 	CheckpointEvery          int64
 	Plot                     string
 	MemStats, JSON           bool
@@ -94,6 +96,10 @@ func (f *TrainFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.SamplePrime, "prime", "", "text the sample at the end starts from (default: a newline)")
 	fs.BoolVar(&f.SkipNonFinite, "skip-nonfinite", false, "skip (and count) a step whose loss or gradient is NaN or infinite instead of stopping")
 	fs.Int64Var(&f.MaxSkips, "max-skips", 100, "with -skip-nonfinite, stop after this many skipped steps in a row (0: 100)")
+	// A number or auto, as -batch is.
+	cli.BatchVar(fs, &f.Pipeline, &f.PipelineAuto, "pipeline", 0,
+		"steps queued on the device before their losses are read back, never waiting for it in between, or auto: 8 on a GPU, 1 on the CPU (step lines come up to N-1 steps late, and Ctrl-C stops after the steps queued)")
+	f.PipelineAuto = true
 }
 
 func parseTrain(args []string, env Env) (command, error) {
@@ -441,6 +447,7 @@ func (r *trainRun) newTrainer(opt train.Optimizer, sched train.Schedule) (err er
 		Checkpoint: f.Checkpoint, CheckpointEvery: f.CheckpointEvery, Metadata: meta,
 		SkipNonFinite: f.SkipNonFinite, MaxSkips: f.MaxSkips,
 		OnStep: r.progress.step, OnEval: r.progress.eval,
+		Pipeline: r.pipeline(),
 	}
 	if r.rec != nil && r.rec.HasSettings {
 		cfg.ClipValue = r.rec.ClipValue // no flag sets it
@@ -452,6 +459,20 @@ func (r *trainRun) newTrainer(opt train.Optimizer, sched train.Schedule) (err er
 		return r.tr.Resume(r.ck)
 	}
 	return nil
+}
+
+// pipeline is -pipeline: auto reads 8 steps back at a time on a GPU,
+// where a wait for the device idles it, and each step at its end on the
+// CPU, where a wait costs microseconds and Ctrl-C then stops after the
+// step under way.
+func (r *trainRun) pipeline() int {
+	switch {
+	case !r.f.PipelineAuto:
+		return r.f.Pipeline
+	case strings.HasPrefix(r.d.Name(), "cuda"):
+		return 8
+	}
+	return 1
 }
 
 // printStart prints what is about to be trained, on what.

@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -260,7 +261,7 @@ func TestTrainResumeRestores(t *testing.T) {
 	stopped := filepath.Join(dir, "stopped.safetensors")
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	err := charrnn.Run(cctx, slices.Concat(dataDev, settings, []string{"-steps", "6", "-json", "-log-every", "1", "-checkpoint", stopped}),
+	err := charrnn.Run(cctx, slices.Concat(dataDev, settings, []string{"-steps", "6", "-json", "-log-every", "1", "-pipeline", "1", "-checkpoint", stopped}),
 		testEnv(t, &cancelOnStep{cancel: cancel}, io.Discard))
 	if err != nil {
 		t.Fatal(err)
@@ -389,7 +390,9 @@ func TestTrainCancel(t *testing.T) {
 	ckpt := filepath.Join(t.TempDir(), "run.safetensors")
 	const steps = 50 // far more than the run will take
 	out := &cancelOnStep{cancel: cancel}
-	args := smallTrain(t, ckpt, "-batch", "4", "-steps", strconv.Itoa(steps), "-log-every", "1", "-json", "-sample", "10")
+	// -pipeline 1: each step read back at its end (on a GPU too), so
+	// the report that cancels comes before the next step is queued.
+	args := smallTrain(t, ckpt, "-batch", "4", "-steps", strconv.Itoa(steps), "-log-every", "1", "-json", "-sample", "10", "-pipeline", "1")
 	if err := charrnn.Run(ctx, args, testEnv(t, out, &bytes.Buffer{})); err != nil {
 		t.Fatalf("cancelled run: %v, want nil (a clean stop)", err)
 	}
@@ -570,5 +573,45 @@ func TestTrainSkipNonFinite(t *testing.T) {
 	}
 	if meta := ck.Metadata()["trainer"]; !strings.Contains(meta, `"skipped":4`) || !strings.Contains(meta, `"stopped":"non-finite step`) {
 		t.Errorf("trainer metadata %s, want 4 skipped steps and the stopped mark", meta)
+	}
+}
+
+// TestTrainPipeline: -pipeline 5 (steps read back five at a time, never
+// waiting for the device between) trains the same run as -pipeline 1: the
+// same step events, loss for loss, and the same checkpoint, byte for byte;
+// -pipeline auto (the default) is accepted.
+func TestTrainPipeline(t *testing.T) {
+	dir := t.TempDir()
+	trainWith := func(pipeline string) ([]map[string]any, []byte) {
+		ckpt := filepath.Join(dir, "p"+pipeline+".safetensors")
+		out, _, err := run(t, context.Background(), smallTrain(t, ckpt, "-batch", "4", "-steps", "12", "-clip", "0.5",
+			"-log-every", "1", "-json", "-pipeline", pipeline)...)
+		if err != nil {
+			t.Fatalf("-pipeline %s: %v", pipeline, err)
+		}
+		steps := ofEvent(events(t, out), "step")
+		for _, e := range steps {
+			for _, k := range []string{"tokens_per_s", "data_wait", "elapsed_s"} {
+				delete(e, k) // timings
+			}
+		}
+		b, err := os.ReadFile(ckpt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return steps, b
+	}
+	wantSteps, wantCkpt := trainWith("1")
+	if len(wantSteps) != 12 {
+		t.Fatalf("-pipeline 1: %d step events, want 12", len(wantSteps))
+	}
+	for _, p := range []string{"5", "auto"} {
+		steps, ckpt := trainWith(p)
+		if !reflect.DeepEqual(steps, wantSteps) {
+			t.Errorf("-pipeline %s: step events\n%v\nwant\n%v", p, steps, wantSteps)
+		}
+		if !bytes.Equal(ckpt, wantCkpt) {
+			t.Errorf("-pipeline %s: the checkpoint differs from -pipeline 1's", p)
+		}
 	}
 }

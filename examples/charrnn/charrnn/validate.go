@@ -54,6 +54,7 @@ func (f *TrainFlags) validate() error {
 	c.NonNegative("sample", int64(f.SampleN))
 	c.Finite("temperature", f.SampleTemperature, 0)
 	c.NonNegative("max-skips", f.MaxSkips)
+	c.NonNegative("pipeline", int64(f.Pipeline))
 	c.Device(f.Device)
 	if f.Plot != "" && !strings.EqualFold(filepath.Ext(f.Plot), ".png") {
 		c.Fail("plot", strconv.Quote(f.Plot), "a file name ending in .png")

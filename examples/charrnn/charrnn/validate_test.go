@@ -32,6 +32,8 @@ func TestBadFlags(t *testing.T) {
 		{"train seq 0", []string{"train", "-seq", "0"}, "-seq 0"},
 		{"train accum 0", []string{"train", "-accum", "0"}, "-accum 0"},
 		{"train max-skips -1", []string{"train", "-skip-nonfinite", "-max-skips", "-1"}, "-max-skips -1"},
+		{"train pipeline -1", []string{"train", "-pipeline", "-1"}, "-pipeline -1"},
+		{"train pipeline word", []string{"train", "-pipeline", "many"}, "-pipeline"},
 		{"train sample negative", []string{"train", "-sample", "-1"}, "-sample -1"},
 		{"train val-tokens negative", []string{"train", "-val-tokens", "-1"}, "-val-tokens -1"},
 		{"train temperature negative", []string{"train", "-temperature", "-0.5"}, "-temperature -0.5"},
