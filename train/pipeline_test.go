@@ -170,7 +170,7 @@ func TestPipelineSameRun(t *testing.T) {
 			for _, p := range []int{3, 8} {
 				got := runTrace(t, c, p)
 				what := fmt.Sprintf("Pipeline %d", p)
-				if got.err != want.err {
+				if !sameError(c.name, got.err, want.err) {
 					t.Errorf("%s: error %q, want %q", what, got.err, want.err)
 				}
 				if !reflect.DeepEqual(got.reports, want.reports) {
@@ -215,6 +215,20 @@ func TestPipelineSameRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sameError compares two runs' errors. An index error's message names the
+// kernels that found ids out of range before the device was asked; on a
+// GPU (its status word) that includes those of the steps queued after the
+// refused one, which changed nothing else: there the message must agree up
+// to the device's part, and both be index errors.
+func sameError(name, got, want string) bool {
+	if name != "IndexError" || got == want {
+		return got == want
+	}
+	prefix := func(s string) string { return s[:strings.Index(s+":", ":")] }
+	return strings.HasSuffix(got, device.ErrIndex.Error()) && strings.HasSuffix(want, device.ErrIndex.Error()) &&
+		prefix(strings.TrimPrefix(got, "train: ")) == prefix(strings.TrimPrefix(want, "train: "))
 }
 
 // TestPipelineIndexErrorKeepsState: the step whose data holds an id out of
