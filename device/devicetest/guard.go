@@ -120,15 +120,18 @@ func testGuardedSteps(t *testing.T, open opener) {
 					for i := range state {
 						state[i] = e.uniform(n, 0, 1) // square averages must be >= 0
 					}
+					// slots uploads a fresh copy of the optimizer's state.
+					slots := func() (vs []vec, bufs []device.Buffer) {
+						for _, s := range state {
+							v := e.vec(s)
+							vs, bufs = append(vs, v), append(bufs, v.buf)
+						}
+						return vs, bufs
+					}
 					// The reference: Axpby and Clamp, then the step
 					// without a guard.
 					vP, vG := e.vec(param), e.vec(grad)
-					var ref []vec
-					var refBufs []device.Buffer
-					for _, s := range state {
-						v := e.vec(s)
-						ref, refBufs = append(ref, v), append(refBufs, v.buf)
-					}
+					ref, refBufs := slots()
 					e.launch(device.Axpby{DType: e.dt, N: n, Alpha: coef, X: vG.buf, Y: vG.buf})
 					if withClip > 0 {
 						e.launch(device.Clamp{DType: e.dt, N: n, Min: -withClip, Max: withClip, X: vG.buf})
@@ -137,12 +140,7 @@ func testGuardedSteps(t *testing.T, open opener) {
 
 					// Guarded: the coefficient and the clip on the device.
 					gP, gG := e.vec(param), e.vec(grad)
-					var got []vec
-					var gotBufs []device.Buffer
-					for _, s := range state {
-						v := e.vec(s)
-						got, gotBufs = append(got, v), append(gotBufs, v.buf)
-					}
+					got, gotBufs := slots()
 					guard := e.vecOf(device.Float64, []float64{coef, 0})
 					e.launch(st.make(gP.buf, gG.buf, gotBufs, guard.buf, withClip))
 					checkExact(e.t, "Param", e.get("Param", gP), e.get("Param (reference)", vP))
@@ -157,12 +155,7 @@ func testGuardedSteps(t *testing.T, open opener) {
 
 					// Skipped: nothing moves.
 					sP, sG := e.vec(param), e.vec(grad)
-					var skipped []vec
-					var skippedBufs []device.Buffer
-					for _, s := range state {
-						v := e.vec(s)
-						skipped, skippedBufs = append(skipped, v), append(skippedBufs, v.buf)
-					}
+					skipped, skippedBufs := slots()
 					skip := e.vecOf(device.Float64, []float64{coef, 1})
 					e.launch(st.make(sP.buf, sG.buf, skippedBufs, skip.buf, withClip))
 					checkExact(e.t, "Param of a skipped step", e.get("Param", sP), e.get("Param (unchanged)", e.vec(param)))
