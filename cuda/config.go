@@ -32,7 +32,9 @@ type Config struct {
 	// BLASWorkspace is the cuBLAS workspace in bytes, taken from the
 	// caching allocator once at Open so that cuBLAS allocates nothing while
 	// training; 0 means 32 MiB (what PyTorch gives cuBLAS on Hopper), a
-	// negative value lets cuBLAS manage its own.
+	// negative value lets cuBLAS manage its own. Under a memory limit
+	// (Memory.MemoryLimit or MemoryFraction) it is at most a sixteenth of
+	// the limit, and none below 16 KiB.
 	BLASWorkspace int64
 }
 
@@ -43,8 +45,8 @@ var defaultBLASLibraries = []string{"libcublas.so.13", "libcublas.so.12", "libcu
 const defaultBLASWorkspace = 32 << 20
 
 // Workspace is the bytes of cuBLAS workspace a device opened with c takes
-// from its allocator at Open: BLASWorkspace resolved, 0 when cuBLAS
-// manages its own. (A device whose cuBLAS refuses the workspace holds
+// from its allocator at Open without a memory limit: BLASWorkspace
+// resolved, 0 when cuBLAS manages its own. (A device whose cuBLAS refuses the workspace holds
 // none; Device.BLASWorkspace says what it took.)
 func (c Config) Workspace() int64 {
 	switch ws := c.BLASWorkspace; {

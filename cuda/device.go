@@ -188,7 +188,9 @@ func (d *Device) start(cc int) error {
 		return err
 	}
 	d.staging = alloc.NewHostCache(&pinnedSource{d: d})
-	return d.lane.startBLAS(d.cfg.Workspace(), false)
+	// Under a memory limit the workspace is at most a sixteenth of it, as
+	// a scope's is: a small limit is left for the tensors.
+	return d.lane.startBLAS(d.cfg.WorkspaceUnder(d.mem.Limit()), false)
 }
 
 // release frees what start made and the context, tolerating a partial

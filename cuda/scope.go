@@ -31,11 +31,12 @@ var _ device.Scope = (*Scope)(nil)
 // ours, and cuBLAS uses its own default workspace pool.
 const minScopeWorkspace = 16 << 10
 
-// scopeWorkspace is the cuBLAS workspace of a scope with limit bytes
-// (0: no limit): the device's (Config.BLASWorkspace resolved), but at most
-// a sixteenth of the limit, so that the workspace does not take the
-// memory a small job's limit leaves for its own tensors.
-func (c Config) scopeWorkspace(limit int64) int64 {
+// WorkspaceUnder is the cuBLAS workspace a device opened with c, or a
+// scope of it, takes under a memory limit of limit bytes (0: none):
+// Workspace, but at most a sixteenth of the limit, so that the workspace
+// does not take the memory a small limit leaves for the tensors, and none
+// below 16 KiB.
+func (c Config) WorkspaceUnder(limit int64) int64 {
 	ws := c.Workspace()
 	if limit > 0 {
 		ws = min(ws, limit/16&^511)
@@ -79,7 +80,7 @@ func (d *Device) Scope(cfg device.ScopeConfig) (device.Scope, error) {
 		d.mu.Lock()
 		d.streams[sid] = s.compute
 		d.mu.Unlock()
-		err = s.lane.startBLAS(d.cfg.scopeWorkspace(cfg.Limit), true)
+		err = s.lane.startBLAS(d.cfg.WorkspaceUnder(cfg.Limit), true)
 	}
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("%s: Scope: %w", s.name, err), s.release())

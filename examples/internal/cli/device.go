@@ -28,8 +28,8 @@ func OpenDevice(spec string, gpu cuda.Config, limit int64) (device.Device, error
 
 // PlanTarget describes the device a plan command plans for: with capacity
 // > 0, one of that many bytes that -device spec names, not opened (a cuda
-// one with the cuBLAS workspace of cuda.Config's default, 32 MiB, and the
-// kernels' temporaries); otherwise the device spec opens (read, then
+// one with the cuBLAS workspace it would take, cuda.Config.WorkspaceUnder
+// its limit, and the kernels' temporaries); otherwise the device spec opens (read, then
 // closed). Either is held to limit bytes when that is lower (0: none), as
 // a run's -memory-limit holds it.
 func PlanTarget(spec string, gpu cuda.Config, capacity, limit int64) (meta.Config, error) {
@@ -37,7 +37,15 @@ func PlanTarget(spec string, gpu cuda.Config, capacity, limit int64) (meta.Confi
 	if capacity > 0 {
 		t = meta.Config{Name: spec, Capacity: capacity}
 		if strings.HasPrefix(spec, "cuda") {
-			t = meta.CUDA(spec, capacity, gpu.Memory, gpu.Workspace())
+			// The workspace the device would take under the limit it
+			// would run with.
+			lim := limit
+			for _, l := range []int64{gpu.Memory.MemoryLimit, int64(gpu.Memory.MemoryFraction * float64(capacity))} {
+				if l > 0 && (lim == 0 || l < lim) {
+					lim = l
+				}
+			}
+			t = meta.CUDA(spec, capacity, gpu.Memory, gpu.WorkspaceUnder(lim))
 		}
 	} else {
 		d, err := OpenDevice(spec, gpu, limit)
