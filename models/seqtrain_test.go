@@ -161,6 +161,49 @@ func TestSeqAccumulation(t *testing.T) {
 	}
 }
 
+// TestSeqPipeline: a sequence trainer whose steps are read back 5 at a
+// time (train.Config.Pipeline) takes the same steps as one that reads each
+// back at its end, bit for bit: sums made means on the device (the
+// source's scale in the step's verdict), clipping, dropout and the
+// loader's shuffled buckets, over 7 steps that 5 does not divide.
+func TestSeqPipeline(t *testing.T) {
+	d := testdevice.Open(t)
+	for _, kind := range []string{"tagger", "classifier"} {
+		t.Run(kind, func(t *testing.T) {
+			path := writeTagged(t, 150, 2)
+			if kind == "classifier" {
+				path = writeLabelled(t, 150, 2)
+			}
+			data, err := loader.OpenDataset(context.Background(), path, loader.DatasetConfig{})
+			check(t, err)
+			defer data.Close()
+			opt, err := train.NewOptimizer(train.Adam, 1e-2)
+			check(t, err)
+			var runs [2][]float64
+			var prog [2][]train.Progress
+			for i, pipeline := range []int{0, 5} {
+				m := seqModel(t, d, data, "gru", 0.2)
+				prog[i] = trainSeq(t, d, m, data, 8, 2, 7, train.Config{Optimizer: opt, ClipNorm: 0.5, Pipeline: pipeline})
+				runs[i] = params(t, d, m.Groups())
+				check(t, m.Close())
+			}
+			if len(prog[0]) != 7 || len(prog[1]) != 7 {
+				t.Fatalf("%d and %d steps reported, want 7", len(prog[0]), len(prog[1]))
+			}
+			for s := range prog[0] {
+				a, b := prog[0][s], prog[1][s]
+				if a.Loss != b.Loss || a.GradNorm != b.GradNorm || a.Tokens != b.Tokens || a.Position != b.Position {
+					t.Errorf("step %d: loss %v, norm %v, tokens %d at %+v read back at once; %v, %v, %d at %+v pipelined",
+						s+1, a.Loss, a.GradNorm, a.Tokens, a.Position, b.Loss, b.GradNorm, b.Tokens, b.Position)
+				}
+			}
+			if worst := maxDiff(runs[0], runs[1]); worst != 0 {
+				t.Errorf("parameters differ by up to %g after 7 steps; want the same bits", worst)
+			}
+		})
+	}
+}
+
 // maxDiff is the largest |a[i]-b[i]| (b nil: |a[i]|).
 func maxDiff(a, b []float64) float64 {
 	worst := 0.0
