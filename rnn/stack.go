@@ -1332,6 +1332,7 @@ func (s *stack) backwardLayers(q *queue, p *pass, rec *record, dy device.Buffer,
 				edge = s.backwardWindow(q, lp, &lg, i == 0, i == len(order)-1, edge)
 				s.paramGrads(q, lp, &lg, windowViews(dt, dst, lp.in, w, B), dir > 0)
 			}
+			s.sharedBiasGrad(q, &lg, l, dir)
 		}
 		if l > 0 {
 			s.dropoutGrads(q, p, rec, l, dst)
@@ -1543,19 +1544,32 @@ func (s *stack) weightGrads(q *queue, lp *layerPass, lg *layerGrads, ch span) {
 // biasGrads queues the biases' gradients over rows rows of dPre and
 // dHPre, added into the gradient buffers. An LSTM's two biases enter every
 // gate alike (dHPre is dPre), so their gradients are equal: zeroed
-// together, then added the same sums. The sum is made once and copied:
-// one pass over the rows instead of two.
+// together, then added the same sums. Only the input-side one is summed
+// here; sharedBiasGrad copies it over once the walk has added every chunk.
 func (s *stack) biasGrads(q *queue, lp *layerPass, lg *layerGrads, rows int, dPre, dHPre device.Buffer) {
 	if s.cfg.NoBias {
 		return
 	}
 	GH, dt, w := s.cell.gates()*lp.H, lp.dt, lp.w
 	q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dPre, Out: w.gbih, Accumulate: true}))
-	if lg.dHPre == lg.dPre {
-		q.add(lp.k.Copy(device.Copy{Src: w.gbih.Elems(dt, 0, GH), Dst: w.gbhh}))
+	if lg.dHPre != lg.dPre {
+		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dHPre, Out: w.gbhh, Accumulate: true}))
+	}
+}
+
+// sharedBiasGrad queues, after the last chunk of the walk back of layer
+// l's direction dir (lg its gradients), copying the input-side bias
+// gradient into the recurrent one when the two are the same sums (an
+// LSTM's, biasGrads): one copy a Backward, not one a chunk. The two hold
+// the same values before Backward (Params.ZeroGrad zeroes both, and every
+// Backward adds both the same sums), so copying the whole accumulated
+// gradient once gives the values two row sums would.
+func (s *stack) sharedBiasGrad(q *queue, lg *layerGrads, l, dir int) {
+	if s.cfg.NoBias || lg.dHPre != lg.dPre {
 		return
 	}
-	q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dHPre, Out: w.gbhh, Accumulate: true}))
+	w, GH := &s.layers[l*s.dirs()+dir], s.cell.gates()*s.cfg.Hidden
+	q.add(s.dev.Kernels().Copy(device.Copy{Src: w.gbih.Elems(s.cfg.DType, 0, GH), Dst: w.gbhh}))
 }
 
 // inputGrads queues the gradient with respect to each part of a
