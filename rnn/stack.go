@@ -275,6 +275,9 @@ type pass struct {
 	// inMask the mask drawn for it.
 	inDrop [2]device.Buffer
 	inMask device.Buffer
+	// state is the state a NoGrad forward without lengths reads and
+	// writes in place (layerPass's stateH), nil otherwise.
+	state *State
 }
 
 // gradBufs are Backward's buffers, shared by the layers in turn but for
@@ -346,6 +349,19 @@ type layerPass struct {
 	h0, c0 device.Buffer
 	// hEnd and cEnd are the layer's rows of the pass's.
 	hEnd, cEnd device.Buffer
+	// stateH and stateC are the direction's rows of the pass's state when
+	// the walk works in place (a NoGrad forward without lengths, given a
+	// state): its first step reads the initial state there, and its last
+	// step writes the final cell state there, and the final hidden state
+	// too when the window is one step long (which is then the walk's
+	// output). So nothing is copied in, and nothing out but h after a walk
+	// of more than one step. No Backward reads these steps, and the
+	// state's rows are the walk's alone (one row per layer and direction).
+	// A one-step LSTM step then reads and writes c in the same row
+	// (LSTMCell's C may be CPrev), and a GRU's h (GRUCell's H may be
+	// HPrev); the recurrent product reads h before the cell writes it, in
+	// stream order.
+	stateH, stateC device.Buffer
 }
 
 // rows is the number of rows step t covers: the batch, or the prefix of
@@ -403,8 +419,18 @@ func (lp *layerPass) prev(t int) int {
 func (lp *layerPass) holds(t int) bool { return t >= lp.t0 && t < lp.t1 }
 
 // hIn and hOut are the hidden states entering and leaving step t.
-func (lp *layerPass) hIn(t int) device.Buffer  { return lp.step(lp.b.hseq, t+lp.dir, lp.H) }
-func (lp *layerPass) hOut(t int) device.Buffer { return lp.step(lp.b.hseq, t+1-lp.dir, lp.H) }
+func (lp *layerPass) hIn(t int) device.Buffer  { return lp.hAt(t + lp.dir) }
+func (lp *layerPass) hOut(t int) device.Buffer { return lp.hAt(t + 1 - lp.dir) }
+
+// hAt is position pos of the hidden states: of hseq, or of the state when
+// the walk works in place (the initial position, and the final one of a
+// single step).
+func (lp *layerPass) hAt(pos int) device.Buffer {
+	if !lp.stateH.IsZero() && (pos == lp.dir*lp.T || lp.T == 1) {
+		return lp.stateH
+	}
+	return lp.step(lp.b.hseq, pos, lp.H)
+}
 
 // entry is the position of the state entering the window's walk, exit
 // that of the state leaving it.
@@ -421,6 +447,9 @@ func (lp *layerPass) cAt(pos int) device.Buffer {
 	if lp.b.cseq.IsZero() {
 		return device.Buffer{}
 	}
+	if !lp.stateC.IsZero() && (pos == 0 || pos == lp.T) {
+		return lp.stateC
+	}
 	if !lp.train {
 		pos %= 2
 	}
@@ -430,6 +459,9 @@ func (lp *layerPass) cAt(pos int) device.Buffer {
 // output is the direction's output over the window, [steps, B, H] in
 // time order.
 func (lp *layerPass) output() device.Buffer {
+	if !lp.stateH.IsZero() && lp.T == 1 {
+		return lp.stateH
+	}
 	return lp.steps(lp.b.hseq, lp.t0+1-lp.dir, lp.t1+1-lp.dir, lp.H)
 }
 
@@ -792,6 +824,14 @@ func (s *stack) layerPass(p *pass, sh *batchShape, kp keep, seg, l, dir int, w s
 	case keepBoundaries:
 		lp.h0 = checkpoint(lp, lp.b.ckH, 0)
 		lp.c0 = checkpoint(lp, lp.b.ckC, 0)
+	case keepNothing:
+		if st := p.state; st != nil {
+			i := l*D + dir
+			lp.stateH, lp.stateC = st.layerH(i, BH), st.layerC(i, BH)
+			lp.h0, lp.c0 = lp.stateH, lp.stateC
+			break
+		}
+		fallthrough
 	default:
 		lp.h0 = lp.step(all, dir*sh.T, lp.H)
 		switch {
@@ -830,11 +870,16 @@ func checkpoint(lp *layerPass, ck device.Buffer, pos int) device.Buffer {
 // caller may reuse it) and ties s to itself; a state still tied to an
 // earlier training forward is refused: call State.Detach between windows.
 // In NoGrad mode nothing is saved and the saved training forward, if any,
-// is left for Backward.
+// is left for Backward; without lengths, a NoGrad forward reads the
+// initial state from s and writes the final cell state into it in place,
+// with no copy (sampling, one step at a time, copies nothing).
 //
 // The output belongs to the stack: it is valid until the stack's next
 // Forward, and must not be written while a training forward waits for its
-// Backward. The work is queued on the compute stream.
+// Backward. One exception: the output of a NoGrad forward of a
+// unidirectional stack over one step with a state s (sampling) is the top
+// layer's row of s.H() itself, where the step wrote it, so it also
+// changes when s does. The work is queued on the compute stream.
 func (s *stack) Forward(mode Mode, x device.Buffer, seq, batch int, st *State) (device.Buffer, error) {
 	return s.ForwardLengths(mode, x, seq, batch, nil, st)
 }
@@ -869,6 +914,9 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 	p, err := s.layout(kp, &sh, seg)
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
+	}
+	if kp == keepNothing && !sh.varlen {
+		p.state = st
 	}
 	var q queue
 	drawn := s.drawn
@@ -970,7 +1018,7 @@ func (s *stack) forwardLayers(q *queue, p *pass, sh *batchShape, kp keep, seg in
 	}
 	top := make([]device.Buffer, D)
 	for dir := range D {
-		top[dir] = s.lay[(L-1)*D+dir].hseq.Elems(dt, (1-dir)*B*H, T*B*H)
+		top[dir] = s.layerPass(p, sh, kp, seg, L-1, dir, span{0, T}).output()
 	}
 	if D == 1 && !sh.varlen {
 		return top[0]
@@ -1113,6 +1161,10 @@ func (s *stack) enter(q *queue, lp *layerPass, t int) {
 // its place (lp.h0, lp.c0): the state's values (sorted with lengths), or
 // zeros without a state.
 func (s *stack) initial(q *queue, lp *layerPass, st *State, l int) {
+	if !lp.stateH.IsZero() {
+		// The walk reads the state where it lies.
+		return
+	}
 	n, idx := lp.B*lp.H, l*s.dirs()+lp.dir
 	for _, part := range []struct{ dst, src device.Buffer }{{lp.h0, st.layerH(idx, n)}, {lp.c0, st.layerC(idx, n)}} {
 		switch {
@@ -1147,7 +1199,8 @@ func (s *stack) final(q *queue, lp *layerPass, st *State, l int) {
 	}
 	for _, part := range []struct{ dst, src device.Buffer }{{st.layerH(idx, n), hT}, {st.layerC(idx, n), cT}} {
 		switch {
-		case part.dst.IsZero():
+		case part.dst.IsZero(), part.src == part.dst:
+			// None, or written in place by the walk's last step.
 		case lp.sh.varlen:
 			q.add(lp.k.GatherSeq(lp.sh.fromSorted(lp.dt, 1, lp.H, part.src, part.dst)))
 		default:
