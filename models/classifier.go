@@ -196,17 +196,16 @@ func (m *Classifier) Groups() []train.Group { return m.groups() }
 // state is a zero state for rows sequences, detached: the training
 // forwards' (whose record Backward reads) or the no-grad forwards', so
 // that an evaluation between a training forward and its Backward leaves
-// the training state alone.
+// the training state alone. Each keeps the memory of its most rows so far
+// (rnn.State.Resize), so bucketed batches allocate nothing after the
+// warm-up.
 func (m *Classifier) state(mode rnn.Mode, rows int) (*rnn.State, error) {
 	p := &m.stWork
 	if mode == rnn.Train {
 		p = &m.st
 	}
 	if *p != nil && (*p).Batch() != rows {
-		if err := (*p).Free(); err != nil {
-			return nil, err
-		}
-		*p = nil
+		return *p, (*p).Resize(rows)
 	}
 	if *p == nil {
 		st, err := m.rnn.NewState(rows)

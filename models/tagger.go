@@ -241,12 +241,12 @@ func (m *Tagger) ForwardBatch(mode rnn.Mode, b loader.SeqBatch) (device.Buffer, 
 }
 
 // charState is a zero state for words sequences of characters, detached.
+// Its memory is that of the most words so far (rnn.State.Resize): the
+// words of a batch vary, and a state allocated anew for each count would
+// make bucketed training allocate after its warm-up.
 func (m *Tagger) charState(words int) (*rnn.State, error) {
 	if m.charSt != nil && m.charSt.Batch() != words {
-		if err := m.charSt.Free(); err != nil {
-			return nil, err
-		}
-		m.charSt = nil
+		return m.charSt, m.charSt.Resize(words)
 	}
 	if m.charSt == nil {
 		st, err := m.charRNN.NewState(words)

@@ -271,3 +271,65 @@ func memFigures(d device.Device) [5]int64 {
 	return [5]int64{s.AllocatedBytes[alloc.AllPools].Current, s.ReservedBytes[alloc.AllPools].Current,
 		s.AllocatedBytes[alloc.AllPools].Peak, s.ReservedBytes[alloc.AllPools].Peak, s.DeviceAllocs}
 }
+
+// TestStateResize: a state resized to a batch it has room for allocates
+// nothing and behaves as a fresh state of that batch (zero, detached: a
+// forward from it gives the fresh state's output and final state, bit for
+// bit); past its room it allocates once; a batch below 1 and a freed state
+// are errors.
+func TestStateResize(t *testing.T) {
+	const T, I, H, L = 3, 2, 4, 2
+	d := testdevice.Open(t)
+	for _, cell := range []string{"lstm", "gru"} {
+		t.Run(cell, func(t *testing.T) {
+			m := newRecurrent(t, d, cell, rnn.Config{Input: I, Hidden: H, Layers: L, DType: device.Float64, Seed: 4})
+			r := rand.New(rand.NewPCG(4, 4))
+			x := upload(t, d, randoms(r, T*5*I))
+			run := func(st *rnn.State, B int) []float64 {
+				y, err := m.Forward(rnn.Train, x, T, B, st)
+				ok(t, err)
+				got := append(download(t, d, y, T*B*H), download(t, d, st.H(), L*B*H)...)
+				if cell == "lstm" {
+					got = append(got, download(t, d, st.C(), L*B*H)...)
+				}
+				return got
+			}
+			st, err := m.NewState(5)
+			ok(t, err)
+			defer st.Free()
+			run(st, 5) // nonzero values, and tied to the forward
+			before := d.MemStats()
+			ok(t, st.Resize(3))
+			if after := d.MemStats(); after.Allocation[alloc.AllPools].Allocated != before.Allocation[alloc.AllPools].Allocated {
+				t.Errorf("Resize(3) of a state for 5 allocated: %d -> %d allocations",
+					before.Allocation[alloc.AllPools].Allocated, after.Allocation[alloc.AllPools].Allocated)
+			}
+			if st.Batch() != 3 {
+				t.Errorf("Batch() = %d after Resize(3), want 3", st.Batch())
+			}
+			fresh, err := m.NewState(3)
+			ok(t, err)
+			defer fresh.Free()
+			if got, want := run(st, 3), run(fresh, 3); !slices.Equal(got, want) {
+				t.Errorf("a forward from a state resized to 3 differs from one from a fresh state of 3")
+			}
+			st.Detach()
+			before = d.MemStats()
+			ok(t, st.Resize(7))
+			if after := d.MemStats(); after.Allocation[alloc.AllPools].Allocated != before.Allocation[alloc.AllPools].Allocated+1 {
+				t.Errorf("Resize(7) of a state for 5: %d -> %d allocations, want one more",
+					before.Allocation[alloc.AllPools].Allocated, after.Allocation[alloc.AllPools].Allocated)
+			}
+			if got := download(t, d, st.H(), L*7*H); slices.ContainsFunc(got, func(v float64) bool { return v != 0 }) {
+				t.Errorf("h after Resize(7) is not zero")
+			}
+			if err := st.Resize(0); !errors.Is(err, device.ErrShape) {
+				t.Errorf("Resize(0): %v, want device.ErrShape", err)
+			}
+			ok(t, fresh.Free())
+			if err := fresh.Resize(3); err == nil {
+				t.Errorf("Resize of a freed state: no error")
+			}
+		})
+	}
+}
