@@ -209,13 +209,16 @@ const (
 )
 
 // record is one training forward: its shape, the state it read, what it
-// kept, the length of its segments and where its dropout masks started.
+// kept, the length of its segments and where its dropout masks started;
+// without lengths, x is the caller's input, which Backward reads again
+// (Forward's contract: unchanged until then).
 type record struct {
 	sh    batchShape
 	state *State
 	keep  keep
 	seg   int
 	drawn uint64
+	x     device.Buffer
 }
 
 // layerParams are one layer's parameters and gradients in one direction,
@@ -256,8 +259,9 @@ type layerBufs struct {
 
 // pass is the layout of one forward.
 type pass struct {
-	// x is the input [T, B, I] as the stack reads it: in training a copy,
-	// with lengths sorted (padding zeroed); nil without grad or lengths.
+	// x is the input [T, B, I] as the stack reads it: with lengths sorted
+	// (padding zeroed); in training without lengths the caller's x itself,
+	// as the record keeps it (Backward's); nil without grad or lengths.
 	x    device.Buffer
 	xpre device.Buffer // GRU: the input projection [steps, B, 3H]
 	hpre device.Buffer // GRU: one step's recurrent product [B, 3H]
@@ -651,7 +655,7 @@ func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg int) pas
 	}
 	var p pass
 	switch {
-	case train:
+	case train && sh.varlen:
 		p.x = res.take(T * B * s.cfg.Input)
 	case sh.varlen:
 		p.x = tmp.take(T * B * s.cfg.Input)
@@ -769,7 +773,11 @@ func (s *stack) layoutSaved(rec *record) (pass, error) {
 	if err != nil {
 		return pass{}, err
 	}
-	return s.plan(res, tmp, out, rec.keep, &rec.sh, rec.seg), nil
+	p := s.plan(res, tmp, out, rec.keep, &rec.sh, rec.seg)
+	if !rec.sh.varlen {
+		p.x = rec.x
+	}
+	return p, nil
 }
 
 // arenas sizes the arenas of a pass and gives them the memory of the
@@ -866,9 +874,17 @@ func checkpoint(lp *layerPass, ck device.Buffer, pos int) device.Buffer {
 // initial state and no final state. The reverse direction's final state is
 // the one after its last step, at the first position.
 //
-// In Train mode the forward saves what Backward needs (x is copied, so the
-// caller may reuse it) and ties s to itself; a state still tied to an
-// earlier training forward is refused: call State.Detach between windows.
+// In Train mode the forward saves what Backward needs and ties s to itself;
+// a state still tied to an earlier training forward is refused: call
+// State.Detach between windows. Without lengths the stack keeps a
+// reference to x, not a copy, and Backward reads x again: the caller must
+// leave x as it is until it has called Backward (work queued after that
+// call may overwrite it: the stream runs in order). The models of this
+// module pass an Embedding's training output, which only the Embedding's
+// next training forward writes, or a buffer of their own that only their
+// training forward writes. ForwardLengths gathers x into a sorted copy of
+// its own, and the caller may reuse x at once.
+//
 // In NoGrad mode nothing is saved and the saved training forward, if any,
 // is left for Backward; without lengths, a NoGrad forward reads the
 // initial state from s and writes the final cell state into it in place,
@@ -876,7 +892,11 @@ func checkpoint(lp *layerPass, ck device.Buffer, pos int) device.Buffer {
 //
 // The output belongs to the stack: it is valid until the stack's next
 // Forward, and must not be written while a training forward waits for its
-// Backward. One exception: the output of a NoGrad forward of a
+// Backward. A training forward's output stays valid longer, until the
+// stack's next training forward: it lies in memory that only training
+// forwards write (NoGrad forwards and Backward write other buffers), so a
+// layer above may keep a reference to it until its own Backward. One
+// exception to the first rule: the output of a NoGrad forward of a
 // unidirectional stack over one step with a state s (sampling) is the top
 // layer's row of s.H() itself, where the step wrote it, so it also
 // changes when s does. The work is queued on the compute stream.
@@ -933,7 +953,11 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 		if s.cfg.Dropout > 0 {
 			s.drawn += uint64((s.cfg.Layers - 1) * s.dirs() * sh.T * sh.B * s.cfg.Hidden)
 		}
-		s.save(&q, &record{sh: sh, state: st, keep: kp, seg: seg, drawn: drawn})
+		rec := &record{sh: sh, state: st, keep: kp, seg: seg, drawn: drawn}
+		if !sh.varlen {
+			rec.x = p.x
+		}
+		s.save(&q, rec)
 	}
 	if q.err != nil {
 		s.rec = nil
@@ -969,7 +993,9 @@ func (s *stack) checkForward(op string, mode Mode, x device.Buffer, seq, batch i
 }
 
 // input queues reading x, [T, B, Input], as the stack keeps it: sorted
-// with lengths, copied in training; it returns the stack's input.
+// with lengths; it returns the stack's input. Without lengths that is x
+// itself, which a training forward keeps by reference, not copied
+// (Forward's contract: the caller leaves x unchanged until Backward).
 func (s *stack) input(q *queue, p *pass, sh *batchShape, train bool, x device.Buffer) device.Buffer {
 	dt, k := s.cfg.DType, s.dev.Kernels()
 	in := x.Slice(0, int64(sh.T*sh.B*s.cfg.Input)*dt.Size())
@@ -978,8 +1004,7 @@ func (s *stack) input(q *queue, p *pass, sh *batchShape, train bool, x device.Bu
 		q.add(k.GatherSeq(sh.toSorted(dt, sh.T, s.cfg.Input, in, p.x)))
 		return p.x
 	case train:
-		q.add(k.Copy(device.Copy{Dst: p.x, Src: in}))
-		return p.x
+		p.x = in
 	}
 	return in
 }
