@@ -57,7 +57,7 @@ func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) error {
 func (k kernels) Softmax(a device.Softmax) error { return k.check("Softmax", a) }
 func (k kernels) Dropout(a device.Dropout) error { return k.check("Dropout", a) }
 func (k kernels) AddBias(a device.AddBias) error { return k.check("AddBias", a) }
-func (k kernels) SumRows(a device.SumRows) error { return k.check("SumRows", a) }
+func (k kernels) SumRows(a device.SumRows) error { return k.sumRows(a) }
 func (k kernels) Fill(a device.Fill) error       { return k.check("Fill", a) }
 func (k kernels) Copy(a device.Copy) error       { return k.check("Copy", a) }
 func (k kernels) Axpby(a device.Axpby) error     { return k.check("Axpby", a) }
@@ -73,3 +73,15 @@ func (k kernels) SumSquares(a device.SumSquares) error {
 func (k kernels) SGD(a device.SGD) error         { return k.check("SGD", a) }
 func (k kernels) Adam(a device.Adam) error       { return k.check("Adam", a) }
 func (k kernels) RMSprop(a device.RMSprop) error { return k.check("RMSprop", a) }
+
+// sumRows is SumRows: the CUDA device's temporary when it cuts the rows
+// into slices (rowSlices).
+func (k kernels) sumRows(a device.SumRows) error {
+	if err := k.check("SumRows", a); err != nil {
+		return err
+	}
+	if slices := rowSlices(a.Rows, a.Cols); slices > 1 {
+		return k.temporary("SumRows", int64(slices*a.Cols)*8)
+	}
+	return nil
+}
