@@ -12,7 +12,14 @@ import (
 // LSTM, each [Layers, Batch, Hidden], with a gradient buffer of the same
 // shape for each. The caller owns it (make one with LSTM.NewState or
 // GRU.NewState, free it with Free) and passes it to Forward, which reads it
-// as the initial state and overwrites it with the final state.
+// as the initial state and overwrites it with the final state, in the same
+// buffers: H, C and their gradients are the same buffers from one forward
+// to the next (only Resize changes them), so a caller may keep them, back
+// them up at the start of a step and put them back after a failed one (as
+// train.Trainer does with train.State's Carried), and the next forward
+// reads what was put there. Nothing reads the values after a forward
+// returns but the next forward: Backward reads its own saved copies, so
+// the values may change between a training forward and its Backward.
 //
 // A training forward ties the state to itself: the state then carries the
 // gradient path back into that forward, and its gradient buffers start at
