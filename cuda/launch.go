@@ -84,6 +84,7 @@ const (
 	partWork    = 2048 // elements per block it aims for
 	rowSlice    = 64   // rows a block of gc_sum_rows_partial sums, at least
 	rowBlocks   = 1024 // blocks SumRows aims for when it slices the rows
+	onePassRows = 512  // rows up to which SumRows is one pass (64 a thread)
 )
 
 // gridCap is the most blocks a launch of a grid-stride kernel gets:
@@ -395,9 +396,15 @@ func (k kernels) SumRows(a device.SumRows) (err error) {
 // slice rows (the last shorter), one grid row of blocks each, so that the
 // blocks, a block per 32 columns and slice, come to about rowBlocks when
 // the columns alone give fewer, and no slice has fewer than rowSlice rows.
-// One slice is the one-pass kernel. The shape alone decides, so the order
-// of every sum does too.
+// One slice is the one-pass kernel, which up to onePassRows rows (each
+// thread adding at most 64) costs less than a second launch: the stacks'
+// bias sums, a chunk of about 256 rows at a time, stay one launch, and
+// the output layer's, over every row of the window, is cut. The shape
+// alone decides, so the order of every sum does too.
 func rowSlices(rows, cols int) (slices, slice int) {
+	if rows <= onePassRows {
+		return 1, rows
+	}
 	colBlocks := (cols + 31) / 32
 	slices = max(1, min((rows+rowSlice-1)/rowSlice, rowBlocks/colBlocks))
 	slice = (rows + slices - 1) / slices

@@ -57,16 +57,20 @@ func CUDA(name string, capacity int64, mem alloc.Config, blasWorkspace int64) Co
 // SumRows, when it cuts the rows into slices (rowSlices), through one
 // double per slice and column.
 const (
-	maxParts  = 1024
-	partWork  = 2048
-	rowSlice  = 64
-	rowBlocks = 1024
+	maxParts    = 1024
+	partWork    = 2048
+	rowSlice    = 64
+	rowBlocks   = 1024
+	onePassRows = 512
 )
 
 // rowSlices is the number of slices the CUDA device's SumRows cuts rows
 // rows of cols columns into (package cuda's rowSlices); 1 is one pass,
 // without a temporary.
 func rowSlices(rows, cols int) int {
+	if rows <= onePassRows {
+		return 1
+	}
 	colBlocks := (cols + 31) / 32
 	slices := max(1, min((rows+rowSlice-1)/rowSlice, rowBlocks/colBlocks))
 	slice := (rows + slices - 1) / slices
