@@ -412,8 +412,14 @@ func TestFakeLaunches(t *testing.T) {
 			return k.Axpby(device.Axpby{DType: f32, N: 1 << 16 * 2, X: x, Y: y})
 		}, []string{"gc_axpby_f32"}, 5, [3]uint32{512, 1, 1}, block1},
 		{func() error {
-			return k.SumRows(device.SumRows{DType: f32, Rows: 100, Cols: 1000, X: x, Out: y})
-		}, []string{"gc_sum_rows_f32"}, 5, [3]uint32{32, 1, 1}, [3]uint32{32, 8, 1}},
+			// 512 rows: one pass (rowSlices), a block per 32 columns.
+			return k.SumRows(device.SumRows{DType: f32, Rows: 512, Cols: 200, X: x, Out: y})
+		}, []string{"gc_sum_rows_f32"}, 5, [3]uint32{7, 1, 1}, [3]uint32{32, 8, 1}},
+		{func() error {
+			// 1000 rows: 16 slices of 63, then a thread per column, 100:
+			// one block of 256 (the partials' grid is checked below).
+			return k.SumRows(device.SumRows{DType: f32, Rows: 1000, Cols: 100, X: x, Out: y})
+		}, []string{"gc_sum_rows_partial_f32", "gc_sum_rows_finish_f32"}, 5, [3]uint32{1, 1, 1}, block1},
 		{func() error {
 			// 5·8·100 = 4,000 elements: 16 blocks of 256.
 			return k.GatherSeq(device.GatherSeq{DType: f64, T: 5, B: 8, Cols: 100, Index: ids, X: x, Y: y})
@@ -469,6 +475,17 @@ func TestFakeLaunches(t *testing.T) {
 			t.Errorf("%s: %d args, grid %v, block %v; want %d, %v, %v",
 				last.name, len(last.args), last.grid, last.block, tc.nargs, tc.grid, tc.block)
 		}
+	}
+	// SumRows over 1000 rows of 100 columns in 16 slices (what 1000 rows
+	// make of 64; 1024 blocks over 4 column blocks would allow 256): a
+	// block per 32 columns and slice, each slice 63 rows (the last
+	// argument).
+	f.launches = nil
+	if err := k.SumRows(device.SumRows{DType: f32, Rows: 1000, Cols: 100, X: x, Out: y}); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.launches[0]; p.grid != [3]uint32{4, 16, 1} || p.block != [3]uint32{32, 8, 1} || len(p.args) != 5 || p.args[4] != 63 {
+		t.Errorf("%s: grid %v, block %v, args %v; want grid [4 16 1], block [32 8 1], 5 args, slice 63", p.name, p.grid, p.block, p.args)
 	}
 	// Adam's scalars are computed on the host in float64 (ABI.md).
 	f.launches = nil

@@ -31,6 +31,8 @@ const (
 	kSumSquaresPartial
 	kSumFinish
 	kSumRows
+	kSumRowsPartial
+	kSumRowsFinish
 	kAddBias
 	kFill
 	kAxpby
@@ -61,6 +63,8 @@ var kernelNames = [numKernels]string{
 	kSumSquaresPartial: "sum_squares_partial",
 	kSumFinish:         "sum_finish",
 	kSumRows:           "sum_rows",
+	kSumRowsPartial:    "sum_rows_partial",
+	kSumRowsFinish:     "sum_rows_finish",
 	kAddBias:           "add_bias",
 	kFill:              "fill",
 	kAxpby:             "axpby",
@@ -82,6 +86,9 @@ const (
 	maxGridY    = 65535
 	maxParts    = 1024 // gc_sum_squares_partial's most blocks
 	partWork    = 2048 // elements per block it aims for
+	rowSlice    = 64   // rows a block of gc_sum_rows_partial sums, at least
+	rowBlocks   = 1024 // blocks SumRows aims for when it slices the rows
+	onePassRows = 512  // rows up to which SumRows is one pass (64 a thread)
 )
 
 // gridCap is the most blocks a launch of a grid-stride kernel gets:
@@ -90,8 +97,9 @@ const (
 // emulated conformance suite runs once more with it lowered to a block or
 // two, so that every grid-stride loop runs many passes over data of
 // modest size. Exempt are the two kernels whose grid is sized to the data
-// and which do not loop over blocks: gc_sum_rows (a block per 32 columns)
-// and gc_embedding_grad_scan (a block per 128 columns and table row).
+// and which do not loop over blocks: gc_sum_rows and gc_sum_rows_partial (a
+// block per 32 columns and slice of rows) and gc_embedding_grad_scan (a
+// block per 128 columns and table row).
 var gridCap = maxBlocks
 
 // grid1 is the grid of a 1-D grid-stride kernel over n elements.
@@ -374,13 +382,48 @@ func (k kernels) AddBias(a device.AddBias) error {
 		ptr(a.Bias), ptr(a.Y), i64(a.Rows), i64(a.Cols))
 }
 
-func (k kernels) SumRows(a device.SumRows) error {
+func (k kernels) SumRows(a device.SumRows) (err error) {
 	if err := check(k, "SumRows", a); err != nil {
 		return err
 	}
-	grid := [3]uint32{uint32((a.Cols + 31) / 32), 1, 1}
-	return k.l.launch(kSumRows, a.DType, grid, [3]uint32{32, 8, 1},
-		ptr(a.X), ptr(a.Out), i64(a.Rows), i64(a.Cols), flag(a.Accumulate))
+	l, colBlocks := k.l, (a.Cols+31)/32
+	slices, slice := rowSlices(a.Rows, a.Cols)
+	if slices == 1 {
+		return l.launch(kSumRows, a.DType, [3]uint32{uint32(colBlocks), 1, 1}, [3]uint32{32, 8, 1},
+			ptr(a.X), ptr(a.Out), i64(a.Rows), i64(a.Cols), flag(a.Accumulate))
+	}
+	// Parallel over rows too: each slice of rows a block per 32 columns,
+	// then a column's partial sums added in order of the slice.
+	partials, err := l.allocTemp("SumRows", int64(slices*a.Cols)*8)
+	if err != nil {
+		return err
+	}
+	defer l.freeTemp("SumRows", partials, &err)
+	if err := l.launch(kSumRowsPartial, a.DType, [3]uint32{uint32(colBlocks), uint32(slices), 1}, [3]uint32{32, 8, 1},
+		ptr(a.X), uint64(partials), i64(a.Rows), i64(a.Cols), i64(slice)); err != nil {
+		return err
+	}
+	return l.launch(kSumRowsFinish, a.DType, grid1(a.Cols), block1,
+		uint64(partials), ptr(a.Out), i64(slices), i64(a.Cols), flag(a.Accumulate))
+}
+
+// rowSlices is how SumRows cuts rows rows of cols columns: into slices of
+// slice rows (the last shorter), one grid row of blocks each, so that the
+// blocks, a block per 32 columns and slice, come to about rowBlocks when
+// the columns alone give fewer, and no slice has fewer than rowSlice rows.
+// One slice is the one-pass kernel, which up to onePassRows rows (each
+// thread adding at most 64) costs less than a second launch: the stacks'
+// bias sums, a chunk of about 256 rows at a time, stay one launch, and
+// the output layer's, over every row of the window, is cut. The shape
+// alone decides, so the order of every sum does too.
+func rowSlices(rows, cols int) (slices, slice int) {
+	if rows <= onePassRows {
+		return 1, rows
+	}
+	colBlocks := (cols + 31) / 32
+	slices = max(1, min((rows+rowSlice-1)/rowSlice, rowBlocks/colBlocks))
+	slice = (rows + slices - 1) / slices
+	return (rows + slice - 1) / slice, slice
 }
 
 func (k kernels) Fill(a device.Fill) error {

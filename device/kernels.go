@@ -158,7 +158,8 @@ type LSTMCell struct {
 	BiasIH, BiasHH Buffer
 	// CPrev is [Batch, Hidden], the previous cell state.
 	CPrev Buffer
-	// C and H are [Batch, Hidden], the new cell and hidden state.
+	// C and H are [Batch, Hidden], the new cell and hidden state. C may
+	// be CPrev (the cell state updated in place).
 	C, H Buffer
 	// Act is [Batch, 4·Hidden]: the activated gates i, f, g, o, saved for
 	// LSTMCellGrad; none in no-grad mode. It may be Pre.

@@ -3,6 +3,7 @@ package models_test
 import (
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/models"
+	"github.com/gocurrent/gocurrent/rnn"
 	"github.com/gocurrent/gocurrent/train"
 )
 
@@ -134,5 +136,67 @@ func TestLoadCharRNNWithoutMetadata(t *testing.T) {
 			!strings.Contains(err.Error(), "Models from PyTorch") {
 			t.Errorf("LoadCharRNN of a file with metadata %v: got %v, want ErrMismatch naming %s and the documentation", c.meta, err, c.missing)
 		}
+	}
+}
+
+// TestCharRNNNoGradBetweenTrainAndBackward: no-grad forwards (over a
+// window and over one step, as evaluation and sampling run) between a
+// training forward and its Backward leave what the training forward
+// keeps: the gradients are those without them, bit for bit. The layers
+// keep references to their training inputs rather than copies (the stack
+// to the embedding's training output, the output layer to the stack's),
+// so this holds only while no-grad forwards write other buffers.
+func TestCharRNNNoGradBetweenTrainAndBackward(t *testing.T) {
+	const T, B = 5, 3
+	d := testdevice.Open(t)
+	v := vocab(t, "abcdefg")
+	for _, cell := range []string{"lstm", "gru"} {
+		t.Run(cell, func(t *testing.T) {
+			m, err := models.NewCharRNN(d, models.CharRNNConfig{Cell: cell, Embed: 4, Hidden: 6, Layers: 2}, v, 1)
+			check(t, err)
+			defer m.Close()
+			ce, err := rnn.NewCrossEntropy(d, v.Len(), device.Float32)
+			check(t, err)
+			defer ce.Close()
+			ids, other := make([]int32, T*B), make([]int32, T*B)
+			for i := range ids {
+				ids[i], other[i] = int32(i%v.Len()), int32((3*i+1)%v.Len())
+			}
+			x, y, x2 := upInt32(t, d, ids), upInt32(t, d, other), upInt32(t, d, other)
+			grads := func(between bool) (g []float32) {
+				for _, grp := range m.Groups() {
+					check(t, grp.Params.ZeroGrad())
+				}
+				st, err := m.NewState(B)
+				check(t, err)
+				defer st.Free()
+				logits, err := m.Forward(rnn.Train, x, T, B, st)
+				check(t, err)
+				check(t, ce.Forward(rnn.Train, logits, y, T*B, 1))
+				dl, err := ce.Backward()
+				check(t, err)
+				if between {
+					other, err := m.NewState(B)
+					check(t, err)
+					defer other.Free()
+					_, err = m.Forward(rnn.NoGrad, x2, T, B, other)
+					check(t, err)
+					_, err = m.Forward(rnn.NoGrad, x2, 1, B, other)
+					check(t, err)
+				}
+				check(t, m.Backward(dl))
+				for _, grp := range m.Groups() {
+					_, gb := grp.Params.Flat()
+					h := make([]float32, grp.Params.Len())
+					check(t, device.DownloadSlice(d, h, gb))
+					g = append(g, h...)
+				}
+				return g
+			}
+			want, got := grads(false), grads(true)
+			if !slices.Equal(got, want) {
+				t.Errorf("gradients with no-grad forwards between the training forward and its Backward differ from those without")
+			}
+		})
 	}
 }

@@ -93,8 +93,12 @@ type Classifier struct {
 
 	// "last": the states of the last training and no-grad forwards.
 	st, stWork *rnn.State
-	feat       scratch // [rows, dirs·H]: the pooled states
-	zero       scratch // "last": zeros, the gradient of the unused outputs
+	// feat and featWork are [rows, dirs·H], the pooled states of the
+	// training and of the no-grad forwards: the output layer keeps a
+	// reference to its training input until its Backward (rnn.Linear),
+	// which an evaluation in between must leave alone.
+	feat, featWork scratch
+	zero           scratch // "last": zeros, the gradient of the unused outputs
 	// The training forward's shape, for Backward.
 	seq, rows int
 	// "mean" and "max": the lengths on the device, [rows] Int32, one
@@ -196,17 +200,16 @@ func (m *Classifier) Groups() []train.Group { return m.groups() }
 // state is a zero state for rows sequences, detached: the training
 // forwards' (whose record Backward reads) or the no-grad forwards', so
 // that an evaluation between a training forward and its Backward leaves
-// the training state alone.
+// the training state alone. Each keeps the memory of its most rows so far
+// (rnn.State.Resize), so bucketed batches allocate nothing after the
+// warm-up.
 func (m *Classifier) state(mode rnn.Mode, rows int) (*rnn.State, error) {
 	p := &m.stWork
 	if mode == rnn.Train {
 		p = &m.st
 	}
 	if *p != nil && (*p).Batch() != rows {
-		if err := (*p).Free(); err != nil {
-			return nil, err
-		}
-		*p = nil
+		return *p, (*p).Resize(rows)
 	}
 	if *p == nil {
 		st, err := m.rnn.NewState(rows)
@@ -240,7 +243,7 @@ func (m *Classifier) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int,
 	if _, err := m.rnn.ForwardLengths(mode, x, seq, rows, lengths, st); err != nil {
 		return device.Buffer{}, err
 	}
-	feat, err := m.feat.get(m.dev, device.Workspace, dt, rows*D*H, false)
+	feat, err := m.features(mode, rows*D*H)
 	if err != nil {
 		return device.Buffer{}, err
 	}
@@ -268,7 +271,7 @@ func (m *Classifier) forwardPooled(mode rnn.Mode, x device.Buffer, seq, rows int
 	if err != nil {
 		return device.Buffer{}, err
 	}
-	feat, err := m.feat.get(m.dev, device.Workspace, dt, rows*cols, false)
+	feat, err := m.features(mode, rows*cols)
 	if err != nil {
 		return device.Buffer{}, err
 	}
@@ -297,6 +300,14 @@ func (m *Classifier) forwardPooled(mode rnn.Mode, x device.Buffer, seq, rows int
 		m.seq, m.rows, m.hasLens = seq, rows, lengths != nil
 	}
 	return m.out.Forward(mode, feat, rows)
+}
+
+// features is the buffer of n pooled features for a forward in mode.
+func (m *Classifier) features(mode rnn.Mode, n int) (device.Buffer, error) {
+	if mode == rnn.Train {
+		return m.feat.get(m.dev, device.Activations, m.cfg.DType, n, false)
+	}
+	return m.featWork.get(m.dev, device.Workspace, m.cfg.DType, n, false)
 }
 
 // Classes implements train.SeqModel: the number of labels.
@@ -375,7 +386,7 @@ func (m *Classifier) Close() error {
 			errs = append(errs, st.Free())
 		}
 	}
-	for _, s := range []*scratch{&m.feat, &m.zero, &m.lens, &m.lensWork, &m.argmax, &m.dy} {
+	for _, s := range []*scratch{&m.feat, &m.featWork, &m.zero, &m.lens, &m.lensWork, &m.argmax, &m.dy} {
 		if !s.buf.IsZero() {
 			errs = append(errs, m.dev.Free(s.buf))
 		}

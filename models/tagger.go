@@ -88,12 +88,14 @@ type Tagger struct {
 	charSt  *rnn.State
 	// feat is [positions, 2·CharHidden]: the words' features in the
 	// words' order, then zero rows for the padded positions (in Backward,
-	// their gradients); cat the stack's input [positions, Embed +
-	// 2·CharHidden]; dEmb the word embedding's gradient [positions,
+	// their gradients); cat and catWork the stack's input [positions,
+	// Embed + 2·CharHidden] of the training and of the no-grad forwards
+	// (apart: without lengths the stack keeps a reference to its training
+	// input until its Backward, rnn.LSTM.Forward); dEmb the word embedding's gradient [positions,
 	// Embed]; zero zeros, the gradient of the character LSTM's outputs,
 	// which nothing uses; positions the training forward's word
 	// positions (loader.HostBatch.WordPositions), for Backward.
-	feat, cat, dEmb, zero, positions scratch
+	feat, cat, catWork, dEmb, zero, positions scratch
 	// The training forward's positions (Seq·Rows), words and steps of
 	// characters, for Backward.
 	trainN, trainWords, trainSteps int
@@ -241,12 +243,12 @@ func (m *Tagger) ForwardBatch(mode rnn.Mode, b loader.SeqBatch) (device.Buffer, 
 }
 
 // charState is a zero state for words sequences of characters, detached.
+// Its memory is that of the most words so far (rnn.State.Resize): the
+// words of a batch vary, and a state allocated anew for each count would
+// make bucketed training allocate after its warm-up.
 func (m *Tagger) charState(words int) (*rnn.State, error) {
 	if m.charSt != nil && m.charSt.Batch() != words {
-		if err := m.charSt.Free(); err != nil {
-			return nil, err
-		}
-		m.charSt = nil
+		return m.charSt, m.charSt.Resize(words)
 	}
 	if m.charSt == nil {
 		st, err := m.charRNN.NewState(words)
@@ -310,7 +312,13 @@ func (m *Tagger) features(mode rnn.Mode, b loader.SeqBatch) (device.Buffer, erro
 	if err != nil {
 		return device.Buffer{}, err
 	}
-	cat, err := m.cat.get(m.dev, device.Workspace, dt, n*in, false)
+	catBuf := &m.catWork
+	if mode == rnn.Train {
+		catBuf = &m.cat
+	}
+	// Workspace: with the batch's lengths, as the loader's batches have,
+	// the stack reads it into a sorted copy of its own.
+	cat, err := catBuf.get(m.dev, device.Workspace, dt, n*in, false)
 	if err != nil {
 		return fail(err)
 	}
@@ -427,7 +435,7 @@ func (m *Tagger) Close() error {
 		errs = append(errs, m.charSt.Free())
 		m.charSt = nil
 	}
-	for _, s := range []*scratch{&m.feat, &m.cat, &m.dEmb, &m.zero, &m.positions} {
+	for _, s := range []*scratch{&m.feat, &m.cat, &m.catWork, &m.dEmb, &m.zero, &m.positions} {
 		if !s.buf.IsZero() {
 			errs = append(errs, m.dev.Free(s.buf))
 			s.buf = device.Buffer{}

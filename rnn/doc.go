@@ -45,7 +45,12 @@
 // Each layer keeps its outputs and temporaries in buffers it owns, grown
 // when a call needs more and reused otherwise: a result is valid until the
 // layer's next call of the same kind, and steady-state training allocates
-// nothing. Backward consumes what the training forward saved; calling it
+// nothing. A training forward keeps references to its inputs rather than
+// copies (the ids of an Embedding aside), and its output lies where only
+// training forwards write: so a chain of layers saves each activation
+// once, and NoGrad forwards between a training forward and its Backward
+// change nothing Backward reads. The caller of a layer leaves its
+// training input as it is until it has called the layer's Backward. Backward consumes what the training forward saved; calling it
 // without one, or twice, is ErrNoForward with a message saying what to do.
 //
 // # State and truncated backpropagation
@@ -77,8 +82,10 @@
 // at the ⌈T/k⌉+1 segment boundaries, 2·B·H·(T/k+1) values for an LSTM
 // layer; in a bidirectional stack, whose walks each need the whole output
 // of the layer below, the layer's outputs, B·H·(T+1), and the LSTM's c at
-// the boundaries. Both keep the copy of the input, T·B·Input, as without
-// Recompute. Backward's workspace (device.Workspace) holds one segment:
+// the boundaries. Neither copies the input (nor does the stack without
+// Recompute): Backward reads the caller's x again, which the caller
+// leaves as it is until then (with lengths, the stack's sorted copy of
+// it, T·B·Input). Backward's workspace (device.Workspace) holds one segment:
 // h and c at k+1 positions and the gates of k steps, about 6·B·H·k per
 // LSTM layer (8 with dropout), all layers at once in a unidirectional
 // stack, one at a time in a bidirectional one. So a unidirectional LSTM

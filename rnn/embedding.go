@@ -22,10 +22,13 @@ type Embedding struct {
 	dev    device.Device
 	cfg    EmbeddingConfig
 	params *Params
-	out    scratch
-	ids    scratch // the ids of the saved training forward
-	n      int     // rows saved, 0 when none
-	spent  bool
+	// out is a NoGrad forward's output, trainOut a training forward's:
+	// apart, so that a layer above may keep a reference to the training
+	// output until its Backward whatever NoGrad forwards run meanwhile.
+	out, trainOut scratch
+	ids           scratch // the ids of the saved training forward
+	n             int     // rows saved, 0 when none
+	spent         bool
 }
 
 // NewEmbedding allocates an embedding table on d and initialises it.
@@ -55,10 +58,15 @@ func (e *Embedding) Config() EmbeddingConfig { return e.cfg }
 func (e *Embedding) Params() *Params { return e.params }
 
 // Forward looks up n ids (Int32, in [0, Vocab)) and returns their rows,
-// [n, Dim], valid until the next Forward. An id outside the vocabulary
+// [n, Dim]: a NoGrad forward's valid until the next NoGrad forward, a
+// training forward's until the next training forward (the two write
+// different buffers, so a stack over the embedding may keep a reference to
+// its training input until its Backward). An id outside the vocabulary
 // gives a zero row and device.ErrIndex from the next synchronisation of
 // the compute stream (naming the id and its position on the CPU device).
-// In Train mode the ids are copied for Backward.
+// In Train mode the ids are copied for Backward (4 bytes a token): they
+// are the model's own input, which a caller of train.Model's Forward may
+// reuse once Forward returns, unlike the activations between layers.
 func (e *Embedding) Forward(mode Mode, ids device.Buffer, n int) (device.Buffer, error) {
 	const op = "Embedding.Forward"
 	if err := checkMode(op, mode); err != nil {
@@ -71,7 +79,12 @@ func (e *Embedding) Forward(mode Mode, ids device.Buffer, n int) (device.Buffer,
 		return device.Buffer{}, err
 	}
 	dt, k := e.cfg.DType, e.dev.Kernels()
-	out, err := e.out.get(e.dev, device.Workspace, int64(n*e.cfg.Dim)*dt.Size())
+	buf, cat := &e.out, device.Workspace
+	if mode == Train {
+		// The stack above keeps it for its Backward (device.Activations).
+		buf, cat = &e.trainOut, device.Activations
+	}
+	out, err := buf.get(e.dev, cat, int64(n*e.cfg.Dim)*dt.Size())
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
 	}
@@ -123,6 +136,7 @@ func (e *Embedding) Backward(dOut device.Buffer) error {
 func (e *Embedding) Close() error {
 	var q queue
 	q.add(e.out.free(e.dev))
+	q.add(e.trainOut.free(e.dev))
 	q.add(e.ids.free(e.dev))
 	if e.params != nil {
 		q.add(e.params.free())

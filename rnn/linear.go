@@ -27,9 +27,11 @@ type Linear struct {
 	w, b    device.Buffer
 	gw, gb  device.Buffer
 	out, dx scratch
-	x       scratch // the input of the saved training forward
-	rows    int     // rows saved, 0 when none
-	spent   bool
+	// x is the input of the saved training forward, the caller's buffer
+	// (Forward: kept, not copied); rows is its rows, 0 when none.
+	x     device.Buffer
+	rows  int
+	spent bool
 }
 
 // NewLinear allocates a linear layer on d and initialises it.
@@ -68,7 +70,16 @@ func (l *Linear) Config() LinearConfig { return l.cfg }
 func (l *Linear) Params() *Params { return l.params }
 
 // Forward computes y [rows, Out] from x [rows, In]; y is valid until the
-// next Forward. In Train mode x is copied for Backward.
+// next Forward.
+//
+// In Train mode the layer keeps a reference to x, not a copy: Backward
+// reads x again for the weight gradient. The caller must leave x as it is
+// until it has called Backward (work queued after that call may overwrite
+// it: the stream runs in order). The models of this module pass either a
+// stack's training output, which the stack leaves unchanged until its
+// next training forward (its NoGrad forwards write other buffers), or a
+// buffer of their own that only their training forward writes, and call
+// Backward before the next training forward.
 func (l *Linear) Forward(mode Mode, x device.Buffer, rows int) (device.Buffer, error) {
 	const op = "Linear.Forward"
 	if err := checkMode(op, mode); err != nil {
@@ -89,13 +100,7 @@ func (l *Linear) Forward(mode Mode, x device.Buffer, rows int) (device.Buffer, e
 	k := l.dev.Kernels()
 	var q queue
 	if mode == Train {
-		l.rows, l.spent = 0, false
-		saved, err := l.x.get(l.dev, device.Activations, x.Len())
-		if err != nil {
-			return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
-		}
-		q.add(k.Copy(device.Copy{Dst: saved, Src: x}))
-		x = saved
+		l.x, l.rows, l.spent = device.Buffer{}, 0, false
 	}
 	q.add(k.Gemm(device.Gemm{DType: dt, TransB: true, M: rows, N: c.Out, K: c.In, Alpha: 1, A: x, B: l.w, C: y}))
 	if !c.NoBias {
@@ -105,7 +110,7 @@ func (l *Linear) Forward(mode Mode, x device.Buffer, rows int) (device.Buffer, e
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, q.err)
 	}
 	if mode == Train {
-		l.rows = rows
+		l.x, l.rows = x, rows
 	}
 	return y, nil
 }
@@ -123,14 +128,15 @@ func (l *Linear) Backward(dy device.Buffer) (device.Buffer, error) {
 	if err := input(op, "dy", l.dev, dy, dt, rows*c.Out, fmt.Sprintf("rows·out = %d·%d", rows, c.Out)); err != nil {
 		return device.Buffer{}, err
 	}
-	l.rows, l.spent = 0, true
+	x := l.x
+	l.x, l.rows, l.spent = device.Buffer{}, 0, true
 	dx, err := l.dx.get(l.dev, device.Workspace, int64(rows*c.In)*dt.Size())
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
 	}
 	k := l.dev.Kernels()
 	var q queue
-	q.add(k.Gemm(device.Gemm{DType: dt, TransA: true, M: c.Out, N: c.In, K: rows, Alpha: 1, Beta: 1, A: dy, B: l.x.buf, C: l.gw}))
+	q.add(k.Gemm(device.Gemm{DType: dt, TransA: true, M: c.Out, N: c.In, K: rows, Alpha: 1, Beta: 1, A: dy, B: x, C: l.gw}))
 	if !c.NoBias {
 		q.add(k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: c.Out, X: dy, Out: l.gb, Accumulate: true}))
 	}
@@ -144,7 +150,8 @@ func (l *Linear) Backward(dy device.Buffer) (device.Buffer, error) {
 // Close frees the parameters and the layer's buffers.
 func (l *Linear) Close() error {
 	var q queue
-	for _, s := range []*scratch{&l.out, &l.dx, &l.x} {
+	l.x, l.rows = device.Buffer{}, 0
+	for _, s := range []*scratch{&l.out, &l.dx} {
 		q.add(s.free(l.dev))
 	}
 	if l.params != nil {

@@ -78,23 +78,27 @@ func (lstmCell) gradViews(lp *layerPass, lg *layerGrads) {
 }
 
 // beginBackward starts dc, carried in lg.row from step to step, at the
-// gradient with respect to the final cell state: the state's, or zero.
-// (With lengths a sequence's row is first read at its own last step, and
-// still holds that.)
+// gradient with respect to the final cell state: zero, or, when the walk
+// is tied to the state, the state's own gradient row, which then serves as
+// lg.row itself. The walk reads and writes the row in place (each step's
+// LSTMCellGrad writes dCPrev over the dC it read), so it starts holding
+// the gradient with respect to the final cell state and ends holding the
+// one with respect to the initial cell state, which is what the state's
+// gradient must hold after Backward: no copy in or out. Nothing else reads
+// or writes that row during the walk (the cell's edges carry the gates'
+// gradients only). (With lengths a sequence's row is first read at its
+// own last step, and still holds the final state's gradient then.)
 func (lstmCell) beginBackward(q *queue, lp *layerPass, lg *layerGrads) {
 	if lg.tied {
-		q.add(lp.k.Copy(device.Copy{Dst: lg.row, Src: lg.stC}))
-	} else {
-		q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: lp.B * lp.H, X: lg.row}))
+		lg.row = lg.stC
+		return
 	}
+	q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: lp.B * lp.H, X: lg.row}))
 }
 
-// endBackward: dc has reached every sequence's initial cell state.
-func (lstmCell) endBackward(q *queue, lp *layerPass, lg *layerGrads) {
-	if lg.tied {
-		q.add(lp.k.Copy(device.Copy{Dst: lg.stC, Src: lg.row}))
-	}
-}
+// endBackward: dc has reached every sequence's initial cell state, in
+// place when tied (beginBackward).
+func (lstmCell) endBackward(*queue, *layerPass, *layerGrads) {}
 
 func (lstmCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int) {
 	H, rows, dt := lp.H, lp.rows(t), lp.dt

@@ -2,6 +2,7 @@ package rnn_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -27,38 +28,67 @@ func randoms(r *rand.Rand, n int) []float64 {
 // their outputs and final states are bit for bit equal, on every device:
 // a device gives the same bits for the same calls. With dropout, NoGrad
 // applies none (equal to a model without dropout) and Train does
-// (different).
+// (different). NoGrad reads and writes the state in place (no copies in
+// or out, and over one step the output is the state's top row) where
+// Train copies it, so each mode runs two windows in a row on one state,
+// of 7 steps and of 1 (sampling), uni- and bidirectional, and h and c are
+// compared after each.
 func TestNoGradEqualsTrain(t *testing.T) {
-	const T, B, I, H, L = 7, 3, 5, 8, 3
+	const B, I, H, L = 3, 5, 8, 3
 	d := testdevice.Open(t)
 	for _, cell := range []string{"lstm", "gru"} {
-		t.Run(cell, func(t *testing.T) {
-			r := rand.New(rand.NewPCG(1, 1))
-			x := upload(t, d, randoms(r, T*B*I))
-			h0 := randoms(r, L*B*H)
-			run := func(m recurrent, mode rnn.Mode) (out, hn []float64) {
-				st, err := m.NewState(B)
-				ok(t, err)
-				defer st.Free()
-				put(t, d, st.H(), h0)
-				y, err := m.Forward(mode, x, T, B, st)
-				ok(t, err)
-				return download(t, d, y, T*B*H), download(t, d, st.H(), L*B*H)
+		for _, bi := range []bool{false, true} {
+			for _, T := range []int{7, 1} {
+				name := fmt.Sprintf("%s/bidirectional=%v/T=%d", cell, bi, T)
+				t.Run(name, func(t *testing.T) {
+					D := 1
+					if bi {
+						D = 2
+					}
+					r := rand.New(rand.NewPCG(1, 1))
+					xs := []device.Buffer{upload(t, d, randoms(r, T*B*I)), upload(t, d, randoms(r, T*B*I))}
+					h0, c0 := randoms(r, L*D*B*H), randoms(r, L*D*B*H)
+					// run returns the two windows' outputs and, after each,
+					// the state's h and c.
+					run := func(m recurrent, mode rnn.Mode) (got [][]float64) {
+						st, err := m.NewState(B)
+						ok(t, err)
+						defer st.Free()
+						put(t, d, st.H(), h0)
+						if cell == "lstm" {
+							put(t, d, st.C(), c0)
+						}
+						for _, x := range xs {
+							y, err := m.Forward(mode, x, T, B, st)
+							ok(t, err)
+							got = append(got, download(t, d, y, T*B*D*H), download(t, d, st.H(), L*D*B*H))
+							if cell == "lstm" {
+								got = append(got, download(t, d, st.C(), L*D*B*H))
+							}
+							st.Detach()
+						}
+						return got
+					}
+					cfg := rnn.Config{Input: I, Hidden: H, Layers: L, Bidirectional: bi, DType: device.Float64, Seed: 3}
+					plain := newRecurrent(t, d, cell, cfg)
+					train, infer := run(plain, rnn.Train), run(plain, rnn.NoGrad)
+					what := []string{"output", "h", "c"}
+					for i := range train {
+						if per := len(train) / len(xs); !slices.Equal(train[i], infer[i]) {
+							t.Errorf("window %d's %s: NoGrad differs from Train without dropout", i/per, what[i%per])
+						}
+					}
+					cfg.Dropout = 0.5
+					dropped := newRecurrent(t, d, cell, cfg)
+					if out := run(dropped, rnn.NoGrad); !slices.Equal(out[0], infer[0]) {
+						t.Errorf("NoGrad applied dropout")
+					}
+					if out := run(dropped, rnn.Train); slices.Equal(out[0], train[0]) {
+						t.Errorf("Train with dropout 0.5 gave the output without dropout")
+					}
+				})
 			}
-			plain := newRecurrent(t, d, cell, rnn.Config{Input: I, Hidden: H, Layers: L, DType: device.Float64, Seed: 3})
-			trainOut, trainH := run(plain, rnn.Train)
-			inferOut, inferH := run(plain, rnn.NoGrad)
-			if !slices.Equal(trainOut, inferOut) || !slices.Equal(trainH, inferH) {
-				t.Errorf("NoGrad differs from Train without dropout")
-			}
-			dropped := newRecurrent(t, d, cell, rnn.Config{Input: I, Hidden: H, Layers: L, Dropout: 0.5, DType: device.Float64, Seed: 3})
-			if out, _ := run(dropped, rnn.NoGrad); !slices.Equal(out, inferOut) {
-				t.Errorf("NoGrad applied dropout")
-			}
-			if out, _ := run(dropped, rnn.Train); slices.Equal(out, trainOut) {
-				t.Errorf("Train with dropout 0.5 gave the output without dropout")
-			}
-		})
+		}
 	}
 }
 
@@ -240,4 +270,66 @@ func memFigures(d device.Device) [5]int64 {
 	s := d.MemStats()
 	return [5]int64{s.AllocatedBytes[alloc.AllPools].Current, s.ReservedBytes[alloc.AllPools].Current,
 		s.AllocatedBytes[alloc.AllPools].Peak, s.ReservedBytes[alloc.AllPools].Peak, s.DeviceAllocs}
+}
+
+// TestStateResize: a state resized to a batch it has room for allocates
+// nothing and behaves as a fresh state of that batch (zero, detached: a
+// forward from it gives the fresh state's output and final state, bit for
+// bit); past its room it allocates once; a batch below 1 and a freed state
+// are errors.
+func TestStateResize(t *testing.T) {
+	const T, I, H, L = 3, 2, 4, 2
+	d := testdevice.Open(t)
+	for _, cell := range []string{"lstm", "gru"} {
+		t.Run(cell, func(t *testing.T) {
+			m := newRecurrent(t, d, cell, rnn.Config{Input: I, Hidden: H, Layers: L, DType: device.Float64, Seed: 4})
+			r := rand.New(rand.NewPCG(4, 4))
+			x := upload(t, d, randoms(r, T*5*I))
+			run := func(st *rnn.State, B int) []float64 {
+				y, err := m.Forward(rnn.Train, x, T, B, st)
+				ok(t, err)
+				got := append(download(t, d, y, T*B*H), download(t, d, st.H(), L*B*H)...)
+				if cell == "lstm" {
+					got = append(got, download(t, d, st.C(), L*B*H)...)
+				}
+				return got
+			}
+			st, err := m.NewState(5)
+			ok(t, err)
+			defer st.Free()
+			run(st, 5) // nonzero values, and tied to the forward
+			before := d.MemStats()
+			ok(t, st.Resize(3))
+			if after := d.MemStats(); after.Allocation[alloc.AllPools].Allocated != before.Allocation[alloc.AllPools].Allocated {
+				t.Errorf("Resize(3) of a state for 5 allocated: %d -> %d allocations",
+					before.Allocation[alloc.AllPools].Allocated, after.Allocation[alloc.AllPools].Allocated)
+			}
+			if st.Batch() != 3 {
+				t.Errorf("Batch() = %d after Resize(3), want 3", st.Batch())
+			}
+			fresh, err := m.NewState(3)
+			ok(t, err)
+			defer fresh.Free()
+			if got, want := run(st, 3), run(fresh, 3); !slices.Equal(got, want) {
+				t.Errorf("a forward from a state resized to 3 differs from one from a fresh state of 3")
+			}
+			st.Detach()
+			before = d.MemStats()
+			ok(t, st.Resize(7))
+			if after := d.MemStats(); after.Allocation[alloc.AllPools].Allocated != before.Allocation[alloc.AllPools].Allocated+1 {
+				t.Errorf("Resize(7) of a state for 5: %d -> %d allocations, want one more",
+					before.Allocation[alloc.AllPools].Allocated, after.Allocation[alloc.AllPools].Allocated)
+			}
+			if got := download(t, d, st.H(), L*7*H); slices.ContainsFunc(got, func(v float64) bool { return v != 0 }) {
+				t.Errorf("h after Resize(7) is not zero")
+			}
+			if err := st.Resize(0); !errors.Is(err, device.ErrShape) {
+				t.Errorf("Resize(0): %v, want device.ErrShape", err)
+			}
+			ok(t, fresh.Free())
+			if err := fresh.Resize(3); err == nil {
+				t.Errorf("Resize of a freed state: no error")
+			}
+		})
+	}
 }

@@ -205,6 +205,9 @@ func (s *stack) backwardBoundaries(q *queue, p *pass, rec *record, dy device.Buf
 			}
 		}
 	}
+	for l := range L {
+		s.sharedBiasGrad(q, &lgs[l], l, 0)
+	}
 	if tied && sh.varlen {
 		s.sortStateGrads(q, sh, st, gb, false)
 	}

@@ -254,14 +254,13 @@ func download32(t testing.TB, d device.Device, b device.Buffer, n int) []float32
 // peak of device.Activations: the stack's reserve, all it keeps from a
 // training forward for Backward) of a training step of a 2-layer LSTM over
 // T = 64, 256 and 1024 steps, with RecomputeAuto and without, and checks
-// it against the layout, derived here: without Recompute the input copy
-// and per layer h and c at T+1 positions and the gates of T steps; with
-// it the input copy and per layer h and c at the S+1 segment boundaries,
-// S = ⌈T/k⌉, k = ⌈√T⌉ rounded up to the chunk, ⌈256/B⌉ steps (each
-// region aligned to 64 elements, the reserve rounded as the allocator
-// rounds it). Past the input copy, which grows with T (the input is 1
-// feature here, so it stays small), the reserve with Recompute grows as
-// √T: ×2 for T ×4, where without it grows ×4.
+// it against the layout, derived here: without Recompute per layer h and
+// c at T+1 positions and the gates of T steps; with it per layer h and c
+// at the S+1 segment boundaries, S = ⌈T/k⌉, k = ⌈√T⌉ rounded up to the
+// chunk, ⌈256/B⌉ steps (each region aligned to 64 elements, the reserve
+// rounded as the allocator rounds it). The input is not in it: the stack
+// keeps a reference to the caller's (Forward). So the reserve with
+// Recompute grows as √T: ×2 for T ×4, where without it grows ×4.
 func TestRecomputeMemory(t *testing.T) {
 	const B, I, H, L = 16, 1, 32, 2
 	d := testdevice.Open(t)
@@ -275,13 +274,13 @@ func TestRecomputeMemory(t *testing.T) {
 		k := int(math.Ceil(math.Sqrt(float64(T))))
 		return (k + chunk - 1) / chunk * chunk
 	}
-	// expect is the reserve's elements and the part past the input copy.
+	// expect is the reserve's elements, all of them states (and gates).
 	expect := func(T int, recompute bool) (all, states int64) {
 		per := 2*align((T+1)*B*H) + align(4*T*B*H)
 		if recompute {
 			per = 2 * align(((T+segment(T)-1)/segment(T)+1)*B*H)
 		}
-		return align(T*B*I) + L*per, L * per
+		return L * per, L * per
 	}
 	peak := func(T, recompute int) int64 {
 		m := newRecurrent(t, d, "lstm", rnn.Config{Input: I, Hidden: H, Layers: L, Recompute: recompute})

@@ -209,13 +209,16 @@ const (
 )
 
 // record is one training forward: its shape, the state it read, what it
-// kept, the length of its segments and where its dropout masks started.
+// kept, the length of its segments and where its dropout masks started;
+// without lengths, x is the caller's input, which Backward reads again
+// (Forward's contract: unchanged until then).
 type record struct {
 	sh    batchShape
 	state *State
 	keep  keep
 	seg   int
 	drawn uint64
+	x     device.Buffer
 }
 
 // layerParams are one layer's parameters and gradients in one direction,
@@ -256,8 +259,9 @@ type layerBufs struct {
 
 // pass is the layout of one forward.
 type pass struct {
-	// x is the input [T, B, I] as the stack reads it: in training a copy,
-	// with lengths sorted (padding zeroed); nil without grad or lengths.
+	// x is the input [T, B, I] as the stack reads it: with lengths sorted
+	// (padding zeroed); in training without lengths the caller's x itself,
+	// as the record keeps it (Backward's); nil without grad or lengths.
 	x    device.Buffer
 	xpre device.Buffer // GRU: the input projection [steps, B, 3H]
 	hpre device.Buffer // GRU: one step's recurrent product [B, 3H]
@@ -275,6 +279,9 @@ type pass struct {
 	// inMask the mask drawn for it.
 	inDrop [2]device.Buffer
 	inMask device.Buffer
+	// state is the state a NoGrad forward without lengths reads and
+	// writes in place (layerPass's stateH), nil otherwise.
+	state *State
 }
 
 // gradBufs are Backward's buffers, shared by the layers in turn but for
@@ -346,6 +353,19 @@ type layerPass struct {
 	h0, c0 device.Buffer
 	// hEnd and cEnd are the layer's rows of the pass's.
 	hEnd, cEnd device.Buffer
+	// stateH and stateC are the direction's rows of the pass's state when
+	// the walk works in place (a NoGrad forward without lengths, given a
+	// state): its first step reads the initial state there, and its last
+	// step writes the final cell state there, and the final hidden state
+	// too when the window is one step long (which is then the walk's
+	// output). So nothing is copied in, and nothing out but h after a walk
+	// of more than one step. No Backward reads these steps, and the
+	// state's rows are the walk's alone (one row per layer and direction).
+	// A one-step LSTM step then reads and writes c in the same row
+	// (LSTMCell's C may be CPrev), and a GRU's h (GRUCell's H may be
+	// HPrev); the recurrent product reads h before the cell writes it, in
+	// stream order.
+	stateH, stateC device.Buffer
 }
 
 // rows is the number of rows step t covers: the batch, or the prefix of
@@ -403,8 +423,18 @@ func (lp *layerPass) prev(t int) int {
 func (lp *layerPass) holds(t int) bool { return t >= lp.t0 && t < lp.t1 }
 
 // hIn and hOut are the hidden states entering and leaving step t.
-func (lp *layerPass) hIn(t int) device.Buffer  { return lp.step(lp.b.hseq, t+lp.dir, lp.H) }
-func (lp *layerPass) hOut(t int) device.Buffer { return lp.step(lp.b.hseq, t+1-lp.dir, lp.H) }
+func (lp *layerPass) hIn(t int) device.Buffer  { return lp.hAt(t + lp.dir) }
+func (lp *layerPass) hOut(t int) device.Buffer { return lp.hAt(t + 1 - lp.dir) }
+
+// hAt is position pos of the hidden states: of hseq, or of the state when
+// the walk works in place (the initial position, and the final one of a
+// single step).
+func (lp *layerPass) hAt(pos int) device.Buffer {
+	if !lp.stateH.IsZero() && (pos == lp.dir*lp.T || lp.T == 1) {
+		return lp.stateH
+	}
+	return lp.step(lp.b.hseq, pos, lp.H)
+}
 
 // entry is the position of the state entering the window's walk, exit
 // that of the state leaving it.
@@ -421,6 +451,9 @@ func (lp *layerPass) cAt(pos int) device.Buffer {
 	if lp.b.cseq.IsZero() {
 		return device.Buffer{}
 	}
+	if !lp.stateC.IsZero() && (pos == 0 || pos == lp.T) {
+		return lp.stateC
+	}
 	if !lp.train {
 		pos %= 2
 	}
@@ -430,6 +463,9 @@ func (lp *layerPass) cAt(pos int) device.Buffer {
 // output is the direction's output over the window, [steps, B, H] in
 // time order.
 func (lp *layerPass) output() device.Buffer {
+	if !lp.stateH.IsZero() && lp.T == 1 {
+		return lp.stateH
+	}
 	return lp.steps(lp.b.hseq, lp.t0+1-lp.dir, lp.t1+1-lp.dir, lp.H)
 }
 
@@ -619,7 +655,7 @@ func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg int) pas
 	}
 	var p pass
 	switch {
-	case train:
+	case train && sh.varlen:
 		p.x = res.take(T * B * s.cfg.Input)
 	case sh.varlen:
 		p.x = tmp.take(T * B * s.cfg.Input)
@@ -737,7 +773,11 @@ func (s *stack) layoutSaved(rec *record) (pass, error) {
 	if err != nil {
 		return pass{}, err
 	}
-	return s.plan(res, tmp, out, rec.keep, &rec.sh, rec.seg), nil
+	p := s.plan(res, tmp, out, rec.keep, &rec.sh, rec.seg)
+	if !rec.sh.varlen {
+		p.x = rec.x
+	}
+	return p, nil
 }
 
 // arenas sizes the arenas of a pass and gives them the memory of the
@@ -792,6 +832,14 @@ func (s *stack) layerPass(p *pass, sh *batchShape, kp keep, seg, l, dir int, w s
 	case keepBoundaries:
 		lp.h0 = checkpoint(lp, lp.b.ckH, 0)
 		lp.c0 = checkpoint(lp, lp.b.ckC, 0)
+	case keepNothing:
+		if st := p.state; st != nil {
+			i := l*D + dir
+			lp.stateH, lp.stateC = st.layerH(i, BH), st.layerC(i, BH)
+			lp.h0, lp.c0 = lp.stateH, lp.stateC
+			break
+		}
+		fallthrough
 	default:
 		lp.h0 = lp.step(all, dir*sh.T, lp.H)
 		switch {
@@ -826,15 +874,32 @@ func checkpoint(lp *layerPass, ck device.Buffer, pos int) device.Buffer {
 // initial state and no final state. The reverse direction's final state is
 // the one after its last step, at the first position.
 //
-// In Train mode the forward saves what Backward needs (x is copied, so the
-// caller may reuse it) and ties s to itself; a state still tied to an
-// earlier training forward is refused: call State.Detach between windows.
+// In Train mode the forward saves what Backward needs and ties s to itself;
+// a state still tied to an earlier training forward is refused: call
+// State.Detach between windows. Without lengths the stack keeps a
+// reference to x, not a copy, and Backward reads x again: the caller must
+// leave x as it is until it has called Backward (work queued after that
+// call may overwrite it: the stream runs in order). The models of this
+// module pass an Embedding's training output, which only the Embedding's
+// next training forward writes, or a buffer of their own that only their
+// training forward writes. ForwardLengths gathers x into a sorted copy of
+// its own, and the caller may reuse x at once.
+//
 // In NoGrad mode nothing is saved and the saved training forward, if any,
-// is left for Backward.
+// is left for Backward; without lengths, a NoGrad forward reads the
+// initial state from s and writes the final cell state into it in place,
+// with no copy (sampling, one step at a time, copies nothing).
 //
 // The output belongs to the stack: it is valid until the stack's next
 // Forward, and must not be written while a training forward waits for its
-// Backward. The work is queued on the compute stream.
+// Backward. A training forward's output stays valid longer, until the
+// stack's next training forward: it lies in memory that only training
+// forwards write (NoGrad forwards and Backward write other buffers), so a
+// layer above may keep a reference to it until its own Backward. One
+// exception to the first rule: the output of a NoGrad forward of a
+// unidirectional stack over one step with a state s (sampling) is the top
+// layer's row of s.H() itself, where the step wrote it, so it also
+// changes when s does. The work is queued on the compute stream.
 func (s *stack) Forward(mode Mode, x device.Buffer, seq, batch int, st *State) (device.Buffer, error) {
 	return s.ForwardLengths(mode, x, seq, batch, nil, st)
 }
@@ -870,6 +935,9 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
 	}
+	if kp == keepNothing && !sh.varlen {
+		p.state = st
+	}
 	var q queue
 	drawn := s.drawn
 	var out device.Buffer
@@ -885,7 +953,11 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 		if s.cfg.Dropout > 0 {
 			s.drawn += uint64((s.cfg.Layers - 1) * s.dirs() * sh.T * sh.B * s.cfg.Hidden)
 		}
-		s.save(&q, &record{sh: sh, state: st, keep: kp, seg: seg, drawn: drawn})
+		rec := &record{sh: sh, state: st, keep: kp, seg: seg, drawn: drawn}
+		if !sh.varlen {
+			rec.x = p.x
+		}
+		s.save(&q, rec)
 	}
 	if q.err != nil {
 		s.rec = nil
@@ -921,7 +993,9 @@ func (s *stack) checkForward(op string, mode Mode, x device.Buffer, seq, batch i
 }
 
 // input queues reading x, [T, B, Input], as the stack keeps it: sorted
-// with lengths, copied in training; it returns the stack's input.
+// with lengths; it returns the stack's input. Without lengths that is x
+// itself, which a training forward keeps by reference, not copied
+// (Forward's contract: the caller leaves x unchanged until Backward).
 func (s *stack) input(q *queue, p *pass, sh *batchShape, train bool, x device.Buffer) device.Buffer {
 	dt, k := s.cfg.DType, s.dev.Kernels()
 	in := x.Slice(0, int64(sh.T*sh.B*s.cfg.Input)*dt.Size())
@@ -930,8 +1004,7 @@ func (s *stack) input(q *queue, p *pass, sh *batchShape, train bool, x device.Bu
 		q.add(k.GatherSeq(sh.toSorted(dt, sh.T, s.cfg.Input, in, p.x)))
 		return p.x
 	case train:
-		q.add(k.Copy(device.Copy{Dst: p.x, Src: in}))
-		return p.x
+		p.x = in
 	}
 	return in
 }
@@ -970,7 +1043,7 @@ func (s *stack) forwardLayers(q *queue, p *pass, sh *batchShape, kp keep, seg in
 	}
 	top := make([]device.Buffer, D)
 	for dir := range D {
-		top[dir] = s.lay[(L-1)*D+dir].hseq.Elems(dt, (1-dir)*B*H, T*B*H)
+		top[dir] = s.layerPass(p, sh, kp, seg, L-1, dir, span{0, T}).output()
 	}
 	if D == 1 && !sh.varlen {
 		return top[0]
@@ -1113,6 +1186,10 @@ func (s *stack) enter(q *queue, lp *layerPass, t int) {
 // its place (lp.h0, lp.c0): the state's values (sorted with lengths), or
 // zeros without a state.
 func (s *stack) initial(q *queue, lp *layerPass, st *State, l int) {
+	if !lp.stateH.IsZero() {
+		// The walk reads the state where it lies.
+		return
+	}
 	n, idx := lp.B*lp.H, l*s.dirs()+lp.dir
 	for _, part := range []struct{ dst, src device.Buffer }{{lp.h0, st.layerH(idx, n)}, {lp.c0, st.layerC(idx, n)}} {
 		switch {
@@ -1147,7 +1224,8 @@ func (s *stack) final(q *queue, lp *layerPass, st *State, l int) {
 	}
 	for _, part := range []struct{ dst, src device.Buffer }{{st.layerH(idx, n), hT}, {st.layerC(idx, n), cT}} {
 		switch {
-		case part.dst.IsZero():
+		case part.dst.IsZero(), part.src == part.dst:
+			// None, or written in place by the walk's last step.
 		case lp.sh.varlen:
 			q.add(lp.k.GatherSeq(lp.sh.fromSorted(lp.dt, 1, lp.H, part.src, part.dst)))
 		default:
@@ -1332,6 +1410,7 @@ func (s *stack) backwardLayers(q *queue, p *pass, rec *record, dy device.Buffer,
 				edge = s.backwardWindow(q, lp, &lg, i == 0, i == len(order)-1, edge)
 				s.paramGrads(q, lp, &lg, windowViews(dt, dst, lp.in, w, B), dir > 0)
 			}
+			s.sharedBiasGrad(q, &lg, l, dir)
 		}
 		if l > 0 {
 			s.dropoutGrads(q, p, rec, l, dst)
@@ -1543,19 +1622,32 @@ func (s *stack) weightGrads(q *queue, lp *layerPass, lg *layerGrads, ch span) {
 // biasGrads queues the biases' gradients over rows rows of dPre and
 // dHPre, added into the gradient buffers. An LSTM's two biases enter every
 // gate alike (dHPre is dPre), so their gradients are equal: zeroed
-// together, then added the same sums. The sum is made once and copied:
-// one pass over the rows instead of two.
+// together, then added the same sums. Only the input-side one is summed
+// here; sharedBiasGrad copies it over once the walk has added every chunk.
 func (s *stack) biasGrads(q *queue, lp *layerPass, lg *layerGrads, rows int, dPre, dHPre device.Buffer) {
 	if s.cfg.NoBias {
 		return
 	}
 	GH, dt, w := s.cell.gates()*lp.H, lp.dt, lp.w
 	q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dPre, Out: w.gbih, Accumulate: true}))
-	if lg.dHPre == lg.dPre {
-		q.add(lp.k.Copy(device.Copy{Src: w.gbih.Elems(dt, 0, GH), Dst: w.gbhh}))
+	if lg.dHPre != lg.dPre {
+		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dHPre, Out: w.gbhh, Accumulate: true}))
+	}
+}
+
+// sharedBiasGrad queues, after the last chunk of the walk back of layer
+// l's direction dir (lg its gradients), copying the input-side bias
+// gradient into the recurrent one when the two are the same sums (an
+// LSTM's, biasGrads): one copy a Backward, not one a chunk. The two hold
+// the same values before Backward (Params.ZeroGrad zeroes both, and every
+// Backward adds both the same sums), so copying the whole accumulated
+// gradient once gives the values two row sums would.
+func (s *stack) sharedBiasGrad(q *queue, lg *layerGrads, l, dir int) {
+	if s.cfg.NoBias || lg.dHPre != lg.dPre {
 		return
 	}
-	q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dHPre, Out: w.gbhh, Accumulate: true}))
+	w, GH := &s.layers[l*s.dirs()+dir], s.cell.gates()*s.cfg.Hidden
+	q.add(s.dev.Kernels().Copy(device.Copy{Src: w.gbih.Elems(s.cfg.DType, 0, GH), Dst: w.gbhh}))
 }
 
 // inputGrads queues the gradient with respect to each part of a

@@ -12,7 +12,14 @@ import (
 // LSTM, each [Layers, Batch, Hidden], with a gradient buffer of the same
 // shape for each. The caller owns it (make one with LSTM.NewState or
 // GRU.NewState, free it with Free) and passes it to Forward, which reads it
-// as the initial state and overwrites it with the final state.
+// as the initial state and overwrites it with the final state, in the same
+// buffers: H, C and their gradients are the same buffers from one forward
+// to the next (only Resize changes them), so a caller may keep them, back
+// them up at the start of a step and put them back after a failed one (as
+// train.Trainer does with train.State's Carried), and the next forward
+// reads what was put there. Nothing reads the values after a forward
+// returns but the next forward: Backward reads its own saved copies, so
+// the values may change between a training forward and its Backward.
 //
 // A training forward ties the state to itself: the state then carries the
 // gradient path back into that forward, and its gradient buffers start at
@@ -30,6 +37,8 @@ type State struct {
 	layers, batch, hidden int
 	h, c, dh, dc          device.Buffer
 	all                   device.Buffer // the one allocation holding the four
+	// capacity is the batch all has room for (Resize), ≥ batch.
+	capacity int
 	// tie is the training forward that produced the values, until Detach.
 	tie *record
 }
@@ -38,26 +47,70 @@ func newState(d device.Device, dt device.DType, lstm bool, layers, batch, hidden
 	if batch <= 0 {
 		return nil, fmt.Errorf("rnn: NewState: batch = %d, want > 0: %w", batch, device.ErrShape)
 	}
-	s := &State{dev: d, dtype: dt, lstm: lstm, layers: layers, batch: batch, hidden: hidden}
-	n := int64(layers * batch * hidden)
-	parts := 2
-	if lstm {
-		parts = 4
-	}
-	all, err := d.Alloc(int64(parts)*n*dt.Size(), device.State)
+	s := &State{dev: d, dtype: dt, lstm: lstm, layers: layers, hidden: hidden}
+	all, err := d.Alloc(s.bytes(batch), device.State)
 	if err != nil {
 		return nil, fmt.Errorf("rnn: NewState: %w", err)
 	}
-	b := n * dt.Size()
-	s.all = all
-	s.h, s.dh = all.Slice(0, b), all.Slice(b, b)
-	if lstm {
-		s.c, s.dc = all.Slice(2*b, b), all.Slice(3*b, b)
-	}
-	if err := d.Kernels().Fill(device.Fill{DType: dt, N: parts * int(n), X: all}); err != nil {
+	s.all, s.capacity = all, batch
+	s.place(batch)
+	if err := d.Kernels().Fill(device.Fill{DType: dt, N: int(all.Len() / dt.Size()), X: all}); err != nil {
 		return nil, fmt.Errorf("rnn: NewState: %w", errors.Join(err, d.Free(all)))
 	}
 	return s, nil
+}
+
+// parts is the number of [Layers, Batch, Hidden] buffers of the state.
+func (s *State) parts() int {
+	if s.lstm {
+		return 4
+	}
+	return 2
+}
+
+// bytes is the size of the allocation of a state for batch sequences.
+func (s *State) bytes(batch int) int64 {
+	return int64(s.parts()*s.layers*batch*s.hidden) * s.dtype.Size()
+}
+
+// place lays out h, dh (and c, dc) for batch sequences, one after the
+// other from the start of the allocation.
+func (s *State) place(batch int) {
+	b := int64(s.layers*batch*s.hidden) * s.dtype.Size()
+	s.batch = batch
+	s.h, s.dh = s.all.Slice(0, b), s.all.Slice(b, b)
+	if s.lstm {
+		s.c, s.dc = s.all.Slice(2*b, b), s.all.Slice(3*b, b)
+	}
+}
+
+// Resize makes s a zero, detached state for batch sequences, as
+// NewState(batch) would, in the memory it holds when batch is at most the
+// largest batch it has held (allocating only past that). A caller whose
+// batch varies from call to call (a model over bucketed batches) then
+// allocates nothing once it has met its largest batch. The buffers of H,
+// C and their gradients change with the batch: take them afresh.
+func (s *State) Resize(batch int) error {
+	if s.all.IsZero() {
+		return fmt.Errorf("rnn: State.Resize: the state was freed")
+	}
+	if batch <= 0 {
+		return fmt.Errorf("rnn: State.Resize: batch = %d, want > 0: %w", batch, device.ErrShape)
+	}
+	if batch > s.capacity {
+		all, err := s.dev.Alloc(s.bytes(batch), device.State)
+		if err != nil {
+			return fmt.Errorf("rnn: State.Resize: %w", err)
+		}
+		old := s.all
+		s.all, s.capacity = all, batch
+		if err := s.dev.Free(old); err != nil {
+			s.place(batch)
+			return fmt.Errorf("rnn: State.Resize: %w", err)
+		}
+	}
+	s.place(batch)
+	return s.Reset()
 }
 
 // H is the hidden state, [Layers, Batch, Hidden] (PyTorch's h_n layout).

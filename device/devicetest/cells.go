@@ -165,21 +165,26 @@ func testLSTMCell(t *testing.T, open opener) {
 			batch, hidden int
 			bias          biasMode
 			act           actMode
+			cIsCPrev      bool
 		}
 		var cs []lstmCase
 		for _, s := range cellSizes {
 			if s != [2]int{3, 5} { // every variation is run at 3x5 below
-				cs = append(cs, lstmCase{s[0], s[1], bothBiases, separateAct})
+				cs = append(cs, lstmCase{s[0], s[1], bothBiases, separateAct, false})
 			}
 		}
 		for _, b := range []biasMode{noBias, bothBiases, onlyBiasIH, onlyBiasHH} {
 			for _, a := range []actMode{noAct, separateAct, actIsInput} {
-				cs = append(cs, lstmCase{3, 5, b, a})
+				cs = append(cs, lstmCase{3, 5, b, a, false})
 			}
 		}
-		cs = append(cs, lstmCase{64, 512, noBias, actIsInput})
+		cs = append(cs, lstmCase{64, 512, noBias, actIsInput, false},
+			lstmCase{3, 5, bothBiases, noAct, true}, lstmCase{3, 5, bothBiases, actIsInput, true}, lstmCase{64, 512, bothBiases, noAct, true})
 		for _, c := range cs {
 			name := fmt.Sprintf("%dx%d/%v/%v", c.batch, c.hidden, c.bias, c.act)
+			if c.cIsCPrev {
+				name += "/CIsCPrev"
+			}
 			e.run(name, func(e *env) {
 				bh := c.batch * c.hidden
 				pre := e.uniform(4*bh, -3, 3)
@@ -197,6 +202,9 @@ func testLSTMCell(t *testing.T, open opener) {
 					a.BiasHH = e.vec(bhh).buf
 				}
 				vC, vH := e.vec(nans(bh)), e.vec(nans(bh))
+				if c.cIsCPrev {
+					vC = vCPrev
+				}
 				a.C, a.H = vC.buf, vH.buf
 				var vAct vec
 				switch c.act {
@@ -218,7 +226,9 @@ func testLSTMCell(t *testing.T, open opener) {
 				default:
 					checkClose(e.t, "Act", e.get("Act", vAct), wantAct, nil, tol)
 				}
-				checkExact(e.t, "CPrev (an input)", e.get("CPrev", vCPrev), cPrev)
+				if !c.cIsCPrev {
+					checkExact(e.t, "CPrev (an input)", e.get("CPrev", vCPrev), cPrev)
+				}
 			})
 		}
 	})

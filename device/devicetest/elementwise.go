@@ -32,8 +32,12 @@ func testAddBias(t *testing.T, open opener) {
 func testSumRows(t *testing.T, open opener) {
 	forTypes(t, open, func(e *env) {
 		// {3, 20011}: wide, a prime number of columns: 626 column blocks
-		// of 32 on a GPU, uneven column parts on the CPU.
-		for _, s := range [][2]int{{1, 1}, {7, 13}, {4096, 65}, {3, 20011}} {
+		// of 32 on a GPU, uneven column parts on the CPU. On the CUDA
+		// device (launch.go's rowSlices), {4096, 65} is 64 slices of 64
+		// rows; {700, 33} 11 slices, the last 60 rows; {1000, 2100} 15
+		// slices of 67 rows (1024 blocks over 66 column blocks), the last
+		// 62; {7, 13}, {512, 33} and {3, 20011} one pass.
+		for _, s := range [][2]int{{1, 1}, {7, 13}, {4096, 65}, {512, 33}, {700, 33}, {1000, 2100}, {3, 20011}} {
 			for _, acc := range []bool{false, true} {
 				name := fmt.Sprintf("%dx%d", s[0], s[1])
 				if acc {

@@ -58,7 +58,7 @@ func (k kernels) Softmax(a device.Softmax) error { return k.check("Softmax", a) 
 func (k kernels) Sample(a device.Sample) error   { return k.check("Sample", a) }
 func (k kernels) Dropout(a device.Dropout) error { return k.check("Dropout", a) }
 func (k kernels) AddBias(a device.AddBias) error { return k.check("AddBias", a) }
-func (k kernels) SumRows(a device.SumRows) error { return k.check("SumRows", a) }
+func (k kernels) SumRows(a device.SumRows) error { return k.sumRows(a) }
 func (k kernels) Fill(a device.Fill) error       { return k.check("Fill", a) }
 func (k kernels) Copy(a device.Copy) error       { return k.check("Copy", a) }
 func (k kernels) Axpby(a device.Axpby) error     { return k.check("Axpby", a) }
@@ -76,3 +76,15 @@ func (k kernels) Adam(a device.Adam) error               { return k.check("Adam"
 func (k kernels) RMSprop(a device.RMSprop) error         { return k.check("RMSprop", a) }
 func (k kernels) StepGuard(a device.StepGuard) error     { return k.check("StepGuard", a) }
 func (k kernels) GuardedCopy(a device.GuardedCopy) error { return k.check("GuardedCopy", a) }
+
+// sumRows is SumRows: the CUDA device's temporary when it cuts the rows
+// into slices (rowSlices).
+func (k kernels) sumRows(a device.SumRows) error {
+	if err := k.check("SumRows", a); err != nil {
+		return err
+	}
+	if slices := rowSlices(a.Rows, a.Cols); slices > 1 {
+		return k.temporary("SumRows", int64(slices*a.Cols)*8)
+	}
+	return nil
+}

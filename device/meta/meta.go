@@ -39,8 +39,8 @@ type Config struct {
 	// Workspace is memory the device allocates for itself when it opens,
 	// counted as alloc.Workspace: a CUDA device's cuBLAS workspace.
 	Workspace int64
-	// KernelTemporaries makes SoftmaxCrossEntropy and SumSquares allocate
-	// and free the temporaries the CUDA device's kernels use.
+	// KernelTemporaries makes SoftmaxCrossEntropy, SumSquares and SumRows
+	// allocate and free the temporaries the CUDA device's kernels use.
 	KernelTemporaries bool
 }
 
@@ -53,11 +53,29 @@ func CUDA(name string, capacity int64, mem alloc.Config, blasWorkspace int64) Co
 
 // The CUDA device's kernel temporaries (package cuda, launch.go): the loss
 // kernel sums its rows through N doubles; the norm kernel through one
-// double per block, at most maxParts blocks of about partWork elements.
+// double per block, at most maxParts blocks of about partWork elements;
+// SumRows, when it cuts the rows into slices (rowSlices), through one
+// double per slice and column.
 const (
-	maxParts = 1024
-	partWork = 2048
+	maxParts    = 1024
+	partWork    = 2048
+	rowSlice    = 64
+	rowBlocks   = 1024
+	onePassRows = 512
 )
+
+// rowSlices is the number of slices the CUDA device's SumRows cuts rows
+// rows of cols columns into (package cuda's rowSlices); 1 is one pass,
+// without a temporary.
+func rowSlices(rows, cols int) int {
+	if rows <= onePassRows {
+		return 1
+	}
+	colBlocks := (cols + 31) / 32
+	slices := max(1, min((rows+rowSlice-1)/rowSlice, rowBlocks/colBlocks))
+	slice := (rows + slices - 1) / slices
+	return (rows + slice - 1) / slice
+}
 
 // unlimited is the capacity of a meta device without one: 64 PiB, more
 // than any device has, and less than the allocator's largest request.

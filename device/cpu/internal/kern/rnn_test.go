@@ -153,6 +153,17 @@ func testCellAliasing[T Float](t *testing.T) {
 		checkEqual(t, "c", c2, c)
 		checkEqual(t, "h", h2, h)
 	})
+	t.Run("LSTMCell c=cPrev", func(t *testing.T) {
+		pre := to[T](uniform(rng, 4*bh, 4))
+		bih, bhh, cPrev := to[T](uniform(rng, 4*hidden, 1)), to[T](uniform(rng, 4*hidden, 1)), to[T](uniform(rng, bh, 2))
+		c, h, act := make([]T, bh), make([]T, bh), make([]T, 4*bh)
+		LSTMCell(hidden, pre, bih, bhh, cPrev, c, h, act)
+		h2, act2 := make([]T, bh), make([]T, 4*bh)
+		LSTMCell(hidden, pre, bih, bhh, cPrev, cPrev, h2, act2)
+		checkEqual(t, "c", cPrev, c)
+		checkEqual(t, "h", h2, h)
+		checkEqual(t, "act", act2, act)
+	})
 	t.Run("LSTMCellGrad dPre=act dcPrev=dc", func(t *testing.T) {
 		act := make([]T, 4*bh)
 		LSTMCell(hidden, to[T](uniform(rng, 4*bh, 4)), nil, nil, make([]T, bh), make([]T, bh), make([]T, bh), act)
