@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gocurrent/gocurrent/cuda"
@@ -126,7 +127,8 @@ func TestSampleStops(t *testing.T) {
 	}
 }
 
-// TestSampleSameOnCPUAndCUDA: the CPU device and the CUDA device (over the
+// TestSampleSameOnCPUAndCUDA: the CPU device and the CUDA device (the test
+// device when it is one, a GPU in the GPU kit; otherwise over the
 // emulator) draw the same tokens for the same model and seed. The kernel
 // draws the same class from the same logits to the bit (the devices'
 // conformance); the logits themselves differ in their last bits between
@@ -134,12 +136,16 @@ func TestSampleStops(t *testing.T) {
 // changes a token only when a draw falls within that difference of a
 // class boundary: about 1e-6 per token, so 3 x 300 tokens agree.
 func TestSampleSameOnCPUAndCUDA(t *testing.T) {
-	lib := cudaemu.ForTest(t)
-	gpu, err := cuda.Open(cuda.Config{DriverLibrary: lib.Path(), BLASLibrary: lib.Path()})
-	if err != nil {
-		t.Fatal(err)
+	gpu := testdevice.Open(t)
+	if !strings.HasPrefix(gpu.Name(), "cuda") {
+		lib := cudaemu.ForTest(t)
+		emu, err := cuda.Open(cuda.Config{DriverLibrary: lib.Path(), BLASLibrary: lib.Path()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { check(t, emu.Close()) })
+		gpu = emu
 	}
-	t.Cleanup(func() { check(t, gpu.Close()) })
 	host, err := cpu.Open(cpu.Config{})
 	if err != nil {
 		t.Fatal(err)
