@@ -232,6 +232,15 @@ func (d *Device) Info() Info { return d.info }
 // (Config.BLASWorkspace resolved), 0 when it set none.
 func (d *Device) BLASWorkspace() int64 { return d.wsBytes }
 
+// productRows is the CUDA device's device.ProductRows: a product over 2048
+// rows (H = 1024: 17 GFLOP) fills an H100, and a window of 64 steps of a
+// batch of 32 is then one product instead of 8 (launches and cuBLAS calls
+// are the host's cost of a step at small sizes).
+const productRows = 2048
+
+// ProductRows is device.ProductRower's: 2048.
+func (d *Device) ProductRows() int { return productRows }
+
 // Memory is the device's caching allocator, for snapshots, traces and
 // EmptyCache.
 func (d *Device) Memory() *alloc.Caching { return d.mem }

@@ -25,6 +25,9 @@ type Scope struct {
 
 var _ device.Scope = (*Scope)(nil)
 
+// ProductRows is the device's (device.ProductRower).
+func (s *Scope) ProductRows() int { return productRows }
+
 // minScopeWorkspace is the smallest cuBLAS workspace a scope is given: the
 // 16 KiB cuBLAS documents as enough to spare its routines
 // CUBLAS_STATUS_ALLOC_FAILED. A scope whose limit allows less gets none of

@@ -87,3 +87,28 @@ type Counts struct {
 func (c Counts) Sub(o Counts) Counts {
 	return Counts{Syncs: c.Syncs - o.Syncs, Launches: c.Launches - o.Launches, GEMMs: c.GEMMs - o.GEMMs, Copies: c.Copies - o.Copies}
 }
+
+// ProductRower is implemented by a device that says how many rows (steps
+// × batch) the layers' products over many steps (a recurrent stack's input
+// projection, weight gradients and bias sums) should cover at a time. The
+// CUDA device does: 2048, where a launch costs more than a larger product
+// (a window of 64 steps of a batch of 32 is one product, not 8).
+type ProductRower interface {
+	ProductRows() int
+}
+
+// DefaultProductRows is the rows of a product over steps on a device that
+// does not say (ProductRower): one block of the CPU device's matrix
+// product along its inner dimension, where cutting the weight gradients
+// costs nothing.
+const DefaultProductRows = 256
+
+// ProductRows is d's ProductRows, or DefaultProductRows.
+func ProductRows(d Device) int {
+	if p, ok := d.(ProductRower); ok {
+		if n := p.ProductRows(); n > 0 {
+			return n
+		}
+	}
+	return DefaultProductRows
+}

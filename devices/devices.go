@@ -100,5 +100,6 @@ func MetaConfig(d device.Device) meta.Config {
 	if g, ok := d.(*cuda.Device); ok {
 		c.Workspace, c.KernelTemporaries = g.BLASWorkspace(), true
 	}
+	c.ProductRows = device.ProductRows(d)
 	return c
 }

@@ -7,15 +7,15 @@ import (
 	"github.com/gocurrent/gocurrent/device"
 )
 
-// chunkRows is how many rows (steps × batch) a product over steps covers
-// at a time: the input projection, the weight gradients and the bias sums
-// run one chunk of ⌈chunkRows/B⌉ steps after the other, in the same order
-// whether or not the stack recomputes (segments are whole chunks), so that
-// the two sum the same values in the same order. 256 rows is one block of
-// the CPU device's matrix product along its inner dimension: cutting the
-// weight gradients there costs it nothing. (A stack's chunk is its
-// chunkRows field, which the package's own tests may lower.)
-const chunkRows = 256
+// A stack's chunkRows is how many rows (steps × batch) a product over
+// steps covers at a time: the input projection, the weight gradients and
+// the bias sums run one chunk of ⌈chunkRows/B⌉ steps after the other, in
+// the same order whether or not the stack recomputes (segments are whole
+// chunks), so that the two sum the same values in the same order. It is
+// the device's device.ProductRows: 256 on the CPU device, one block of its
+// matrix product along the inner dimension, where cutting the weight
+// gradients costs nothing; 2048 on a GPU, where each product is a launch.
+// (The package's own tests may lower it.)
 
 // chunkSteps is the number of steps of a chunk for a batch of B.
 func (s *stack) chunkSteps(B int) int { return (s.chunkRows + B - 1) / B }

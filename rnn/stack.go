@@ -43,8 +43,9 @@ type Config struct {
 	// RecomputeAuto sets k = ⌈√T⌉ for each forward over T steps. A
 	// unidirectional LSTM layer then needs about 2·B·H·T/k values kept and
 	// 6·B·H·k of workspace, a bidirectional layer keeps its outputs too
-	// (B·H·T). k is rounded up to a multiple of the stack's chunk,
-	// ⌈256/B⌉ steps, and a k that reaches T keeps everything, as 0 does.
+	// (B·H·T). k is rounded up to a multiple of the stack's chunk, ⌈R/B⌉
+	// steps for the device's device.ProductRows R (256 on the CPU), and a
+	// k that reaches T keeps everything, as 0 does.
 	// The gradients are those of Recompute 0 (bit for bit on the CPU
 	// device) and a training step costs about one more forward. The
 	// package documentation, "Recomputation", has the details; NoGrad
@@ -130,7 +131,7 @@ type stack struct {
 	lay                                         []layerBufs // reused views, as layers
 	dropSeed                                    uint64      // the seed of the dropout masks
 	drawn                                       uint64      // dropout mask elements drawn so far
-	chunkRows                                   int         // rows of a chunk of steps: the constant chunkRows
+	chunkRows                                   int         // rows of a chunk of steps: the device's device.ProductRows
 }
 
 // cell is what differs between the LSTM and the GRU: the size of a layer,
@@ -491,7 +492,7 @@ type layerGrads struct {
 }
 
 func newStack(d device.Device, c Config, kind cell) (*stack, error) {
-	s := &stack{dev: d, cell: kind, dropSeed: c.Seed, chunkRows: chunkRows}
+	s := &stack{dev: d, cell: kind, dropSeed: c.Seed, chunkRows: device.ProductRows(d)}
 	name := kind.name()
 	if d == nil {
 		return nil, fmt.Errorf("rnn: New%s: no device", name)

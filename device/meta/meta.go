@@ -42,14 +42,20 @@ type Config struct {
 	// KernelTemporaries makes SoftmaxCrossEntropy, SumSquares and SumRows
 	// allocate and free the temporaries the CUDA device's kernels use.
 	KernelTemporaries bool
+	// ProductRows is the device's device.ProductRows, which the layers'
+	// chunks follow; 0 means device.DefaultProductRows.
+	ProductRows int
 }
 
 // CUDA returns the Config of a CUDA device with capacity bytes and the
 // allocator policy mem, and blasWorkspace bytes of cuBLAS workspace
 // (cuda.Config.BLASWorkspace resolved: 32 MiB by default, 0 for none).
 func CUDA(name string, capacity int64, mem alloc.Config, blasWorkspace int64) Config {
-	return Config{Name: name, Capacity: capacity, Memory: mem, Workspace: blasWorkspace, KernelTemporaries: true}
+	return Config{Name: name, Capacity: capacity, Memory: mem, Workspace: blasWorkspace, KernelTemporaries: true, ProductRows: CUDAProductRows}
 }
+
+// CUDAProductRows is the CUDA device's device.ProductRows.
+const CUDAProductRows = 2048
 
 // The CUDA device's kernel temporaries (package cuda, launch.go): the loss
 // kernel sums its rows through N doubles; the norm kernel through one
@@ -129,6 +135,9 @@ func Open(cfg Config) (*Device, error) {
 
 // Name is the Config's name.
 func (d *Device) Name() string { return d.cfg.Name }
+
+// ProductRows is Config.ProductRows (device.ProductRower).
+func (d *Device) ProductRows() int { return d.cfg.ProductRows }
 
 // Config returns the configuration the device was opened with.
 func (d *Device) Config() Config { return d.cfg }
