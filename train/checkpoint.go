@@ -335,11 +335,20 @@ func (c *Checkpoint) trainerState() (trainerState, error) {
 // Save writes a checkpoint of everything a run needs to continue exactly:
 // the weights, the optimizer state, the carried state, the step count, the
 // position in the data and the model's random state, plus
-// Config.Metadata. The file is written atomically.
+// Config.Metadata. The file is written atomically. Called from OnStep
+// while Config.Pipeline steps are queued after the reported one, it is an
+// error: the device's state is then ahead of the step (Config.
+// CheckpointEvery saves at the step, reading back at once).
 func (t *Trainer) Save(path string) error { return t.save(path, "") }
+
+// errSaveQueued is the error of a Save while steps are queued.
+var errSaveQueued = errors.New("train: Save from OnStep while later steps are queued on the device (Config.Pipeline); use Config.CheckpointEvery")
 
 // save is Save with the trainer metadata's "stopped" mark (empty: none).
 func (t *Trainer) save(path, stopped string) error {
+	if t.ahead > 0 {
+		return errSaveQueued
+	}
 	f := &tensorFile{meta: maps.Clone(t.cfg.Metadata), tensors: map[string]tensorData{}}
 	if f.meta == nil {
 		f.meta = map[string]string{}

@@ -299,3 +299,31 @@ func TestPipelineDoesNotWait(t *testing.T) {
 		t.Errorf("Pipeline 8 on %s: %d synchronisations over steps %d to %d, want at most %d", d.Name(), got, from, to, limit)
 	}
 }
+
+// TestPipelineSaveFromOnStep: a Save from OnStep while steps are queued
+// after the reported one is refused (the device is ahead of the step it
+// would record); with Pipeline 0 the same Save succeeds and resumes.
+func TestPipelineSaveFromOnStep(t *testing.T) {
+	d := testdevice.Open(t)
+	for _, p := range []int{0, 4} {
+		m := newLM(t, d, lmConfig{vocab: 10, embed: 4, hidden: 6, layers: 1, dtype: device.Float32, seed: 1})
+		l := newLoader(t, d, text(t, 3000, 10, 3), loader.Config{Batch: 4, Seq: 8})
+		path := filepath.Join(t.TempDir(), "run.safetensors")
+		var tr *train.Trainer
+		var saveErr error
+		tr = newTrainer(t, d, m, l, train.Config{Optimizer: adam(t, 0.01), Steps: 10, Pipeline: p,
+			OnStep: func(pr train.Progress) {
+				if pr.Step == 2 {
+					saveErr = tr.Save(path)
+				}
+			}})
+		_, err := tr.Run(context.Background())
+		check(t, err)
+		switch {
+		case p == 0 && saveErr != nil:
+			t.Errorf("Pipeline 0: Save from OnStep: %v", saveErr)
+		case p > 0 && (saveErr == nil || !strings.Contains(saveErr.Error(), "CheckpointEvery")):
+			t.Errorf("Pipeline %d: Save from OnStep with steps queued: %v, want an error pointing to CheckpointEvery", p, saveErr)
+		}
+	}
+}

@@ -88,9 +88,11 @@ type Config struct {
 	// after a skip: up to Pipeline-1 steps of work lost), and the trainer
 	// reads back at once at every step a validation, a checkpoint or the
 	// end of the run is due. What changes: OnStep is called for a step
-	// when it is read back, up to Pipeline-1 steps late, and a run
-	// cancelled ends after the steps already queued (cancelling from
-	// OnStep included). Memory: two float64 per pipelined step.
+	// when it is read back, up to Pipeline-1 steps late, a run cancelled
+	// ends after the steps already queued (cancelling from OnStep
+	// included), and Save from OnStep is refused while later steps are
+	// queued (CheckpointEvery saves at its step). Memory: three float64
+	// per pipelined step.
 	Pipeline int
 
 	// WarmUp says whether the first Run begins with a warm-up (a warm-up
@@ -195,6 +197,7 @@ type Trainer struct {
 	queued   int64             // steps queued so far: the next one's slot is queued % slots
 	sent     int               // queue[:sent] are the steps the readback in flight covers
 	readback device.Event      // that readback; nil when none is in flight
+	ahead    int               // steps queued after the one OnStep is told of, while it is
 
 	step, skipped int64
 	pos           loader.Position
@@ -418,6 +421,10 @@ func (t *Trainer) newRun() *run {
 // non-finite when read back voids the steps queued after it; the data is
 // then read again from the position after it.
 func (t *Trainer) steps(ctx context.Context, r *run) error {
+	// The verdict starts clear, whatever a failed run left in it.
+	if err := t.dev.Kernels().Fill(device.Fill{DType: device.Float64, N: 2, X: t.guard}); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
 	for {
 		again, err := t.pass(ctx, r)
 		if err != nil {
@@ -852,7 +859,9 @@ func (t *Trainer) collect(r *run, werr error) (outcome, error) {
 			t.skipRun = 0
 			t.pos = q.next
 			o.taken = true
+			t.ahead = len(t.queue) - i - 1
 			t.report(r, &Progress{Step: t.step, Steps: t.cfg.Steps, Position: q.next, Loss: loss, GradNorm: norm, LR: q.lr}, q.tokens)
+			t.ahead = 0
 			continue
 		}
 		o.taken, o.voided = false, i+1 < len(t.queue)
