@@ -511,7 +511,7 @@ func (l *SeqLoader) Load(ctx context.Context, examples []int32) (b SeqBatch, rel
 	}
 	s := &l.slots[0]
 	if s.copied != nil {
-		if err := s.copied.Wait(); err != nil {
+		if err := await(s.copied); err != nil {
 			return SeqBatch{}, nil, err
 		}
 	}
