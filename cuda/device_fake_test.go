@@ -193,15 +193,7 @@ func TestFakeLifecycle(t *testing.T) {
 	if err := d.Synchronize(); !errors.Is(err, device.ErrClosed) {
 		t.Errorf("Synchronize after Close = %v, want ErrClosed", err)
 	}
-	for what, n := range map[string]int{
-		"device segments": len(f.sizes), "pinned segments": len(f.pinnedSizes), "events": len(f.events),
-		"streams": len(f.streams), "modules": len(f.modules), "cuBLAS handles": f.blasHandles,
-		"context references": f.ctxRetained - f.ctxReleased,
-	} {
-		if n != 0 {
-			t.Errorf("after Close, %d %s are still held", n, what)
-		}
-	}
+	f.checkReleased(t)
 }
 
 func TestFakeOutOfMemory(t *testing.T) {

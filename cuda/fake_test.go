@@ -7,6 +7,7 @@ import (
 	"math"
 	"regexp"
 	"sync"
+	"testing"
 	"unsafe"
 
 	"github.com/gocurrent/gocurrent/alloc"
@@ -505,4 +506,20 @@ func (f *fakeAPI) BLASGemm(_ cuContext, h blasHandle, g blasGemm) error {
 		}
 	}
 	return nil
+}
+
+// checkReleased fails t unless every driver object the fake handed out
+// (segments, pinned memory, events, streams, modules, cuBLAS handles,
+// context references) was given back: what a closed device must leave.
+func (f *fakeAPI) checkReleased(t *testing.T) {
+	t.Helper()
+	for what, n := range map[string]int{
+		"device segments": len(f.sizes), "pinned segments": len(f.pinnedSizes), "events": len(f.events),
+		"streams": len(f.streams), "modules": len(f.modules), "cuBLAS handles": f.blasHandles,
+		"context references": f.ctxRetained - f.ctxReleased,
+	} {
+		if n != 0 {
+			t.Errorf("after Close, %d %s are still held", n, what)
+		}
+	}
 }

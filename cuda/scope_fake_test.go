@@ -508,15 +508,7 @@ func TestFakeScopeClose(t *testing.T) {
 	if _, err := device.NewScope(d, device.ScopeConfig{}); !errors.Is(err, device.ErrClosed) {
 		t.Errorf("NewScope on a closed device = %v, want ErrClosed", err)
 	}
-	for what, n := range map[string]int{
-		"device segments": len(f.sizes), "pinned segments": len(f.pinnedSizes), "events": len(f.events),
-		"streams": len(f.streams), "modules": len(f.modules), "cuBLAS handles": f.blasHandles,
-		"context references": f.ctxRetained - f.ctxReleased,
-	} {
-		if n != 0 {
-			t.Errorf("after Close, %d %s are still held", n, what)
-		}
-	}
+	f.checkReleased(t)
 }
 
 // TestFakeScopeOpenFails checks that a scope that cannot be opened says
