@@ -235,8 +235,9 @@ type BenchResult struct {
 	TrainTokensPerSecond  float64 `json:"train_tokens_per_s"`
 	SampleTokensPerSecond float64 `json:"sample_tokens_per_s"`
 	// SegmentAllocs counts the segments the device allocator got from
-	// the device (cuMemAlloc on a GPU) during the timed training steps:
-	// 0 once the first steps have filled the cache.
+	// the device (cuMemAlloc on a GPU) during the timed training run, its
+	// trainer's set-up included: 0 once the warm-up run has filled the
+	// cache.
 	SegmentAllocs int64 `json:"segment_allocs"`
 	// DataWait is the fraction of the training run spent waiting for a
 	// batch.

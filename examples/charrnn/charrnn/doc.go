@@ -34,7 +34,7 @@
 //     with progress as it reads and evaluates the text.
 //   - bench: the workload of bench/torch_charrnn.py; prints
 //     train_tokens_per_s, sample_tokens_per_s, segment_allocs (device
-//     allocations during the timed steps) and data_wait; -tf32 on a GPU.
+//     allocations during the timed run) and data_wait; -tf32 on a GPU.
 //
 // -json makes every line of standard output one JSON object with an
 // "event" field, and leaves standard error empty: warnings are "warning"
