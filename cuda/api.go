@@ -15,6 +15,8 @@ type (
 	cuModule   uintptr
 	cuFunction uintptr
 	blasHandle uintptr
+	cuGraph    uintptr
+	cuExec     uintptr // a CUgraphExec
 )
 
 // api is the part of the CUDA driver and cuBLAS the device uses, loaded at
@@ -79,6 +81,24 @@ type api interface {
 	// Launch runs f on s; args are the kernel's parameters, each in an
 	// 8-byte slot (cuda/kernels/ABI.md).
 	Launch(c cuContext, f cuFunction, grid, block [3]uint32, sharedBytes uint32, s cuStream, args []uint64) error
+
+	// Graphs reports whether the driver has the stream capture and graph
+	// entry points below (CUDA 11.4 and later); without them the device
+	// captures nothing and its steps run eagerly.
+	Graphs() bool
+	// StreamBeginCapture starts capturing s in CU_STREAM_CAPTURE_MODE_RELAXED:
+	// the work queued on s is recorded into a graph, not run, until
+	// StreamEndCapture. Relaxed, because the capture is begun and ended
+	// from whatever OS threads the goroutine runs on, and the device itself
+	// refuses what a capture must not do (waits, driver allocations).
+	StreamBeginCapture(c cuContext, s cuStream) error
+	// StreamEndCapture ends the capture of s and returns its graph; an
+	// invalidated capture is an error and no graph.
+	StreamEndCapture(c cuContext, s cuStream) (cuGraph, error)
+	GraphInstantiate(c cuContext, g cuGraph) (cuExec, error)
+	GraphLaunch(c cuContext, e cuExec, s cuStream) error
+	GraphExecDestroy(c cuContext, e cuExec) error
+	GraphDestroy(c cuContext, g cuGraph) error
 
 	// BLASVersion is cuBLAS's version (e.g. 120804), or an error saying
 	// why cuBLAS could not be loaded.

@@ -58,6 +58,14 @@ typedef struct {
 	gcResult (*cuModuleGetFunction)(gcPtr*, gcPtr, const char*);
 	gcResult (*cuLaunchKernel)(gcPtr, unsigned int, unsigned int, unsigned int,
 		unsigned int, unsigned int, unsigned int, unsigned int, gcPtr, void**, void**);
+	// Stream capture and graphs (CUDA 11.4 and later), optional: NULL when
+	// the driver lacks any of them.
+	gcResult (*cuStreamBeginCapture)(gcPtr, int);
+	gcResult (*cuStreamEndCapture)(gcPtr, gcPtr*);
+	gcResult (*cuGraphInstantiateWithFlags)(gcPtr*, gcPtr, unsigned long long);
+	gcResult (*cuGraphLaunch)(gcPtr, gcPtr);
+	gcResult (*cuGraphExecDestroy)(gcPtr);
+	gcResult (*cuGraphDestroy)(gcPtr);
 } gcDriver;
 
 typedef struct {
@@ -88,6 +96,21 @@ static const char* gc_sym(void* lib, const char* name, void** slot) {
 
 #define GC_SYM(lib, table, field, name) \
 	do { const char* m = gc_sym(lib, name, (void**)&(table)->field); if (m) return m; } while (0)
+
+// gc_load_graphs resolves the graph entry points, all or none: a driver
+// before 11.4 lacks cuGraphInstantiateWithFlags, and then the device runs
+// every step eagerly.
+static void gc_load_graphs(void* lib, gcDriver* d) {
+	d->cuStreamBeginCapture = dlsym(lib, "cuStreamBeginCapture_v2");
+	d->cuStreamEndCapture = dlsym(lib, "cuStreamEndCapture");
+	d->cuGraphInstantiateWithFlags = dlsym(lib, "cuGraphInstantiateWithFlags");
+	d->cuGraphLaunch = dlsym(lib, "cuGraphLaunch");
+	d->cuGraphExecDestroy = dlsym(lib, "cuGraphExecDestroy");
+	d->cuGraphDestroy = dlsym(lib, "cuGraphDestroy");
+	if (!d->cuStreamBeginCapture || !d->cuStreamEndCapture || !d->cuGraphInstantiateWithFlags ||
+			!d->cuGraphLaunch || !d->cuGraphExecDestroy || !d->cuGraphDestroy)
+		d->cuStreamBeginCapture = NULL;
+}
 
 // gc_load_driver resolves every driver entry point; it returns the name of
 // the first one missing, or NULL. The _v2 names are the ones cuda.h maps
@@ -130,6 +153,7 @@ static const char* gc_load_driver(void* lib, gcDriver* d) {
 	GC_SYM(lib, d, cuModuleUnload, "cuModuleUnload");
 	GC_SYM(lib, d, cuModuleGetFunction, "cuModuleGetFunction");
 	GC_SYM(lib, d, cuLaunchKernel, "cuLaunchKernel");
+	gc_load_graphs(lib, d);
 	return NULL;
 }
 
@@ -216,6 +240,20 @@ static gcResult gc_event_record(gcDriver* d, gcPtr ctx, gcPtr e, gcPtr s) { GC_I
 static gcResult gc_event_query(gcDriver* d, gcPtr ctx, gcPtr e) { GC_IN(d, ctx); return d->cuEventQuery(e); }
 static gcResult gc_event_synchronize(gcDriver* d, gcPtr ctx, gcPtr e) { GC_IN(d, ctx); return d->cuEventSynchronize(e); }
 static gcResult gc_event_elapsed(gcDriver* d, gcPtr ctx, float* ms, gcPtr a, gcPtr b) { GC_IN(d, ctx); return d->cuEventElapsedTime(ms, a, b); }
+
+static int gc_graphs(gcDriver* d) { return d->cuStreamBeginCapture != NULL; }
+static gcResult gc_begin_capture(gcDriver* d, gcPtr ctx, gcPtr s) {
+	GC_IN(d, ctx);
+	return d->cuStreamBeginCapture(s, 2); // CU_STREAM_CAPTURE_MODE_RELAXED
+}
+static gcResult gc_end_capture(gcDriver* d, gcPtr ctx, gcPtr s, gcPtr* g) { GC_IN(d, ctx); return d->cuStreamEndCapture(s, g); }
+static gcResult gc_graph_instantiate(gcDriver* d, gcPtr ctx, gcPtr* e, gcPtr g) {
+	GC_IN(d, ctx);
+	return d->cuGraphInstantiateWithFlags(e, g, 0);
+}
+static gcResult gc_graph_launch(gcDriver* d, gcPtr ctx, gcPtr e, gcPtr s) { GC_IN(d, ctx); return d->cuGraphLaunch(e, s); }
+static gcResult gc_graph_exec_destroy(gcDriver* d, gcPtr ctx, gcPtr e) { GC_IN(d, ctx); return d->cuGraphExecDestroy(e); }
+static gcResult gc_graph_destroy(gcDriver* d, gcPtr ctx, gcPtr g) { GC_IN(d, ctx); return d->cuGraphDestroy(g); }
 
 // gc_module_load JIT-compiles image, with the JIT's error log in log.
 static gcResult gc_module_load(gcDriver* d, gcPtr ctx, gcPtr* m, const void* image, char* log, size_t logSize) {
@@ -611,6 +649,36 @@ func (a *cgoAPI) Launch(c cuContext, f cuFunction, grid, block [3]uint32, shared
 	return a.check("cuLaunchKernel", C.gc_launch(a.drv, ctxOf(c), ptrOf(uintptr(f)),
 		C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]), C.uint(block[0]), C.uint(block[1]), C.uint(block[2]),
 		C.uint(sharedBytes), ptrOf(uintptr(s)), p, C.int(len(args))))
+}
+
+func (a *cgoAPI) Graphs() bool { return C.gc_graphs(a.drv) != 0 }
+
+func (a *cgoAPI) StreamBeginCapture(c cuContext, s cuStream) error {
+	return a.check("cuStreamBeginCapture", C.gc_begin_capture(a.drv, ctxOf(c), ptrOf(uintptr(s))))
+}
+
+func (a *cgoAPI) StreamEndCapture(c cuContext, s cuStream) (cuGraph, error) {
+	var g C.gcPtr
+	err := a.check("cuStreamEndCapture", C.gc_end_capture(a.drv, ctxOf(c), ptrOf(uintptr(s)), &g))
+	return cuGraph(uintptr(g)), err
+}
+
+func (a *cgoAPI) GraphInstantiate(c cuContext, g cuGraph) (cuExec, error) {
+	var e C.gcPtr
+	err := a.check("cuGraphInstantiateWithFlags", C.gc_graph_instantiate(a.drv, ctxOf(c), &e, ptrOf(uintptr(g))))
+	return cuExec(uintptr(e)), err
+}
+
+func (a *cgoAPI) GraphLaunch(c cuContext, e cuExec, s cuStream) error {
+	return a.check("cuGraphLaunch", C.gc_graph_launch(a.drv, ctxOf(c), ptrOf(uintptr(e)), ptrOf(uintptr(s))))
+}
+
+func (a *cgoAPI) GraphExecDestroy(c cuContext, e cuExec) error {
+	return a.check("cuGraphExecDestroy", C.gc_graph_exec_destroy(a.drv, ctxOf(c), ptrOf(uintptr(e))))
+}
+
+func (a *cgoAPI) GraphDestroy(c cuContext, g cuGraph) error {
+	return a.check("cuGraphDestroy", C.gc_graph_destroy(a.drv, ctxOf(c), ptrOf(uintptr(g))))
 }
 
 func (a *cgoAPI) BLASVersion() (int, error) {

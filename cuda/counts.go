@@ -9,7 +9,7 @@ import (
 )
 
 // counts are device.Counts as the device keeps them.
-type counts struct{ syncs, launches, gemms, copies atomic.Int64 }
+type counts struct{ syncs, launches, gemms, copies, graphs atomic.Int64 }
 
 // Counts returns what the device was asked for since it opened, its
 // scopes' work included (device.Counter): kernel launches and memsets,
@@ -18,7 +18,7 @@ type counts struct{ syncs, launches, gemms, copies atomic.Int64 }
 // ride along with a synchronisation, are not counted.
 func (d *Device) Counts() device.Counts {
 	c := &d.counts
-	return device.Counts{Syncs: c.syncs.Load(), Launches: c.launches.Load(), GEMMs: c.gemms.Load(), Copies: c.copies.Load()}
+	return device.Counts{Syncs: c.syncs.Load(), Launches: c.launches.Load(), GEMMs: c.gemms.Load(), Copies: c.copies.Load(), Graphs: c.graphs.Load()}
 }
 
 var _ device.Counter = (*Device)(nil)

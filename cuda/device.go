@@ -307,6 +307,9 @@ func (d *Device) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	if err := d.closeGraphs(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := d.release(); err != nil {
 		errs = append(errs, err)
 	}

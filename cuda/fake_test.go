@@ -68,6 +68,22 @@ type fakeAPI struct {
 	// successful launch, outside the fake's lock: a test's way to make
 	// something happen while a kernel method is between launches.
 	onLaunch func(name string)
+
+	// Stream capture and graphs: the work queued on a capturing stream is
+	// recorded as closures that call the same methods again when a graph
+	// made from it is launched. noGraphs makes Graphs report none (a
+	// driver before 11.4).
+	noGraphs  bool
+	capturing map[cuStream]*fakeCapture
+	graphs    map[cuGraph][]func() error
+	execs     map[cuExec][]func() error
+}
+
+// fakeCapture is a stream capture under way: the work recorded, and
+// whether something illegal during the capture invalidated it.
+type fakeCapture struct {
+	ops     []func() error
+	invalid bool
 }
 
 type fakeLaunch struct {
@@ -85,6 +101,7 @@ func newFakeAPI() *fakeAPI {
 		streams: map[uintptr]bool{}, events: map[uintptr]bool{},
 		modules: map[cuModule][]byte{}, functions: map[cuFunction]string{},
 		blasStream: map[blasHandle]cuStream{}, blasWorkspace: map[blasHandle]alloc.Ptr{},
+		capturing: map[cuStream]*fakeCapture{}, graphs: map[cuGraph][]func() error{}, execs: map[cuExec][]func() error{},
 	}
 }
 
@@ -130,7 +147,15 @@ func (f *fakeAPI) PrimaryCtxRelease(cuDevice) error {
 	return nil
 }
 
-func (f *fakeAPI) CtxSynchronize(cuContext) error { return nil }
+func (f *fakeAPI) CtxSynchronize(cuContext) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.capturing {
+		c.invalid = true
+		return newError("cuCtxSynchronize", 900, "")
+	}
+	return nil
+}
 func (f *fakeAPI) MemGetInfo(cuContext) (int64, int64, error) {
 	return f.mem.MemInfo()
 }
@@ -198,7 +223,10 @@ func (f *fakeAPI) devBytes(p alloc.Ptr, n int64) ([]byte, error) {
 	return b, nil
 }
 
-func (f *fakeAPI) MemcpyHtoDAsync(_ cuContext, dst alloc.Ptr, src unsafe.Pointer, n int64, _ cuStream) error {
+func (f *fakeAPI) MemcpyHtoDAsync(c cuContext, dst alloc.Ptr, src unsafe.Pointer, n int64, s cuStream) error {
+	if f.record(s, func() error { return f.MemcpyHtoDAsync(c, dst, src, n, s) }) {
+		return nil
+	}
 	b, err := f.devBytes(dst, n)
 	if err == nil {
 		copy(b, unsafe.Slice((*byte)(src), n))
@@ -214,7 +242,10 @@ func (f *fakeAPI) log(op string, s cuStream) {
 	}
 }
 
-func (f *fakeAPI) MemcpyDtoHAsync(_ cuContext, dst unsafe.Pointer, src alloc.Ptr, n int64, s cuStream) error {
+func (f *fakeAPI) MemcpyDtoHAsync(c cuContext, dst unsafe.Pointer, src alloc.Ptr, n int64, s cuStream) error {
+	if f.record(s, func() error { return f.MemcpyDtoHAsync(c, dst, src, n, s) }) {
+		return nil
+	}
 	if n == 4 {
 		f.log("copy", s)
 	}
@@ -225,7 +256,10 @@ func (f *fakeAPI) MemcpyDtoHAsync(_ cuContext, dst unsafe.Pointer, src alloc.Ptr
 	return err
 }
 
-func (f *fakeAPI) MemcpyDtoDAsync(_ cuContext, dst, src alloc.Ptr, n int64, _ cuStream) error {
+func (f *fakeAPI) MemcpyDtoDAsync(c cuContext, dst, src alloc.Ptr, n int64, st cuStream) error {
+	if f.record(st, func() error { return f.MemcpyDtoDAsync(c, dst, src, n, st) }) {
+		return nil
+	}
 	d, err := f.devBytes(dst, n)
 	if err != nil {
 		return err
@@ -237,7 +271,10 @@ func (f *fakeAPI) MemcpyDtoDAsync(_ cuContext, dst, src alloc.Ptr, n int64, _ cu
 	return err
 }
 
-func (f *fakeAPI) MemsetD32Async(_ cuContext, dst alloc.Ptr, v uint32, n int64, s cuStream) error {
+func (f *fakeAPI) MemsetD32Async(c cuContext, dst alloc.Ptr, v uint32, n int64, s cuStream) error {
+	if f.record(s, func() error { return f.MemsetD32Async(c, dst, v, n, s) }) {
+		return nil
+	}
 	f.log("zero", s)
 	b, err := f.devBytes(dst, 4*n)
 	if err != nil {
@@ -273,6 +310,11 @@ func (f *fakeAPI) StreamDestroy(_ cuContext, s cuStream) error {
 func (f *fakeAPI) StreamSynchronize(_ cuContext, s cuStream) error {
 	f.mu.Lock()
 	hook := f.onSync
+	if c := f.capturing[s]; c != nil {
+		c.invalid = true
+		f.mu.Unlock()
+		return newError("cuStreamSynchronize", 900, "") // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+	}
 	f.mu.Unlock()
 	if hook != nil {
 		hook(s)
@@ -301,9 +343,15 @@ func (f *fakeAPI) EventDestroy(_ cuContext, e cuEvent) error {
 	return nil
 }
 
-func (f *fakeAPI) EventRecord(cuContext, cuEvent, cuStream) error {
+func (f *fakeAPI) EventRecord(_ cuContext, _ cuEvent, s cuStream) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if c := f.capturing[s]; c != nil {
+		// A captured event is legal on a GPU, but the device never needs
+		// one: waiting for it would be.
+		c.invalid = true
+		return newError("cuEventRecord", 900, "")
+	}
 	return f.recordErr
 }
 
@@ -351,7 +399,13 @@ func (f *fakeAPI) ModuleGetFunction(_ cuContext, m cuModule, name string) (cuFun
 // gc_embedding_* raises statusEmbedding in the status word it is given
 // when an id is out of range, as the kernel does on the GPU, so that tests
 // see an index error reach the status word of the lane that launched it.
-func (f *fakeAPI) Launch(_ cuContext, fn cuFunction, grid, block [3]uint32, _ uint32, s cuStream, args []uint64) error {
+func (f *fakeAPI) Launch(c cuContext, fn cuFunction, grid, block [3]uint32, shared uint32, s cuStream, args []uint64) error {
+	// The launch's arguments are read now, as cuLaunchKernel does during
+	// a capture: later changes to args do not reach the graph.
+	saved := append([]uint64(nil), args...)
+	if f.record(s, func() error { return f.Launch(c, fn, grid, block, shared, s, saved) }) {
+		return nil
+	}
 	f.mu.Lock()
 	name, ok := f.functions[fn]
 	if ok {
@@ -442,7 +496,13 @@ func (f *fakeAPI) BLASSetWorkspace(_ cuContext, h blasHandle, p alloc.Ptr, _ int
 
 // BLASGemm computes the column-major GEMM with a naive loop, as cuBLAS's
 // reference documentation defines it.
-func (f *fakeAPI) BLASGemm(_ cuContext, h blasHandle, g blasGemm) error {
+func (f *fakeAPI) BLASGemm(c cuContext, h blasHandle, g blasGemm) error {
+	f.mu.Lock()
+	s := f.blasStream[h]
+	f.mu.Unlock()
+	if f.record(s, func() error { return f.BLASGemm(c, h, g) }) {
+		return nil
+	}
 	f.mu.Lock()
 	f.gemms = append(f.gemms, g)
 	f.gemmStreams = append(f.gemmStreams, f.blasStream[h])
@@ -508,6 +568,103 @@ func (f *fakeAPI) BLASGemm(_ cuContext, h blasHandle, g blasGemm) error {
 	return nil
 }
 
+// record appends op to the capture of s and reports true when s is being
+// captured; false, and nothing recorded, when it is not.
+func (f *fakeAPI) record(s cuStream, op func() error) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.capturing[s]
+	if c == nil {
+		return false
+	}
+	c.ops = append(c.ops, op)
+	return true
+}
+
+func (f *fakeAPI) Graphs() bool { return !f.noGraphs }
+
+func (f *fakeAPI) StreamBeginCapture(_ cuContext, s cuStream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.streams[uintptr(s)] {
+		return newError("cuStreamBeginCapture", 400, "")
+	}
+	if f.capturing[s] != nil {
+		return newError("cuStreamBeginCapture", 401, "") // CUDA_ERROR_ILLEGAL_STATE
+	}
+	f.capturing[s] = &fakeCapture{}
+	return nil
+}
+
+func (f *fakeAPI) StreamEndCapture(_ cuContext, s cuStream) (cuGraph, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.capturing[s]
+	if c == nil {
+		return 0, newError("cuStreamEndCapture", 401, "")
+	}
+	delete(f.capturing, s)
+	if c.invalid {
+		return 0, newError("cuStreamEndCapture", 901, "") // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+	}
+	g := cuGraph(f.handle())
+	f.graphs[g] = c.ops
+	return g, nil
+}
+
+func (f *fakeAPI) GraphInstantiate(_ cuContext, g cuGraph) (cuExec, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ops, ok := f.graphs[g]
+	if !ok {
+		return 0, newError("cuGraphInstantiateWithFlags", 400, "")
+	}
+	e := cuExec(f.handle())
+	f.execs[e] = ops
+	return e, nil
+}
+
+// GraphLaunch runs the graph's work at once, in the order it was
+// captured (the fake runs all work at enqueue).
+func (f *fakeAPI) GraphLaunch(_ cuContext, e cuExec, s cuStream) error {
+	f.mu.Lock()
+	ops, ok := f.execs[e]
+	capturing := f.capturing[s] != nil
+	f.mu.Unlock()
+	switch {
+	case !ok:
+		return newError("cuGraphLaunch", 400, "")
+	case capturing:
+		return newError("cuGraphLaunch", 900, "")
+	}
+	for _, op := range ops {
+		if err := op(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeAPI) GraphExecDestroy(_ cuContext, e cuExec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.execs[e]; !ok {
+		return newError("cuGraphExecDestroy", 400, "")
+	}
+	delete(f.execs, e)
+	return nil
+}
+
+func (f *fakeAPI) GraphDestroy(_ cuContext, g cuGraph) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.graphs[g]; !ok {
+		return newError("cuGraphDestroy", 400, "")
+	}
+	delete(f.graphs, g)
+	return nil
+}
+
 // checkReleased fails t unless every driver object the fake handed out
 // (segments, pinned memory, events, streams, modules, cuBLAS handles,
 // context references) was given back: what a closed device must leave.
@@ -516,7 +673,8 @@ func (f *fakeAPI) checkReleased(t *testing.T) {
 	for what, n := range map[string]int{
 		"device segments": len(f.sizes), "pinned segments": len(f.pinnedSizes), "events": len(f.events),
 		"streams": len(f.streams), "modules": len(f.modules), "cuBLAS handles": f.blasHandles,
-		"context references": f.ctxRetained - f.ctxReleased,
+		"context references": f.ctxRetained - f.ctxReleased, "graphs": len(f.graphs), "executable graphs": len(f.execs),
+		"captures": len(f.capturing),
 	} {
 		if n != 0 {
 			t.Errorf("after Close, %d %s are still held", n, what)

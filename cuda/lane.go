@@ -56,6 +56,8 @@ type lane struct {
 	launchMu sync.Mutex // guards args
 	args     [32]uint64
 
+	graphs graphs // its CUDA graphs (graph.go)
+
 	// Guarded by d.mu: the NewStream streams still open, by allocator
 	// stream id, and (for a scope) the staging buffers it still holds,
 	// which its Close gives back.
@@ -201,14 +203,22 @@ func (l *lane) Alloc(bytes int64, cat device.Category) (device.Buffer, error) {
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("%s: %w", l.name, err)
 	}
+	l.allocated(p)
 	return devdriver.NewBuffer(l.owner, p, bytes, nil), nil
 }
 
 // Free returns b to the cache. The cache serves the compute stream, so
-// kernels queued before the Free still see valid memory.
+// kernels queued before the Free still see valid memory. A block a live
+// graph may write stays out of the cache until the graph closes.
 func (l *lane) Free(b device.Buffer) error {
 	if err := l.checkOpen("Free"); err != nil {
 		return err
+	}
+	if err := devdriver.CheckOwner(l.owner, "Free", "the buffer", b.Device()); err != nil {
+		return err
+	}
+	if b.Len() > 0 && l.graphs.mem.Keep(b.Addr()) {
+		return nil
 	}
 	return devdriver.Free(l.owner, l.d.mem, b)
 }
@@ -221,6 +231,9 @@ func (l *lane) Upload(dst device.Buffer, src []byte) error {
 		return err
 	}
 	if err := devdriver.CheckUpload(l.owner, dst, src); err != nil {
+		return err
+	}
+	if err := l.inCapture("Upload"); err != nil {
 		return err
 	}
 	if len(src) == 0 {
@@ -242,6 +255,9 @@ func (l *lane) Download(dst []byte, src device.Buffer) error {
 		return err
 	}
 	if err := devdriver.CheckDownload(l.owner, dst, src); err != nil {
+		return err
+	}
+	if err := l.inCapture("Download"); err != nil {
 		return err
 	}
 	if len(dst) > 0 {
@@ -336,6 +352,9 @@ func (l *lane) CopyToDevice(dst device.Buffer, src device.HostBuffer, s device.S
 	if err != nil {
 		return nil, err
 	}
+	if err := st.inCapture("CopyToDevice"); err != nil {
+		return nil, err
+	}
 	if src.Len() > 0 {
 		d := l.d
 		if err := d.api.MemcpyHtoDAsync(d.ctx, dst.Addr(), unsafe.Pointer(unsafe.SliceData(src.Bytes())), src.Len(), st.s); err != nil {
@@ -358,6 +377,9 @@ func (l *lane) CopyToHost(dst device.HostBuffer, src device.Buffer, s device.Str
 	if err != nil {
 		return nil, err
 	}
+	if err := st.inCapture("CopyToHost"); err != nil {
+		return nil, err
+	}
 	if dst.Len() > 0 {
 		d := l.d
 		if err := d.api.MemcpyDtoHAsync(d.ctx, unsafe.Pointer(unsafe.SliceData(dst.Bytes())), src.Addr(), dst.Len(), st.s); err != nil {
@@ -372,6 +394,9 @@ func (l *lane) CopyToHost(dst device.HostBuffer, src device.Buffer, s device.Str
 // nor reported.
 func (l *lane) Synchronize() error {
 	if err := l.checkOpen("Synchronize"); err != nil {
+		return err
+	}
+	if err := l.inCapture("Synchronize"); err != nil {
 		return err
 	}
 	var first error

@@ -151,6 +151,7 @@ func (l *lane) allocTemp(kernel string, n int64) (alloc.Ptr, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s: %s: %w", l.name, kernel, err)
 	}
+	l.allocated(p)
 	return p, nil
 }
 
@@ -160,6 +161,9 @@ func (l *lane) allocTemp(kernel string, n int64) (alloc.Ptr, error) {
 // the kernel's launches on the same stream, so freeing it before they ran
 // is safe.
 func (l *lane) freeTemp(kernel string, p alloc.Ptr, err *error) {
+	if l.graphs.mem.Keep(p) {
+		return
+	}
 	if ferr := l.d.mem.Free(p); ferr != nil {
 		*err = errors.Join(*err, fmt.Errorf("%s: %s: freeing a temporary: %w", l.name, kernel, ferr))
 	}

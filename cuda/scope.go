@@ -134,6 +134,7 @@ func (s *Scope) Close() error {
 		keep(d.api.StreamSynchronize(d.ctx, st.s))
 	}
 	keep(s.readStatus(s.compute.s, true))
+	keep(s.closeGraphs())
 	d.mu.Lock()
 	staging := s.staging
 	s.staging = nil

@@ -34,6 +34,15 @@ func (s *stream) isClosed() bool {
 	return s.closed || s.ln.isClosed()
 }
 
+// inCapture is the error of what, on the compute stream while it is
+// being captured; nil on another stream or outside a capture.
+func (s *stream) inCapture(what string) error {
+	if !s.compute {
+		return nil
+	}
+	return s.ln.inCapture(what)
+}
+
 func (s *stream) markClosed() {
 	s.mu.Lock()
 	s.closed = true
@@ -57,6 +66,9 @@ func (s *stream) closedErr(what string) error {
 func (s *stream) Record() (device.Event, error) {
 	if s.isClosed() {
 		return nil, s.closedErr("Record")
+	}
+	if err := s.inCapture("Stream.Record"); err != nil {
+		return nil, err
 	}
 	e, err := s.record()
 	if err != nil {
@@ -100,6 +112,9 @@ func (s *stream) Wait(e device.Event) error {
 	if s.isClosed() {
 		return s.closedErr("Wait")
 	}
+	if err := s.inCapture("Stream.Wait"); err != nil {
+		return err
+	}
 	if ev.s == s {
 		return nil // a stream's own work is already in order
 	}
@@ -114,6 +129,9 @@ func (s *stream) Wait(e device.Event) error {
 func (s *stream) Synchronize() error {
 	if s.isClosed() {
 		return s.closedErr("Synchronize")
+	}
+	if err := s.inCapture("Stream.Synchronize"); err != nil {
+		return err
 	}
 	s.ln.d.counts.syncs.Add(1)
 	if s.compute {

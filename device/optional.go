@@ -81,11 +81,15 @@ type Counts struct {
 	// Copies counts the memory copies queued: Upload, Download,
 	// CopyToDevice, CopyToHost and the Copy kernel.
 	Copies int64
+	// Graphs counts Graph.Launch calls. The work a graph recorded counts
+	// in Launches, GEMMs and Copies at every launch, as the calls did (it
+	// runs again), and not while it is recorded (it does not run then).
+	Graphs int64
 }
 
 // Sub returns c - o, the counts of what happened between two readings.
 func (c Counts) Sub(o Counts) Counts {
-	return Counts{Syncs: c.Syncs - o.Syncs, Launches: c.Launches - o.Launches, GEMMs: c.GEMMs - o.GEMMs, Copies: c.Copies - o.Copies}
+	return Counts{Syncs: c.Syncs - o.Syncs, Launches: c.Launches - o.Launches, GEMMs: c.GEMMs - o.GEMMs, Copies: c.Copies - o.Copies, Graphs: c.Graphs - o.Graphs}
 }
 
 // ProductRower is implemented by a device that says how many rows (steps

@@ -65,13 +65,13 @@ var (
 )
 
 // counts are device.Counts as they are kept: atomics the lanes add to.
-type counts struct{ syncs, launches, gemms, copies atomic.Int64 }
+type counts struct{ syncs, launches, gemms, copies, graphs atomic.Int64 }
 
 // Counts returns what the device was asked for since it opened, its
 // scopes' work included (device.Counter).
 func (d *Device) Counts() device.Counts {
 	c := &d.counts
-	return device.Counts{Syncs: c.syncs.Load(), Launches: c.launches.Load(), GEMMs: c.gemms.Load(), Copies: c.copies.Load()}
+	return device.Counts{Syncs: c.syncs.Load(), Launches: c.launches.Load(), GEMMs: c.gemms.Load(), Copies: c.copies.Load(), Graphs: c.graphs.Load()}
 }
 
 // Open starts a CPU device.

@@ -20,6 +20,8 @@ func (s *stream) exec(c *cmd) error {
 	switch c.op {
 	case opWait:
 		c.wait.s.wait(c.wait.seq)
+	case opGraph:
+		return c.graph.run(s)
 	case opCopy:
 		copy(unsafe.Slice((*byte)(c.copy.dst), c.copy.n), unsafe.Slice((*byte)(c.copy.src), c.copy.n))
 	case opGemm:

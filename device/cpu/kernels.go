@@ -40,15 +40,17 @@ const (
 	opRMSprop
 	opStepGuard
 	opGuardedCopy
+	opGraph
 )
 
 // cmd is one slot of a stream's ring: the kind of work and its arguments,
 // held by value so that queuing allocates nothing. Only the field of its
 // kind is meaningful.
 type cmd struct {
-	op   op
-	wait event
-	copy copyCmd
+	op    op
+	wait  event
+	copy  copyCmd
+	graph *graph // opGraph's
 
 	gemm     device.Gemm
 	lstm     device.LSTMCell
@@ -94,6 +96,7 @@ type cmd struct {
 func (c *cmd) release() {
 	c.copy = copyCmd{}
 	c.wait = event{}
+	c.graph = nil
 }
 
 // kernels is the CPU device's device.Kernels: each method checks its

@@ -26,6 +26,7 @@ type lane struct {
 	closed atomic.Bool
 
 	compute *stream
+	graphs  graphs // graph.go
 
 	mu      sync.Mutex             // guards streams and staging
 	streams []*stream              // NewStream streams still open
@@ -62,6 +63,7 @@ func (l *lane) Alloc(bytes int64, cat device.Category) (device.Buffer, error) {
 	if bytes == 0 {
 		return driver.NewBuffer(l.owner, 0, 0, nil), nil
 	}
+	l.allocated(p)
 	mem, err := l.d.host.Bytes(p, bytes)
 	if err != nil { // cannot happen: the block lies in a live segment
 		_ = l.d.mem.Free(p)
@@ -75,6 +77,12 @@ func (l *lane) Alloc(bytes int64, cat device.Category) (device.Buffer, error) {
 func (l *lane) Free(b device.Buffer) error {
 	if err := l.checkOpen("Free"); err != nil {
 		return err
+	}
+	if err := driver.CheckOwner(l.owner, "Free", "the buffer", b.Device()); err != nil {
+		return err
+	}
+	if b.Len() > 0 && l.graphs.mem.Keep(b.Addr()) {
+		return nil // a live graph may write it (device.Grapher)
 	}
 	return driver.Free(l.owner, l.d.mem, b)
 }
@@ -112,6 +120,9 @@ func (l *lane) Download(dst []byte, src device.Buffer) error {
 }
 
 func (l *lane) copySync(cc copyCmd) error {
+	if err := l.inCapture("a copy that waits"); err != nil {
+		return err
+	}
 	seq, err := l.compute.enqueue(func(c *cmd) { c.op, c.copy = opCopy, cc })
 	if err != nil {
 		return err
@@ -230,6 +241,9 @@ func (l *lane) copyAsync(what string, s device.Stream, cc copyCmd) (device.Event
 	if err != nil {
 		return nil, err
 	}
+	if err := cs.inCapture(what); err != nil {
+		return nil, err
+	}
 	seq, err := cs.enqueue(func(c *cmd) {
 		c.op = opCopy
 		if cc.n > 0 {
@@ -251,6 +265,9 @@ func (l *lane) copyAsync(what string, s device.Stream, cc copyCmd) (device.Event
 // error among them.
 func (l *lane) Synchronize() error {
 	if err := l.checkOpen("Synchronize"); err != nil {
+		return err
+	}
+	if err := l.inCapture("Synchronize"); err != nil {
 		return err
 	}
 	var first error

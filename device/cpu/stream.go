@@ -65,6 +65,14 @@ func (s *stream) enqueue(fill func(c *cmd)) (uint64, error) {
 		s.mu.Unlock()
 		return 0, s.closedErr()
 	}
+	if rec := s.ln.graphs.rec; rec != nil && s.compute {
+		// Recorded for a graph, not run (lane.Capture).
+		var c cmd
+		fill(&c)
+		rec.cmds = append(rec.cmds, c)
+		s.mu.Unlock()
+		return 0, nil
+	}
 	seq := s.queued.Load() + 1
 	c := &s.ring[(seq-1)%queueDepth]
 	fill(c)
@@ -144,6 +152,9 @@ func (s *stream) peek() error {
 }
 
 func (s *stream) Record() (device.Event, error) {
+	if err := s.inCapture("Stream.Record"); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -159,6 +170,9 @@ func (s *stream) Wait(e device.Event) error {
 	if !ok || ev.s.ln != s.ln {
 		return fmt.Errorf("%s: Stream.Wait: event %T is not from this %s: %w", s.ln.owner.Name(), e, labelNoun(s.ln.label), device.ErrForeignBuffer)
 	}
+	if err := s.inCapture("Stream.Wait"); err != nil {
+		return err
+	}
 	if ev.s == s {
 		if s.isClosing() {
 			return s.closedErr()
@@ -170,6 +184,9 @@ func (s *stream) Wait(e device.Event) error {
 }
 
 func (s *stream) Synchronize() error {
+	if err := s.inCapture("Stream.Synchronize"); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	seq, closing := s.queued.Load(), s.closing
 	s.mu.Unlock()
@@ -179,6 +196,15 @@ func (s *stream) Synchronize() error {
 	s.dev.counts.syncs.Add(1)
 	s.wait(seq)
 	return s.report()
+}
+
+// inCapture is the error of what on the compute stream while it records
+// a graph; nil on another stream or outside a capture.
+func (s *stream) inCapture(what string) error {
+	if !s.compute {
+		return nil
+	}
+	return s.ln.inCapture(what)
 }
 
 func (s *stream) isClosing() bool {

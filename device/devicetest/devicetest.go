@@ -103,6 +103,7 @@ func RunGroups(t *testing.T, open func(t testing.TB) device.Device, keep func(gr
 		{"Misuse", testMisuse},
 		{"Scopes", testScopes},
 		{"Counts", testCounts},
+		{"Graphs", testGraphs},
 	}
 	for _, g := range groups {
 		if keep != nil && !keep(g.name) {
