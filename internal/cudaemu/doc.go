@@ -45,6 +45,54 @@
 // CUBLAS_TF32_TENSOR_OP_MATH) rather than agreeing with a CPU to the bit.
 // Failures are the driver's CUresult and cuBLAS's status codes.
 //
+// # Stream capture and graphs
+//
+// A stream that captures (cuStreamBeginCapture_v2, in mode GLOBAL,
+// THREAD_LOCAL or RELAXED) records the work enqueued on it instead of
+// running it: copies and memsets (their pointers: a host buffer is read or
+// written when the graph runs), kernels (their parameter values when
+// cuLaunchKernel was called, as the driver copies them), cuBLAS GEMMs on a
+// handle whose stream captures (alpha and beta as they were, cuBLAS's host
+// pointer mode) and graphs launched on it. cuStreamEndCapture makes the
+// recording a graph, cuGraphInstantiateWithFlags an executable graph with
+// its own copy of the work (destroying or changing the graph later
+// changes nothing), and cuGraphLaunch runs that work again, in capture
+// order, when it is called, as everything else here. Arguments are checked
+// at capture, as the eager calls check them, and a copy's or memset's
+// device memory again at each launch, with a GEMM's: a launch whose work
+// touches memory freed since fails as the eager call would
+// (CUDA_ERROR_INVALID_VALUE), after the nodes before it ran and before
+// those after it. cuGraphUpload only checks its arguments.
+//
+// What a capture forbids on a GPU is refused, and invalidates the capture,
+// so cuStreamEndCapture then returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+// (901) and no graph: synchronising the capturing stream, or the context
+// while any stream captures (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, 900);
+// querying or synchronising an event last recorded in a capture
+// (CUDA_ERROR_CAPTURED_EVENT, 907); cuMemAlloc, cuMemFree, cuMemHostAlloc,
+// cuMemFreeHost, cuEventQuery and cuEventSynchronize from any thread while
+// a GLOBAL capture goes on, or from the capturing thread of a
+// THREAD_LOCAL one (900; RELAXED captures allow them); work on the legacy
+// stream while a blocking stream captures
+// (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, 906); and any call that fails while
+// its stream captures. Work on an invalidated capture is 901. Beginning a
+// capture twice, or ending one that was not begun, is
+// CUDA_ERROR_ILLEGAL_STATE (401); a GLOBAL or THREAD_LOCAL capture must end
+// on the thread that began it (CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
+// 908). Each thread's own interaction mode is GLOBAL, the default
+// (cuThreadExchangeStreamCaptureMode is not emulated).
+//
+// What it does not do: capture on more than one stream. A capture's graph
+// is one chain of nodes; a stream may wait on an event recorded outside
+// any capture (nothing to wait for here) or earlier in its own capture,
+// but a wait across streams on a captured event, which a GPU records as a
+// fork or a join, is refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
+// invalidates the capture. Neither the legacy stream nor
+// CU_STREAM_PER_THREAD can capture (900). Graphs are built by capture
+// only (no cuGraphAdd*Node, no cuGraphExecUpdate), have no parallel
+// branches, memory nodes or event nodes, and their work runs when
+// cuGraphLaunch is called, so it is no faster than the eager calls.
+//
 // # Building
 //
 // Build compiles the library with g++ into a directory of the caller's;
