@@ -367,7 +367,7 @@ func (k kernels) Sample(a device.Sample) error {
 	}
 	grid := [3]uint32{uint32(max(1, min(a.N, gridCap))), 1, 1}
 	return k.l.launch(kSample, a.DType, grid, block1, ptr(a.Logits), ptr(a.IDs), ptr(a.Tokens), i64(a.N), i64(a.Classes),
-		f64(a.Temperature), i64(a.TopK), a.Seed, a.Counter)
+		f64(a.Temperature), i64(a.TopK), a.Seed, a.Counter, ptr(a.CounterAt))
 }
 
 func (k kernels) Dropout(a device.Dropout) error {

@@ -688,6 +688,12 @@ type Sample struct {
 	TopK        int
 	Seed        uint64
 	Counter     uint64
+	// CounterAt, when set, is 8 bytes of device memory holding a uint64
+	// (two Int32 words, the low one first) that the kernel adds to Counter
+	// when it runs: a count that changes between the replays of a graph
+	// (Grapher), which fixes the arguments. Row i then draws with
+	// Counter + *CounterAt + i.
+	CounterAt Buffer
 	// IDs is [N] Int32, the drawn classes.
 	IDs Buffer
 	// Tokens is [N] Int32, a second copy of the drawn classes, or none.
@@ -714,6 +720,7 @@ func (a Sample) Check(d Device) error {
 	c.buf("Logits", a.Logits, a.DType, a.N*a.Classes)
 	c.buf("IDs", a.IDs, Int32, a.N)
 	c.opt("Tokens", a.Tokens, Int32, a.N)
+	c.opt("CounterAt", a.CounterAt, Int32, 2)
 	return c.err
 }
 

@@ -163,6 +163,15 @@ func (m *CharRNN) Forward(mode rnn.Mode, ids device.Buffer, seq, rows int, st tr
 // Backward implements train.Model.
 func (m *CharRNN) Backward(dLogits device.Buffer) error { return m.backward(dLogits) }
 
+// Replayable implements train.Replayable: a no-grad forward queues the
+// same calls on the same buffers for the same shapes (the layers' buffers
+// grow and stay), so train.Sample records its tokens once and replays
+// them. Training forwards are not claimed yet: dropout draws its masks at
+// an offset the stack advances in Go at every forward.
+func (m *CharRNN) Replayable(mode rnn.Mode) bool { return mode == rnn.NoGrad }
+
+var _ train.Replayable = (*CharRNN)(nil)
+
 // chain is the layers every model here is built of: an embedding, a
 // recurrent stack over it and a linear layer over the stack's output,
 // groups "emb", "rnn" and "out".

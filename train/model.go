@@ -36,6 +36,18 @@ type Model interface {
 	Backward(dLogits device.Buffer) error
 }
 
+// Replayable is implemented by a model whose passes in a mode may be
+// recorded once in a device graph (device.Grapher) and replayed: for the
+// same shapes, state and ids buffers, its Forward (and, in rnn.Train, its
+// Backward) queues the same kernels with the same arguments on the same
+// buffers every time, and its Go side keeps nothing that must change from
+// one call to the next (a dropout mask's offset does). Sample records the
+// tokens of a chunk once, and replays them, for a model Replayable in
+// rnn.NoGrad on a device that can; the tokens are the same bits either way.
+type Replayable interface {
+	Replayable(mode rnn.Mode) bool
+}
+
 // Group is a named set of parameters, e.g. "emb", "rnn", "out".
 type Group struct {
 	Name   string

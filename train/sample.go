@@ -48,8 +48,15 @@ const tokenChunk = 64
 // copy completed: one host synchronisation per 64 tokens (and one per
 // 256 tokens of the prime, uploaded), where drawing on the host took two
 // per token. emit is called while later tokens are being drawn, so it
-// runs up to two chunks behind them; a cancelled ctx stops the draws and
-// the emits within a token, and emit then has had exact tokens only.
+// runs up to two chunks behind them; a cancelled ctx stops the draws
+// within a chunk and the emits within a token, and emit then has had
+// exact tokens only.
+//
+// When d records graphs (device.Grapher) and m is Replayable in
+// rnn.NoGrad, the second whole chunk of 64 tokens is recorded once and it
+// and every later whole chunk are a replay of it: one launch where the
+// forwards made hundreds of calls. The tokens are the same bits either
+// way.
 // The device draws the same tokens on every device from the same logits
 // (device.Sample says how to the bit).
 func Sample(ctx context.Context, d device.Device, m Model, cfg SampleConfig, emit func(id int32) error) (err error) {
@@ -85,13 +92,15 @@ func Sample(ctx context.Context, d device.Device, m Model, cfg SampleConfig, emi
 	}()
 	// One buffer: the prime's window of ids, whose first element is also
 	// the id each drawn token's forward reads, then the ring of drawn
-	// tokens.
-	buf, err := d.Alloc((primeChunk+tokenChunk)*4, device.Batches)
+	// tokens, then the index of a recorded chunk's first token (two Int32
+	// words, device.Sample's CounterAt).
+	buf, err := d.Alloc((primeChunk+tokenChunk+2)*4, device.Batches)
 	if err != nil {
 		return fmt.Errorf("train: Sample: %w", err)
 	}
 	defer func() { err = errors.Join(err, d.Free(buf)) }()
 	ids, ring := buf.Slice(0, primeChunk*4), buf.Slice(primeChunk*4, tokenChunk*4)
+	base := buf.Slice((primeChunk+tokenChunk)*4, 8)
 	staging, err := d.Staging(2 * tokenChunk * 4)
 	if err != nil {
 		return fmt.Errorf("train: Sample: %w", err)
@@ -114,9 +123,29 @@ func Sample(ctx context.Context, d device.Device, m Model, cfg SampleConfig, emi
 		logits = out.Slice(int64(len(chunk)-1)*row, row)
 	}
 	k := d.Kernels()
-	for i := range cfg.N {
+	ch := chunkGraph{d: d, m: m, k: k, st: st, dt: dt, classes: classes, cfg: cfg, ids: ids, ring: ring, base: base}
+	defer func() { err = errors.Join(err, ch.close()) }()
+	for i := 0; i < cfg.N; {
 		if err := ctx.Err(); err != nil {
 			return r.stopped(err)
+		}
+		if i%tokenChunk == 0 && cfg.N-i >= tokenChunk {
+			// A whole chunk ahead: one replay of its recorded tokens when
+			// the device and model allow.
+			ran, err := ch.run(i, logits)
+			if err != nil {
+				return fmt.Errorf("train: Sample: %w", err)
+			}
+			if ran {
+				if err := r.queue(ring); err != nil {
+					return err
+				}
+				i += tokenChunk
+				if err := r.poll(); err != nil {
+					return err
+				}
+				continue
+			}
 		}
 		slot := i % tokenChunk
 		err := k.Sample(device.Sample{DType: dt, N: 1, Classes: classes, Logits: logits, Temperature: cfg.Temperature,
@@ -139,8 +168,116 @@ func Sample(ctx context.Context, d device.Device, m Model, cfg SampleConfig, emi
 		if err := r.poll(); err != nil {
 			return err
 		}
+		i++
 	}
 	return r.drain()
+}
+
+// chunkGraph is Sample's recording of a chunk of tokens (device.Grapher):
+// tokenChunk times the draw and the forward that follows it, each draw
+// into its slot of the ring with the counter Counter = its place in the
+// chunk plus the chunk's first index, which the kernel reads from base.
+// Recorded once, it is replayed for every whole chunk: one launch instead
+// of tokenChunk times a forward's calls. The draws read the logits where
+// the first forward left them (the model's buffer, or where the
+// recording copies the last forward's logits to), so that every replay
+// finds its first logits where the last one wrote them.
+type chunkGraph struct {
+	d       device.Device
+	m       Model
+	k       device.Kernels
+	st      State
+	dt      device.DType
+	classes int
+	cfg     SampleConfig
+	ids     device.Buffer
+	ring    device.Buffer
+	base    device.Buffer
+
+	g      device.Graph
+	off    bool          // no graph: the device or model cannot, or a capture failed
+	warm   bool          // a chunk was drawn eagerly: the logits are a one-token forward's
+	first  device.Buffer // the logits the recorded chunk's first draw reads
+	high   uint32        // the high word of base, as last written
+	primed bool          // base's high word was written
+}
+
+// run queues the chunk of tokens from index i, whose first draw reads
+// logits, as a replay; ran is false when it cannot (then nothing was
+// queued and the caller draws the chunk eagerly).
+func (c *chunkGraph) run(i int, logits device.Buffer) (ran bool, err error) {
+	if c.off {
+		return false, nil
+	}
+	if c.g == nil {
+		gr, ok := c.d.(device.Grapher)
+		r, replayable := c.m.(Replayable)
+		if !ok || !replayable || !r.Replayable(rnn.NoGrad) {
+			c.off = true
+			return false, nil
+		}
+		if !c.warm {
+			// The first chunk is drawn eagerly, so that the chunk recorded
+			// starts from the logits of a one-token forward, which the
+			// models here leave where the next one-token forward does: the
+			// last forward of the recording then writes the next chunk's
+			// first logits in place, with no copy (the prime's logits lie
+			// elsewhere).
+			c.warm = true
+			return false, nil
+		}
+		c.first = logits
+		c.g, err = gr.Capture(c.record)
+		if errors.Is(err, device.ErrNotCapturable) {
+			// Nothing recorded ran: the tokens are drawn eagerly instead.
+			c.off, c.g = true, nil
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	} else if logits != c.first {
+		return false, fmt.Errorf("the logits moved from %#x to %#x between two recorded chunks", c.first.Addr(), logits.Addr())
+	}
+	// The chunk's first index, as two Int32 words (low first), converted
+	// as Fill converts: int32(uint32(w)) is w's bits.
+	if err := c.k.Fill(device.Fill{DType: device.Int32, N: 1, X: c.base.Slice(0, 4), Value: float64(int32(uint32(i)))}); err != nil {
+		return false, err
+	}
+	if hi := uint32(uint64(i) >> 32); !c.primed || hi != c.high {
+		if err := c.k.Fill(device.Fill{DType: device.Int32, N: 1, X: c.base.Slice(4, 4), Value: float64(int32(hi))}); err != nil {
+			return false, err
+		}
+		c.high, c.primed = hi, true
+	}
+	return true, c.g.Launch()
+}
+
+// record queues one chunk: draw, forward, tokenChunk times.
+func (c *chunkGraph) record() error {
+	logits := c.first
+	for j := range tokenChunk {
+		err := c.k.Sample(device.Sample{DType: c.dt, N: 1, Classes: c.classes, Logits: logits, Temperature: c.cfg.Temperature,
+			TopK: c.cfg.TopK, Seed: c.cfg.Seed, Counter: uint64(j), CounterAt: c.base, IDs: c.ids.Slice(0, 4),
+			Tokens: c.ring.Slice(int64(j)*4, 4)})
+		if err != nil {
+			return err
+		}
+		if logits, err = c.m.Forward(rnn.NoGrad, c.ids, 1, 1, c.st); err != nil {
+			return err
+		}
+	}
+	if logits != c.first {
+		return c.k.Copy(device.Copy{Dst: c.first, Src: logits})
+	}
+	return nil
+}
+
+func (c *chunkGraph) close() error {
+	if c.g == nil {
+		return nil
+	}
+	return c.g.Close()
 }
 
 // tokenReader reads the chunks of drawn tokens back from the device and

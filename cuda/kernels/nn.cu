@@ -517,8 +517,10 @@ __device__ void sample(const T* logits, int* ids, int* tokens, long long n, long
                                            long long n, long long classes,                    \
                                            double temperature, long long top_k,               \
                                            unsigned long long seed,                           \
-                                           unsigned long long counter) {                      \
+                                           unsigned long long counter,                        \
+                                           const unsigned long long* counter_at) {            \
     GC_SHARED(double, mx, GC_SAMPLE_CHUNKS);                                                  \
+    if (counter_at) counter += *counter_at;                                                   \
     GC_SHARED(int, mi, GC_SAMPLE_CHUNKS);                                                     \
     GC_SHARED(int, hist, 3 * 256);                                                            \
     GC_SHARED(double, part, GC_SAMPLE_CHUNKS);                                                \

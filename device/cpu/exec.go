@@ -338,7 +338,11 @@ func softmaxPart[T kern.Float](c *cmd, _, lo, hi int) {
 
 func samplePart[T kern.Float](c *cmd, _, lo, hi int) {
 	a := &c.sample
-	kern.Sample(a.Classes, rows[T](a.Logits, lo, hi, a.Classes), a.Temperature, a.TopK, a.Seed, a.Counter+uint64(lo),
+	counter := a.Counter
+	if !a.CounterAt.IsZero() {
+		counter += *(*uint64)(driver.HostPointer(a.CounterAt))
+	}
+	kern.Sample(a.Classes, rows[T](a.Logits, lo, hi, a.Classes), a.Temperature, a.TopK, a.Seed, counter+uint64(lo),
 		rows[int32](a.IDs, lo, hi, 1), rows[int32](a.Tokens, lo, hi, 1))
 }
 

@@ -118,6 +118,7 @@ func testSample(t *testing.T, open opener) {
 			topK       int
 			logits     func(n int) []float64 // nil: uniform in [-3, 3)
 			counter    uint64
+			counterAt  uint64 // > 0: passed in device memory (CounterAt)
 			tokens     string // "" none, "own", "ids": aliasing IDs
 		}
 		// Ties: a few distinct values, so equal logits share every rank
@@ -196,6 +197,10 @@ func testSample(t *testing.T, open opener) {
 			// The counters wrap past 2^64 within the call.
 			sampleCase{name: "CounterWraps", n: 8, classes: 65, temp: 1, counter: math.MaxUint64 - 3, tokens: "ids"},
 			sampleCase{name: "TokensAreIDs", n: 8, classes: 65, temp: 1, counter: 12345, tokens: "ids"},
+			// A count in device memory, both of its words used, added to
+			// Counter (wrapping past 2^64 in the second case).
+			sampleCase{name: "CounterAt", n: 8, classes: 65, temp: 1, counter: 5, counterAt: 1<<33 + 7},
+			sampleCase{name: "CounterAtWraps", n: 8, classes: 65, temp: 1, topK: 4, counter: math.MaxUint64 - 1, counterAt: 3},
 		)
 		for _, c := range cs {
 			e.run(c.name, func(e *env) {
@@ -220,8 +225,11 @@ func testSample(t *testing.T, open opener) {
 				case "ids":
 					a.Tokens = vI.buf
 				}
+				if c.counterAt > 0 {
+					a.CounterAt = e.ids([]int32{int32(uint32(c.counterAt)), int32(uint32(c.counterAt >> 32))}).buf.Slice(0, 8)
+				}
 				e.launch(a)
-				want := refSampleRows(c.n, c.classes, logits, c.temp, c.topK, seed, c.counter)
+				want := refSampleRows(c.n, c.classes, logits, c.temp, c.topK, seed, c.counter+c.counterAt)
 				checkExact(e.t, "IDs", e.get("IDs", vI), want)
 				if c.tokens == "own" {
 					checkExact(e.t, "Tokens", e.get("Tokens", vT), want)
