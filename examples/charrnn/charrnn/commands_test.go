@@ -123,7 +123,7 @@ func TestEvalCommand(t *testing.T) {
 func TestBenchCommand(t *testing.T) {
 	dev := testdevice.Spec(t)
 	out, _, err := run(t, context.Background(), "bench", "-device", dev, "-hidden", "16", "-layers", "1", "-batch", "2", "-seq", "8",
-		"-steps", "2", "-n", "5", "-json")
+		"-steps", "2", "-n", "200", "-json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,14 +145,20 @@ func TestBenchCommand(t *testing.T) {
 	// output layer); a step of 8 time steps has at least one recurrent
 	// GEMM per time step, and its work is queued, not waited for, so it
 	// has far fewer syncs than launches.
+	// The 200 timed tokens: chunk 0 (tokens 0-63) drawn eagerly, chunks 1
+	// and 2 replays of the recorded chunk (train.Sample), tokens 192-199
+	// eagerly; the replayed GEMMs count as the calls they recorded did.
 	if g := evs[0]["token_gemms"]; g != 3.0 {
 		t.Errorf("token_gemms = %v, want 3", g)
 	}
-	// The 5 timed tokens are drawn on the device and read back in one
-	// chunk: 2 syncs (the prime's upload, the chunk's wait), 0.4 a token,
+	if g := evs[0]["token_graphs"]; g != 2.0/200 {
+		t.Errorf("token_graphs = %v, want 2/200 (chunks 1 and 2 replayed)", g)
+	}
+	// They are drawn on the device and read back in chunks of 64: 5
+	// syncs (the prime's upload, four chunks' waits), 0.025 a token,
 	// where drawing on the host took 2 a token.
-	if sy, ok := evs[0]["token_syncs"].(float64); !ok || sy > 0.4 {
-		t.Errorf("token_syncs = %v, want at most 0.4", evs[0]["token_syncs"])
+	if sy, ok := evs[0]["token_syncs"].(float64); !ok || sy > 5.0/200 {
+		t.Errorf("token_syncs = %v, want at most 5/200", evs[0]["token_syncs"])
 	}
 	if g, _ := evs[0]["step_gemms"].(float64); g < 8 {
 		t.Errorf("step_gemms = %v, want at least 8", evs[0]["step_gemms"])
