@@ -57,7 +57,7 @@ func (l *lane) Capture(record func() error) (device.Graph, error) {
 	if err := l.readyBLAS(); err != nil {
 		return nil, fmt.Errorf("%s: Capture: %w", l.name, err)
 	}
-	blocks, err := l.graphs.mem.Begin(l.name)
+	blocks, err := l.graphs.mem.Begin(l.name, devdriver.LiveBlocks(l.d.mem, l.scope))
 	if err != nil {
 		return nil, err
 	}

@@ -33,10 +33,12 @@ type Grapher interface {
 	// eagerly first, so the cache holds what it needs). Other streams and
 	// goroutines work as usual.
 	//
-	// Memory: Alloc and Free work during record. A buffer freed during
-	// record, and one allocated during record and freed later, is kept by
-	// the graph until its Close (the replays write it) and counted as
-	// used meanwhile; the cache hands it out again only then.
+	// Memory: Alloc and Free work during record. Every buffer allocated
+	// while record runs or before, once freed, is kept by the graph until
+	// its Close (the replays may use it) and counted as allocated
+	// meanwhile; the cache hands it out again only then. The caller still
+	// must not launch a graph once a buffer it used was replaced: the
+	// replay would write the old one.
 	Capture(record func() error) (Graph, error)
 }
 

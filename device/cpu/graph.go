@@ -45,7 +45,7 @@ func (l *lane) Capture(record func() error) (device.Graph, error) {
 	if err := l.checkOpen("Capture"); err != nil {
 		return nil, err
 	}
-	blocks, err := l.graphs.mem.Begin(l.owner.Name())
+	blocks, err := l.graphs.mem.Begin(l.owner.Name(), driver.LiveBlocks(l.d.mem, l.scope))
 	if err != nil {
 		return nil, err
 	}

@@ -9,19 +9,22 @@ import (
 	"github.com/gocurrent/gocurrent/device"
 )
 
-// GraphMemory keeps the blocks that a device's graphs may write out of
-// the cache for as long as those graphs live (device.Grapher's memory
-// rule), for a device whose memory is an alloc.Caching: one per compute
-// stream that captures (a device's, a scope's). A replay writes exactly
-// the addresses its capture used, so a block the capture freed (a
-// temporary) or allocated (and its owner frees later) must not be handed
-// to anyone else while a graph that writes it may still be launched: the
-// replay would overwrite what the new owner keeps there.
+// GraphMemory keeps the blocks that a device's graphs may use out of the
+// cache for as long as those graphs live (device.Grapher's memory rule),
+// for a device whose memory is an alloc.Caching: one per compute stream
+// that captures (a device's, a scope's). A replay reads and writes exactly
+// the addresses its capture used, which can be any block live while it
+// was captured: one allocated before (a layer's buffer), during (a
+// temporary), freed during. Such a block, once its owner frees it, must
+// not be handed to anyone else while a graph that uses it may still be
+// launched: the replay would overwrite what the new owner keeps there (a
+// layer that grows a buffer for another shape frees the old one, which
+// the graph captured before still writes).
 //
-// The device calls Begin and End around Capture's record, Allocated after
-// each Alloc, Keep before each Free, and Release when a graph closes; it
-// gives Release's blocks back to the cache itself. Safe for concurrent
-// use.
+// The device calls Begin (with the blocks live in its allocation scope)
+// and End around Capture's record, Allocated after each Alloc, Keep before
+// each Free, and Release when a graph closes; it gives Release's blocks
+// back to the cache itself. Safe for concurrent use.
 type GraphMemory struct {
 	mu        sync.Mutex
 	capturing *GraphBlocks
@@ -39,9 +42,11 @@ type GraphBlocks struct {
 	released bool
 }
 
-// Begin starts recording the blocks of a capture. Only one capture at a
-// time: a second is an error matching device.ErrNotCapturable.
-func (m *GraphMemory) Begin(name string) (*GraphBlocks, error) {
+// Begin starts recording the blocks of a capture: live, the blocks
+// allocated when it begins, and those allocated until End. Only one
+// capture at a time: a second is an error matching
+// device.ErrNotCapturable.
+func (m *GraphMemory) Begin(name string, live []alloc.Ptr) (*GraphBlocks, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.capturing != nil {
@@ -50,8 +55,29 @@ func (m *GraphMemory) Begin(name string) (*GraphBlocks, error) {
 	if m.refs == nil {
 		m.refs, m.freed = map[alloc.Ptr]int{}, map[alloc.Ptr]bool{}
 	}
-	m.capturing = &GraphBlocks{blocks: map[alloc.Ptr]struct{}{}}
-	return m.capturing, nil
+	g := &GraphBlocks{blocks: make(map[alloc.Ptr]struct{}, len(live))}
+	for _, p := range live {
+		m.add(g, p)
+	}
+	m.capturing = g
+	return g, nil
+}
+
+// LiveBlocks lists the blocks of allocation scope sc that c has handed
+// out and not had back: what Begin takes.
+func LiveBlocks(c *alloc.Caching, sc alloc.Scope) []alloc.Ptr {
+	var out []alloc.Ptr
+	for _, seg := range c.Snapshot().Segments {
+		if seg.Scope != sc {
+			continue
+		}
+		for _, b := range seg.Blocks {
+			if b.State == alloc.BlockActiveAllocated {
+				out = append(out, b.Address)
+			}
+		}
+	}
+	return out
 }
 
 // End stops recording the blocks of the capture Begin started.
@@ -87,8 +113,7 @@ func (m *GraphMemory) add(g *GraphBlocks, p alloc.Ptr) {
 
 // Keep is called when p's owner frees it: it reports whether a graph keeps
 // p, in which case the caller must not give it back to the cache (Release
-// returns it when the last graph that may write it closes). A block freed
-// during a capture is kept by that graph.
+// returns it when the last graph that may use it closes).
 func (m *GraphMemory) Keep(p alloc.Ptr) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
