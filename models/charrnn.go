@@ -163,12 +163,13 @@ func (m *CharRNN) Forward(mode rnn.Mode, ids device.Buffer, seq, rows int, st tr
 // Backward implements train.Model.
 func (m *CharRNN) Backward(dLogits device.Buffer) error { return m.backward(dLogits) }
 
-// Replayable implements train.Replayable: a no-grad forward queues the
-// same calls on the same buffers for the same shapes (the layers' buffers
-// grow and stay), so train.Sample records its tokens once and replays
-// them. Training forwards are not claimed yet: dropout draws its masks at
-// an offset the stack advances in Go at every forward.
-func (m *CharRNN) Replayable(mode rnn.Mode) bool { return mode == rnn.NoGrad }
+// Replayable implements train.Replayable: a forward and a backward queue
+// the same calls on the same buffers for the same shapes (the layers'
+// buffers grow and stay), so train.Sample records its tokens once and
+// replays them, and the trainer its steps (train.Config.Graphs). A model
+// with dropout is not replayable in training: its masks are drawn at an
+// offset the stack advances in Go at every training forward.
+func (m *CharRNN) Replayable(mode rnn.Mode) bool { return mode == rnn.NoGrad || m.cfg.Dropout == 0 }
 
 var _ train.Replayable = (*CharRNN)(nil)
 

@@ -33,6 +33,9 @@ type lm struct {
 	gru  *rnn.GRU
 	out  *rnn.Linear
 	v    int
+	// dropout is the stack's: its training forwards draw masks at an
+	// offset the stack advances in Go, which a replay would not.
+	dropout float64
 }
 
 type lmConfig struct {
@@ -45,7 +48,7 @@ type lmConfig struct {
 
 func newLM(t testing.TB, d device.Device, c lmConfig) *lm {
 	t.Helper()
-	m := &lm{v: c.vocab}
+	m := &lm{v: c.vocab, dropout: c.dropout}
 	var err error
 	m.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: c.vocab, Dim: c.embed, DType: c.dtype, Seed: c.seed})
 	check(t, err)
@@ -82,6 +85,10 @@ func (m *lm) Groups() []train.Group {
 }
 
 func (m *lm) Classes() int { return m.v }
+
+// Replayable implements train.Replayable: the layers queue the same calls
+// on the same buffers for the same shapes; dropout aside.
+func (m *lm) Replayable(mode rnn.Mode) bool { return mode == rnn.NoGrad || m.dropout == 0 }
 
 func (m *lm) NewState(rows int) (train.State, error) {
 	var s *rnn.State

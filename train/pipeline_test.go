@@ -55,6 +55,7 @@ type trace struct {
 	pos     loader.Position
 	skipped int64
 	ckpt    []byte
+	graphs  int64 // graph launches (device.Counts.Graphs)
 }
 
 // pipelineCase builds a model, its loaders and a configuration on d.
@@ -65,11 +66,22 @@ type pipelineCase struct {
 
 func runTrace(t *testing.T, c pipelineCase, pipeline int) trace {
 	t.Helper()
+	return runTraceWith(t, c, func(cfg *train.Config) { cfg.Pipeline = pipeline })
+}
+
+// runTraceWith is runTrace with the configuration set by set.
+func runTraceWith(t *testing.T, c pipelineCase, set func(*train.Config)) trace {
+	t.Helper()
 	d := testdevice.Open(t)
 	dir := t.TempDir()
 	m, l, cfg := c.build(t, d, dir)
 	var tr trace
-	cfg.Pipeline = pipeline
+	set(&cfg)
+	counter, counts := d.(device.Counter)
+	var c0 device.Counts
+	if counts {
+		c0 = counter.Counts()
+	}
 	cfg.OnStep = func(p train.Progress) { tr.reports = append(tr.reports, reportOf(p)) }
 	cfg.OnEval = func(e train.Evaluation) { tr.evals = append(tr.evals, e) }
 	trainer := newTrainer(t, d, m, l, cfg)
@@ -88,6 +100,9 @@ func runTrace(t *testing.T, c pipelineCase, pipeline int) trace {
 		if err == nil {
 			tr.ckpt = b
 		}
+	}
+	if counts {
+		tr.graphs = counter.Counts().Sub(c0).Graphs
 	}
 	return tr
 }
@@ -169,35 +184,7 @@ func TestPipelineSameRun(t *testing.T) {
 			}
 			for _, p := range []int{3, 8} {
 				got := runTrace(t, c, p)
-				what := fmt.Sprintf("Pipeline %d", p)
-				if !sameError(c.name, got.err, want.err) {
-					t.Errorf("%s: error %q, want %q", what, got.err, want.err)
-				}
-				if !reflect.DeepEqual(got.reports, want.reports) {
-					t.Errorf("%s: %d reports differ from the %d of Pipeline 0", what, len(got.reports), len(want.reports))
-					for i := range min(len(got.reports), len(want.reports)) {
-						if got.reports[i] != want.reports[i] {
-							t.Errorf("first difference, report %d:\n got %+v\nwant %+v", i, got.reports[i], want.reports[i])
-							break
-						}
-					}
-				}
-				if !reflect.DeepEqual(got.evals, want.evals) {
-					t.Errorf("%s: evaluations %+v, want %+v", what, got.evals, want.evals)
-				}
-				if !sameOrBothNaN(got.weights, want.weights) {
-					t.Errorf("%s: the weights differ", what)
-				}
-				if got.step != want.step || got.pos != want.pos || got.skipped != want.skipped {
-					t.Errorf("%s: step %d at %+v, %d skipped; want %d at %+v, %d", what, got.step, got.pos, got.skipped, want.step, want.pos, want.skipped)
-				}
-				if got.sum.Steps != want.sum.Steps || got.sum.Skipped != want.sum.Skipped || got.sum.Tokens != want.sum.Tokens ||
-					math.Float64bits(got.sum.Loss) != math.Float64bits(want.sum.Loss) {
-					t.Errorf("%s: summary %+v, want %+v", what, got.sum, want.sum)
-				}
-				if !bytes.Equal(got.ckpt, want.ckpt) {
-					t.Errorf("%s: the checkpoint differs (%d bytes, want %d)", what, len(got.ckpt), len(want.ckpt))
-				}
+				sameTrace(t, fmt.Sprintf("Pipeline %d", p), c.name, got, want)
 			}
 			switch c.name {
 			case "GRU/SGD/Skips":
@@ -214,6 +201,41 @@ func TestPipelineSameRun(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// sameTrace fails t unless got (a run described by what) is want: the
+// same error, reports, evaluations, weights, position, summary and
+// checkpoint.
+func sameTrace(t *testing.T, what, name string, got, want trace) {
+	t.Helper()
+	if !sameError(name, got.err, want.err) {
+		t.Errorf("%s: error %q, want %q", what, got.err, want.err)
+	}
+	if !reflect.DeepEqual(got.reports, want.reports) {
+		t.Errorf("%s: %d reports differ from the %d of the reference run", what, len(got.reports), len(want.reports))
+		for i := range min(len(got.reports), len(want.reports)) {
+			if got.reports[i] != want.reports[i] {
+				t.Errorf("first difference, report %d:\n got %+v\nwant %+v", i, got.reports[i], want.reports[i])
+				break
+			}
+		}
+	}
+	if !reflect.DeepEqual(got.evals, want.evals) {
+		t.Errorf("%s: evaluations %+v, want %+v", what, got.evals, want.evals)
+	}
+	if !sameOrBothNaN(got.weights, want.weights) {
+		t.Errorf("%s: the weights differ", what)
+	}
+	if got.step != want.step || got.pos != want.pos || got.skipped != want.skipped {
+		t.Errorf("%s: step %d at %+v, %d skipped; want %d at %+v, %d", what, got.step, got.pos, got.skipped, want.step, want.pos, want.skipped)
+	}
+	if got.sum.Steps != want.sum.Steps || got.sum.Skipped != want.sum.Skipped || got.sum.Tokens != want.sum.Tokens ||
+		math.Float64bits(got.sum.Loss) != math.Float64bits(want.sum.Loss) {
+		t.Errorf("%s: summary %+v, want %+v", what, got.sum, want.sum)
+	}
+	if !bytes.Equal(got.ckpt, want.ckpt) {
+		t.Errorf("%s: the checkpoint differs (%d bytes, want %d)", what, len(got.ckpt), len(want.ckpt))
 	}
 }
 

@@ -25,6 +25,9 @@ type SampleConfig struct {
 	Prime []int32
 	// Seed seeds the draws: one seed, one sample.
 	Seed uint64
+	// NoGraphs draws every token eagerly, never replaying a recorded
+	// chunk (see Sample): the same tokens, for a comparison of the two.
+	NoGraphs bool
 }
 
 // primeChunk bounds the window the prime is fed in, so priming a long text
@@ -52,8 +55,8 @@ const tokenChunk = 64
 // within a chunk and the emits within a token, and emit then has had
 // exact tokens only.
 //
-// When d records graphs (device.Grapher) and m is Replayable in
-// rnn.NoGrad, the second whole chunk of 64 tokens is recorded once and it
+// When d records graphs (device.Grapher), m is Replayable in rnn.NoGrad
+// and cfg.NoGraphs is not set, the second whole chunk of 64 tokens is recorded once and it
 // and every later whole chunk are a replay of it: one launch where the
 // forwards made hundreds of calls. The tokens are the same bits either
 // way.
@@ -206,7 +209,7 @@ type chunkGraph struct {
 // logits, as a replay; ran is false when it cannot (then nothing was
 // queued and the caller draws the chunk eagerly).
 func (c *chunkGraph) run(i int, logits device.Buffer) (ran bool, err error) {
-	if c.off {
+	if c.off || c.cfg.NoGraphs {
 		return false, nil
 	}
 	if c.g == nil {

@@ -95,6 +95,22 @@ type Config struct {
 	// per pipelined step.
 	Pipeline int
 
+	// Graphs records the device work of a step's micro-batches once, as
+	// device graphs (device.Grapher), and replays them at every later
+	// steady step: one launch for each micro-batch where its forward and
+	// backward made hundreds of calls, which on a GPU is most of a small
+	// model's step time. Only the update and the step's verdict are
+	// queued as calls. It applies to New's trainers of a model that is
+	// Replayable in training (a model with dropout is not) on a device
+	// that records graphs, and is ignored otherwise; the first step, and a
+	// step whose micro-batches start a stream afresh, run eagerly. The
+	// steps, their results and the checkpoints are the same bits either
+	// way. Costs: the batches are copied into the graphs' own buffers
+	// (two device copies a micro-batch), and device memory freed while a
+	// graph lives stays allocated until the trainer closes
+	// (device.Grapher).
+	Graphs bool
+
 	// WarmUp says whether the first Run begins with a warm-up (a warm-up
 	// that failed or was cancelled is tried again by the next Run): the
 	// training forward and backward of the largest batches the data makes
@@ -200,6 +216,7 @@ type Trainer struct {
 	ahead    int               // steps queued after the one OnStep is told of, while it is
 
 	step, skipped int64
+	sg            stepGraphs // Config.Graphs's recording (graph.go)
 	pos           loader.Position
 
 	skipRun  int64 // steps skipped in a row, for Config.MaxSkips
@@ -248,6 +265,7 @@ func newTrainer(d device.Device, groups []Group, classes int, src source, cfg Co
 		}
 		t.unlock = unlock
 	}
+	t.graphsFor()
 	if err := t.allocate(dt, classes); err != nil {
 		return nil, errors.Join(err, t.Close())
 	}
@@ -533,15 +551,24 @@ func (t *Trainer) fail(ctx context.Context, r *run, err error, inStep bool) erro
 // feed runs micro-batch b, beginning a step first unless one is under
 // way, and reports whether a step is under way after it.
 func (t *Trainer) feed(r *run, b micro, inStep bool) (bool, error) {
+	if !inStep && b.group != 0 {
+		return false, fmt.Errorf("train: the loader started at micro-batch %d of a step", b.group)
+	}
 	if !inStep {
-		if b.group != 0 {
-			return false, fmt.Errorf("train: the loader started at micro-batch %d of a step", b.group)
-		}
-		if err := t.beginStep(); err != nil {
+		t.beginHost()
+	}
+	r.tokens += b.tokens
+	replayed, err := t.replay(b)
+	if err != nil || replayed {
+		// A replay of group 0 began the step on the device; a failed one
+		// queued nothing.
+		return inStep || replayed, err
+	}
+	if !inStep {
+		if err := t.beginDevice(); err != nil {
 			return false, err
 		}
 	}
-	r.tokens += b.tokens
 	return true, t.microBatch(b)
 }
 
@@ -641,15 +668,21 @@ func (t *Trainer) finish(ctx context.Context, r *run, err error) (Summary, error
 	return r.sum, err
 }
 
-// beginStep zeroes the gradients and the loss and copies the carried state
-// and the model's random state aside, so a failed step can put them back.
-// The copy of the carried state is guarded: while a step queued before is
-// refused (device.StepGuard), the copy made at that step's start is kept.
-func (t *Trainer) beginStep() error {
+// beginHost and beginDevice begin a step: they zero the gradients and the
+// loss and copy the carried state and the model's random state aside, so a
+// failed step can put them back. The copy of the carried state is guarded:
+// while a step queued before is refused (device.StepGuard), the copy made
+// at that step's start is kept. beginDevice's work is what a step's
+// recording holds (Config.Graphs).
+func (t *Trainer) beginHost() {
+	t.sg.normed = false
 	t.random0 = nil
 	if r := t.src.random(); r != nil {
 		t.random0 = r.RandomState()
 	}
+}
+
+func (t *Trainer) beginDevice() error {
 	for _, g := range t.groups {
 		if err := g.Params.ZeroGrad(); err != nil {
 			return fmt.Errorf("train: %w", err)
@@ -742,12 +775,12 @@ func (t *Trainer) slots() int { return max(1, t.cfg.Pipeline) }
 func (t *Trainer) endStep(r *run, next loader.Position) error {
 	k := t.dev.Kernels()
 	dt := t.groups[0].Params.DType()
-	for i, g := range t.groups {
-		_, grad := g.Params.Flat()
-		if err := k.SumSquares(device.SumSquares{DType: dt, N: g.Params.Len(), X: grad, Out: t.norm, Accumulate: i > 0}); err != nil {
-			return fmt.Errorf("train: gradient norm: %w", err)
+	if !t.sg.normed {
+		if err := t.norms(); err != nil {
+			return err
 		}
 	}
+	t.sg.normed, t.sg.warm = false, true
 	slot := int(t.queued % int64(t.slots()))
 	// A source whose micro-batches add sums (sequences) makes them the
 	// step's mean here: the norm and loss by scale, the gradient by the
@@ -763,6 +796,19 @@ func (t *Trainer) endStep(r *run, next loader.Position) error {
 	}
 	t.queue = append(t.queue, queued{slot: slot, next: next, random0: t.random0, lr: lr, tokens: r.tokens})
 	t.queued++
+	return nil
+}
+
+// norms queues the gradient's squared norm into t.norm.
+func (t *Trainer) norms() error {
+	k := t.dev.Kernels()
+	dt := t.groups[0].Params.DType()
+	for i, g := range t.groups {
+		_, grad := g.Params.Flat()
+		if err := k.SumSquares(device.SumSquares{DType: dt, N: g.Params.Len(), X: grad, Out: t.norm, Accumulate: i > 0}); err != nil {
+			return fmt.Errorf("train: gradient norm: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -930,7 +976,7 @@ func (t *Trainer) validate(ctx context.Context) (Evaluation, error) {
 // Close frees the trainer's device memory (not the model's or the
 // loader's).
 func (t *Trainer) Close() error {
-	var errs []error
+	errs := []error{t.closeGraphs()}
 	if t.opt != nil {
 		errs = append(errs, t.opt.free(t.dev))
 		t.opt = nil

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/gocurrent/gocurrent/cuda"
@@ -33,6 +34,8 @@ type SampleFlags struct {
 	Unknown  string
 	MemStats bool
 	JSON     bool
+	// Graphs is -graphs: auto, on or off (useGraphs).
+	Graphs string
 }
 
 func parseSample(args []string, env Env) (command, error) {
@@ -58,6 +61,25 @@ func (f *SampleFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Unknown, "unknown", "", "read characters of -prime outside the checkpoint's vocabulary as this one of its characters (default: refuse them)")
 	fs.BoolVar(&f.MemStats, "memstats", false, "print the device allocator's figures at the end")
 	fs.BoolVar(&f.JSON, "json", false, "print the sample (and figures) as JSON objects, one per line")
+	graphsFlag(fs, &f.Graphs)
+}
+
+// graphsFlag registers -graphs, which every command that runs a model has.
+func graphsFlag(fs *flag.FlagSet, v *string) {
+	fs.StringVar(v, "graphs", "auto", "record the steps (and sampled chunks) once as device graphs and replay them: on, off, or auto: on a GPU")
+}
+
+// useGraphs is -graphs v on d: auto records on a GPU, where a launch
+// costs microseconds of the host's time, and not on the CPU device, whose
+// figures stay those of its calls.
+func useGraphs(v string, d device.Device) bool {
+	switch v {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	return strings.HasPrefix(d.Name(), "cuda")
 }
 
 // Sample runs the sample command: the text goes to Stdout as it is drawn
@@ -94,7 +116,8 @@ func Sample(ctx context.Context, f SampleFlags, env Env) (err error) {
 		out.WriteString(prime)
 	}
 	start := time.Now()
-	err = train.Sample(ctx, d, m, train.SampleConfig{N: f.N, Temperature: f.Temperature, TopK: f.TopK, Prime: ids, Seed: f.Seed},
+	err = train.Sample(ctx, d, m, train.SampleConfig{N: f.N, Temperature: f.Temperature, TopK: f.TopK, Prime: ids, Seed: f.Seed,
+		NoGraphs: !useGraphs(f.Graphs, d)},
 		func(id int32) error {
 			r := m.Vocab().Rune(id)
 			if f.JSON {
@@ -228,6 +251,7 @@ type BenchFlags struct {
 	// TF32 lets a GPU's float32 GEMMs use TF32 tensor cores (cuda.Config.TF32).
 	TF32           bool
 	MemStats, JSON bool
+	Graphs         string // -graphs: auto, on or off (useGraphs)
 }
 
 // BenchResult is what bench measures.
@@ -293,6 +317,7 @@ func (f *BenchFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.TF32, "tf32", false, "let float32 GEMMs on a GPU use TF32 tensor cores")
 	fs.BoolVar(&f.MemStats, "memstats", false, "print the device allocator's figures at the end")
 	fs.BoolVar(&f.JSON, "json", false, "print the result as one JSON object")
+	graphsFlag(fs, &f.Graphs)
 }
 
 // benchVocab is torch_charrnn.py's vocabulary size.
@@ -353,7 +378,8 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	// trainer's memory the timed one reuses from the cache.
 	opt, _ := train.NewOptimizer(train.Adam, 2e-3)
 	run := func(steps int64, onStep func(train.Progress)) error {
-		tr, err := train.New(d, m, data, train.Config{Optimizer: opt, Steps: steps, ClipNorm: 5, Pipeline: benchPipeline, OnStep: onStep})
+		tr, err := train.New(d, m, data, train.Config{Optimizer: opt, Steps: steps, ClipNorm: 5, Pipeline: benchPipeline,
+			Graphs: useGraphs(f.Graphs, d), OnStep: onStep})
 		if err != nil {
 			return err
 		}
@@ -378,7 +404,7 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	// whole call of their own, after an untimed one, from its start to its
 	// return, its one-token prime and last read-back included.
 	sample := func(n int) error {
-		return train.Sample(ctx, d, m, train.SampleConfig{N: n, Temperature: 0.8, Prime: []int32{0}, Seed: 1},
+		return train.Sample(ctx, d, m, train.SampleConfig{N: n, Temperature: 0.8, Prime: []int32{0}, Seed: 1, NoGraphs: !useGraphs(f.Graphs, d)},
 			func(int32) error { return nil })
 	}
 	if err := sample(warmTokens); err != nil {
@@ -400,7 +426,7 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	}
 	p := &printer{W: env.Stdout, JSON: f.JSON}
 	p.Emit(map[string]any{"event": "bench", "impl": "gocurrent", "device": d.Name(), "device_name": where, "cell": f.Cell,
-		"hidden": f.Hidden, "layers": f.Layers, "batch": f.Batch, "seq": f.Seq, "tf32": tf32,
+		"hidden": f.Hidden, "layers": f.Layers, "batch": f.Batch, "seq": f.Seq, "tf32": tf32, "graphs": useGraphs(f.Graphs, d),
 		"train_tokens_per_s": res.TrainTokensPerSecond, "sample_tokens_per_s": res.SampleTokensPerSecond,
 		"segment_allocs": res.SegmentAllocs, "data_wait": res.DataWait,
 		"step_syncs": res.Step.Syncs, "step_launches": res.Step.Launches, "step_gemms": res.Step.GEMMs, "step_copies": res.Step.Copies,

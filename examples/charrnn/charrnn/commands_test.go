@@ -123,7 +123,7 @@ func TestEvalCommand(t *testing.T) {
 func TestBenchCommand(t *testing.T) {
 	dev := testdevice.Spec(t)
 	out, _, err := run(t, context.Background(), "bench", "-device", dev, "-hidden", "16", "-layers", "1", "-batch", "2", "-seq", "8",
-		"-steps", "2", "-n", "200", "-json")
+		"-steps", "2", "-n", "200", "-graphs", "on", "-json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +153,11 @@ func TestBenchCommand(t *testing.T) {
 	}
 	if g := evs[0]["token_graphs"]; g != 2.0/200 {
 		t.Errorf("token_graphs = %v, want 2/200 (chunks 1 and 2 replayed)", g)
+	}
+	// The timed run's trainer runs its first step eagerly and replays the
+	// second (train.Config.Graphs).
+	if g := evs[0]["step_graphs"]; g != 0.5 {
+		t.Errorf("step_graphs = %v, want 0.5 (one of the 2 timed steps replayed)", g)
 	}
 	// They are drawn on the device and read back in chunks of 64: 5
 	// syncs (the prime's upload, four chunks' waits), 0.025 a token,

@@ -72,6 +72,8 @@ func TestBadInput(t *testing.T) {
 		{"unknown optimizer", []string{"train", "-data", corpusPath, "-device", dev, "-optimizer", "lion"}, charrnn.ErrUsage, 0, "lion"},
 		{"unknown schedule", []string{"train", "-data", corpusPath, "-device", dev, "-schedule", "step"}, charrnn.ErrUsage, 0, "step"},
 		{"bench no steps", []string{"bench", "-device", dev, "-steps", "0"}, charrnn.ErrUsage, 0, "-steps 0"},
+		{"bench graphs", []string{"bench", "-device", dev, "-graphs", "yes"}, charrnn.ErrUsage, 0, "-graphs"},
+		{"train graphs", []string{"train", "-data", corpusPath, "-device", dev, "-graphs", "1"}, charrnn.ErrUsage, 0, "-graphs"},
 		{"missing data", []string{"train", "-data", filepath.Join(dir, "nothing.txt"), "-device", dev}, fs.ErrNotExist, 0, "nothing.txt"},
 		{"empty corpus", []string{"train", "-data", empty, "-device", dev}, loader.ErrEmpty, 0, "empty"},
 		{"corpus too short", []string{"train", "-data", short, "-device", dev}, loader.ErrTooShort, 0, "too short"},

@@ -43,11 +43,12 @@ type TrainFlags struct {
 	TF32                     bool // cuda.Config.TF32
 	Seed                     uint64
 	Init, Resume, Checkpoint string
-	Force                    bool  // replace an existing -checkpoint
-	SkipNonFinite            bool  // train.Config.SkipNonFinite
-	MaxSkips                 int64 // train.Config.MaxSkips
-	Pipeline                 int   // train.Config.Pipeline
-	PipelineAuto             bool  // -pipeline auto: 8 on a GPU, 1 on the CPU
+	Force                    bool   // replace an existing -checkpoint
+	SkipNonFinite            bool   // train.Config.SkipNonFinite
+	MaxSkips                 int64  // train.Config.MaxSkips
+	Graphs                   string // -graphs: auto, on or off (useGraphs)
+	Pipeline                 int    // train.Config.Pipeline
+	PipelineAuto             bool   // -pipeline auto: 8 on a GPU, 1 on the CPU
 	CheckpointEvery          int64
 	Plot                     string
 	MemStats, JSON           bool
@@ -100,6 +101,7 @@ func (f *TrainFlags) register(fs *flag.FlagSet) {
 	cli.BatchVar(fs, &f.Pipeline, &f.PipelineAuto, "pipeline", 0,
 		"steps queued on the device before their losses are read back, never waiting for it in between, or auto: 8 on a GPU, 1 on the CPU (step lines come up to N-1 steps late, and Ctrl-C stops after the steps queued)")
 	f.PipelineAuto = true
+	graphsFlag(fs, &f.Graphs)
 }
 
 func parseTrain(args []string, env Env) (command, error) {
@@ -447,7 +449,7 @@ func (r *trainRun) newTrainer(opt train.Optimizer, sched train.Schedule) (err er
 		Checkpoint: f.Checkpoint, CheckpointEvery: f.CheckpointEvery, Metadata: meta,
 		SkipNonFinite: f.SkipNonFinite, MaxSkips: f.MaxSkips,
 		OnStep: r.progress.step, OnEval: r.progress.eval,
-		Pipeline: r.pipeline(),
+		Pipeline: r.pipeline(), Graphs: useGraphs(f.Graphs, r.d),
 	}
 	if r.rec != nil && r.rec.HasSettings {
 		cfg.ClipValue = r.rec.ClipValue // no flag sets it
@@ -670,7 +672,8 @@ func sampleAfterTraining(ctx context.Context, d device.Device, m *models.CharRNN
 	}
 	var sb strings.Builder
 	sb.WriteString(prime)
-	err = train.Sample(ctx, d, m, train.SampleConfig{N: f.SampleN, Temperature: f.SampleTemperature, Prime: ids, Seed: f.Seed},
+	err = train.Sample(ctx, d, m, train.SampleConfig{N: f.SampleN, Temperature: f.SampleTemperature, Prime: ids, Seed: f.Seed,
+		NoGraphs: !useGraphs(f.Graphs, d)},
 		func(id int32) error {
 			sb.WriteRune(m.Vocab().Rune(id))
 			return nil

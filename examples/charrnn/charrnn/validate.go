@@ -55,6 +55,7 @@ func (f *TrainFlags) validate() error {
 	c.Finite("temperature", f.SampleTemperature, 0)
 	c.NonNegative("max-skips", f.MaxSkips)
 	c.NonNegative("pipeline", int64(f.Pipeline))
+	c.OneOf("graphs", f.Graphs, "auto", "on", "off")
 	c.Device(f.Device)
 	if f.Plot != "" && !strings.EqualFold(filepath.Ext(f.Plot), ".png") {
 		c.Fail("plot", strconv.Quote(f.Plot), "a file name ending in .png")
@@ -77,6 +78,7 @@ func (f *SampleFlags) validate() error {
 	c.NonNegative("n", int64(f.N))
 	c.Finite("temperature", f.Temperature, 0)
 	c.NonNegative("top-k", int64(f.TopK))
+	c.OneOf("graphs", f.Graphs, "auto", "on", "off")
 	c.Device(f.Device)
 	if f.Unknown != "" && utf8.RuneCountInString(f.Unknown) != 1 {
 		c.Fail("unknown", strconv.Quote(f.Unknown), "one character")
@@ -104,6 +106,7 @@ func (f *BenchFlags) validate() error {
 	c.Positive("seq", int64(f.Seq))
 	c.Positive("steps", int64(f.Steps))
 	c.Positive("n", int64(f.N))
+	c.OneOf("graphs", f.Graphs, "auto", "on", "off")
 	c.Device(f.Device)
 	return c.Err
 }

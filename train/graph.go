@@ -1,0 +1,155 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/rnn"
+)
+
+// stepGraphs is the trainer's recording of a steady step (Config.Graphs):
+// one device graph per micro-batch of a step, recorded at the second step
+// and replayed at every later one whose micro-batches start no stream
+// afresh. The graph of micro-batch g holds what the trainer and the model
+// queue for it: at g = 0 the start of the step (zeroed gradients and
+// loss, the guarded backup of the carried state), then its forward, loss
+// and backward, reading its batch from buffers of its own that the
+// trainer copies the loader's batch into first; at the last, the
+// gradient's squared norm. What changes from step to step stays outside:
+// the verdict (device.StepGuard writes the step's own record slot) and
+// the update (the schedule's rate and the step number are arguments), a
+// few launches. A replay queues exactly the calls recorded, so the steps
+// are the same bits as eager ones.
+type stepGraphs struct {
+	off    bool           // no graphs: not asked for, not possible, or a capture failed
+	warm   bool           // a step ran eagerly first, so the cache holds its memory
+	graphs []device.Graph // per micro-batch group, nil until recorded
+	buf    device.Buffer  // the batches' buffers, one allocation
+	// in and tgt are micro-batch g's inputs and targets as the graphs
+	// read them; seq and rows the shape they were recorded for.
+	in, tgt   []device.Buffer
+	seq, rows int
+	normed    bool // the step's norm was computed in its last graph
+}
+
+// graphsFor decides whether the trainer records its steps: Config.Graphs,
+// a language model's windows, a model Replayable in training and a device
+// that records graphs.
+func (t *Trainer) graphsFor() {
+	w, ok := t.src.(*windows)
+	if !ok || !t.cfg.Graphs {
+		t.sg.off = true
+		return
+	}
+	r, ok := w.model.(Replayable)
+	_, grapher := t.dev.(device.Grapher)
+	t.sg.off = !ok || !grapher || !r.Replayable(rnn.Train)
+}
+
+// replay queues micro-batch b as a replay of its graph, recording the
+// graph first if it has none; began says the step starts with it. It
+// reports false, having queued nothing, when the micro-batch is to run
+// eagerly: graphs are off, the step before was the first, the batch
+// starts a stream afresh (its state is reset), or the capture was not
+// possible (graphs are then off for good).
+func (t *Trainer) replay(b micro) (bool, error) {
+	sg := &t.sg
+	if sg.off || !sg.warm || b.reset {
+		return false, nil
+	}
+	n := t.src.accum()
+	if sg.graphs != nil && (b.win.Seq != sg.seq || b.win.Rows != sg.rows) {
+		// Another shape than recorded: record again.
+		if err := t.closeGraphs(); err != nil {
+			return false, err
+		}
+	}
+	if sg.graphs == nil {
+		if err := t.graphBuffers(b, n); err != nil {
+			return false, err
+		}
+	}
+	k := t.dev.Kernels()
+	g := b.group
+	if err := errors.Join(k.Copy(device.Copy{Dst: sg.in[g], Src: b.win.Inputs.Slice(0, sg.in[g].Len())}),
+		k.Copy(device.Copy{Dst: sg.tgt[g], Src: b.win.Targets.Slice(0, sg.tgt[g].Len())})); err != nil {
+		return false, fmt.Errorf("train: %w", err)
+	}
+	if sg.graphs[g] == nil {
+		gr, err := t.dev.(device.Grapher).Capture(func() error { return t.recordMicro(b) })
+		if errors.Is(err, device.ErrNotCapturable) {
+			// Nothing recorded ran: this and every later micro-batch run
+			// eagerly, from the loader's buffers.
+			if t.cfg.Logger != nil {
+				t.cfg.Logger.Warn("train: steps run eagerly, not as device graphs", "error", err)
+			}
+			sg.off = true
+			return false, t.closeGraphs()
+		}
+		if err != nil {
+			return false, err
+		}
+		sg.graphs[g] = gr
+	}
+	if err := sg.graphs[g].Launch(); err != nil {
+		return false, fmt.Errorf("train: %w", err)
+	}
+	sg.normed = b.last
+	return true, nil
+}
+
+// recordMicro queues what micro-batch b's graph holds (replay): the step's
+// start at group 0, b's forward, loss and backward on the graph's batch
+// buffers, the norm at the last group.
+func (t *Trainer) recordMicro(b micro) error {
+	sg := &t.sg
+	if b.group == 0 {
+		if err := t.beginDevice(); err != nil {
+			return err
+		}
+	}
+	b.win.Inputs, b.win.Targets = sg.in[b.group], sg.tgt[b.group]
+	if err := t.microBatch(b); err != nil {
+		return err
+	}
+	if b.last {
+		return t.norms()
+	}
+	return nil
+}
+
+// graphBuffers allocates the graphs' batch buffers for the shape of b.
+func (t *Trainer) graphBuffers(b micro, n int) error {
+	sg := &t.sg
+	in, tgt := b.win.Seq*b.win.Rows*4, b.win.Seq*b.win.Rows*4
+	buf, err := t.dev.Alloc(int64(n*(in+tgt)), device.Batches)
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	sg.buf, sg.seq, sg.rows = buf, b.win.Seq, b.win.Rows
+	sg.graphs = make([]device.Graph, n)
+	sg.in, sg.tgt = make([]device.Buffer, n), make([]device.Buffer, n)
+	for g := range n {
+		sg.in[g] = buf.Slice(int64(g*(in+tgt)), int64(in))
+		sg.tgt[g] = buf.Slice(int64(g*(in+tgt)+in), int64(tgt))
+	}
+	return nil
+}
+
+// closeGraphs closes the graphs and frees their buffers; the next replay
+// records them again. On a capture that failed it also turns graphs off.
+func (t *Trainer) closeGraphs() error {
+	sg := &t.sg
+	var errs []error
+	for _, g := range sg.graphs {
+		if g != nil {
+			errs = append(errs, g.Close())
+		}
+	}
+	if !sg.buf.IsZero() {
+		errs = append(errs, t.dev.Free(sg.buf))
+	}
+	*sg = stepGraphs{off: sg.off, warm: sg.warm}
+	return errors.Join(errs...)
+}
