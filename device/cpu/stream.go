@@ -65,7 +65,7 @@ func (s *stream) enqueue(fill func(c *cmd)) (uint64, error) {
 		s.mu.Unlock()
 		return 0, s.closedErr()
 	}
-	if rec := s.ln.graphs.rec; rec != nil && s.compute {
+	if rec := s.recording(); rec != nil {
 		// Recorded for a graph, not run (lane.Capture).
 		var c cmd
 		fill(&c)
@@ -196,6 +196,16 @@ func (s *stream) Synchronize() error {
 	s.dev.counts.syncs.Add(1)
 	s.wait(seq)
 	return s.report()
+}
+
+// recording is the graph the stream records into, nil when none: only a
+// compute stream records, and its graph is set under its mu, which the
+// caller holds.
+func (s *stream) recording() *graph {
+	if !s.compute {
+		return nil
+	}
+	return s.ln.graphs.rec
 }
 
 // inCapture is the error of what on the compute stream while it records
