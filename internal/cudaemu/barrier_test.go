@@ -219,7 +219,7 @@ func sampleRows(l *Lib, temp float64, topK uint64) (got, want []float64, err err
 	}
 	ids := make([]int32, rows)
 	err = l.Launch("gc_sample_f64", [3]uint32{4, 1, 1}, [3]uint32{256, 1, 1},
-		[]uint64{ptr(x), ptr(ids), 0, rows, classes, math.Float64bits(temp), topK, 1, 0})
+		[]uint64{ptr(x), ptr(ids), 0, rows, classes, math.Float64bits(temp), topK, 1, 0, 0}) // no counter_at
 	got = make([]float64, rows)
 	for i, id := range ids {
 		got[i] = float64(id)
@@ -247,7 +247,7 @@ func sampleUniform(l *Lib) (got, want []float64, err error) {
 	}
 	ids := make([]int32, rows)
 	err = l.Launch("gc_sample_f64", [3]uint32{4, 1, 1}, [3]uint32{256, 1, 1},
-		[]uint64{ptr(x), ptr(ids), 0, rows, classes, math.Float64bits(1), 0, seed, 0})
+		[]uint64{ptr(x), ptr(ids), 0, rows, classes, math.Float64bits(1), 0, seed, 0, 0})
 	got = make([]float64, rows)
 	for i, id := range ids {
 		got[i] = float64(id)
