@@ -125,4 +125,19 @@
 // Gemm is cuBLAS (Sgemm, Dgemm, and their strided-batched forms), row-major
 // mapped to column-major by swapping the operands. Config.TF32 lets
 // float32 GEMMs use TF32 tensor cores, as PyTorch's allow_tf32 does.
+//
+// # Graphs
+//
+// The device and its scopes are device.Graphers: Capture records a compute
+// stream's work with the driver's stream capture, in relaxed mode (a
+// goroutine may begin and end it on different OS threads, and the device
+// itself refuses the waits, events and host copies a captured stream must
+// not hold), and instantiates it; Graph.Launch is one cuGraphLaunch.
+// cuBLAS records as it is, its workspace set before the capture (a
+// scope's lazy one is set then). The entry points are optional: a driver
+// before 11.4 lacks them, and Capture then returns an error matching
+// device.ErrNotCapturable, so callers run their work eagerly. The fake
+// driver of the tests records and replays, and the emulator captures one
+// stream; what a GPU's driver does with the graphs (their speed, cuBLAS
+// under capture) only a GPU run shows.
 package cuda

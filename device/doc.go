@@ -22,7 +22,8 @@
 // Capabilities beyond Device are optional interfaces, discovered by type
 // assertion, never by a type switch over concrete devices: Allocator (the
 // device's caching allocator, for snapshots and EmptyCache) is one, and
-// both devices of this module implement it.
+// Grapher (work recorded once and replayed by one launch: CUDA graphs) is
+// another; both devices of this module implement them.
 //
 // # Memory
 //
