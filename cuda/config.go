@@ -38,10 +38,11 @@ type Config struct {
 	BLASWorkspace int64
 	// FuseCellsUpTo is the largest hidden size at which a recurrent cell
 	// given its recurrent product (device.LSTMCell and GRUCell's fused
-	// form) runs as one kernel that does the product and the cell; above
-	// it, and where the fused kernel cannot run (the new h written over
-	// the previous one, more batch rows than its grid holds), the call is
-	// a cuBLAS GEMM and the cell kernel, two launches. 0 means 256, where
+	// form) runs as one kernel that does the product and the cell (two
+	// launches, its product and the cell kernel, when the new h is
+	// written over the previous one, as in sampling); above it, and for
+	// more batch rows than the fused kernel's grid holds, the call is a
+	// cuBLAS GEMM and the cell kernel, two launches. 0 means 256, where
 	// a step's GEMM (batch 32) is a latency-bound launch of a few µs
 	// (ARCHITECTURE's performance model), so one launch beats two; a
 	// negative value never fuses, to compare the two on a GPU.

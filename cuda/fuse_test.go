@@ -10,9 +10,10 @@ import (
 // TestFuseCells checks which path a cell given its recurrent product
 // takes on the emulated device, by what it launches (Counts): the fused
 // kernel, one launch and no GEMM, up to Config.FuseCellsUpTo (256 by
-// default) and where the new h does not overlap the previous one; a cuBLAS
-// GEMM and the cell kernel otherwise. The results of both paths are the
-// conformance suite's (LSTMCellFused, GRUCellFused).
+// default), two launches (its product alone, then the cell kernel) where
+// the new h overlaps the previous one; a cuBLAS GEMM and the cell kernel
+// above it. The results of every path are checked by the conformance
+// suite (LSTMCellFused, GRUCellFused).
 func TestFuseCells(t *testing.T) {
 	fused, unfused := device.Counts{Launches: 1}, device.Counts{Launches: 1, GEMMs: 1}
 	for _, c := range []struct {
@@ -22,7 +23,7 @@ func TestFuseCells(t *testing.T) {
 	}{
 		{0, 256, false, fused},
 		{0, 257, false, unfused},
-		{0, 8, true, unfused}, // h over hprev
+		{0, 8, true, device.Counts{Launches: 2}}, // h over hprev: the fused product, then the cell
 		{64, 64, false, fused},
 		{64, 65, false, unfused},
 		{-1, 1, false, unfused},

@@ -227,15 +227,18 @@ const (
 	fuseB = 4
 )
 
-// fuse reports whether a cell call given its recurrent product runs as
-// the fused kernel (Config.FuseCellsUpTo): a small enough hidden size, a
-// grid whose rows hold the batch, and a new h that does not overlap the
-// previous one, which every block reads whole while the others write
-// theirs (the layers' single step writes the state in place).
-func (k kernels) fuse(batch, hidden int, dt device.DType, h, hPrev device.Buffer) bool {
-	n := int64(batch*hidden) * dt.Size()
-	overlap := h.Addr() < hPrev.Addr()+alloc.Ptr(n) && hPrev.Addr() < h.Addr()+alloc.Ptr(n)
-	return hidden <= k.l.d.cfg.fuseCellsUpTo() && (batch+fuseB-1)/fuseB <= maxGridY && !overlap
+// fuse reports whether a cell call given its recurrent product runs the
+// fused kernel (Config.FuseCellsUpTo): a small enough hidden size and a
+// grid whose rows hold the batch. apart reports that the kernel must then
+// stop after the product and leave the cell to the cell kernel: when the
+// new h overlaps the previous one (the layers' single step writes the
+// state in place), which every block reads whole while the others write
+// theirs. Both ways compute the same values in the same order, so whether
+// h is written in place never changes the results.
+func (k kernels) fuse(batch, hidden int, dt device.DType, h, hPrev device.Buffer) (fused, apart bool) {
+	n := alloc.Ptr(int64(batch*hidden) * dt.Size())
+	fused = hidden <= k.l.d.cfg.fuseCellsUpTo() && (batch+fuseB-1)/fuseB <= maxGridY
+	return fused, h.Addr() < hPrev.Addr()+n && hPrev.Addr() < h.Addr()+n
 }
 
 // fuseGrid is the fused cell kernels' grid.
@@ -245,18 +248,21 @@ func fuseGrid(batch, hidden int) [3]uint32 {
 
 // LSTMCell is the cell kernel, after the recurrent GEMM when the call
 // carries it (device.LSTMCell.Fused), or one launch of the fused kernel
-// that does both (fuse).
+// that does both (fuse; two launches, the fused kernel's product and the
+// cell kernel, when h is written over hprev).
 func (k kernels) LSTMCell(a device.LSTMCell) error {
 	if err := check(k, "LSTMCell", a); err != nil {
 		return err
 	}
 	if a.Fused() {
-		if k.fuse(a.Batch, a.Hidden, a.DType, a.H, a.HPrev) {
-			return k.l.launch(kLSTMCellFused, a.DType, fuseGrid(a.Batch, a.Hidden), [3]uint32{fuseJ, fuseB, 1},
+		if fused, apart := k.fuse(a.Batch, a.Hidden, a.DType, a.H, a.HPrev); fused {
+			err := k.l.launch(kLSTMCellFused, a.DType, fuseGrid(a.Batch, a.Hidden), [3]uint32{fuseJ, fuseB, 1},
 				ptr(a.HPrev), ptr(a.W), ptr(a.Pre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.CPrev), ptr(a.C), ptr(a.H), ptr(a.Act),
-				i64(a.Batch), i64(a.Hidden))
-		}
-		if err := k.Gemm(a.RecurrentGemm()); err != nil {
+				i64(a.Batch), i64(a.Hidden), flag(!apart))
+			if err != nil || !apart {
+				return err
+			}
+		} else if err := k.Gemm(a.RecurrentGemm()); err != nil {
 			return err
 		}
 	}
@@ -278,12 +284,14 @@ func (k kernels) GRUCell(a device.GRUCell) error {
 		return err
 	}
 	if a.Fused() {
-		if k.fuse(a.Batch, a.Hidden, a.DType, a.H, a.HPrev) {
-			return k.l.launch(kGRUCellFused, a.DType, fuseGrid(a.Batch, a.Hidden), [3]uint32{fuseJ, fuseB, 1},
+		if fused, apart := k.fuse(a.Batch, a.Hidden, a.DType, a.H, a.HPrev); fused {
+			err := k.l.launch(kGRUCellFused, a.DType, fuseGrid(a.Batch, a.Hidden), [3]uint32{fuseJ, fuseB, 1},
 				ptr(a.HPrev), ptr(a.W), ptr(a.XPre), ptr(a.HPre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.H), ptr(a.Act),
-				i64(a.Batch), i64(a.Hidden))
-		}
-		if err := k.Gemm(a.RecurrentGemm()); err != nil {
+				i64(a.Batch), i64(a.Hidden), flag(!apart))
+			if err != nil || !apart {
+				return err
+			}
+		} else if err := k.Gemm(a.RecurrentGemm()); err != nil {
 			return err
 		}
 	}

@@ -153,11 +153,14 @@ __device__ void rec_product(const T* hprev, const T* w, long long batch, long lo
 
 // lstm_cell_fused is lstm_cell on pre + hprev·Wᵀ, which it also leaves in
 // pre unless act is pre (the gates replace it there), as the GEMM with
-// beta 1 would have.
+// beta 1 would have. With cell 0 it stops there: the product alone, for a
+// step whose h is written over hprev, which gc_lstm_cell then finishes
+// with the same operations on the same values, so the two launches give
+// the fused one's results to the bit.
 template <typename T>
 __device__ void lstm_cell_fused(const T* hprev, const T* w, T* pre, const T* bih,
                                 const T* bhh, const T* cprev, T* c, T* h, T* act,
-                                long long batch, long long hidden) {
+                                long long batch, long long hidden, long long cell) {
   T acc[4];
   rec_product<T, 4>(hprev, w, batch, hidden, acc);
   long long b = (long long)blockIdx.y * GC_FUSE_B + threadIdx.y;
@@ -169,6 +172,10 @@ __device__ void lstm_cell_fused(const T* hprev, const T* w, T* pre, const T* bih
     long long k = g * hidden + j;
     p[g] = acc[g] + pre[o + g * hidden];
     u[g] = p[g] + (gc_opt(bih, k) + gc_opt(bhh, k));
+  }
+  if (!cell) {
+    for (int g = 0; g < 4; g++) pre[o + g * hidden] = p[g];
+    return;
   }
   T i = gc_sigmoid(u[0]), f = gc_sigmoid(u[1]), gg = gc_tanh(u[2]), og = gc_sigmoid(u[3]);
   T cn = f * cprev[e] + i * gg;
@@ -185,11 +192,12 @@ __device__ void lstm_cell_fused(const T* hprev, const T* w, T* pre, const T* bih
 }
 
 // gru_cell_fused writes hpre = hprev·Wᵀ (the GEMM with beta 0), then is
-// gru_cell on it.
+// gru_cell on it; with cell 0 it stops after the product, as
+// lstm_cell_fused.
 template <typename T>
 __device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpre,
                                const T* bih, const T* bhh, T* h, T* act, long long batch,
-                               long long hidden) {
+                               long long hidden, long long cell) {
   T acc[3];
   rec_product<T, 3>(hprev, w, batch, hidden, acc);
   long long b = (long long)blockIdx.y * GC_FUSE_B + threadIdx.y;
@@ -197,6 +205,7 @@ __device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpr
   if (b >= batch || j >= hidden) return;
   long long e = b * hidden + j, o = b * 3 * hidden + j;
   for (int g = 0; g < 3; g++) hpre[o + g * hidden] = acc[g];
+  if (!cell) return;
   T r = gc_sigmoid((xpre[o] + acc[0]) + (gc_opt(bih, j) + gc_opt(bhh, j)));
   T z = gc_sigmoid((xpre[o + hidden] + acc[1]) +
                    (gc_opt(bih, hidden + j) + gc_opt(bhh, hidden + j)));
@@ -237,13 +246,13 @@ __device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpr
   }                                                                                           \
   extern "C" __global__ void gc_lstm_cell_fused_##S(                                          \
       const T* hprev, const T* w, T* pre, const T* bih, const T* bhh, const T* cprev, T* c,   \
-      T* h, T* act, long long batch, long long hidden) {                                      \
-    lstm_cell_fused(hprev, w, pre, bih, bhh, cprev, c, h, act, batch, hidden);                \
+      T* h, T* act, long long batch, long long hidden, long long cell) {                      \
+    lstm_cell_fused(hprev, w, pre, bih, bhh, cprev, c, h, act, batch, hidden, cell);          \
   }                                                                                           \
   extern "C" __global__ void gc_gru_cell_fused_##S(                                           \
       const T* hprev, const T* w, const T* xpre, T* hpre, const T* bih, const T* bhh, T* h,   \
-      T* act, long long batch, long long hidden) {                                            \
-    gru_cell_fused(hprev, w, xpre, hpre, bih, bhh, h, act, batch, hidden);                    \
+      T* act, long long batch, long long hidden, long long cell) {                            \
+    gru_cell_fused(hprev, w, xpre, hpre, bih, bhh, h, act, batch, hidden, cell);              \
   }
 
 GC_CELLS(float, f32)

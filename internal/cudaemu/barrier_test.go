@@ -285,6 +285,6 @@ func gruFused(l *Lib) (got, want []float64, err error) {
 	got = make([]float64, batch*3*hidden)
 	xpre, h := make([]float64, batch*3*hidden), make([]float64, batch*hidden)
 	err = l.Launch("gc_gru_cell_fused_f64", [3]uint32{hidden / 32, batch / 4, 1}, [3]uint32{32, 4, 1},
-		[]uint64{ptr(hprev), ptr(w), ptr(xpre), ptr(got), 0, 0, ptr(h), 0, batch, hidden})
+		[]uint64{ptr(hprev), ptr(w), ptr(xpre), ptr(got), 0, 0, ptr(h), 0, batch, hidden, 1})
 	return got, want, err
 }
