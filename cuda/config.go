@@ -36,6 +36,31 @@ type Config struct {
 	// (Memory.MemoryLimit or MemoryFraction) it is at most a sixteenth of
 	// the limit, and none below 16 KiB.
 	BLASWorkspace int64
+	// FuseCellsUpTo is the largest hidden size at which a recurrent cell
+	// given its recurrent product (device.LSTMCell and GRUCell's fused
+	// form) runs as one kernel that does the product and the cell (two
+	// launches, its product and the cell kernel, when the new h is
+	// written over the previous one, as in sampling); above it, and for
+	// more batch rows than the fused kernel's grid holds, the call is a
+	// cuBLAS GEMM and the cell kernel, two launches. 0 means 256, where
+	// a step's GEMM (batch 32) is a latency-bound launch of a few µs
+	// (ARCHITECTURE's performance model), so one launch beats two; a
+	// negative value never fuses, to compare the two on a GPU.
+	FuseCellsUpTo int
+}
+
+const defaultFuseCellsUpTo = 256
+
+// fuseCellsUpTo is FuseCellsUpTo resolved: the largest hidden size the
+// fused cell kernels are used at, -1 for none.
+func (c Config) fuseCellsUpTo() int {
+	switch {
+	case c.FuseCellsUpTo < 0:
+		return -1
+	case c.FuseCellsUpTo == 0:
+		return defaultFuseCellsUpTo
+	}
+	return c.FuseCellsUpTo
 }
 
 // defaultBLASLibraries are the cuBLAS sonames tried in order: CUDA 13, 12

@@ -126,6 +126,15 @@
 // mapped to column-major by swapping the operands. Config.TF32 lets
 // float32 GEMMs use TF32 tensor cores, as PyTorch's allow_tf32 does.
 //
+// A recurrent cell given its step's recurrent product (device.LSTMCell
+// and GRUCell with HPrev and W, as the layers of package rnn call them) is
+// one launch of a fused kernel that computes the product and the cell, up
+// to Config.FuseCellsUpTo hidden units (256 by default), where a step's
+// GEMM is too small to pay for a launch of its own; above that, it is a
+// cuBLAS GEMM and the cell kernel, as the two calls would be. Counts says
+// which: the fused step is one launch and no GEMM (two launches when the
+// step writes h over the previous h, as a sampled token's does).
+//
 // # Graphs
 //
 // The device and its scopes are device.Graphers: Capture records a compute

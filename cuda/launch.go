@@ -42,6 +42,8 @@ const (
 	kAdam
 	kRMSprop
 	kStepGuard
+	kLSTMCellFused
+	kGRUCellFused
 	numKernels
 )
 
@@ -74,6 +76,8 @@ var kernelNames = [numKernels]string{
 	kAdam:              "adam",
 	kRMSprop:           "rmsprop",
 	kStepGuard:         "step_guard",
+	kLSTMCellFused:     "lstm_cell_fused",
+	kGRUCellFused:      "gru_cell_fused",
 }
 
 // Launch shapes (ABI.md).
@@ -220,9 +224,51 @@ func (k kernels) Gemm(a device.Gemm) error {
 	return l.d.api.BLASGemm(l.d.ctx, l.blas, g)
 }
 
+// The fused cell kernels' launch shape (cells.cu): a block of fuseJ
+// hidden units by fuseB batch rows.
+const (
+	fuseJ = 32
+	fuseB = 4
+)
+
+// fuse reports whether a cell call given its recurrent product runs the
+// fused kernel (Config.FuseCellsUpTo): a small enough hidden size and a
+// grid whose rows hold the batch. apart reports that the kernel must then
+// stop after the product and leave the cell to the cell kernel: when the
+// new h overlaps the previous one (the layers' single step writes the
+// state in place), which every block reads whole while the others write
+// theirs. Both ways compute the same values in the same order, so whether
+// h is written in place never changes the results.
+func (k kernels) fuse(batch, hidden int, dt device.DType, h, hPrev device.Buffer) (fused, apart bool) {
+	n := alloc.Ptr(int64(batch*hidden) * dt.Size())
+	fused = hidden <= k.l.d.cfg.fuseCellsUpTo() && (batch+fuseB-1)/fuseB <= maxGridY
+	return fused, h.Addr() < hPrev.Addr()+n && hPrev.Addr() < h.Addr()+n
+}
+
+// fuseGrid is the fused cell kernels' grid.
+func fuseGrid(batch, hidden int) [3]uint32 {
+	return [3]uint32{uint32((hidden + fuseJ - 1) / fuseJ), uint32((batch + fuseB - 1) / fuseB), 1}
+}
+
+// LSTMCell is the cell kernel, after the recurrent GEMM when the call
+// carries it (device.LSTMCell.Fused), or one launch of the fused kernel
+// that does both (fuse; two launches, the fused kernel's product and the
+// cell kernel, when h is written over hprev).
 func (k kernels) LSTMCell(a device.LSTMCell) error {
 	if err := check(k, "LSTMCell", a); err != nil {
 		return err
+	}
+	if a.Fused() {
+		if fused, apart := k.fuse(a.Batch, a.Hidden, a.DType, a.H, a.HPrev); fused {
+			err := k.l.launch(kLSTMCellFused, a.DType, fuseGrid(a.Batch, a.Hidden), [3]uint32{fuseJ, fuseB, 1},
+				ptr(a.HPrev), ptr(a.W), ptr(a.Pre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.CPrev), ptr(a.C), ptr(a.H), ptr(a.Act),
+				i64(a.Batch), i64(a.Hidden), flag(!apart))
+			if err != nil || !apart {
+				return err
+			}
+		} else if err := k.Gemm(a.RecurrentGemm()); err != nil {
+			return err
+		}
 	}
 	return k.l.launch(kLSTMCell, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.Pre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.CPrev), ptr(a.C), ptr(a.H), ptr(a.Act), i64(a.Batch), i64(a.Hidden))
@@ -236,9 +282,22 @@ func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error {
 		ptr(a.Act), ptr(a.CPrev), ptr(a.C), ptr(a.DH), ptr(a.DC), ptr(a.DPre), ptr(a.DCPrev), i64(a.Batch), i64(a.Hidden))
 }
 
+// GRUCell is LSTMCell's counterpart.
 func (k kernels) GRUCell(a device.GRUCell) error {
 	if err := check(k, "GRUCell", a); err != nil {
 		return err
+	}
+	if a.Fused() {
+		if fused, apart := k.fuse(a.Batch, a.Hidden, a.DType, a.H, a.HPrev); fused {
+			err := k.l.launch(kGRUCellFused, a.DType, fuseGrid(a.Batch, a.Hidden), [3]uint32{fuseJ, fuseB, 1},
+				ptr(a.HPrev), ptr(a.W), ptr(a.XPre), ptr(a.HPre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.H), ptr(a.Act),
+				i64(a.Batch), i64(a.Hidden), flag(!apart))
+			if err != nil || !apart {
+				return err
+			}
+		} else if err := k.Gemm(a.RecurrentGemm()); err != nil {
+			return err
+		}
 	}
 	return k.l.launch(kGRUCell, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.XPre), ptr(a.HPre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.HPrev), ptr(a.H), ptr(a.Act), i64(a.Batch), i64(a.Hidden))

@@ -147,8 +147,20 @@ func (g Gemm) Check(d Device) error {
 //	i = σ(pre_i + b_i)   f = σ(pre_f + b_f)   g = tanh(pre_g + b_g)   o = σ(pre_o + b_o)
 //	c = f·cPrev + i·g    h = o·tanh(c)
 //
-// where pre = x·W_ihᵀ + hPrev·W_hhᵀ (the two GEMMs of the step) and
-// b = BiasIH + BiasHH.
+// where pre = x·W_ihᵀ + hPrev·W_hhᵀ and b = BiasIH + BiasHH.
+//
+// The recurrent product hPrev·W_hhᵀ is either already in Pre (a Gemm with
+// Beta 1 before the call) or given as HPrev and W, and then added into Pre
+// by the call itself: the fused form, one call per step instead of two,
+// which a device may run as one kernel (the CUDA device does for small
+// Hidden, where the step's two launches cost more than their arithmetic)
+// or as RecurrentGemm followed by the cell (the CPU device always does:
+// its results are those of the two calls to the bit, and it counts them as
+// the two calls, one GEMM and one launch, in device.Counts). A fused
+// kernel sums each product in an order of its own, so its results agree
+// with the two calls' within a GEMM's rounding (devicetest.SumTolerance),
+// not to the bit; the order depends on the shape only, so a device gives
+// the same results on every run.
 type LSTMCell struct {
 	DType         DType
 	Batch, Hidden int
@@ -164,6 +176,26 @@ type LSTMCell struct {
 	// Act is [Batch, 4·Hidden]: the activated gates i, f, g, o, saved for
 	// LSTMCellGrad; none in no-grad mode. It may be Pre.
 	Act Buffer
+	// HPrev [Batch, Hidden], the previous hidden state, and W
+	// [4·Hidden, Hidden], the recurrent weights W_hh, are the optional
+	// recurrent product, both or neither. When given, the call first adds
+	// HPrev·Wᵀ into Pre (RecurrentGemm), so that Pre then holds the full
+	// pre-activations, exactly where a separate Gemm with Beta 1 would
+	// have left them (unless Act is Pre and the gates replace them), and
+	// the cell, Act and LSTMCellGrad are unchanged. H may be HPrev (the
+	// state updated in place); HPrev and W must not overlap Pre, C or Act.
+	HPrev, W Buffer
+}
+
+// Fused reports whether the call carries its recurrent product (HPrev
+// and W are given).
+func (a LSTMCell) Fused() bool { return !a.W.IsZero() }
+
+// RecurrentGemm is the product the fused form adds into Pre before the
+// cell: Pre += HPrev·Wᵀ. Meaningful only when Fused.
+func (a LSTMCell) RecurrentGemm() Gemm {
+	return Gemm{DType: a.DType, TransB: true, M: a.Batch, N: 4 * a.Hidden, K: a.Hidden, Alpha: 1, Beta: 1,
+		A: a.HPrev, B: a.W, C: a.Pre}
 }
 
 // Check reports whether the arguments are valid for d.
@@ -174,6 +206,11 @@ func (a LSTMCell) Check(d Device) error {
 	}
 	bh := a.Batch * a.Hidden
 	c.buf("Pre", a.Pre, a.DType, 4*bh)
+	if a.HPrev.IsZero() != a.W.IsZero() {
+		c.fail("HPrev and W are the recurrent product: give both or neither")
+	}
+	c.opt("HPrev", a.HPrev, a.DType, bh)
+	c.opt("W", a.W, a.DType, 4*a.Hidden*a.Hidden)
 	c.opt("BiasIH", a.BiasIH, a.DType, 4*a.Hidden)
 	c.opt("BiasHH", a.BiasHH, a.DType, 4*a.Hidden)
 	c.buf("CPrev", a.CPrev, a.DType, bh)
@@ -234,6 +271,11 @@ func (a LSTMCellGrad) Check(d Device) error {
 //	n = tanh(x_n + bi_n + r·(h_n + bh_n))   h = (1-z)·n + z·hPrev
 //
 // where x = XPre = x·W_ihᵀ and h = HPre = hPrev·W_hhᵀ.
+//
+// The recurrent product is either already in HPre (a Gemm before the
+// call) or computed by the call itself from HPrev and W: the fused form,
+// as LSTMCell's (which see for how devices run and count it, and for the
+// rounding of a fused kernel).
 type GRUCell struct {
 	DType         DType
 	Batch, Hidden int
@@ -249,6 +291,23 @@ type GRUCell struct {
 	// Act is [Batch, 4·Hidden]: r, z, n and h_n + bh_n, saved for
 	// GRUCellGrad; none in no-grad mode.
 	Act Buffer
+	// W is [3·Hidden, Hidden], the recurrent weights W_hh, or none. When
+	// given, the call first computes the recurrent product into HPre,
+	// HPre = HPrev·Wᵀ (RecurrentGemm; what HPre held is not read), then
+	// the cell: HPre is then an output, which must not overlap XPre,
+	// HPrev, H or Act, and W must not overlap any output.
+	W Buffer
+}
+
+// Fused reports whether the call computes its recurrent product (W is
+// given).
+func (a GRUCell) Fused() bool { return !a.W.IsZero() }
+
+// RecurrentGemm is the product the fused form writes into HPre before the
+// cell: HPre = HPrev·Wᵀ. Meaningful only when Fused.
+func (a GRUCell) RecurrentGemm() Gemm {
+	return Gemm{DType: a.DType, TransB: true, M: a.Batch, N: 3 * a.Hidden, K: a.Hidden, Alpha: 1,
+		A: a.HPrev, B: a.W, C: a.HPre}
 }
 
 // Check reports whether the arguments are valid for d.
@@ -260,6 +319,7 @@ func (a GRUCell) Check(d Device) error {
 	bh := a.Batch * a.Hidden
 	c.buf("XPre", a.XPre, a.DType, 3*bh)
 	c.buf("HPre", a.HPre, a.DType, 3*bh)
+	c.opt("W", a.W, a.DType, 3*a.Hidden*a.Hidden)
 	c.opt("BiasIH", a.BiasIH, a.DType, 3*a.Hidden)
 	c.opt("BiasHH", a.BiasHH, a.DType, 3*a.Hidden)
 	c.buf("HPrev", a.HPrev, a.DType, bh)

@@ -17,12 +17,14 @@ func NewGRU(d device.Device, c Config) (*GRU, error) {
 	return &GRU{s}, nil
 }
 
-// gruCell is the GRU's step: one recurrent GEMM into a product of its own
-// (the reset gate multiplies it, so it cannot be added into the input
-// projection), then device.GRUCell, which adds the biases, applies the
-// gates and writes h. In training it saves r, z, n and the recurrent
-// product plus its bias, four blocks of H, in the layer's gates. Backward
-// keeps the input-side and recurrent pre-activation gradients apart.
+// gruCell is the GRU's step: one device.GRUCell given the recurrent
+// weights (its fused form), which computes the recurrent product into a
+// buffer of its own (the reset gate multiplies it, so it cannot be added
+// into the input projection), adds the biases, applies the gates and
+// writes h; the device runs it as one kernel or as a GEMM and the cell.
+// In training it saves r, z, n and the recurrent product plus its bias,
+// four blocks of H, in the layer's gates. Backward keeps the input-side
+// and recurrent pre-activation gradients apart.
 type gruCell struct{}
 
 var _ cell = gruCell{}
@@ -48,14 +50,12 @@ func (gruCell) projection(lp *layerPass) device.Buffer { return lp.p.xpre }
 
 func (gruCell) forwardStep(q *queue, lp *layerPass, t int) {
 	H, rows, w := lp.H, lp.rows(t), lp.w
-	q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, TransB: true, M: rows, N: 3 * H, K: H, Alpha: 1,
-		A: lp.hIn(t), B: w.whh, C: lp.p.hpre}))
 	var act device.Buffer
 	if lp.train {
 		act = lp.step(lp.b.gates, t, 4*H)
 	}
 	q.add(lp.k.GRUCell(device.GRUCell{DType: lp.dt, Batch: rows, Hidden: H, XPre: lp.step(lp.pre, t, 3*H), HPre: lp.p.hpre,
-		BiasIH: w.bih, BiasHH: w.bhh, HPrev: lp.hIn(t), H: lp.hOut(t), Act: act}))
+		BiasIH: w.bih, BiasHH: w.bhh, HPrev: lp.hIn(t), H: lp.hOut(t), Act: act, W: w.whh}))
 }
 
 func (gruCell) gradViews(_ *layerPass, lg *layerGrads) {

@@ -17,9 +17,10 @@ func NewLSTM(d device.Device, c Config) (*LSTM, error) {
 	return &LSTM{s}, nil
 }
 
-// lstmCell is the LSTM's step: one recurrent GEMM added into the step's
-// gate pre-activations, then device.LSTMCell, which adds the biases,
-// applies the gates and writes c and h. In training the activations
+// lstmCell is the LSTM's step: one device.LSTMCell given the recurrent
+// product (its fused form), which adds hPrev·W_hhᵀ into the step's gate
+// pre-activations, adds the biases, applies the gates and writes c and h;
+// the device runs it as one kernel or as a GEMM and the cell. In training the activations
 // replace the pre-activations in the layer's saved gates, and Backward
 // replaces them in turn with the pre-activations' gradients, which serve
 // as both dPre and dHPre.
@@ -61,14 +62,12 @@ func (lstmCell) projection(lp *layerPass) device.Buffer {
 func (lstmCell) forwardStep(q *queue, lp *layerPass, t int) {
 	H, rows, w := lp.H, lp.rows(t), lp.w
 	pt := lp.step(lp.pre, t, 4*H)
-	q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, TransB: true, M: rows, N: 4 * H, K: H, Alpha: 1, Beta: 1,
-		A: lp.hIn(t), B: w.whh, C: pt}))
 	var act device.Buffer
 	if lp.train {
 		act = pt
 	}
 	q.add(lp.k.LSTMCell(device.LSTMCell{DType: lp.dt, Batch: rows, Hidden: H, Pre: pt, BiasIH: w.bih, BiasHH: w.bhh,
-		CPrev: lp.cIn(t), C: lp.cOut(t), H: lp.hOut(t), Act: act}))
+		CPrev: lp.cIn(t), C: lp.cOut(t), H: lp.hOut(t), Act: act, HPrev: lp.hIn(t), W: w.whh}))
 }
 
 // gradViews: the gradients replace the activations in the saved gates,

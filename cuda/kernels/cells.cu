@@ -96,6 +96,131 @@ __device__ void gru_cell_grad(const T* act, const T* hprev, const T* dh, T* dxpr
   }
 }
 
+// The fused recurrent step (device.LSTMCell and GRUCell given their
+// recurrent product): the step's GEMM, hprev·Wᵀ, and the cell in one
+// launch, for small hidden sizes, where the two launches of a GEMM and a
+// cell cost more than their arithmetic. blockDim = (GC_FUSE_J, GC_FUSE_B),
+// gridDim = (ceil(hidden/GC_FUSE_J), ceil(batch/GC_FUSE_B)): thread (tx, ty)
+// of block (bx, by) owns element (b, j) = (by·GC_FUSE_B + ty, bx·GC_FUSE_J +
+// tx) and keeps the G dot products of its gates in registers, so the cell
+// runs on them right after the last product. The block walks k in chunks
+// of GC_FUSE_K, staging its GC_FUSE_B rows of hprev and its G·GC_FUSE_J
+// rows of W (gate g's rows g·hidden + j) through shared memory; W's rows
+// are padded by one element so that a warp, 32 threads of consecutive j,
+// reads 32 different banks. Elements past batch or hidden (the tails) are
+// staged as zeros and not written.
+//
+// Each dot product is one accumulator in T summed in order of k, from 0
+// (zero terms past hidden add nothing), whatever the launch: the results
+// depend on the shape only, the same on every run. They differ from
+// cuBLAS's, which sums in an order of its own, only by rounding.
+#define GC_FUSE_J 32
+#define GC_FUSE_B 4
+#define GC_FUSE_K 32
+
+// rec_product sets acc[g] to Σ_k hprev[b·hidden + k]·w[(g·hidden + j)·hidden + k]
+// for the calling thread's element (b, j); every thread of the block calls it.
+template <typename T, int G>
+__device__ void rec_product(const T* hprev, const T* w, long long batch, long long hidden,
+                            T* acc) {
+  GC_SHARED(T, hs, GC_FUSE_B * GC_FUSE_K);
+  GC_SHARED(T, ws, G * GC_FUSE_J * (GC_FUSE_K + 1));
+  const int threads = GC_FUSE_J * GC_FUSE_B;
+  int tx = threadIdx.x, ty = threadIdx.y, tid = ty * GC_FUSE_J + tx;
+  long long j0 = (long long)blockIdx.x * GC_FUSE_J, b0 = (long long)blockIdx.y * GC_FUSE_B;
+  for (int g = 0; g < G; g++) acc[g] = T(0);
+  for (long long k0 = 0; k0 < hidden; k0 += GC_FUSE_K) {
+    // Consecutive threads load consecutive k of a row: coalesced.
+    for (int i = tid; i < GC_FUSE_B * GC_FUSE_K; i += threads) {
+      long long b = b0 + i / GC_FUSE_K, k = k0 + i % GC_FUSE_K;
+      hs[i] = (b < batch && k < hidden) ? hprev[b * hidden + k] : T(0);
+    }
+    for (int i = tid; i < G * GC_FUSE_J * GC_FUSE_K; i += threads) {
+      int row = i / GC_FUSE_K, kk = i % GC_FUSE_K;
+      long long j = j0 + row % GC_FUSE_J, k = k0 + kk;
+      ws[row * (GC_FUSE_K + 1) + kk] =
+          (j < hidden && k < hidden) ? w[((row / GC_FUSE_J) * hidden + j) * hidden + k] : T(0);
+    }
+    __syncthreads();
+    for (int kk = 0; kk < GC_FUSE_K; kk++) {
+      T x = hs[ty * GC_FUSE_K + kk];
+      for (int g = 0; g < G; g++) acc[g] += x * ws[(g * GC_FUSE_J + tx) * (GC_FUSE_K + 1) + kk];
+    }
+    // The chunk read by every thread before the next one overwrites it.
+    __syncthreads();
+  }
+}
+
+// lstm_cell_fused is lstm_cell on pre + hprev·Wᵀ, which it also leaves in
+// pre unless act is pre (the gates replace it there), as the GEMM with
+// beta 1 would have. With cell 0 it stops there: the product alone, for a
+// step whose h is written over hprev, which gc_lstm_cell then finishes
+// with the same operations on the same values, so the two launches give
+// the fused one's results to the bit.
+template <typename T>
+__device__ void lstm_cell_fused(const T* hprev, const T* w, T* pre, const T* bih,
+                                const T* bhh, const T* cprev, T* c, T* h, T* act,
+                                long long batch, long long hidden, long long cell) {
+  T acc[4];
+  rec_product<T, 4>(hprev, w, batch, hidden, acc);
+  long long b = (long long)blockIdx.y * GC_FUSE_B + threadIdx.y;
+  long long j = (long long)blockIdx.x * GC_FUSE_J + threadIdx.x;
+  if (b >= batch || j >= hidden) return;
+  long long e = b * hidden + j, o = b * 4 * hidden + j;
+  T p[4], u[4];
+  for (int g = 0; g < 4; g++) {
+    long long k = g * hidden + j;
+    p[g] = acc[g] + pre[o + g * hidden];
+    u[g] = p[g] + (gc_opt(bih, k) + gc_opt(bhh, k));
+  }
+  if (!cell) {
+    for (int g = 0; g < 4; g++) pre[o + g * hidden] = p[g];
+    return;
+  }
+  T i = gc_sigmoid(u[0]), f = gc_sigmoid(u[1]), gg = gc_tanh(u[2]), og = gc_sigmoid(u[3]);
+  T cn = f * cprev[e] + i * gg;
+  c[e] = cn;
+  h[e] = og * gc_tanh(cn);
+  if (act != pre)
+    for (int g = 0; g < 4; g++) pre[o + g * hidden] = p[g];
+  if (act) {
+    act[o] = i;
+    act[o + hidden] = f;
+    act[o + 2 * hidden] = gg;
+    act[o + 3 * hidden] = og;
+  }
+}
+
+// gru_cell_fused writes hpre = hprev·Wᵀ (the GEMM with beta 0), then is
+// gru_cell on it; with cell 0 it stops after the product, as
+// lstm_cell_fused.
+template <typename T>
+__device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpre,
+                               const T* bih, const T* bhh, T* h, T* act, long long batch,
+                               long long hidden, long long cell) {
+  T acc[3];
+  rec_product<T, 3>(hprev, w, batch, hidden, acc);
+  long long b = (long long)blockIdx.y * GC_FUSE_B + threadIdx.y;
+  long long j = (long long)blockIdx.x * GC_FUSE_J + threadIdx.x;
+  if (b >= batch || j >= hidden) return;
+  long long e = b * hidden + j, o = b * 3 * hidden + j;
+  for (int g = 0; g < 3; g++) hpre[o + g * hidden] = acc[g];
+  if (!cell) return;
+  T r = gc_sigmoid((xpre[o] + acc[0]) + (gc_opt(bih, j) + gc_opt(bhh, j)));
+  T z = gc_sigmoid((xpre[o + hidden] + acc[1]) +
+                   (gc_opt(bih, hidden + j) + gc_opt(bhh, hidden + j)));
+  T hn = acc[2] + gc_opt(bhh, 2 * hidden + j);
+  T n = gc_tanh((xpre[o + 2 * hidden] + gc_opt(bih, 2 * hidden + j)) + r * hn);
+  h[e] = (T(1) - z) * n + z * hprev[e];
+  if (act) {
+    long long a = b * 4 * hidden + j;
+    act[a] = r;
+    act[a + hidden] = z;
+    act[a + 2 * hidden] = n;
+    act[a + 3 * hidden] = hn;
+  }
+}
+
 #define GC_CELLS(T, S)                                                                        \
   extern "C" __global__ void gc_lstm_cell_##S(const T* pre, const T* bih, const T* bhh,       \
                                               const T* cprev, T* c, T* h, T* act,             \
@@ -118,6 +243,16 @@ __device__ void gru_cell_grad(const T* act, const T* hprev, const T* dh, T* dxpr
                                                   long long accumulate, long long batch,      \
                                                   long long hidden) {                         \
     gru_cell_grad(act, hprev, dh, dxpre, dhpre, dhprev, accumulate, batch, hidden);           \
+  }                                                                                           \
+  extern "C" __global__ void gc_lstm_cell_fused_##S(                                          \
+      const T* hprev, const T* w, T* pre, const T* bih, const T* bhh, const T* cprev, T* c,   \
+      T* h, T* act, long long batch, long long hidden, long long cell) {                      \
+    lstm_cell_fused(hprev, w, pre, bih, bhh, cprev, c, h, act, batch, hidden, cell);          \
+  }                                                                                           \
+  extern "C" __global__ void gc_gru_cell_fused_##S(                                           \
+      const T* hprev, const T* w, const T* xpre, T* hpre, const T* bih, const T* bhh, T* h,   \
+      T* act, long long batch, long long hidden, long long cell) {                            \
+    gru_cell_fused(hprev, w, xpre, hpre, bih, bhh, h, act, batch, hidden, cell);              \
   }
 
 GC_CELLS(float, f32)

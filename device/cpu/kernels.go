@@ -138,16 +138,30 @@ func (k kernels) Gemm(a device.Gemm) error {
 	return k.launchAs(&k.l.d.counts.gemms, 1, a.Check(k.l.owner), func(c *cmd) { c.op, c.gemm = opGemm, a.WithDefaults() })
 }
 
+// LSTMCell runs the fused form (device.LSTMCell.Fused) as the two calls
+// it stands for, the recurrent Gemm then the cell, queued one after the
+// other: results identical to the bit, counted as one GEMM and one launch.
 func (k kernels) LSTMCell(a device.LSTMCell) error {
-	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.lstm = opLSTMCell, a })
+	err := a.Check(k.l.owner)
+	if err == nil && a.Fused() {
+		err = k.Gemm(a.RecurrentGemm())
+		a.HPrev, a.W = device.Buffer{}, device.Buffer{}
+	}
+	return k.launch(err, func(c *cmd) { c.op, c.lstm = opLSTMCell, a })
 }
 
 func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error {
 	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.lstmGrad = opLSTMCellGrad, a })
 }
 
+// GRUCell runs the fused form as LSTMCell does.
 func (k kernels) GRUCell(a device.GRUCell) error {
-	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.gru = opGRUCell, a })
+	err := a.Check(k.l.owner)
+	if err == nil && a.Fused() {
+		err = k.Gemm(a.RecurrentGemm())
+		a.W = device.Buffer{}
+	}
+	return k.launch(err, func(c *cmd) { c.op, c.gru = opGRUCell, a })
 }
 
 func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {

@@ -411,3 +411,200 @@ func testGRUCellGrad(t *testing.T, open opener) {
 		}
 	})
 }
+
+// fusedCellSizes are the (Batch, Hidden) shapes the cells' fused form
+// (their recurrent product given, device.LSTMCell.Fused) is checked at:
+// degenerate; tails of a tile and of a chunk of the product (the CUDA
+// kernel's tiles are 4 rows by 32 units, its chunks 32 terms: cuda/kernels
+// ABI.md) in both dimensions; several tiles and chunks; the largest
+// hidden size the CUDA device fuses by default (256) and one above it,
+// which it runs as a GEMM and the cell, so both of its paths are checked.
+var fusedCellSizes = [][2]int{{1, 1}, {3, 5}, {5, 33}, {9, 70}, {6, 256}, {2, 257}}
+
+// recProduct is pre + hPrev·wᵀ (pre nil: zeros) in float64 for a cell of
+// gates gates, with each element's magnitude Σ|h||w| + |pre| (Tolerance).
+func recProduct(batch, hidden, gates int, pre, hPrev, w []float64) (out, mag []float64) {
+	n := gates * hidden
+	out = make([]float64, batch*n)
+	mag = make([]float64, batch*n)
+	for b := 0; b < batch; b++ {
+		for c := 0; c < n; c++ {
+			var s, m float64
+			for k := 0; k < hidden; k++ {
+				x := hPrev[b*hidden+k] * w[c*hidden+k]
+				s += x
+				m += math.Abs(x)
+			}
+			if pre != nil {
+				s += pre[b*n+c]
+				m += math.Abs(pre[b*n+c])
+			}
+			out[b*n+c], mag[b*n+c] = s, m
+		}
+	}
+	return out, mag
+}
+
+// fusedTolerance is the tolerance of a cell's outputs computed from
+// pre-activations that carry a product's rounding, of magnitude at most
+// mag: the pointwise tolerance, plus the product's error (SumTolerance of
+// hidden+1 terms) carried through the cell, whose outputs move by at most
+// 4 times a change of their pre-activations (σ' ≤ 1/4, tanh' ≤ 1, and
+// c = f·cPrev + i·g with |cPrev| ≤ 2 over four gates: 1/4·2 + 1/4 + 1 +
+// 1/4 < 4, and the GRU's h less), as an absolute floor.
+func fusedTolerance(dt device.DType, hidden int, mag []float64) Tolerance {
+	var m float64
+	for _, v := range mag {
+		m = math.Max(m, v)
+	}
+	tol := PointwiseTolerance(dt)
+	tol.Abs += 4 * SumTolerance(dt, hidden+1).Rel * m
+	return tol
+}
+
+func testLSTMCellFused(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		type fusedCase struct {
+			batch, hidden      int
+			bias               biasMode
+			act                actMode
+			cIsCPrev, hIsHPrev bool
+		}
+		var cs []fusedCase
+		for _, s := range fusedCellSizes {
+			cs = append(cs, fusedCase{s[0], s[1], bothBiases, separateAct, false, false})
+		}
+		for _, a := range []actMode{noAct, actIsInput} {
+			cs = append(cs, fusedCase{5, 33, noBias, a, false, false}, fusedCase{9, 70, bothBiases, a, true, false})
+		}
+		// The new h over the previous one: the layers' single step, whose
+		// state is updated in place.
+		cs = append(cs, fusedCase{5, 33, bothBiases, noAct, true, true}, fusedCase{9, 70, bothBiases, separateAct, false, true})
+		for _, c := range cs {
+			name := fmt.Sprintf("%dx%d/%v/%v", c.batch, c.hidden, c.bias, c.act)
+			if c.cIsCPrev {
+				name += "/CIsCPrev"
+			}
+			if c.hIsHPrev {
+				name += "/HIsHPrev"
+			}
+			e.run(name, func(e *env) {
+				bh, H := c.batch*c.hidden, c.hidden
+				// W scaled by 1/√H, as PyTorch initialises it, keeps the
+				// product of order 1, in the range the gates respond to.
+				s := 1 / math.Sqrt(float64(H))
+				pre := e.uniform(4*bh, -2, 2)
+				hPrev := e.uniform(bh, -1, 1)
+				w := e.uniform(4*H*H, -s, s)
+				cPrev := e.uniform(bh, -2, 2)
+				vPre, vHPrev, vW, vCPrev := e.vec(pre), e.vec(hPrev), e.vec(w), e.vec(cPrev)
+				a := device.LSTMCell{DType: e.dt, Batch: c.batch, Hidden: H, Pre: vPre.buf, HPrev: vHPrev.buf, W: vW.buf, CPrev: vCPrev.buf}
+				var bih, bhh []float64
+				if c.bias == bothBiases {
+					bih, bhh = e.uniform(4*H, -1, 1), e.uniform(4*H, -1, 1)
+					a.BiasIH, a.BiasHH = e.vec(bih).buf, e.vec(bhh).buf
+				}
+				vC, vH := e.vec(nans(bh)), e.vec(nans(bh))
+				if c.cIsCPrev {
+					vC = vCPrev
+				}
+				if c.hIsHPrev {
+					vH = vHPrev
+				}
+				a.C, a.H = vC.buf, vH.buf
+				var vAct vec
+				switch c.act {
+				case separateAct:
+					vAct = e.vec(nans(4 * bh))
+					a.Act = vAct.buf
+				case actIsInput:
+					vAct, a.Act = vPre, vPre.buf
+				}
+				e.launch(a)
+				full, mag := recProduct(c.batch, H, 4, pre, hPrev, w)
+				wantAct, wantC, wantH := refLSTMCell(c.batch, H, full, bih, bhh, cPrev)
+				tol := fusedTolerance(e.dt, H, mag)
+				checkClose(e.t, "C", e.get("C", vC), wantC, nil, tol)
+				checkClose(e.t, "H", e.get("H", vH), wantH, nil, tol)
+				if c.act != noAct {
+					checkClose(e.t, "Act", e.get("Act", vAct), wantAct, nil, tol)
+				}
+				if c.act != actIsInput {
+					// Pre holds the full pre-activations, as after a Gemm
+					// with Beta 1.
+					checkClose(e.t, "Pre", e.get("Pre", vPre), full, mag, SumTolerance(e.dt, H+1))
+				}
+				if !c.hIsHPrev {
+					checkExact(e.t, "HPrev (an input)", e.get("HPrev", vHPrev), hPrev)
+				}
+				checkExact(e.t, "W (an input)", e.get("W", vW), w)
+			})
+		}
+	})
+}
+
+func testGRUCellFused(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		type fusedCase struct {
+			batch, hidden int
+			bias          biasMode
+			act           actMode
+			hIsHPrev      bool
+		}
+		var cs []fusedCase
+		for _, s := range fusedCellSizes {
+			cs = append(cs, fusedCase{s[0], s[1], bothBiases, separateAct, false})
+		}
+		cs = append(cs, fusedCase{5, 33, noBias, noAct, false}, fusedCase{9, 70, onlyBiasHH, noAct, false},
+			fusedCase{5, 33, bothBiases, separateAct, true}, fusedCase{9, 70, onlyBiasIH, noAct, true})
+		for _, c := range cs {
+			name := fmt.Sprintf("%dx%d/%v/%v", c.batch, c.hidden, c.bias, c.act)
+			if c.hIsHPrev {
+				name += "/HIsHPrev"
+			}
+			e.run(name, func(e *env) {
+				bh, H := c.batch*c.hidden, c.hidden
+				s := 1 / math.Sqrt(float64(H)) // as testLSTMCellFused's
+				xPre := e.uniform(3*bh, -2, 2)
+				hPrev := e.uniform(bh, -1, 1)
+				w := e.uniform(3*H*H, -s, s)
+				// HPre is written, not read: NaNs in it must not show.
+				vX, vHP, vHPrev, vW := e.vec(xPre), e.vec(nans(3*bh)), e.vec(hPrev), e.vec(w)
+				a := device.GRUCell{DType: e.dt, Batch: c.batch, Hidden: H, XPre: vX.buf, HPre: vHP.buf, HPrev: vHPrev.buf, W: vW.buf}
+				var bih, bhh []float64
+				if c.bias == bothBiases || c.bias == onlyBiasIH {
+					bih = e.uniform(3*H, -1, 1)
+					a.BiasIH = e.vec(bih).buf
+				}
+				if c.bias == bothBiases || c.bias == onlyBiasHH {
+					bhh = e.uniform(3*H, -1, 1)
+					a.BiasHH = e.vec(bhh).buf
+				}
+				vH := vHPrev
+				if !c.hIsHPrev {
+					vH = e.vec(nans(bh))
+				}
+				a.H = vH.buf
+				var vAct vec
+				if c.act == separateAct {
+					vAct = e.vec(nans(4 * bh))
+					a.Act = vAct.buf
+				}
+				e.launch(a)
+				hPre, mag := recProduct(c.batch, H, 3, nil, hPrev, w)
+				wantAct, wantH := refGRUCell(c.batch, H, xPre, hPre, bih, bhh, hPrev)
+				tol := fusedTolerance(e.dt, H, mag)
+				checkClose(e.t, "HPre", e.get("HPre", vHP), hPre, mag, SumTolerance(e.dt, H))
+				checkClose(e.t, "H", e.get("H", vH), wantH, nil, tol)
+				if c.act == separateAct {
+					checkClose(e.t, "Act", e.get("Act", vAct), wantAct, nil, tol)
+				}
+				checkExact(e.t, "XPre (an input)", e.get("XPre", vX), xPre)
+				if !c.hIsHPrev {
+					checkExact(e.t, "HPrev (an input)", e.get("HPrev", vHPrev), hPrev)
+				}
+				checkExact(e.t, "W (an input)", e.get("W", vW), w)
+			})
+		}
+	})
+}

@@ -72,6 +72,8 @@ func RunGroups(t *testing.T, open func(t testing.TB) device.Device, keep func(gr
 		{"LSTMCellGrad", testLSTMCellGrad},
 		{"GRUCell", testGRUCell},
 		{"GRUCellGrad", testGRUCellGrad},
+		{"LSTMCellFused", testLSTMCellFused},
+		{"GRUCellFused", testGRUCellFused},
 		{"GatherSeq", testGatherSeq},
 		{"SeqPool", testSeqPool},
 		{"Embedding", testEmbedding},

@@ -20,6 +20,10 @@ type misuseCase struct {
 	optional []string
 	// longEnough are the buffer fields that may be shorter (Copy's Src).
 	longEnough []string
+	// together are buffer fields given both or neither (a cell's
+	// recurrent product): one of them alone is an error matching
+	// device.ErrShape.
+	together []string
 	// shapes are invalid variations of args, each naming the argument the
 	// error must name.
 	shapes []shapeCase
@@ -78,9 +82,18 @@ func (e *env) misuseCases() []misuseCase {
 	lg := device.LSTMCellGrad{DType: f32, Batch: 2, Hidden: 3, Act: z(24), CPrev: z(6), C: z(6), DH: z(6), DC: z(6), DPre: z(24), DCPrev: z(6)}
 	add(misuseCase{args: lg, shapes: shapes(lg, "Batch", 0, "Hidden", 0, "DType", device.Int32)})
 
+	// The fused form: W_hh is [4·Hidden, Hidden].
+	lstmFused := with(with(lstm, "HPrev", z(6)), "W", z(36))
+	add(misuseCase{name: "LSTMCell/Fused", args: lstmFused, optional: []string{"BiasIH", "BiasHH", "Act"},
+		together: []string{"HPrev", "W"}})
+
 	gru := device.GRUCell{DType: f32, Batch: 2, Hidden: 3, XPre: z(18), HPre: z(18), BiasIH: z(9), BiasHH: z(9), HPrev: z(6), H: z(6), Act: z(24)}
 	add(misuseCase{args: gru, optional: []string{"BiasIH", "BiasHH", "Act"},
 		shapes: shapes(gru, "Batch", -1, "Hidden", 0, "DType", device.Int32)})
+
+	// The fused form: W_hh is [3·Hidden, Hidden]; without it the call is
+	// the plain cell.
+	add(misuseCase{name: "GRUCell/Fused", args: with(gru, "W", z(27)), optional: []string{"BiasIH", "BiasHH", "Act", "W"}})
 
 	gg := device.GRUCellGrad{DType: f32, Batch: 2, Hidden: 3, Act: z(24), HPrev: z(6), DH: z(6), DXPre: z(18), DHPre: z(18), DHPrev: z(6)}
 	add(misuseCase{args: gg, shapes: shapes(gg, "Batch", 0, "Hidden", -2, "DType", device.Int32)})
@@ -246,6 +259,10 @@ func (e *env) checkMisuse(c misuseCase, other device.Device) {
 		switch {
 		case optional && err != nil:
 			e.t.Errorf("%s without the optional %s = %v, want nil", name, field, err)
+		case contains(c.together, field):
+			if !errors.Is(err, device.ErrShape) || !namesField(err, field) {
+				e.t.Errorf("%s without %s but with the rest of its pair = %v, want an error matching device.ErrShape that names %s", name, field, err, field)
+			}
 		case !optional && (!errors.Is(err, device.ErrForeignBuffer) || !namesField(err, field)):
 			e.t.Errorf("%s with the zero Buffer as %s = %v, want an error matching device.ErrForeignBuffer that names %s", name, field, err, field)
 		}

@@ -141,3 +141,41 @@ func TestFailAlloc(t *testing.T) {
 		t.Errorf("Allocs() = %d, want 3", d.Allocs())
 	}
 }
+
+// TestFusedCells checks that the planner's device takes the cells' fused
+// form (their recurrent product given) as the CUDA device does, whichever
+// path that takes: no temporary either way (the fused kernel needs none,
+// and cuBLAS's workspace is taken at Open), and a half-given product
+// refused with device.ErrShape.
+func TestFusedCells(t *testing.T) {
+	d := open(t, meta.Config{KernelTemporaries: true})
+	buf := func(n int) device.Buffer {
+		b, err := d.Alloc(int64(n)*4, device.Workspace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	const B, H = 2, 3
+	hPrev, w := buf(B*H), buf(4*H*H)
+	lstm := device.LSTMCell{DType: device.Float32, Batch: B, Hidden: H, Pre: buf(4 * B * H), CPrev: buf(B * H), C: buf(B * H),
+		H: buf(B * H), HPrev: hPrev, W: w}
+	gru := device.GRUCell{DType: device.Float32, Batch: B, Hidden: H, XPre: buf(3 * B * H), HPre: buf(3 * B * H), HPrev: hPrev,
+		H: buf(B * H), W: w}
+	before := d.MemStats()
+	k := d.Kernels()
+	if err := k.LSTMCell(lstm); err != nil {
+		t.Errorf("fused LSTMCell: %v", err)
+	}
+	if err := k.GRUCell(gru); err != nil {
+		t.Errorf("fused GRUCell: %v", err)
+	}
+	if got, was := d.MemStats().AllocatedBytes[alloc.AllPools].Allocated, before.AllocatedBytes[alloc.AllPools].Allocated; got != was {
+		t.Errorf("the fused cells allocated %d bytes, want none", got-was)
+	}
+	half := lstm
+	half.W = device.Buffer{}
+	if err := k.LSTMCell(half); !errors.Is(err, device.ErrShape) {
+		t.Errorf("LSTMCell with HPrev and no W = %v, want device.ErrShape", err)
+	}
+}

@@ -43,6 +43,8 @@ func TestMissingBarrier(t *testing.T) {
 		{"nn.cu", 2, sampleArgmax},      // sample: every chunk's maximum written before all read them
 		{"nn.cu", 3, sampleTop1},        // sample: a radix pass's counts complete before they are scanned
 		{"nn.cu", 4, sampleUniform},     // sample: the chunk sums written before thread 0 adds them
+		{"cells.cu", 0, gruFused},       // rec_product: a chunk of h and W staged before it is read
+		{"cells.cu", 1, gruFused},       // rec_product: the chunk read before the next overwrites it
 	}
 	// Every barrier of the kernels is in the table: a new one needs a case.
 	count := 0
@@ -257,3 +259,32 @@ func sampleUniform(l *Lib) (got, want []float64, err error) {
 
 func sampleArgmax(l *Lib) (got, want []float64, err error) { return sampleRows(l, 0, 0) }
 func sampleTop1(l *Lib) (got, want []float64, err error)   { return sampleRows(l, 1, 1) }
+
+// gruFused runs gc_gru_cell_fused_f64 as cuda/launch.go does (blocks of
+// 32 units by 4 rows) over 4 rows of 64 units, two chunks of 32 terms, and
+// returns the recurrent product it writes to hpre: small integers, so
+// exact in any order.
+func gruFused(l *Lib) (got, want []float64, err error) {
+	const batch, hidden = 4, 64
+	hprev := make([]float64, batch*hidden)
+	for i := range hprev {
+		hprev[i] = float64(i%5 + 1)
+	}
+	w := make([]float64, 3*hidden*hidden)
+	for i := range w {
+		w[i] = float64(i%7 - 3)
+	}
+	want = make([]float64, batch*3*hidden)
+	for b := range batch {
+		for c := range 3 * hidden {
+			for k := range hidden {
+				want[b*3*hidden+c] += hprev[b*hidden+k] * w[c*hidden+k]
+			}
+		}
+	}
+	got = make([]float64, batch*3*hidden)
+	xpre, h := make([]float64, batch*3*hidden), make([]float64, batch*hidden)
+	err = l.Launch("gc_gru_cell_fused_f64", [3]uint32{hidden / 32, batch / 4, 1}, [3]uint32{32, 4, 1},
+		[]uint64{ptr(hprev), ptr(w), ptr(xpre), ptr(got), 0, 0, ptr(h), 0, batch, hidden, 1})
+	return got, want, err
+}
