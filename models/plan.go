@@ -65,6 +65,10 @@ type MemorySpec struct {
 	// Validate adds what a validation holds: its loader's ring and the
 	// no-grad passes over batches of Batch sequences.
 	Validate bool
+	// Graphs is the char-RNN run's train.Config.Graphs: its steps are
+	// replayed as device graphs, whose batch buffers and kept memory the
+	// plan then holds too.
+	Graphs bool
 }
 
 // steps is how many optimizer steps a plan takes without Lengths: the
@@ -221,7 +225,7 @@ func charRNNRun(ctx context.Context, d device.Device, spec MemorySpec, opt train
 		return nil, err
 	}
 	*cleanup = append(*cleanup, data.Close)
-	cfg := train.Config{Optimizer: opt, Steps: planSteps, ClipNorm: 5}
+	cfg := train.Config{Optimizer: opt, Steps: planSteps, ClipNorm: 5, Graphs: spec.Graphs}
 	if spec.Validate {
 		if cfg.Validation, err = loader.New(d, text, loader.Config{Mode: loader.Streams, Batch: spec.Batch, Seq: spec.Seq, Epochs: 1}); err != nil {
 			return nil, err

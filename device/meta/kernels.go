@@ -31,8 +31,14 @@ func (k kernels) temporary(name string, n int64) error {
 		return nil
 	}
 	p, err := k.d.mem.AllocCategory(n, 0, alloc.Workspace)
+	if err == nil {
+		k.d.graphs.Allocated(p)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %s: %w", k.d.cfg.Name, name, err)
+	}
+	if k.d.graphs.Keep(p) {
+		return nil // a graph keeps it, as on the CUDA device
 	}
 	return k.d.mem.Free(p)
 }

@@ -99,6 +99,8 @@ type Device struct {
 	mu     sync.Mutex
 	allocs int // Alloc calls so far
 	failAt int // the Alloc call to fail, 0 for none
+
+	graphs driver.GraphMemory // the blocks graphs keep (graph.go)
 }
 
 var (
@@ -176,6 +178,7 @@ func (d *Device) Alloc(bytes int64, cat device.Category) (device.Buffer, error) 
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("%s: %w", d.cfg.Name, err)
 	}
+	d.graphs.Allocated(p)
 	return driver.NewBuffer(d, p, bytes, nil), nil
 }
 
@@ -203,6 +206,12 @@ func (d *Device) Free(b device.Buffer) error {
 	if err := d.checkOpen("Free"); err != nil {
 		return err
 	}
+	if err := driver.CheckOwner(d, "Free", "the buffer", b.Device()); err != nil {
+		return err
+	}
+	if b.Len() > 0 && d.graphs.Keep(b.Addr()) {
+		return nil
+	}
 	return driver.Free(d, d.mem, b)
 }
 
@@ -211,7 +220,10 @@ func (d *Device) Upload(dst device.Buffer, src []byte) error {
 	if err := d.checkOpen("Upload"); err != nil {
 		return err
 	}
-	return driver.CheckUpload(d, dst, src)
+	if err := driver.CheckUpload(d, dst, src); err != nil {
+		return err
+	}
+	return d.inCapture("Upload")
 }
 
 // Download checks its arguments and writes zeros into dst: a meta buffer
@@ -221,6 +233,9 @@ func (d *Device) Download(dst []byte, src device.Buffer) error {
 		return err
 	}
 	if err := driver.CheckDownload(d, dst, src); err != nil {
+		return err
+	}
+	if err := d.inCapture("Download"); err != nil {
 		return err
 	}
 	clear(dst)
@@ -285,11 +300,21 @@ func (d *Device) onStream(what string, s device.Stream) (device.Event, error) {
 	if !ms.usable() {
 		return nil, fmt.Errorf("%s: %s: the stream is %w", d.cfg.Name, what, device.ErrClosed)
 	}
+	if ms.compute {
+		if err := d.inCapture(what); err != nil {
+			return nil, err
+		}
+	}
 	return event{}, nil
 }
 
 // Synchronize returns at once: nothing runs.
-func (d *Device) Synchronize() error { return d.checkOpen("Synchronize") }
+func (d *Device) Synchronize() error {
+	if err := d.checkOpen("Synchronize"); err != nil {
+		return err
+	}
+	return d.inCapture("Synchronize")
+}
 
 // MemStats returns the allocator's figures.
 func (d *Device) MemStats() alloc.Stats { return d.mem.Stats() }
@@ -354,6 +379,11 @@ func (s *stream) Record() (device.Event, error) {
 	if !s.usable() {
 		return nil, fmt.Errorf("%s: Record: the stream is %w", s.d.cfg.Name, device.ErrClosed)
 	}
+	if s.compute {
+		if err := s.d.inCapture("Stream.Record"); err != nil {
+			return nil, err
+		}
+	}
 	return event{}, nil
 }
 
@@ -364,12 +394,18 @@ func (s *stream) Wait(e device.Event) error {
 	if _, ok := e.(event); !ok {
 		return fmt.Errorf("%s: Wait: the event is not one of this device's: %w", s.d.cfg.Name, device.ErrForeignBuffer)
 	}
+	if s.compute {
+		return s.d.inCapture("Stream.Wait")
+	}
 	return nil
 }
 
 func (s *stream) Synchronize() error {
 	if !s.usable() {
 		return fmt.Errorf("%s: Synchronize: the stream is %w", s.d.cfg.Name, device.ErrClosed)
+	}
+	if s.compute {
+		return s.d.inCapture("Stream.Synchronize")
 	}
 	return nil
 }

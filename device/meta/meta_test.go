@@ -179,3 +179,48 @@ func TestFusedCells(t *testing.T) {
 		t.Errorf("LSTMCell with HPrev and no W = %v, want device.ErrShape", err)
 	}
 }
+
+// TestGraphMemory: the meta device keeps a graph's memory as the CPU and
+// CUDA devices do (device/devicetest's Graphs group checks those): a
+// temporary freed during the capture, and a buffer allocated before it and
+// freed after, stay allocated until the graph closes; waits on the compute
+// stream are refused while it records.
+func TestGraphMemory(t *testing.T) {
+	d := open(t, meta.Config{KernelTemporaries: true})
+	allocated := func() int64 { return d.MemStats().AllocatedBytes[alloc.AllPools].Current }
+	pre, err := d.Alloc(4096, device.Workspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := allocated()
+	var syncErr error
+	g, err := d.Capture(func() error {
+		tmp, err := d.Alloc(4096, device.Workspace)
+		if err != nil {
+			return err
+		}
+		syncErr = d.Synchronize()
+		return d.Free(tmp)
+	})
+	if !errors.Is(syncErr, device.ErrNotCapturable) {
+		t.Errorf("Synchronize while capturing: %v, want ErrNotCapturable", syncErr)
+	}
+	if err != nil {
+		t.Fatalf("Capture: %v", err)
+	}
+	if err := d.Free(pre); err != nil {
+		t.Fatal(err)
+	}
+	if got := allocated(); got != base+4096 {
+		t.Errorf("allocated %d with the graph open, want %d: the temporary and the buffer freed after the capture stay", got, base+4096)
+	}
+	if err := g.Launch(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := allocated(); got != base-4096 {
+		t.Errorf("allocated %d after Close, want %d", got, base-4096)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gocurrent/gocurrent/device/meta"
@@ -29,6 +30,7 @@ type PlanFlags struct {
 	Capacity          cli.Size // plan for a device of this size without opening one
 	MemoryLimit       cli.Size
 	JSON              bool
+	Graphs            string // -graphs, as train's: the run planned replays its steps
 }
 
 func (f *PlanFlags) register(fs *flag.FlagSet) {
@@ -45,6 +47,19 @@ func (f *PlanFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.Capacity, "capacity", "plan for a device of this much memory (e.g. 80GiB), like -device, without opening it")
 	fs.Var(&f.MemoryLimit, "memory-limit", "hold the run to this much memory, as train's -memory-limit")
 	fs.BoolVar(&f.JSON, "json", false, "print the plan as one JSON object")
+	graphsFlag(fs, &f.Graphs)
+}
+
+// graphs is -graphs for the device target stands for: auto as train's
+// (useGraphs), on a GPU.
+func (f *PlanFlags) graphs(target meta.Config) bool {
+	switch f.Graphs {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	return strings.HasPrefix(target.Name, "cuda")
 }
 
 func (f *PlanFlags) json() bool { return f.JSON }
@@ -67,6 +82,7 @@ func (f *PlanFlags) validate() error {
 	if !(f.ValFrac >= 0 && f.ValFrac < 1) {
 		c.Fail("val-frac", f.ValFrac, "[0, 1)")
 	}
+	c.OneOf("graphs", f.Graphs, "auto", "on", "off")
 	c.Device(f.Device)
 	return c.Err
 }
@@ -103,7 +119,7 @@ func Plan(ctx context.Context, f PlanFlags, env Env) error {
 	}
 	start := time.Now()
 	spec := models.MemorySpec{CharRNN: &f.Model, Vocab: vocab, Batch: f.Batch, Accum: f.Accum, Seq: f.Seq,
-		Optimizer: train.Algorithm(f.Optimizer), Validate: f.ValFrac > 0}
+		Optimizer: train.Algorithm(f.Optimizer), Validate: f.ValFrac > 0, Graphs: f.graphs(target)}
 	if f.BatchAuto {
 		spec.Batch = 8
 		res, err := models.PlanBatch(ctx, target, spec, models.FitConfig{Effective: f.EffectiveBatch})

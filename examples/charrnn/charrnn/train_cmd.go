@@ -387,7 +387,7 @@ func (r *trainRun) memorySpec() models.MemorySpec {
 		cfg.Recompute = f.Model.Recompute // a way of training, not recorded
 	}
 	return models.MemorySpec{CharRNN: &cfg, Vocab: r.text.Vocab().Len(), Batch: f.Batch, Accum: f.Accum, Seq: f.Seq,
-		Optimizer: train.Algorithm(f.Optimizer), Validate: f.ValFrac > 0}
+		Optimizer: train.Algorithm(f.Optimizer), Validate: f.ValFrac > 0, Graphs: useGraphs(f.Graphs, r.d)}
 }
 
 // fitBatch is -batch auto: it finds the largest batch that fits, with
