@@ -224,12 +224,24 @@ func (k kernels) Gemm(a device.Gemm) error {
 	return l.d.api.BLASGemm(l.d.ctx, l.blas, g)
 }
 
-// The fused cell kernels' launch shape (cells.cu): a block of fuseJ
-// hidden units by fuseB batch rows.
-const (
-	fuseJ = 32
-	fuseB = 4
-)
+// fuseThreads is the fused cell kernels' block size (cells.cu's
+// GC_FUSE_THREADS).
+const fuseThreads = 128
+
+// fuseTile is the fused cell kernels' block for a hidden size: 32 units
+// by 4 batch rows, or 16 by 8, or 8 by 16 when the layer has fewer units,
+// so that a block's threads are (nearly) all the layer's. The tile changes
+// which thread computes an element, never how: each sum runs over k in
+// order.
+func fuseTile(hidden int) (j, b int) {
+	switch {
+	case hidden <= 8:
+		return 8, fuseThreads / 8
+	case hidden <= 16:
+		return 16, fuseThreads / 16
+	}
+	return 32, fuseThreads / 32
+}
 
 // fuse reports whether a cell call given its recurrent product runs the
 // fused kernel (Config.FuseCellsUpTo): a small enough hidden size and a
@@ -241,13 +253,15 @@ const (
 // h is written in place never changes the results.
 func (k kernels) fuse(batch, hidden int, dt device.DType, h, hPrev device.Buffer) (fused, apart bool) {
 	n := alloc.Ptr(int64(batch*hidden) * dt.Size())
-	fused = hidden <= k.l.d.cfg.fuseCellsUpTo() && (batch+fuseB-1)/fuseB <= maxGridY
+	_, tb := fuseTile(hidden)
+	fused = hidden <= k.l.d.cfg.fuseCellsUpTo() && (batch+tb-1)/tb <= maxGridY
 	return fused, h.Addr() < hPrev.Addr()+n && hPrev.Addr() < h.Addr()+n
 }
 
-// fuseGrid is the fused cell kernels' grid.
-func fuseGrid(batch, hidden int) [3]uint32 {
-	return [3]uint32{uint32((hidden + fuseJ - 1) / fuseJ), uint32((batch + fuseB - 1) / fuseB), 1}
+// fuseShape is the fused cell kernels' grid and block.
+func fuseShape(batch, hidden int) (grid, block [3]uint32) {
+	tj, tb := fuseTile(hidden)
+	return [3]uint32{uint32((hidden + tj - 1) / tj), uint32((batch + tb - 1) / tb), 1}, [3]uint32{uint32(tj), uint32(tb), 1}
 }
 
 // LSTMCell is the cell kernel, after the recurrent GEMM when the call
@@ -260,7 +274,8 @@ func (k kernels) LSTMCell(a device.LSTMCell) error {
 	}
 	if a.Fused() {
 		if fused, apart := k.fuse(a.Batch, a.Hidden, a.DType, a.H, a.HPrev); fused {
-			err := k.l.launch(kLSTMCellFused, a.DType, fuseGrid(a.Batch, a.Hidden), [3]uint32{fuseJ, fuseB, 1},
+			grid, block := fuseShape(a.Batch, a.Hidden)
+			err := k.l.launch(kLSTMCellFused, a.DType, grid, block,
 				ptr(a.HPrev), ptr(a.W), ptr(a.Pre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.CPrev), ptr(a.C), ptr(a.H), ptr(a.Act),
 				i64(a.Batch), i64(a.Hidden), flag(!apart))
 			if err != nil || !apart {
@@ -289,7 +304,8 @@ func (k kernels) GRUCell(a device.GRUCell) error {
 	}
 	if a.Fused() {
 		if fused, apart := k.fuse(a.Batch, a.Hidden, a.DType, a.H, a.HPrev); fused {
-			err := k.l.launch(kGRUCellFused, a.DType, fuseGrid(a.Batch, a.Hidden), [3]uint32{fuseJ, fuseB, 1},
+			grid, block := fuseShape(a.Batch, a.Hidden)
+			err := k.l.launch(kGRUCellFused, a.DType, grid, block,
 				ptr(a.HPrev), ptr(a.W), ptr(a.XPre), ptr(a.HPre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.H), ptr(a.Act),
 				i64(a.Batch), i64(a.Hidden), flag(!apart))
 			if err != nil || !apart {

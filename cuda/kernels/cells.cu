@@ -99,23 +99,25 @@ __device__ void gru_cell_grad(const T* act, const T* hprev, const T* dh, T* dxpr
 // The fused recurrent step (device.LSTMCell and GRUCell given their
 // recurrent product): the step's GEMM, hprev·Wᵀ, and the cell in one
 // launch, for small hidden sizes, where the two launches of a GEMM and a
-// cell cost more than their arithmetic. blockDim = (GC_FUSE_J, GC_FUSE_B),
-// gridDim = (ceil(hidden/GC_FUSE_J), ceil(batch/GC_FUSE_B)): thread (tx, ty)
-// of block (bx, by) owns element (b, j) = (by·GC_FUSE_B + ty, bx·GC_FUSE_J +
-// tx) and keeps the G dot products of its gates in registers, so the cell
-// runs on them right after the last product. The block walks k in chunks
-// of GC_FUSE_K, staging its GC_FUSE_B rows of hprev and its G·GC_FUSE_J
-// rows of W (gate g's rows g·hidden + j) through shared memory; W's rows
-// are padded by one element so that a warp, 32 threads of consecutive j,
-// reads 32 different banks. Elements past batch or hidden (the tails) are
-// staged as zeros and not written.
+// cell cost more than their arithmetic. blockDim = (J, B) with J·B =
+// GC_FUSE_THREADS, J = 32 hidden units, or 16 or 8 below that many (more
+// batch rows then, so no thread of a small layer idles: cuda/launch.go's
+// fuseTile), gridDim = (ceil(hidden/J), ceil(batch/B)): thread (tx, ty)
+// of block (bx, by) owns element (b, j) = (by·B + ty, bx·J + tx) and keeps
+// the G dot products of its gates in registers, so the cell runs on them
+// right after the last product. The block walks k in chunks of GC_FUSE_K,
+// staging its B rows of hprev and its G·J rows of W (gate g's rows
+// g·hidden + j) through shared memory; W's rows are padded by one element
+// so that a warp, 32 threads of consecutive j, reads 32 different banks.
+// Rows past batch are staged as zeros and not written.
 //
 // Each dot product is one accumulator in T summed in order of k, from 0
 // (zero terms past hidden add nothing), whatever the launch: the results
 // depend on the shape only, the same on every run. They differ from
 // cuBLAS's, which sums in an order of its own, only by rounding.
-#define GC_FUSE_J 32
-#define GC_FUSE_B 4
+#define GC_FUSE_THREADS 128
+#define GC_FUSE_JMAX 32
+#define GC_FUSE_BMAX 16
 #define GC_FUSE_K 32
 
 // rec_product sets acc[g] to Σ_k hprev[b·hidden + k]·w[(g·hidden + j)·hidden + k]
@@ -123,28 +125,36 @@ __device__ void gru_cell_grad(const T* act, const T* hprev, const T* dh, T* dxpr
 template <typename T, int G>
 __device__ void rec_product(const T* hprev, const T* w, long long batch, long long hidden,
                             T* acc) {
-  GC_SHARED(T, hs, GC_FUSE_B * GC_FUSE_K);
-  GC_SHARED(T, ws, G * GC_FUSE_J * (GC_FUSE_K + 1));
-  const int threads = GC_FUSE_J * GC_FUSE_B;
-  int tx = threadIdx.x, ty = threadIdx.y, tid = ty * GC_FUSE_J + tx;
-  long long j0 = (long long)blockIdx.x * GC_FUSE_J, b0 = (long long)blockIdx.y * GC_FUSE_B;
+  GC_SHARED(T, hs, GC_FUSE_BMAX * GC_FUSE_K);
+  GC_SHARED(T, ws, G * GC_FUSE_JMAX * (GC_FUSE_K + 1));
+  const int tj = blockDim.x, tb = blockDim.y, threads = tj * tb;
+  int tx = threadIdx.x, ty = threadIdx.y, tid = ty * tj + tx;
+  long long j0 = (long long)blockIdx.x * tj, b0 = (long long)blockIdx.y * tb;
   for (int g = 0; g < G; g++) acc[g] = T(0);
+  // The block's units past hidden, and a last chunk's k past it, are
+  // neither staged nor summed: they would add zeros (acc starts at +0, so
+  // not even a zero's sign changes), and at a hidden size below the tile
+  // they are most of it. jn and kn are the same for every thread of the
+  // block, so the barriers stay block-uniform.
+  const int jn = (int)(hidden - j0 < tj ? hidden - j0 : tj);
   for (long long k0 = 0; k0 < hidden; k0 += GC_FUSE_K) {
+    const int kn = (int)(hidden - k0 < GC_FUSE_K ? hidden - k0 : GC_FUSE_K);
     // Consecutive threads load consecutive k of a row: coalesced.
-    for (int i = tid; i < GC_FUSE_B * GC_FUSE_K; i += threads) {
-      long long b = b0 + i / GC_FUSE_K, k = k0 + i % GC_FUSE_K;
-      hs[i] = (b < batch && k < hidden) ? hprev[b * hidden + k] : T(0);
+    for (int i = tid; i < tb * kn; i += threads) {
+      long long b = b0 + i / kn;
+      int kk = i % kn;
+      hs[(i / kn) * GC_FUSE_K + kk] = b < batch ? hprev[b * hidden + k0 + kk] : T(0);
     }
-    for (int i = tid; i < G * GC_FUSE_J * GC_FUSE_K; i += threads) {
-      int row = i / GC_FUSE_K, kk = i % GC_FUSE_K;
-      long long j = j0 + row % GC_FUSE_J, k = k0 + kk;
-      ws[row * (GC_FUSE_K + 1) + kk] =
-          (j < hidden && k < hidden) ? w[((row / GC_FUSE_J) * hidden + j) * hidden + k] : T(0);
+    for (int i = tid; i < G * jn * kn; i += threads) {
+      int row = i / kn, kk = i % kn, g = row / jn, jj = row % jn;
+      ws[(g * tj + jj) * (GC_FUSE_K + 1) + kk] = w[(g * hidden + j0 + jj) * hidden + k0 + kk];
     }
     __syncthreads();
-    for (int kk = 0; kk < GC_FUSE_K; kk++) {
-      T x = hs[ty * GC_FUSE_K + kk];
-      for (int g = 0; g < G; g++) acc[g] += x * ws[(g * GC_FUSE_J + tx) * (GC_FUSE_K + 1) + kk];
+    if (tx < jn) {
+      for (int kk = 0; kk < kn; kk++) {
+        T x = hs[ty * GC_FUSE_K + kk];
+        for (int g = 0; g < G; g++) acc[g] += x * ws[(g * tj + tx) * (GC_FUSE_K + 1) + kk];
+      }
     }
     // The chunk read by every thread before the next one overwrites it.
     __syncthreads();
@@ -163,8 +173,8 @@ __device__ void lstm_cell_fused(const T* hprev, const T* w, T* pre, const T* bih
                                 long long batch, long long hidden, long long cell) {
   T acc[4];
   rec_product<T, 4>(hprev, w, batch, hidden, acc);
-  long long b = (long long)blockIdx.y * GC_FUSE_B + threadIdx.y;
-  long long j = (long long)blockIdx.x * GC_FUSE_J + threadIdx.x;
+  long long b = (long long)blockIdx.y * blockDim.y + threadIdx.y;
+  long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= batch || j >= hidden) return;
   long long e = b * hidden + j, o = b * 4 * hidden + j;
   T p[4], u[4];
@@ -200,8 +210,8 @@ __device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpr
                                long long hidden, long long cell) {
   T acc[3];
   rec_product<T, 3>(hprev, w, batch, hidden, acc);
-  long long b = (long long)blockIdx.y * GC_FUSE_B + threadIdx.y;
-  long long j = (long long)blockIdx.x * GC_FUSE_J + threadIdx.x;
+  long long b = (long long)blockIdx.y * blockDim.y + threadIdx.y;
+  long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= batch || j >= hidden) return;
   long long e = b * hidden + j, o = b * 3 * hidden + j;
   for (int g = 0; g < 3; g++) hpre[o + g * hidden] = acc[g];

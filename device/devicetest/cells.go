@@ -415,11 +415,13 @@ func testGRUCellGrad(t *testing.T, open opener) {
 // fusedCellSizes are the (Batch, Hidden) shapes the cells' fused form
 // (their recurrent product given, device.LSTMCell.Fused) is checked at:
 // degenerate; tails of a tile and of a chunk of the product (the CUDA
-// kernel's tiles are 4 rows by 32 units, its chunks 32 terms: cuda/kernels
-// ABI.md) in both dimensions; several tiles and chunks; the largest
-// hidden size the CUDA device fuses by default (256) and one above it,
-// which it runs as a GEMM and the cell, so both of its paths are checked.
-var fusedCellSizes = [][2]int{{1, 1}, {3, 5}, {5, 33}, {9, 70}, {6, 256}, {2, 257}}
+// kernel's tiles are 4 rows by 32 units, 8 by 16 up to hidden 16 and 16
+// by 8 up to 8, its chunks 32 terms: cuda/kernels ABI.md) in both
+// dimensions, each tile shape among them; several tiles and chunks; the
+// largest hidden size the CUDA device fuses by default (256) and one above
+// it, which it runs as a GEMM and the cell, so both of its paths are
+// checked.
+var fusedCellSizes = [][2]int{{1, 1}, {3, 5}, {17, 12}, {5, 33}, {9, 70}, {6, 256}, {2, 257}}
 
 // recProduct is pre + hPrev·wᵀ (pre nil: zeros) in float64 for a cell of
 // gates gates, with each element's magnitude Σ|h||w| + |pre| (Tolerance).

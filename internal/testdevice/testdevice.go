@@ -158,6 +158,15 @@ func Describe(d device.Device) string {
 		float64(i.TotalMemory)/(1<<30), i.DriverVersion, i.BLASVersion, i.BLASLibrary, i.PTX, i.TF32)
 }
 
+// Emulated reports whether d is the CUDA device over the CUDA emulator
+// (internal/cudaemu), whose kernels run on the CPU, thread by thread: a
+// test whose grid of cases is there only to multiply the shapes may take
+// part of it there, and the whole on the CPU device and on a GPU.
+func Emulated(d device.Device) bool {
+	g, ok := d.(*cuda.Device)
+	return ok && strings.Contains(strings.ToLower(g.Info().Name), "emulator")
+}
+
 var announced sync.Once
 
 // announce writes, once per test binary, what the tests run on, to
