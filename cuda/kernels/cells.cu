@@ -7,6 +7,48 @@
 // dpre = act, dcprev = dc, h = hprev) safe.
 #include "common.cuh"
 
+// lstm_point is the LSTM cell on one element (b, j) from its four gates'
+// pre-activations u (biases added) and its previous cell state cp: c, h
+// and, when act is given, the activated gates at o, o + hidden, ... . It
+// is the one statement of the cell that gc_lstm_cell and the fused kernel
+// share, so that their results are the same bits.
+template <typename T>
+__device__ __forceinline__ void lstm_point(const T* u, T cp, T* c, T* h, T* act, long long e,
+                                           long long o, long long hidden) {
+  T i = gc_sigmoid(u[0]), f = gc_sigmoid(u[1]), gg = gc_tanh(u[2]), og = gc_sigmoid(u[3]);
+  T cn = f * cp + i * gg;
+  c[e] = cn;
+  h[e] = og * gc_tanh(cn);
+  if (act) {
+    act[o] = i;
+    act[o + hidden] = f;
+    act[o + 2 * hidden] = gg;
+    act[o + 3 * hidden] = og;
+  }
+}
+
+// gru_point is the GRU cell on one element (b, j), lstm_point's
+// counterpart: x* and h* are the input's and the recurrent product's
+// pre-activations of the gates r, z, n (without biases), hp the previous
+// h; act, when given, gets r, z, n and the n gate's recurrent part at a,
+// a + hidden, ... .
+template <typename T>
+__device__ __forceinline__ void gru_point(T xr, T xz, T xn, T hr, T hz, T hh, const T* bih,
+                                          const T* bhh, long long j, long long hidden, T hp,
+                                          T* h, T* act, long long e, long long a) {
+  T r = gc_sigmoid((xr + hr) + (gc_opt(bih, j) + gc_opt(bhh, j)));
+  T z = gc_sigmoid((xz + hz) + (gc_opt(bih, hidden + j) + gc_opt(bhh, hidden + j)));
+  T hn = hh + gc_opt(bhh, 2 * hidden + j);
+  T n = gc_tanh((xn + gc_opt(bih, 2 * hidden + j)) + r * hn);
+  h[e] = (T(1) - z) * n + z * hp;
+  if (act) {
+    act[a] = r;
+    act[a + hidden] = z;
+    act[a + 2 * hidden] = n;
+    act[a + 3 * hidden] = hn;
+  }
+}
+
 template <typename T>
 __device__ void lstm_cell(const T* pre, const T* bih, const T* bhh, const T* cprev,
                           T* c, T* h, T* act, long long batch, long long hidden) {
@@ -18,16 +60,7 @@ __device__ void lstm_cell(const T* pre, const T* bih, const T* bhh, const T* cpr
       long long k = g * hidden + j;
       u[g] = pre[o + g * hidden] + (gc_opt(bih, k) + gc_opt(bhh, k));
     }
-    T i = gc_sigmoid(u[0]), f = gc_sigmoid(u[1]), gg = gc_tanh(u[2]), og = gc_sigmoid(u[3]);
-    T cn = f * cprev[e] + i * gg;
-    c[e] = cn;
-    h[e] = og * gc_tanh(cn);
-    if (act) {
-      act[o] = i;
-      act[o + hidden] = f;
-      act[o + 2 * hidden] = gg;
-      act[o + 3 * hidden] = og;
-    }
+    lstm_point(u, cprev[e], c, h, act, e, o, hidden);
   }
 }
 
@@ -56,20 +89,8 @@ __device__ void gru_cell(const T* xpre, const T* hpre, const T* bih, const T* bh
   GC_FOR(e, batch * hidden) {
     long long b = e / hidden, j = e - b * hidden;
     long long o = b * 3 * hidden + j;
-    T r = gc_sigmoid((xpre[o] + hpre[o]) + (gc_opt(bih, j) + gc_opt(bhh, j)));
-    T z = gc_sigmoid((xpre[o + hidden] + hpre[o + hidden]) +
-                     (gc_opt(bih, hidden + j) + gc_opt(bhh, hidden + j)));
-    T hn = hpre[o + 2 * hidden] + gc_opt(bhh, 2 * hidden + j);
-    T n = gc_tanh((xpre[o + 2 * hidden] + gc_opt(bih, 2 * hidden + j)) + r * hn);
-    T hp = hprev[e];
-    h[e] = (T(1) - z) * n + z * hp;
-    if (act) {
-      long long a = b * 4 * hidden + j;
-      act[a] = r;
-      act[a + hidden] = z;
-      act[a + 2 * hidden] = n;
-      act[a + 3 * hidden] = hn;
-    }
+    gru_point(xpre[o], xpre[o + hidden], xpre[o + 2 * hidden], hpre[o], hpre[o + hidden],
+              hpre[o + 2 * hidden], bih, bhh, j, hidden, hprev[e], h, act, e, b * 4 * hidden + j);
   }
 }
 
@@ -187,18 +208,9 @@ __device__ void lstm_cell_fused(const T* hprev, const T* w, T* pre, const T* bih
     for (int g = 0; g < 4; g++) pre[o + g * hidden] = p[g];
     return;
   }
-  T i = gc_sigmoid(u[0]), f = gc_sigmoid(u[1]), gg = gc_tanh(u[2]), og = gc_sigmoid(u[3]);
-  T cn = f * cprev[e] + i * gg;
-  c[e] = cn;
-  h[e] = og * gc_tanh(cn);
   if (act != pre)
     for (int g = 0; g < 4; g++) pre[o + g * hidden] = p[g];
-  if (act) {
-    act[o] = i;
-    act[o + hidden] = f;
-    act[o + 2 * hidden] = gg;
-    act[o + 3 * hidden] = og;
-  }
+  lstm_point(u, cprev[e], c, h, act, e, o, hidden);
 }
 
 // gru_cell_fused writes hpre = hprev·Wᵀ (the GEMM with beta 0), then is
@@ -216,19 +228,8 @@ __device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpr
   long long e = b * hidden + j, o = b * 3 * hidden + j;
   for (int g = 0; g < 3; g++) hpre[o + g * hidden] = acc[g];
   if (!cell) return;
-  T r = gc_sigmoid((xpre[o] + acc[0]) + (gc_opt(bih, j) + gc_opt(bhh, j)));
-  T z = gc_sigmoid((xpre[o + hidden] + acc[1]) +
-                   (gc_opt(bih, hidden + j) + gc_opt(bhh, hidden + j)));
-  T hn = acc[2] + gc_opt(bhh, 2 * hidden + j);
-  T n = gc_tanh((xpre[o + 2 * hidden] + gc_opt(bih, 2 * hidden + j)) + r * hn);
-  h[e] = (T(1) - z) * n + z * hprev[e];
-  if (act) {
-    long long a = b * 4 * hidden + j;
-    act[a] = r;
-    act[a + hidden] = z;
-    act[a + 2 * hidden] = n;
-    act[a + 3 * hidden] = hn;
-  }
+  gru_point(xpre[o], xpre[o + hidden], xpre[o + 2 * hidden], acc[0], acc[1], acc[2], bih, bhh, j,
+            hidden, hprev[e], h, act, e, b * 4 * hidden + j);
 }
 
 #define GC_CELLS(T, S)                                                                        \
