@@ -26,12 +26,14 @@ type Grapher interface {
 	// instead).
 	//
 	// Not capturable, while record runs: waiting for the device
-	// (Synchronize, Upload, Download, Event.Wait), Record, Wait,
-	// CopyToDevice and CopyToHost on the compute stream, another Capture
-	// on the same device or scope, and on CUDA an Alloc the cache cannot
-	// serve without asking the driver for memory (run the work once
-	// eagerly first, so the cache holds what it needs). Other streams and
-	// goroutines work as usual.
+	// (Synchronize, Upload, Download), Record, Wait, Synchronize,
+	// CopyToDevice and CopyToHost on the compute stream, and another
+	// Capture on the same device or scope. An event recorded before the
+	// capture may still be waited for; other streams and goroutines work
+	// as usual. An Alloc the cache cannot serve asks the driver for memory
+	// during the capture (CUDA's relaxed capture mode allows it); running
+	// the work once eagerly first, as the trainer and Sample do, keeps the
+	// driver out of it.
 	//
 	// Memory: Alloc and Free work during record. Every buffer allocated
 	// while record runs or before, once freed, is kept by the graph until
