@@ -116,3 +116,20 @@ func ProductRows(d Device) int {
 	}
 	return DefaultProductRows
 }
+
+// HostCaller is implemented by a device whose buffers are host memory and
+// whose streams run host functions in stream order: the CPU device (and
+// its scopes). A collective library that works on host memory (MPI, in
+// package dist/mpi) runs on such a device's streams through it, as a GPU
+// library (NCCL) queues its kernels on a CUDA stream.
+type HostCaller interface {
+	// CallHost queues fn on stream s: fn runs after the work queued on s
+	// before it, and the work queued on s after it waits for it to return.
+	// fn gets the memory of bufs, in order, bufs[i].Len() bytes each, to
+	// read and write in place; it must not keep them after it returns. An
+	// error fn returns is raised by s as a kernel's error is: the next
+	// Synchronize of s (or of the device, for the compute stream) reports
+	// it. The call does not wait for fn. It is refused on the compute
+	// stream while it records a graph (ErrNotCapturable).
+	CallHost(s Stream, fn func(mem [][]byte) error, bufs ...Buffer) error
+}

@@ -22,6 +22,8 @@ func (s *stream) exec(c *cmd) error {
 		c.wait.s.wait(c.wait.seq)
 	case opGraph:
 		return c.graph.run(s)
+	case opHost:
+		return c.host.run()
 	case opCopy:
 		copy(unsafe.Slice((*byte)(c.copy.dst), c.copy.n), unsafe.Slice((*byte)(c.copy.src), c.copy.n))
 	case opGemm:

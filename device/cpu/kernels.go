@@ -41,6 +41,7 @@ const (
 	opStepGuard
 	opGuardedCopy
 	opGraph
+	opHost
 )
 
 // cmd is one slot of a stream's ring: the kind of work and its arguments,
@@ -51,6 +52,7 @@ type cmd struct {
 	wait  event
 	copy  copyCmd
 	graph *graph // opGraph's
+	host  hostCmd
 
 	gemm     device.Gemm
 	lstm     device.LSTMCell
@@ -97,6 +99,7 @@ func (c *cmd) release() {
 	c.copy = copyCmd{}
 	c.wait = event{}
 	c.graph = nil
+	c.host = hostCmd{}
 }
 
 // kernels is the CPU device's device.Kernels: each method checks its
