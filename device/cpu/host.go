@@ -55,4 +55,5 @@ func (l *lane) CallHost(s device.Stream, fn func(mem [][]byte) error, bufs ...de
 	_, err = cs.enqueue(func(c *cmd) { c.op = opHost; c.host = hostCmd{fn: fn, mem: mem} })
 	return err
 }
+
 var _ device.HostCaller = (*Scope)(nil)
