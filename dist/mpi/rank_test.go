@@ -290,4 +290,16 @@ func rankSingleton(t *testing.T) {
 	}
 	checkSum[float32](t, w, d, c, device.Float32, 3000)
 	checkSum[float64](t, w, d, c, device.Float64, 3000)
+
+	// MPI's own argument check (past World.Broadcast's): an error code,
+	// returned rather than fatal, with MPI_Error_string's text.
+	err = w.do(func() error { return w.bcast(make([]byte, 8), mpiByte, 1, 5) })
+	var mpiErr *Error
+	if !errors.As(err, &mpiErr) || mpiErr.Op != "MPI_Bcast" || mpiErr.Code == 0 || mpiErr.Message == "" || mpiErr.Message == "unknown error" {
+		t.Fatalf("MPI_Bcast from root 5 of 1: %v; want an *Error from MPI_Bcast with MPI's text", err)
+	}
+	t.Logf("MPI_Bcast from root 5 of 1: %v", err)
+	if err := w.Barrier(); err != nil {
+		t.Fatalf("Barrier after an MPI error: %v", err)
+	}
 }
