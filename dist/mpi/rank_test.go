@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -283,6 +284,11 @@ func rankSingleton(t *testing.T) {
 	}
 	if err := w.Barrier(); err != nil {
 		t.Fatalf("Barrier after the second user's Close: %v", err)
+	}
+	// A device without host functions on its streams (the CPU device,
+	// hidden behind device.Device) has no MPI communicator.
+	if _, err := New(struct{ device.Device }{d}, w, dist.Config{}); err == nil || !strings.Contains(err.Error(), "device.HostCaller") {
+		t.Fatalf("New on a device that is not a device.HostCaller: %v, want an error naming device.HostCaller", err)
 	}
 	_, err = Join(dist.Config{MPILibrary: "/elsewhere/libmpi.so.40"})
 	if err == nil {
