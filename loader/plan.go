@@ -65,7 +65,26 @@ type Config struct {
 	// Workers is the number of producer goroutines filling slots; 0
 	// means 2.
 	Workers int
+	// Shard makes the loader one rank's part of a data-parallel job: the
+	// text is cut as for batches of Batch·Shard.Of rows, and the loader
+	// delivers rows Shard.Rank·Batch to (Shard.Rank+1)·Batch-1 of each
+	// (its own streams in Streams mode, its own windows in Windows mode),
+	// so the ranks together read every batch of the undivided job once.
+	// The zero value is the whole batch.
+	Shard Shard
 }
+
+// Shard is a rank's part of each batch (Config.Shard): Rank of Of ranks.
+// Of 0 means 1.
+type Shard struct {
+	Rank, Of int
+}
+
+// ranks is the number of ranks, Of or 1.
+func (s Shard) ranks() int { return max(s.Of, 1) }
+
+// Rows is the batch of the undivided job: Batch·Shard.Of.
+func (c Config) Rows() int { return c.Batch * c.Shard.ranks() }
 
 func (c Config) withDefaults() Config {
 	def := func(v *int, d int) {
@@ -98,6 +117,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("loader: unknown mode %v", c.Mode)
 	case c.Mode == Windows && c.Accum != 1:
 		return fmt.Errorf("loader: Accum = %d applies to Streams mode only", c.Accum)
+	case c.Shard.Of < 0 || c.Shard.Rank < 0 || c.Shard.Rank >= c.Shard.ranks():
+		return fmt.Errorf("loader: Shard is rank %d of %d", c.Shard.Rank, c.Shard.Of)
 	}
 	return nil
 }
@@ -124,7 +145,7 @@ type plan struct {
 
 func newPlan(cfg Config, tokens int64) (plan, error) {
 	p := plan{cfg: cfg, tokens: tokens}
-	seq, rows := int64(cfg.Seq), int64(cfg.Batch)
+	seq, rows := int64(cfg.Seq), int64(cfg.Rows())
 	switch cfg.Mode {
 	case Streams:
 		streams := rows * int64(cfg.Accum)
@@ -137,7 +158,7 @@ func newPlan(cfg Config, tokens int64) (plan, error) {
 		if p.perEpoch == 0 {
 			return p, fmt.Errorf("loader: %d tokens cut into %d streams (batch %d × accum %d) leave %d per stream; "+
 				"one window of %d inputs and its targets needs %d per stream, %d in all: %w",
-				tokens, streams, cfg.Batch, cfg.Accum, p.streamLen, seq, seq+1, streams*(seq+1), ErrTooShort)
+				tokens, streams, rows, cfg.Accum, p.streamLen, seq, seq+1, streams*(seq+1), ErrTooShort)
 		}
 	case Windows:
 		if tokens >= seq+1 {
@@ -170,13 +191,14 @@ func (p *plan) done(pos Position) bool { return p.cfg.Epochs > 0 && pos.Epoch >=
 // rowStart is the first token of row r of the batch at pos, whose epoch's
 // window order is perm (Windows mode).
 func (p *plan) rowStart(pos Position, r int, perm []int32) int64 {
-	seq, rows := int64(p.cfg.Seq), int64(p.cfg.Batch)
+	seq, rows := int64(p.cfg.Seq), int64(p.cfg.Rows())
+	row := int64(p.cfg.Shard.Rank*p.cfg.Batch + r) // in the undivided batch
 	if p.cfg.Mode == Streams {
 		w, j := pos.Batch/int64(p.cfg.Accum), pos.Batch%int64(p.cfg.Accum)
-		stream := j*rows + int64(r)
+		stream := j*rows + row
 		return stream*p.streamLen + w*seq
 	}
-	return int64(perm[pos.Batch*rows+int64(r)]) * int64(p.cfg.Stride)
+	return int64(perm[pos.Batch*rows+row]) * int64(p.cfg.Stride)
 }
 
 // order is the Windows mode window order of an epoch: a permutation of

@@ -173,6 +173,14 @@ func (m *CharRNN) Replayable(mode rnn.Mode) bool { return mode == rnn.NoGrad || 
 
 var _ train.Replayable = (*CharRNN)(nil)
 
+// NotifyGrads implements train.GradNotifier: Backward reports the output
+// layer's gradient ("out") as soon as it is queued, then the recurrent
+// stack's ("rnn"), then the embedding's ("emb"), so a data-parallel
+// trainer sums each over the ranks while the backward below it runs.
+func (m *CharRNN) NotifyGrads(ready func(group int) error) { m.ready = ready }
+
+var _ train.GradNotifier = (*CharRNN)(nil)
+
 // chain is the layers every model here is built of: an embedding, a
 // recurrent stack over it and a linear layer over the stack's output,
 // groups "emb", "rnn" and "out".
@@ -180,6 +188,8 @@ type chain struct {
 	emb *rnn.Embedding
 	rnn recurrent
 	out *rnn.Linear
+
+	ready func(group int) error // NotifyGrads's callback; nil: none
 }
 
 // build makes the chain over vocab ids for classes outputs: an embedding of
@@ -221,14 +231,31 @@ func (c *chain) groups() []train.Group {
 // gradient with respect to the logits.
 func (c *chain) backward(dLogits device.Buffer) error {
 	dy, err := c.out.Backward(dLogits)
+	if err == nil {
+		err = c.notify(2)
+	}
 	if err != nil {
 		return err
 	}
 	dx, err := c.rnn.Backward(dy)
+	if err == nil {
+		err = c.notify(1)
+	}
 	if err != nil {
 		return err
 	}
-	return c.emb.Backward(dx)
+	if err := c.emb.Backward(dx); err != nil {
+		return err
+	}
+	return c.notify(0)
+}
+
+// notify tells NotifyGrads's callback that group i's gradient is queued.
+func (c *chain) notify(i int) error {
+	if c.ready == nil {
+		return nil
+	}
+	return c.ready(i)
 }
 
 // close closes the layers that were built.

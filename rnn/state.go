@@ -130,6 +130,10 @@ func (s *State) GradC() device.Buffer { return s.dc }
 // Batch is the number of sequences the state is for.
 func (s *State) Batch() int { return s.batch }
 
+// Layers is the first dimension of H and C: the layers (times the
+// directions of a bidirectional stack).
+func (s *State) Layers() int { return s.layers }
+
 // DType is the element type of the state's buffers (the stack's).
 func (s *State) DType() device.DType { return s.dtype }
 

@@ -262,7 +262,7 @@ type DataRecord struct {
 
 func signature(l *loader.Loader) DataRecord {
 	c := l.Config()
-	return DataRecord{Mode: c.Mode.String(), Batch: c.Batch, Seq: c.Seq, Accum: c.Accum, Stride: c.Stride, Seed: c.Seed, PerEpoch: l.PerEpoch()}
+	return DataRecord{Mode: c.Mode.String(), Batch: c.Rows(), Seq: c.Seq, Accum: c.Accum, Stride: c.Stride, Seed: c.Seed, PerEpoch: l.PerEpoch()}
 }
 
 // Record is what a checkpoint that Trainer.Save wrote records of the run,
@@ -349,6 +349,14 @@ func (t *Trainer) save(path, stopped string) error {
 	if t.ahead > 0 {
 		return errSaveQueued
 	}
+	// Every rank takes part in gathering the carried state; rank 0 writes.
+	carried, err := t.gatherCarried()
+	if err != nil {
+		return fmt.Errorf("train: saving: %w", err)
+	}
+	if !t.leader() {
+		return nil
+	}
 	f := &tensorFile{meta: maps.Clone(t.cfg.Metadata), tensors: map[string]tensorData{}}
 	if f.meta == nil {
 		f.meta = map[string]string{}
@@ -367,12 +375,8 @@ func (t *Trainer) save(path, stopped string) error {
 		}
 	}
 	for j, st := range t.states {
-		for _, c := range st.Carried() {
-			b, err := downloadBytes(t.dev, c.Buffer.Slice(0, int64(c.Len)*c.DType.Size()))
-			if err != nil {
-				return fmt.Errorf("train: saving: %w", err)
-			}
-			f.tensors[fmt.Sprintf("%scarry.%d.%s", optimPrefix, j, c.Name)] = tensorData{dtype: safeDType(c.DType), shape: []int{c.Len}, data: b}
+		for k, c := range st.Carried() {
+			f.tensors[fmt.Sprintf("%scarry.%d.%s", optimPrefix, j, c.Name)] = tensorData{dtype: safeDType(c.DType), shape: []int{c.Len * t.ranks()}, data: carried[j][k]}
 		}
 	}
 	ts := trainerState{Version: 1, Step: t.step, Skipped: t.skipped, Epoch: t.pos.Epoch, Batch: t.pos.Batch,
@@ -439,7 +443,7 @@ func (t *Trainer) Resume(c *Checkpoint) error {
 		src []byte
 	}
 	var loads []load
-	take := func(name string, dt device.DType, n int, dst device.Buffer) error {
+	take := func(name string, dt device.DType, n int, dst device.Buffer, part func([]byte) []byte) error {
 		tn, ok := c.file.tensors[name]
 		if !ok {
 			return c.mismatch("no tensor %q", name)
@@ -450,19 +454,26 @@ func (t *Trainer) Resume(c *Checkpoint) error {
 		if err := c.checkFinite(name, tn); err != nil {
 			return err
 		}
-		loads = append(loads, load{dst.Slice(0, int64(n)*dt.Size()), tn.data})
+		data := tn.data
+		if part != nil {
+			data = part(data)
+		}
+		loads = append(loads, load{dst.Slice(0, int64(len(data))), data})
 		return nil
 	}
 	for i, g := range t.groups {
 		for s, name := range t.opt.names {
-			if err := take(optimPrefix+g.Name+"."+name, g.Params.DType(), g.Params.Len(), t.opt.state[i][s]); err != nil {
+			if err := take(optimPrefix+g.Name+"."+name, g.Params.DType(), g.Params.Len(), t.opt.state[i][s], nil); err != nil {
 				return err
 			}
 		}
 	}
 	for j, st := range t.states {
 		for _, cv := range st.Carried() {
-			if err := take(fmt.Sprintf("%scarry.%d.%s", optimPrefix, j, cv.Name), cv.DType, cv.Len, cv.Buffer); err != nil {
+			// The checkpoint holds the whole batch's state; this rank
+			// carries its share of the rows.
+			part := func(whole []byte) []byte { return t.shardCarried(cv, whole) }
+			if err := take(fmt.Sprintf("%scarry.%d.%s", optimPrefix, j, cv.Name), cv.DType, cv.Len*t.ranks(), cv.Buffer, part); err != nil {
 				return err
 			}
 		}

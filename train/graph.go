@@ -38,7 +38,7 @@ type stepGraphs struct {
 // that records graphs.
 func (t *Trainer) graphsFor() {
 	w, ok := t.src.(*windows)
-	if !ok || !t.cfg.Graphs {
+	if !ok || !t.cfg.Graphs || t.cfg.Comm != nil && t.cfg.Comm.Size() > 1 {
 		t.sg.off = true
 		return
 	}

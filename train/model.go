@@ -70,13 +70,22 @@ type State interface {
 	Free() error
 }
 
-// Carried is one buffer of a State: Len elements of DType.
+// Carried is one buffer of a State: Len elements of DType, laid out
+// [Outer, Rows, Len/(Outer·Rows)] where Rows is the batch's rows (h of a
+// stack: [layers, batch, hidden]). A data-parallel trainer gathers the
+// ranks' rows into a checkpoint by that layout; 0 for Outer means 1, and
+// a state whose Rows is 0 cannot be trained data-parallel.
 type Carried struct {
 	Name   string
 	DType  device.DType
 	Len    int
 	Buffer device.Buffer
+	Outer  int
+	Rows   int
 }
+
+// outer is Outer, or 1.
+func (c Carried) outer() int { return max(c.Outer, 1) }
 
 // RandomModel is a model that draws random numbers in training (dropout
 // masks). A checkpoint records RandomState and resuming restores it with
@@ -110,9 +119,10 @@ func (r RecurrentState) Free() error { return r.State.Free() }
 func (r RecurrentState) Carried() []Carried {
 	h, dt := r.State.H(), r.State.DType()
 	n := int(h.Len() / dt.Size())
-	out := []Carried{{Name: "h", DType: dt, Len: n, Buffer: h}}
+	outer, rows := r.State.Layers(), r.State.Batch()
+	out := []Carried{{Name: "h", DType: dt, Len: n, Buffer: h, Outer: outer, Rows: rows}}
 	if c := r.State.C(); !c.IsZero() {
-		out = append(out, Carried{Name: "c", DType: dt, Len: n, Buffer: c})
+		out = append(out, Carried{Name: "c", DType: dt, Len: n, Buffer: c, Outer: outer, Rows: rows})
 	}
 	return out
 }

@@ -80,6 +80,7 @@ type micro struct {
 // targets are the next tokens, every micro-batch of a step the same size,
 // each weighted 1/Accum.
 type windows struct {
+	ranks int // of a data-parallel job (Config.Comm); 0 means 1
 	dev   device.Device
 	data  *loader.Loader
 	model Model
@@ -104,7 +105,7 @@ func (w *windows) run(mb micro, ce *rnn.CrossEntropy, st State) error {
 	if err != nil {
 		return fmt.Errorf("train: forward: %w", err)
 	}
-	if err := ce.Forward(rnn.Train, logits, b.Targets, b.Seq*b.Rows, 1/float64(w.accum())); err != nil {
+	if err := ce.Forward(rnn.Train, logits, b.Targets, b.Seq*b.Rows, 1/float64(w.accum()*max(w.ranks, 1))); err != nil {
 		return fmt.Errorf("train: loss: %w", err)
 	}
 	return backward(ce, w.model.Backward)

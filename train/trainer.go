@@ -11,6 +11,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/dist"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/rnn"
 )
@@ -125,6 +126,26 @@ type Config struct {
 	// batch shapes vary (a NewSeq trainer); New's windows are all one
 	// shape, and warm up with their first step.
 	WarmUp WarmUp
+
+	// Comm, when it has more than one rank, makes the run data-parallel
+	// (package dist): each rank trains on its own share of every step's
+	// batch, which its loader reads (loader.Config.Shard, rank r of
+	// Comm.Size()), and the ranks' gradients and losses are summed at
+	// every step, after the last micro-batch's backward (a GradNotifier
+	// model's group by group, while the backward of the layers below
+	// runs), before the norm, the clipping and the verdict. Each rank's
+	// loss is weighted 1/Size, so the sum is the mean of the undivided
+	// batch and the step is the one a single process with the whole
+	// batch takes, up to the order of the sums. Every rank then decides
+	// and takes the same steps. The first Run broadcasts rank 0's weights
+	// and optimizer state, and checks that every rank stands at the same
+	// step. Rank 0 alone writes the checkpoints (and locks the file),
+	// with the carried state of the whole batch gathered from the ranks;
+	// such a checkpoint resumes on any number of ranks whose shares make
+	// the same batch, and on one. A data-parallel run that is cancelled
+	// writes no checkpoint (the ranks may stop at different steps). Graphs
+	// is ignored. A New trainer only; nil means one rank.
+	Comm dist.Comm
 }
 
 // WarmUp is Config.WarmUp's setting.
@@ -225,6 +246,8 @@ type Trainer struct {
 	random0 []uint64 // the model's random state when the step began; nil: it has none
 
 	unlock func() error // releases Config.Checkpoint's lock; nil: none held
+
+	par *parallel // Config.Comm of more than one rank (dist.go); nil otherwise
 }
 
 // New returns a trainer of the language model m on the batches of data,
@@ -258,7 +281,7 @@ func newTrainer(d device.Device, groups []Group, classes int, src source, cfg Co
 			return nil, fmt.Errorf("train: parameter groups of types %v and %v; one type per model", dt, g.Params.DType())
 		}
 	}
-	if cfg.Checkpoint != "" {
+	if cfg.Checkpoint != "" && (cfg.Comm == nil || cfg.Comm.Rank() == 0) {
 		unlock, err := lockCheckpoint(cfg.Checkpoint)
 		if err != nil {
 			return nil, err
@@ -267,6 +290,9 @@ func newTrainer(d device.Device, groups []Group, classes int, src source, cfg Co
 	}
 	t.graphsFor()
 	if err := t.allocate(dt, classes); err != nil {
+		return nil, errors.Join(err, t.Close())
+	}
+	if err := t.newParallel(); err != nil {
 		return nil, errors.Join(err, t.Close())
 	}
 	return t, nil
@@ -385,7 +411,10 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 	case ctx.Err() != nil:
 		err = fmt.Errorf("train: stopped before step %d: %w", t.step+1, ctx.Err())
 	default:
-		if err = t.warmUp(ctx); err == nil {
+		if err = t.syncRanks(); err == nil {
+			err = t.warmUp(ctx)
+		}
+		if err == nil {
 			err = t.steps(ctx, r)
 		}
 	}
@@ -557,7 +586,7 @@ func (t *Trainer) feed(r *run, b micro, inStep bool) (bool, error) {
 	if !inStep {
 		t.beginHost()
 	}
-	r.tokens += b.tokens
+	r.tokens += b.tokens * int64(t.ranks())
 	replayed, err := t.replay(b)
 	if err != nil || replayed {
 		// A replay of group 0 began the step on the device; a failed one
@@ -650,6 +679,12 @@ func (t *Trainer) finish(ctx context.Context, r *run, err error) (Summary, error
 	var nf *NonFiniteError
 	diverged := errors.As(err, &nf)
 	whole := !errors.Is(err, errRollBack) // the state is one a step boundary left
+	if t.par != nil && stopped && t.cfg.Checkpoint != "" {
+		if t.cfg.Logger != nil {
+			t.cfg.Logger.Warn(errParallelCancel.Error())
+		}
+		stopped = false
+	}
 	if t.cfg.Checkpoint != "" && whole && (err == nil || stopped || diverged) {
 		mark := ""
 		if diverged {
@@ -743,7 +778,12 @@ func (t *Trainer) microBatch(b micro) error {
 			}
 		}
 	}
-	if err := t.src.run(b, t.ce, st); err != nil {
+	run := func() error { return t.src.run(b, t.ce, st) }
+	if t.par != nil && b.last {
+		if err := t.lastBackward(run); err != nil {
+			return err
+		}
+	} else if err := run(); err != nil {
 		return err
 	}
 	if st != nil {
@@ -775,6 +815,13 @@ func (t *Trainer) slots() int { return max(1, t.cfg.Pipeline) }
 func (t *Trainer) endStep(r *run, next loader.Position) error {
 	k := t.dev.Kernels()
 	dt := t.groups[0].Params.DType()
+	if t.par != nil {
+		// Before the norm, which must be of the summed gradient (graphs,
+		// which norm inside, are off).
+		if err := t.reduceStep(); err != nil {
+			return err
+		}
+	}
 	if !t.sg.normed {
 		if err := t.norms(); err != nil {
 			return err
@@ -976,7 +1023,7 @@ func (t *Trainer) validate(ctx context.Context) (Evaluation, error) {
 // Close frees the trainer's device memory (not the model's or the
 // loader's).
 func (t *Trainer) Close() error {
-	errs := []error{t.closeGraphs()}
+	errs := []error{t.closeGraphs(), t.closeParallel()}
 	if t.opt != nil {
 		errs = append(errs, t.opt.free(t.dev))
 		t.opt = nil

@@ -15,6 +15,7 @@ import (
 	"os"
 
 	"github.com/gocurrent/gocurrent/cuda"
+	"github.com/gocurrent/gocurrent/dist"
 
 	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
 	"github.com/gocurrent/gocurrent/examples/charrnn/internal/progress"
@@ -25,7 +26,9 @@ func main() {
 	ctx, got := cli.OnSignal(context.Background())
 	env := charrnn.Env{
 		Stdout: os.Stdout, Stderr: os.Stderr, Live: progress.IsTerminal(os.Stderr), GOROOT: os.Getenv("GOROOT"),
-		CUDA: cuda.Config{BLASLibrary: os.Getenv("GOCURRENT_CUBLAS"), DriverLibrary: os.Getenv("GOCURRENT_CUDA_DRIVER")},
+		CUDA:   cuda.Config{BLASLibrary: os.Getenv("GOCURRENT_CUBLAS"), DriverLibrary: os.Getenv("GOCURRENT_CUDA_DRIVER")},
+		Getenv: os.Getenv,
+		Dist:   dist.Config{MPILibrary: os.Getenv("GOCURRENT_MPI"), NCCLLibrary: os.Getenv("GOCURRENT_NCCL")},
 	}
 	err := charrnn.Run(ctx, os.Args[1:], env)
 	status := cli.ExitStatus(err, got())

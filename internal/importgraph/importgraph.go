@@ -1,7 +1,9 @@
 // Package importgraph checks gocurrent's dependency direction (the layout
 // section of docs/ARCHITECTURE.md): alloc imports nothing of ours; device
-// imports alloc; cuda imports device and alloc; rnn and loader import device
-// (never cuda, never each other); train imports rnn, loader and device;
+// imports alloc; cuda imports device and alloc; dist (the communicators)
+// imports device, and its NCCL backend cuda; rnn and loader import device
+// (never cuda, never each other); train imports dist, rnn, loader and
+// device;
 // models imports train, rnn, loader, device and device/meta (never cuda or
 // devices);
 // devices, which opens a device by name, is the one library package that
@@ -33,11 +35,12 @@ var allowed = map[string][]string{
 	"cuda":     {"device", "alloc"},
 	"rnn":      {"device", "alloc"},
 	"loader":   {"device", "alloc"},
-	"train":    {"rnn", "loader", "device", "alloc"},
+	"dist":     {"cuda", "device", "alloc"},
+	"train":    {"dist", "rnn", "loader", "device", "alloc"},
 	"models":   {"train", "rnn", "loader", "device", "alloc"},
 	"devices":  {"cuda", "device", "alloc"},
-	"examples": {"models", "devices", "train", "rnn", "loader", "cuda", "device", "alloc", "internal"},
-	"internal": {"models", "devices", "train", "rnn", "loader", "cuda", "device", "alloc"},
+	"examples": {"models", "devices", "train", "dist", "rnn", "loader", "cuda", "device", "alloc", "internal"},
+	"internal": {"models", "devices", "train", "dist", "rnn", "loader", "cuda", "device", "alloc"},
 }
 
 // testAllowed is what test files may import on top of allowed: the CUDA

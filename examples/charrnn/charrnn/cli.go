@@ -15,6 +15,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/dist"
 	"github.com/gocurrent/gocurrent/examples/charrnn/internal/progress"
 	"github.com/gocurrent/gocurrent/examples/internal/cli"
 	"github.com/gocurrent/gocurrent/loader"
@@ -39,6 +40,14 @@ type Env struct {
 	// ProgressEvery is how often a long phase (reading a text, eval's
 	// pass over it) reports its progress off a terminal; 0 means 10 s.
 	ProgressEvery time.Duration
+	// Getenv reads the launcher's variables for train -dist auto
+	// (dist.FromEnv: mpirun's, torchrun's); nil reads none (one rank).
+	// main passes os.Getenv.
+	Getenv func(string) string
+	// Dist configures the communicators of -dist auto: the MPI and NCCL
+	// libraries (main fills them from GOCURRENT_MPI and GOCURRENT_NCCL);
+	// -dist-timeout sets its Timeout.
+	Dist dist.Config
 }
 
 // withDefaults discards the output of writers left nil.
@@ -51,6 +60,9 @@ func (e Env) withDefaults() Env {
 	}
 	if e.ProgressEvery <= 0 {
 		e.ProgressEvery = 10 * time.Second
+	}
+	if e.Getenv == nil {
+		e.Getenv = func(string) string { return "" }
 	}
 	return e
 }

@@ -6,14 +6,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/devices"
+	"github.com/gocurrent/gocurrent/dist"
+	"github.com/gocurrent/gocurrent/dist/launch"
 	"github.com/gocurrent/gocurrent/examples/charrnn/internal/progress"
 	"github.com/gocurrent/gocurrent/examples/internal/cli"
 	"github.com/gocurrent/gocurrent/internal/plot"
@@ -55,6 +59,8 @@ type TrainFlags struct {
 	SampleN                  int
 	SampleTemperature        float64
 	SamplePrime              string
+	Dist                     string        // -dist: auto or none
+	DistTimeout              time.Duration // dist.Config.Timeout
 	// Explicit names the flags the command line gave (parseTrain fills
 	// it). With -init or -resume the others take the checkpoint's values
 	// where it records them, and one named here that contradicts the
@@ -102,6 +108,8 @@ func (f *TrainFlags) register(fs *flag.FlagSet) {
 		"steps queued on the device before their losses are read back, never waiting for it in between, or auto: 8 on a GPU, 1 on the CPU (step lines come up to N-1 steps late, and Ctrl-C stops after the steps queued)")
 	f.PipelineAuto = true
 	graphsFlag(fs, &f.Graphs)
+	fs.StringVar(&f.Dist, "dist", "auto", "data-parallel training: auto joins the job the launcher's variables describe (mpirun, an MPIJob: Open MPI on the CPU; torchrun, a PyTorchJob: NCCL on GPUs), with -batch split evenly over the ranks; none trains alone")
+	fs.DurationVar(&f.DistTimeout, "dist-timeout", dist.DefaultTimeout, "with -dist, stop every rank with an error when a gradient exchange takes longer than this (a rank failed or hangs)")
 }
 
 func parseTrain(args []string, env Env) (command, error) {
@@ -190,15 +198,33 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 			warn(env, &printer{W: env.Stdout, JSON: f.JSON}, fmt.Sprintf("%s records no schedule, clipping or end (a checkpoint of an earlier version): -schedule, -warmup, -clip and -steps or -epochs apply as given", f.Resume))
 		}
 	}
-	if err := f.checkOutputs(); err != nil {
+	job, err := f.job(env)
+	if err != nil {
 		return err
 	}
-	r := &trainRun{f: f, env: env, p: &printer{W: env.Stdout, JSON: f.JSON}, ck: ck, rec: rec}
+	if job.Rank == 0 {
+		// The other ranks write nothing (Config.Comm).
+		if err := f.checkOutputs(); err != nil {
+			return err
+		}
+	} else {
+		// Rank 0 reports; the others only fail.
+		env.Stdout, env.Live = io.Discard, false
+		f.Plot, f.SampleN, f.MemStats = "", 0, false
+	}
+	r := &trainRun{f: f, env: env, p: &printer{W: env.Stdout, JSON: f.JSON}, ck: ck, rec: rec, job: job}
 	defer func() { err = errors.Join(err, r.close()) }()
 	gpu := env.CUDA
 	gpu.TF32 = gpu.TF32 || f.TF32
-	if r.d, err = openDeviceLimit(f.Device, gpu, int64(f.MemoryLimit)); err != nil {
+	if r.d, err = openRankDevice(f.Device, job, gpu, int64(f.MemoryLimit)); err != nil {
 		return err
+	}
+	if job.Size > 1 {
+		cfg := env.Dist
+		cfg.Timeout = f.DistTimeout
+		if r.comm, err = launch.Join(r.d, job, cfg); err != nil {
+			return err
+		}
 	}
 	// The model: from a checkpoint (its shape and vocabulary, which the
 	// text is read in), or new once the text has given the vocabulary.
@@ -284,8 +310,10 @@ type trainRun struct {
 	ck  *train.Checkpoint // the checkpoint of -init or -resume, or nil
 	rec *train.Record     // what the checkpoint of -resume records, or nil
 
-	d device.Device
-	m *models.CharRNN
+	d    device.Device
+	m    *models.CharRNN
+	job  dist.Env  // the data-parallel job (-dist), one rank without
+	comm dist.Comm // its communicator; nil for one rank
 
 	corpus                   *loader.Corpus
 	text, trainText, valText *loader.Text
@@ -312,6 +340,9 @@ func (r *trainRun) close() error {
 	}
 	if r.m != nil {
 		errs = append(errs, r.m.Close())
+	}
+	if r.comm != nil {
+		errs = append(errs, r.comm.Close())
 	}
 	if r.d != nil {
 		errs = append(errs, r.d.Close())
@@ -354,7 +385,10 @@ func (r *trainRun) readText(ctx context.Context) (err error) {
 // -val-tokens characters.
 func (r *trainRun) openLoaders() (err error) {
 	f := r.f
-	r.data, err = loader.New(r.d, r.trainText, loader.Config{Batch: f.Batch, Seq: f.Seq, Accum: f.Accum, Epochs: f.Epochs, Seed: f.Seed})
+	// -batch is the job's: each rank reads its share of every batch.
+	n := r.job.Size
+	r.data, err = loader.New(r.d, r.trainText, loader.Config{Batch: f.Batch / n, Seq: f.Seq, Accum: f.Accum, Epochs: f.Epochs, Seed: f.Seed,
+		Shard: loader.Shard{Rank: r.job.Rank, Of: n}})
 	if err != nil {
 		return fmt.Errorf("charrnn: training text: %w", err)
 	}
@@ -449,7 +483,7 @@ func (r *trainRun) newTrainer(opt train.Optimizer, sched train.Schedule) (err er
 		Checkpoint: f.Checkpoint, CheckpointEvery: f.CheckpointEvery, Metadata: meta,
 		SkipNonFinite: f.SkipNonFinite, MaxSkips: f.MaxSkips,
 		OnStep: r.progress.step, OnEval: r.progress.eval,
-		Pipeline: r.pipeline(), Graphs: useGraphs(f.Graphs, r.d),
+		Pipeline: r.pipeline(), Graphs: useGraphs(f.Graphs, r.d), Comm: r.comm,
 	}
 	if r.rec != nil && r.rec.HasSettings {
 		cfg.ClipValue = r.rec.ClipValue // no flag sets it
@@ -461,6 +495,47 @@ func (r *trainRun) newTrainer(opt train.Optimizer, sched train.Schedule) (err er
 		return r.tr.Resume(r.ck)
 	}
 	return nil
+}
+
+// job is the data-parallel job -dist says this process is part of: with
+// auto, the one the launcher's variables describe, whose ranks split
+// -batch evenly; with none, or without a launcher, a job of one rank.
+func (f *TrainFlags) job(env Env) (dist.Env, error) {
+	switch f.Dist {
+	case "none":
+		return dist.Env{Size: 1}, nil
+	case "auto":
+	default:
+		return dist.Env{}, fmt.Errorf("%w: -dist %q, want auto or none", ErrUsage, f.Dist)
+	}
+	job, err := dist.FromEnv(env.Getenv)
+	if err != nil {
+		return job, fmt.Errorf("charrnn: -dist auto: %w", err)
+	}
+	switch {
+	case job.Size == 1:
+	case f.BatchAuto:
+		return job, fmt.Errorf("%w: -batch auto with -dist over %d ranks: give the job's batch, a multiple of %d", ErrUsage, job.Size, job.Size)
+	case f.Batch%job.Size != 0:
+		return job, fmt.Errorf("%w: -batch %d over %d ranks (-dist auto, %s): the batch must divide evenly among the ranks", ErrUsage, f.Batch, job.Size, job.Launcher)
+	case f.DistTimeout <= 0:
+		return job, fmt.Errorf("%w: -dist-timeout %v, want > 0", ErrUsage, f.DistTimeout)
+	}
+	return job, nil
+}
+
+// openRankDevice opens the device a rank trains on: with -device cuda or
+// auto, its own GPU, the local rank's (auto falls back to the CPU as
+// without -dist).
+func openRankDevice(spec string, job dist.Env, gpu cuda.Config, limit int64) (device.Device, error) {
+	if job.Size == 1 || job.LocalRank == 0 || spec != "cuda" && spec != "auto" {
+		return openDeviceLimit(spec, gpu, limit)
+	}
+	d, err := openDeviceLimit(fmt.Sprintf("cuda:%d", job.LocalRank), gpu, limit)
+	if spec == "auto" && errors.Is(err, device.ErrUnavailable) {
+		return openDeviceLimit("cpu", gpu, limit)
+	}
+	return d, err
 }
 
 // pipeline is -pipeline: auto reads 8 steps back at a time on a GPU,

@@ -100,36 +100,60 @@ func trainerStep(t *testing.T, meta map[string]string) int64 {
 // charrnntest.Magnitudes allows for. The weight bound is about 1e-3 of the update
 // lr·‖Σ g_k‖, so a gradient off by a part in a thousand fails it.
 func TestTrainAccumulationEquivalence(t *testing.T) {
-	const (
-		lr, steps, clip     = 0.01, 5, 5.0
-		depth, forwardDepth = 3400, 600
-		u                   = 0x1p-24
-	)
 	dir := t.TempDir()
-	type result struct {
-		losses, norms []float64
-		tensors       map[string]charrnntest.Tensor
-	}
-	runs := map[string][]string{"8x4": {"-batch", "8", "-accum", "4"}, "32x1": {"-batch", "32", "-accum", "1"}}
-	got := map[string]result{}
-	for name, flags := range runs {
+	got := map[string]equivRun{}
+	for name, flags := range map[string][]string{"8x4": {"-batch", "8", "-accum", "4"}, "32x1": {"-batch", "32", "-accum", "1"}} {
 		ckpt := filepath.Join(dir, name+".safetensors")
-		args := smallTrain(t, ckpt, slices.Concat([]string{"-steps", strconv.Itoa(steps), "-optimizer", "sgd", "-lr", strconv.FormatFloat(lr, 'g', -1, 64),
-			"-dropout", "0", "-clip", strconv.FormatFloat(clip, 'g', -1, 64), "-seed", "3", "-json", "-log-every", "1"}, flags)...)
-		out, _, err := run(t, context.Background(), args...)
+		out, _, err := run(t, context.Background(), equivArgs(t, ckpt, flags...)...)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		var r result
-		for _, ev := range ofEvent(events(t, out), "step") {
-			r.losses = append(r.losses, ev["loss"].(float64))
-			r.norms = append(r.norms, ev["grad_norm"].(float64))
-		}
-		all, _ := charrnntest.ReadSafetensors(t, ckpt)
-		r.tensors = charrnntest.ModelTensors(all)
-		got[name] = r
+		got[name] = readEquivRun(t, out, ckpt)
 	}
-	a, b := got["8x4"], got["32x1"]
+	checkEquivalent(t, got["8x4"], got["32x1"], "-batch 8 -accum 4", "-batch 32")
+}
+
+// The equivalence runs' settings (TestTrainAccumulationEquivalence).
+const (
+	equivLR, equivSteps, equivClip = 0.01, 5, 5.0
+	equivDepth, equivForwardDepth  = 3400, 600
+)
+
+// equivArgs is an equivalence run's command line, writing ckpt, with the
+// batching flags.
+func equivArgs(t testing.TB, ckpt string, batching ...string) []string {
+	return smallTrain(t, ckpt, slices.Concat([]string{"-steps", strconv.Itoa(equivSteps), "-optimizer", "sgd", "-lr", strconv.FormatFloat(equivLR, 'g', -1, 64),
+		"-dropout", "0", "-clip", strconv.FormatFloat(equivClip, 'g', -1, 64), "-seed", "3", "-json", "-log-every", "1"}, batching)...)
+}
+
+// equivRun is what an equivalence run reported and saved.
+type equivRun struct {
+	losses, norms []float64
+	tensors       map[string]charrnntest.Tensor
+}
+
+func readEquivRun(t *testing.T, out, ckpt string) equivRun {
+	t.Helper()
+	var r equivRun
+	for _, ev := range ofEvent(events(t, out), "step") {
+		r.losses = append(r.losses, ev["loss"].(float64))
+		r.norms = append(r.norms, ev["grad_norm"].(float64))
+	}
+	all, _ := charrnntest.ReadSafetensors(t, ckpt)
+	r.tensors = charrnntest.ModelTensors(all)
+	return r
+}
+
+// checkEquivalent checks that two runs of the same training steps whose
+// float32 sums are grouped differently (named an and bn) agree within the
+// bounds derived above.
+func checkEquivalent(t *testing.T, a, b equivRun, an, bn string) {
+	t.Helper()
+	const (
+		lr, steps, clip     = equivLR, equivSteps, equivClip
+		depth, forwardDepth = equivDepth, equivForwardDepth
+		u                   = 0x1p-24
+	)
 	if len(a.losses) != steps || len(b.losses) != steps {
 		t.Fatalf("step events: %d and %d, want %d each (-log-every 1, -steps %d)", len(a.losses), len(b.losses), steps, steps)
 	}
@@ -163,11 +187,11 @@ func TestTrainAccumulationEquivalence(t *testing.T) {
 	for k := range steps {
 		lossTol := 2*charrnntest.LossBound(forwardDepth, pre, logit, b.losses[k]) + norm[k]*weightBound(k)/b.losses[k]
 		if d := charrnntest.RelDiff(a.losses[k], b.losses[k]); !(d <= lossTol) {
-			t.Errorf("step %d: loss %.9g with -batch 8 -accum 4, %.9g with -batch 32 (relative difference %.2g > %.2g)", k+1, a.losses[k], b.losses[k], d, lossTol)
+			t.Errorf("step %d: loss %.9g with %s, %.9g with %s (relative difference %.2g > %.2g)", k+1, a.losses[k], an, b.losses[k], bn, d, lossTol)
 		}
 		normTol := 2 * float64(k+1) * rho * (pre + 2)
 		if d := charrnntest.RelDiff(a.norms[k], b.norms[k]); !(d <= normTol) {
-			t.Errorf("step %d: gradient norm %.9g with -batch 8 -accum 4, %.9g with -batch 32 (relative difference %.2g > %.2g)", k+1, a.norms[k], b.norms[k], d, normTol)
+			t.Errorf("step %d: gradient norm %.9g with %s, %.9g with %s (relative difference %.2g > %.2g)", k+1, a.norms[k], an, b.norms[k], bn, d, normTol)
 		}
 		t.Logf("step %d: loss relative difference %.2g (tolerance %.2g), gradient norm %.2g (tolerance %.2g)",
 			k+1, charrnntest.RelDiff(a.losses[k], b.losses[k]), lossTol, charrnntest.RelDiff(a.norms[k], b.norms[k]), normTol)

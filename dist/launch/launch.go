@@ -1,0 +1,59 @@
+// Package launch joins a process to its data-parallel job: it reads the
+// launcher's variables (dist.FromEnv) and opens the communicator the
+// device calls for: Open MPI's for the CPU device (dist/mpi), NCCL's for
+// a GPU (dist/nccl), none for a job of one rank (dist.Single).
+package launch
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/dist"
+	"github.com/gocurrent/gocurrent/dist/mpi"
+)
+
+// Join returns the communicator of the job env describes, for device d.
+// A job of one rank is dist.Single whatever the device. The caller closes
+// the communicator, before d.
+func Join(d device.Device, env dist.Env, cfg dist.Config) (dist.Comm, error) {
+	if env.Size <= 1 {
+		return dist.Single(), nil
+	}
+	if _, ok := d.(device.HostCaller); ok {
+		return joinMPI(d, env, cfg)
+	}
+	return joinNCCL(d, env, cfg)
+}
+
+func joinMPI(d device.Device, env dist.Env, cfg dist.Config) (dist.Comm, error) {
+	if env.Launcher != "mpirun" {
+		return nil, fmt.Errorf("dist: rank %d of %d on %s under %s: the CPU device's collectives are Open MPI's; launch the job with mpirun (or a Kubernetes MPIJob)", env.Rank, env.Size, d.Name(), env.Launcher)
+	}
+	w, err := mpi.Join(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if w.Rank() != env.Rank || w.Size() != env.Size {
+		err := fmt.Errorf("dist: MPI says rank %d of %d, the launcher's variables rank %d of %d", w.Rank(), w.Size(), env.Rank, env.Size)
+		return nil, errors.Join(err, w.Close())
+	}
+	c, err := mpi.New(d, w, cfg)
+	if err != nil {
+		return nil, errors.Join(err, w.Close())
+	}
+	return &closing{Comm: c, close: w.Close}, nil
+}
+
+// closing is a communicator that releases what it was made over (MPI's
+// world) when it closes.
+type closing struct {
+	dist.Comm
+	close func() error
+}
+
+func (c *closing) Close() error { return errors.Join(c.Comm.Close(), c.close()) }
+
+func joinNCCL(d device.Device, env dist.Env, cfg dist.Config) (dist.Comm, error) {
+	return nil, fmt.Errorf("dist: NCCL backend not built yet: %w", dist.ErrUnavailable)
+}

@@ -1,0 +1,113 @@
+package charrnn_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
+	"github.com/gocurrent/gocurrent/internal/mpitest"
+)
+
+// TestTrainRank is one rank of TestTrainDataParallel's job: it runs the
+// command line GOCURRENT_CHARRNN_ARGS (JSON) with the launcher's
+// variables, as main does, and rank 0 writes its stdout to
+// GOCURRENT_CHARRNN_OUT. It runs under mpirun only.
+func TestTrainRank(t *testing.T) {
+	rank, ok := mpitest.Rank()
+	if !ok {
+		t.Skip("a rank of TestTrainDataParallel: runs under mpirun only")
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(os.Getenv("GOCURRENT_CHARRNN_ARGS")), &args); err != nil {
+		t.Fatal(err)
+	}
+	var out, errs bytes.Buffer
+	env := testEnv(t, &out, &errs)
+	env.Getenv = os.Getenv
+	if err := charrnn.Run(context.Background(), args, env); err != nil {
+		t.Fatalf("rank %d: %v\n%s", rank, err, errs.String())
+	}
+	if rank == 0 {
+		if err := os.WriteFile(os.Getenv("GOCURRENT_CHARRNN_OUT"), out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else if out.Len() > 0 {
+		t.Errorf("rank %d printed to stdout, which is rank 0's:\n%s", rank, out.String())
+	}
+}
+
+// TestTrainDataParallel checks `charrnn train -dist auto` under mpirun:
+// 2 ranks with -batch 32 (16 streams each) take the steps one process
+// with -batch 32 takes, within the bounds of
+// TestTrainAccumulationEquivalence (only the grouping of the float32 sums
+// differs: each rank sums its 256 positions a step, then MPI adds the two),
+// and rank 0 alone reports and writes the checkpoint.
+func TestTrainDataParallel(t *testing.T) {
+	mpitest.Require(t)
+	dir := t.TempDir()
+	one := filepath.Join(dir, "one.safetensors")
+	out, _, err := run(t, context.Background(), equivArgs(t, one, "-batch", "32", "-dist", "none")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := readEquivRun(t, out, one)
+
+	two := filepath.Join(dir, "two.safetensors")
+	args, _ := json.Marshal(equivArgs(t, two, "-batch", "32", "-device", "cpu"))
+	stdout := filepath.Join(dir, "rank0.out")
+	mpitest.Run(t, 2, "TestTrainRank", 2*time.Minute,
+		"GOCURRENT_CHARRNN_ARGS="+string(args), "GOCURRENT_CHARRNN_OUT="+stdout).Check(t, "charrnn train on 2 ranks")
+	got, err := os.ReadFile(stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEquivalent(t, readEquivRun(t, string(got), two), want, "2 ranks of 16", "one process of 32")
+}
+
+// TestTrainDistErrors checks what -dist refuses, without a launcher: a
+// batch the ranks cannot share, -batch auto, a torchrun job on the CPU
+// (whose collectives are MPI's, which torchrun does not start), and
+// malformed launcher variables.
+func TestTrainDistErrors(t *testing.T) {
+	ckpt := filepath.Join(t.TempDir(), "x.safetensors")
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		says string
+	}{
+		{"odd batch", map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}, []string{"-batch", "5"}, "-batch 5 over 2 ranks"},
+		{"batch auto", map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, []string{"-batch", "auto"}, "-batch auto with -dist"},
+		{"torchrun on the cpu", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, []string{"-batch", "4", "-device", "cpu"}, "launch the job with mpirun"},
+		{"bad rank", map[string]string{"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, nil, "rank 2 of 2"},
+		{"no master", map[string]string{"RANK": "0", "WORLD_SIZE": "2"}, nil, "MASTER_ADDR"},
+		{"bad -dist", nil, []string{"-dist", "yes"}, `-dist "yes"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errs bytes.Buffer
+			env := testEnv(t, &out, &errs)
+			env.Getenv = func(k string) string { return c.env[k] }
+			err := charrnn.Run(context.Background(), append(smallTrain(t, ckpt, "-steps", "1"), c.args...), env)
+			if err == nil || !strings.Contains(err.Error(), c.says) {
+				t.Fatalf("got %v, want an error saying %q", err, c.says)
+			}
+			if _, serr := os.Stat(ckpt); !errors.Is(serr, os.ErrNotExist) {
+				t.Errorf("a checkpoint was written: %v", serr)
+			}
+		})
+	}
+	// -dist none ignores the launcher's variables.
+	var out, errs bytes.Buffer
+	env := testEnv(t, &out, &errs)
+	env.Getenv = func(k string) string { return map[string]string{"RANK": "0", "WORLD_SIZE": "2"}[k] }
+	if err := charrnn.Run(context.Background(), append(smallTrain(t, ckpt, "-steps", "1", "-batch", "4"), "-dist", "none"), env); err != nil {
+		t.Errorf("-dist none under torchrun's variables: %v", err)
+	}
+}

@@ -1,0 +1,87 @@
+// Package mpitest runs a test binary's ranks under Open MPI's mpirun, for
+// the tests of data-parallel training: a parent test starts
+// `mpirun -np N <the test binary> -test.run ^RankTest$` and the rank test,
+// which runs only under mpirun (Rank), does one rank's part.
+//
+// Without mpirun on PATH the parent tests skip, saying so, unless
+// GOCURRENT_REQUIRE_MPI=1 (set by .ci/run, which installs Open MPI), where
+// they fail: CI never passes by not running them.
+package mpitest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Require skips t (or fails it under GOCURRENT_REQUIRE_MPI=1) when mpirun
+// is not installed, and returns its path.
+func Require(t testing.TB) string {
+	t.Helper()
+	path, err := exec.LookPath("mpirun")
+	if err == nil {
+		return path
+	}
+	msg := "mpirun not found: install Open MPI (Debian: apt-get install openmpi-bin) to run the data-parallel tests"
+	if os.Getenv("GOCURRENT_REQUIRE_MPI") == "1" {
+		t.Fatal(msg + " (GOCURRENT_REQUIRE_MPI=1)")
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// Rank is the rank a test runs as under mpirun, and false outside it.
+func Rank() (int, bool) {
+	s := os.Getenv("OMPI_COMM_WORLD_RANK")
+	if s == "" {
+		return 0, false
+	}
+	r, err := strconv.Atoi(s)
+	return r, err == nil
+}
+
+// Result is what an mpirun of a rank test did.
+type Result struct {
+	Output  []byte        // every rank's stdout and stderr, and mpirun's
+	Elapsed time.Duration // from start to exit
+	Err     error         // nil: every rank exited 0
+}
+
+// Run runs test (a test function's name) of the running test binary on np
+// ranks under mpirun, with env added to the environment, and waits for it
+// at most limit (then kills it and fails t).
+func Run(t testing.TB, np int, test string, limit time.Duration, env ...string) Result {
+	t.Helper()
+	mpirun := Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	args := []string{"-np", strconv.Itoa(np), "--oversubscribe", "--bind-to", "none", os.Args[0], "-test.run", "^" + test + "$", "-test.count", "1"}
+	cmd := exec.CommandContext(ctx, mpirun, args...)
+	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+	cmd.Env = append(cmd.Env, env...)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	r := Result{Output: out, Elapsed: time.Since(start), Err: err}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("mpirun -np %d %s ran past %v:\n%s", np, test, limit, out)
+	}
+	return r
+}
+
+// Check fails t unless every rank of r passed.
+func (r Result) Check(t testing.TB, what string) {
+	t.Helper()
+	if r.Err != nil {
+		t.Fatalf("%s: mpirun: %v\n%s", what, r.Err, r.Output)
+	}
+}
+
+// String is the output, for messages.
+func (r Result) String() string {
+	return fmt.Sprintf("%s (after %v)", r.Output, r.Elapsed.Round(time.Millisecond))
+}
