@@ -28,6 +28,30 @@ type SeqConfig struct {
 	// most tokens a batch holds: set MaxWordChars when a few very long
 	// tokens would make that large.
 	CollateConfig
+	// Shard makes the loader one rank's part of a data-parallel job: the
+	// batches are the job's (Bucket describes them), and each is split
+	// evenly among Shard.Of ranks, in order: rank r gets the r-th of Of
+	// contiguous runs of its examples, whose sizes differ by one at most
+	// (none, for a rank past the examples of a batch smaller than the
+	// job). SeqBatch.WholeLabels then holds the whole batch's labels, which
+	// a step's mean needs. The zero value is the whole batch.
+	Shard Shard
+}
+
+// share is rank's part of a batch's examples (SeqConfig.Shard).
+func (c SeqConfig) share(examples []int32) []int32 {
+	n := c.Shard.ranks()
+	if n == 1 {
+		return examples
+	}
+	k, r := len(examples), c.Shard.Rank
+	base, extra := k/n, k%n
+	start := r*base + min(r, extra)
+	size := base
+	if r < extra {
+		size++
+	}
+	return examples[start : start+size]
 }
 
 // SeqBatch is one batch of labelled sequences resident on the device,
@@ -54,6 +78,15 @@ type SeqBatch struct {
 	// (BucketConfig.Accum), from 0; Last says it ends the step.
 	Group int
 	Last  bool
+	// WholeLabels, with SeqConfig.Shard of more than one rank, are the
+	// labels of the job's whole batch, this rank's share and the others'
+	// (laid out as a Labels of all its rows): what a step's mean over
+	// every real row counts. Nil otherwise. A rank's share may be empty
+	// (Host.Rows 0) when the batch has fewer examples than the job ranks.
+	// WholeReal is the whole batch's real tokens (Host.Real of all its
+	// rows).
+	WholeLabels []int32
+	WholeReal   int
 }
 
 // SeqLoader delivers the batches of a Dataset to a device: a producer
@@ -113,6 +146,9 @@ func NewSeqLoader(d device.Device, data *Dataset, cfg SeqConfig) (*SeqLoader, er
 	}
 	if cfg.Chars && data.LongestWord() == 0 {
 		return nil, errors.New("loader: characters of words asked for a dataset of texts, which has no words")
+	}
+	if cfg.Shard.Of < 0 || cfg.Shard.Rank < 0 || cfg.Shard.Rank >= cfg.Shard.ranks() {
+		return nil, fmt.Errorf("loader: Shard is rank %d of %d", cfg.Shard.Rank, cfg.Shard.Of)
 	}
 	if cfg.Epochs < 0 || cfg.Prefetch < 0 {
 		return nil, fmt.Errorf("loader: Epochs %d, Prefetch %d; neither may be negative", cfg.Epochs, cfg.Prefetch)
@@ -225,6 +261,8 @@ type seqResult struct {
 	slot   int
 	pos    Position
 	hb     HostBatch
+	whole  []int32 // the whole batch's labels (SeqConfig.Shard)
+	real   int     // and its real tokens
 	copied device.Event
 	err    error
 }
@@ -309,7 +347,12 @@ func (l *SeqLoader) produce(ctx context.Context, pos Position, free <-chan int, 
 		r := seqResult{slot: i, pos: pos}
 		examples := l.batches(pos.Epoch).batches[pos.Batch]
 		c.read()
-		r.hb, r.err = l.cfg.Collate(l.data, examples)
+		r.hb, r.err = l.cfg.Collate(l.data, l.cfg.share(examples))
+		if r.err == nil && l.cfg.Shard.ranks() > 1 {
+			var whole HostBatch
+			whole, r.err = Collate(l.data, examples)
+			r.whole, r.real = whole.Labels, whole.Real
+		}
 		if !c.resume() {
 			return
 		}
@@ -386,6 +429,7 @@ func (l *SeqLoader) consume(ctx context.Context, free chan<- int, ready <-chan s
 		s := &l.slots[r.slot]
 		b := l.deviceBatch(s, r.hb)
 		b.Epoch, b.Index, b.Next = r.pos.Epoch, r.pos.Batch, l.next(r.pos)
+		b.WholeLabels, b.WholeReal = r.whole, r.real
 		e := l.batches(r.pos.Epoch)
 		b.Group, b.Last = int(e.group[r.pos.Batch]), e.last[r.pos.Batch]
 		more := yield(b, nil)
@@ -461,7 +505,8 @@ func (l *SeqLoader) Largest() [][]int32 {
 			continue
 		}
 		seen[n] = true
-		batch := make([]int32, rows(n))
+		// A rank's share is at most ⌈rows/ranks⌉ of them.
+		batch := make([]int32, (rows(n)+l.cfg.Shard.ranks()-1)/l.cfg.Shard.ranks())
 		for i := range batch {
 			batch[i] = byLength[n]
 		}

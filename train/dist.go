@@ -7,6 +7,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/dist"
+	"github.com/gocurrent/gocurrent/loader"
 )
 
 // GradNotifier is implemented by a model that says, during Backward, when
@@ -40,12 +41,16 @@ func (t *Trainer) newParallel() error {
 	if c == nil || c.Size() == 1 {
 		return nil
 	}
-	w, ok := t.src.(*windows)
-	if !ok {
-		return fmt.Errorf("train: data-parallel training (Config.Comm of %d ranks) takes New's trainers; a NewSeq trainer runs on one rank", c.Size())
+	var sh loader.Shard
+	switch src := t.src.(type) {
+	case *windows:
+		sh = src.data.Config().Shard
+		src.ranks = c.Size()
+	case *sequences:
+		sh = src.data.Config().Shard
 	}
-	if sh := w.data.Config().Shard; sh.Of != c.Size() || sh.Rank != c.Rank() {
-		return fmt.Errorf("train: the loader is shard %d of %d (loader.Config.Shard), the communicator rank %d of %d: each rank must read its own share", sh.Rank, sh.Of, c.Rank(), c.Size())
+	if sh.Of != c.Size() || sh.Rank != c.Rank() {
+		return fmt.Errorf("train: the loader is shard %d of %d (its Config.Shard), the communicator rank %d of %d: each rank must read its own share", sh.Rank, sh.Of, c.Rank(), c.Size())
 	}
 	for _, st := range t.states {
 		for _, cv := range st.Carried() {
@@ -59,7 +64,6 @@ func (t *Trainer) newParallel() error {
 		return fmt.Errorf("train: the collectives' stream: %w", err)
 	}
 	t.par = &parallel{comm: c, stream: s, reduced: make([]bool, len(t.groups))}
-	w.ranks = c.Size()
 	return nil
 }
 

@@ -91,7 +91,7 @@ func (w *windows) batches(ctx context.Context, from loader.Position) iter.Seq2[m
 	n := w.accum()
 	return func(yield func(micro, error) bool) {
 		for b, err := range w.data.Batches(ctx, from) {
-			mb := micro{group: b.Group, last: b.Group == n-1, next: b.Next, tokens: int64(b.Seq * b.Rows), reset: b.Reset, win: b}
+			mb := micro{group: b.Group, last: b.Group == n-1, next: b.Next, tokens: int64(b.Seq * b.Rows * max(w.ranks, 1)), reset: b.Reset, win: b}
 			if !yield(mb, err) {
 				return
 			}
@@ -196,6 +196,9 @@ func (s *sequences) batches(ctx context.Context, from loader.Position) iter.Seq2
 				s.spent += time.Since(done)
 			}
 			mb := micro{group: b.Group, last: b.Last, next: b.Next, tokens: int64(b.Host.Real), seq: b}
+			if b.WholeLabels != nil {
+				mb.tokens = int64(b.WholeReal) // the job's
+			}
 			if !yield(mb, err) {
 				return
 			}
@@ -213,7 +216,13 @@ func (s *sequences) run(mb micro, ce *rnn.CrossEntropy, _ State) error {
 	if err != nil {
 		return err
 	}
-	for _, y := range rows {
+	// The step's mean is over the job's rows: a data-parallel rank counts
+	// the whole batch's, and its sums are added to the other ranks'.
+	counted := rows
+	if b.WholeLabels != nil {
+		counted = b.WholeLabels
+	}
+	for _, y := range counted {
 		switch {
 		case y < 0:
 		case s.opts.Weights != nil:
@@ -221,6 +230,11 @@ func (s *sequences) run(mb micro, ce *rnn.CrossEntropy, _ State) error {
 		default:
 			s.denom++
 		}
+	}
+	if len(rows) == 0 {
+		// A rank's empty share of a batch smaller than the job: it adds
+		// nothing to the sums.
+		return nil
 	}
 	return s.pass(rnn.Train, b, ce, len(rows))
 }

@@ -129,8 +129,10 @@ type Config struct {
 
 	// Comm, when it has more than one rank, makes the run data-parallel
 	// (package dist): each rank trains on its own share of every step's
-	// batch, which its loader reads (loader.Config.Shard, rank r of
-	// Comm.Size()), and the ranks' gradients and losses are summed at
+	// batch, which its loader reads (loader.Config.Shard or
+	// loader.SeqConfig.Shard, rank r of Comm.Size(): its own streams or
+	// windows, its own part of each batch of sequences, whose step's mean
+	// counts the whole batch's rows), and the ranks' gradients and losses are summed at
 	// every step, after the last micro-batch's backward (a GradNotifier
 	// model's group by group, while the backward of the layers below
 	// runs), before the norm, the clipping and the verdict. Each rank's
@@ -144,7 +146,7 @@ type Config struct {
 	// such a checkpoint resumes on any number of ranks whose shares make
 	// the same batch, and on one. A data-parallel run that is cancelled
 	// writes no checkpoint (the ranks may stop at different steps). Graphs
-	// is ignored. A New trainer only; nil means one rank.
+	// is ignored. Nil means one rank.
 	Comm dist.Comm
 }
 
@@ -586,7 +588,7 @@ func (t *Trainer) feed(r *run, b micro, inStep bool) (bool, error) {
 	if !inStep {
 		t.beginHost()
 	}
-	r.tokens += b.tokens * int64(t.ranks())
+	r.tokens += b.tokens
 	replayed, err := t.replay(b)
 	if err != nil || replayed {
 		// A replay of group 0 began the step on the device; a failed one
