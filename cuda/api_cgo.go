@@ -183,6 +183,7 @@ static gcResult gc_current(gcDriver* d, gcPtr ctx) {
 
 #define GC_IN(d, ctx) do { gcResult r_ = gc_current(d, ctx); if (r_) return r_; } while (0)
 
+static gcResult gc_make_current(gcDriver* d, gcPtr ctx) { return gc_current(d, ctx); }
 static gcResult gc_init(gcDriver* d) { return d->cuInit(0); }
 static gcResult gc_driver_version(gcDriver* d, int* v) { return d->cuDriverGetVersion(v); }
 static const char* gc_error_name(gcDriver* d, gcResult r) {
@@ -447,6 +448,12 @@ func (a *cgoAPI) checkBLAS(fn string, r C.int) error {
 // memory.
 func ctxOf(c cuContext) C.gcPtr { return ptrOf(uintptr(c)) }
 func ptrOf(h uintptr) C.gcPtr   { return *(*C.gcPtr)(unsafe.Pointer(&h)) }
+
+// makeCurrent makes c current on the calling OS thread, for
+// Device.Native, which holds the goroutine on that thread.
+func (a *cgoAPI) makeCurrent(c cuContext) error {
+	return a.check("cuCtxSetCurrent", C.gc_make_current(a.drv, ctxOf(c)))
+}
 
 func (a *cgoAPI) Init() error { return a.check("cuInit", C.gc_init(a.drv)) }
 

@@ -36,6 +36,12 @@
 // safe for concurrent use from any goroutines. The cuBLAS handle, which
 // must not be used by two threads at once, is used under a lock.
 //
+// A library of its own that calls the CUDA runtime on the device's
+// streams (NCCL, for package dist/nccl) goes through Native, the one
+// place the device pins a goroutine: it locks the goroutine to its OS
+// thread, makes the context current there, and runs the library's calls
+// with a stream's raw CUstream handle; buffers' Addr are CUdeviceptrs.
+//
 // # Memory, streams and errors
 //
 // Device memory comes from alloc.Caching over cuMemAlloc/cuMemFree (with

@@ -93,6 +93,22 @@
 // branches, memory nodes or event nodes, and their work runs when
 // cuGraphLaunch is called, so it is no faster than the eager calls.
 //
+// # NCCL
+//
+// The library also exports the NCCL entry points package dist/nccl
+// resolves (nccl.cc.in): the ranks of a communicator are goroutines of one
+// process, each locked to its OS thread, on the one emulated device.
+// ncclGetUniqueId names an in-process rendezvous (with NCCL_COMM_ID set,
+// one derived from the address alone, as NCCL does), ncclCommInitRank
+// blocks until every rank joined, and a collective (ncclAllReduce with
+// ncclSum, ncclBroadcast) is the one kind of work that stays pending on
+// its stream after its call returns: it runs when the last rank queues
+// it, summing in rank order so every rank gets the same bits, and until
+// then an event recorded after it is not complete and work queued after
+// it waits in its own call. ncclCommAbort releases the rank's pending
+// collectives without telling the other ranks; Lib.FailNCCL injects an
+// asynchronous error (ncclCommGetAsyncError).
+//
 // # Building
 //
 // Build compiles the library with g++ into a directory of the caller's;

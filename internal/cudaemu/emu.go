@@ -11,6 +11,10 @@ package cudaemu
 typedef int (*emu_launch_fn)(const char*, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, const uint64_t*, int);
 
+typedef int (*emu_nccl_fail_fn)(const char*, int);
+
+static int emu_fail(void* f, const char* id, int code) { return ((emu_nccl_fail_fn)f)(id, code); }
+
 static int emu_call(void* f, const char* name, unsigned gx, unsigned gy, unsigned gz,
                     unsigned bx, unsigned by, unsigned bz, const uint64_t* args, int n) {
 	return ((emu_launch_fn)f)(name, gx, gy, gz, bx, by, bz, args, n);
@@ -28,6 +32,7 @@ import (
 type Lib struct {
 	path   string
 	launch unsafe.Pointer
+	fail   unsafe.Pointer // emu_nccl_fail
 }
 
 // Build compiles the emulator, the emulated driver and cuBLAS, and the
@@ -86,12 +91,33 @@ func load(path string) (*Lib, error) {
 	if f == nil {
 		return nil, fmt.Errorf("cudaemu: %s has no emu_launch", path)
 	}
-	return &Lib{path: path, launch: f}, nil
+	fsym := C.CString("emu_nccl_fail")
+	defer C.free(unsafe.Pointer(fsym))
+	fail := C.dlsym(h, fsym)
+	if fail == nil {
+		return nil, fmt.Errorf("cudaemu: %s has no emu_nccl_fail", path)
+	}
+	return &Lib{path: path, launch: f, fail: fail}, nil
 }
 
 // Path is the library's absolute path: pass it to cuda.Config as both
 // DriverLibrary and BLASLibrary.
 func (l *Lib) Path() string { return l.path }
+
+// FailNCCL gives every live communicator of the emulated NCCL made from
+// id (an ncclUniqueId's 128 bytes) the asynchronous error code (an
+// ncclResult_t), as a network failure would: ncclCommGetAsyncError
+// reports it, their pending collectives stay pending until they are
+// aborted, and their later collectives fail with it. It returns how many
+// communicators it found.
+func (l *Lib) FailNCCL(id []byte, code int) (int, error) {
+	if len(id) != 128 {
+		return 0, fmt.Errorf("cudaemu: FailNCCL: an id of %d bytes, want 128", len(id))
+	}
+	cid := C.CBytes(id)
+	defer C.free(cid)
+	return int(C.emu_fail(l.fail, (*C.char)(cid), C.int(code))), nil
+}
 
 // Launch runs kernel name over grid with block threads per block; args
 // are its parameters in 8-byte slots. Device pointers in args are host
