@@ -15,10 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/cpu"
 	"github.com/gocurrent/gocurrent/dist"
 	"github.com/gocurrent/gocurrent/dist/mpi"
+	"github.com/gocurrent/gocurrent/dist/nccl"
+	"github.com/gocurrent/gocurrent/internal/cudaemu"
 	"github.com/gocurrent/gocurrent/internal/mpitest"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/train"
@@ -280,5 +283,44 @@ func TestDataParallelFailure(t *testing.T) {
 			}
 			t.Logf("%s: the job stopped after %v", c.what, r.Elapsed.Round(time.Millisecond))
 		})
+	}
+}
+
+// TestDataParallelNCCL runs TestDataParallel's job of 2 ranks on the CUDA
+// device over NCCL, both in the emulator (internal/cudaemu: the real cgo
+// bindings of the driver, cuBLAS and NCCL, and an in-process NCCL whose
+// ranks are goroutines): the sums queued on the collectives' own stream,
+// the compute stream waiting on their events. Its 2 ranks take the steps
+// one emulated device takes with the whole batch, within dpTol.
+func TestDataParallelNCCL(t *testing.T) {
+	lib := cudaemu.ForTest(t)
+	open := func(t *testing.T) *cuda.Device {
+		d, err := cuda.Open(cuda.Config{DriverLibrary: lib.Path(), BLASLibrary: lib.Path()})
+		check(t, err)
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	dir := t.TempDir()
+	one := filepath.Join(dir, "one.safetensors")
+	dpRun(t, open(t), nil, dpSteps, "", one)
+	cfg := dist.Config{NCCLLibrary: lib.Path(), Timeout: time.Minute}
+	id, err := nccl.NewUniqueID(cfg)
+	check(t, err)
+	t.Run("ranks", func(t *testing.T) {
+		for r := range 2 {
+			t.Run(fmt.Sprint(r), func(t *testing.T) {
+				t.Parallel()
+				d := open(t)
+				c, err := nccl.Open(d, r, 2, id, cfg)
+				check(t, err)
+				defer c.Close()
+				dpRun(t, d, c, dpSteps, "", filepath.Join(dir, "two.safetensors"))
+			})
+		}
+	})
+	if diff := maxDiff(t, checkpointValues(t, one), checkpointValues(t, filepath.Join(dir, "two.safetensors"))); diff > dpTol {
+		t.Errorf("2 ranks over NCCL: weights after %d steps differ from one device's by %g, want ≤ %g", dpSteps, diff, dpTol)
+	} else {
+		t.Logf("2 ranks over NCCL: weights after %d steps within %g of one device's", dpSteps, diff)
 	}
 }

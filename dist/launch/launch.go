@@ -11,6 +11,7 @@ import (
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/dist"
 	"github.com/gocurrent/gocurrent/dist/mpi"
+	"github.com/gocurrent/gocurrent/dist/nccl"
 )
 
 // Join returns the communicator of the job env describes, for device d.
@@ -23,7 +24,10 @@ func Join(d device.Device, env dist.Env, cfg dist.Config) (dist.Comm, error) {
 	if _, ok := d.(device.HostCaller); ok {
 		return joinMPI(d, env, cfg)
 	}
-	return joinNCCL(d, env, cfg)
+	if _, ok := d.(nccl.Native); ok {
+		return joinNCCL(d, env, cfg)
+	}
+	return nil, fmt.Errorf("dist: %s has no collectives (neither host memory for MPI nor a CUDA stream for NCCL)", d.Name())
 }
 
 func joinMPI(d device.Device, env dist.Env, cfg dist.Config) (dist.Comm, error) {
@@ -54,6 +58,40 @@ type closing struct {
 
 func (c *closing) Close() error { return errors.Join(c.Comm.Close(), c.close()) }
 
+// joinNCCL opens NCCL's communicator on a GPU, its unique id agreed as
+// the launcher allows: under mpirun rank 0 makes it and MPI broadcasts
+// it; under torchrun every rank derives it from MASTER_ADDR:MASTER_PORT
+// (NCCL_COMM_ID: rank 0 listens there, and the ranks need an interface in
+// that address's subnet; see nccl.IDFromAddress).
 func joinNCCL(d device.Device, env dist.Env, cfg dist.Config) (dist.Comm, error) {
-	return nil, fmt.Errorf("dist: NCCL backend not built yet: %w", dist.ErrUnavailable)
+	var id nccl.UniqueID
+	switch env.Launcher {
+	case "mpirun":
+		w, err := mpi.Join(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("dist: sending NCCL's id over MPI (mpirun): %w", err)
+		}
+		if env.Rank == 0 {
+			if id, err = nccl.NewUniqueID(cfg); err != nil {
+				// The other ranks wait for the id: end the job.
+				w.Abort(err)
+				return nil, errors.Join(err, w.Close())
+			}
+		}
+		if err := w.Broadcast(id[:], 0); err != nil {
+			return nil, errors.Join(fmt.Errorf("dist: sending NCCL's id: %w", err), w.Close())
+		}
+		c, err := nccl.Open(d, env.Rank, env.Size, id, cfg)
+		if err != nil {
+			return nil, errors.Join(err, w.Close())
+		}
+		return &closing{Comm: c, close: w.Close}, nil
+	case "torchrun":
+		id, err := nccl.IDFromAddress(env.MasterAddr+":"+env.MasterPort, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return nccl.Open(d, env.Rank, env.Size, id, cfg)
+	}
+	return nil, fmt.Errorf("dist: rank %d of %d from launcher %q: want mpirun or torchrun", env.Rank, env.Size, env.Launcher)
 }
