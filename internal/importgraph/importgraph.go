@@ -44,9 +44,10 @@ var allowed = map[string][]string{
 }
 
 // testAllowed is what test files may import on top of allowed: the CUDA
-// device and devices, to run the same tests on a GPU, and the shared test
-// helpers.
-var testAllowed = []string{"cuda", "devices", "internal"}
+// device and devices, to run the same tests on a GPU, the shared test
+// helpers, and the communicators, to run a package's tests as the ranks
+// of a job.
+var testAllowed = []string{"cuda", "devices", "internal", "dist"}
 
 // implementers are the only trees that may import device/driver, the
 // implementer side of the device seam (NewBuffer, the Free, Upload and copy
