@@ -160,3 +160,22 @@ func CheckRoot(c Comm, root int) error {
 	}
 	return nil
 }
+
+// Stats are the collectives a communicator ran so far.
+type Stats struct {
+	// Collectives and Bytes count the all-reduces and broadcasts queued,
+	// and the bytes they covered on this rank.
+	Collectives, Bytes int64
+	// Busy is the time they ran, where the backend can tell: MPI's, from
+	// the call into the library to its return, waiting for the slowest
+	// rank included (what a step pays for them, less what overlaps
+	// compute on another stream); 0 for NCCL, whose collectives run on
+	// the GPU.
+	Busy time.Duration
+}
+
+// Counter is implemented by a communicator that counts its collectives
+// (dist/mpi's and dist/nccl's).
+type Counter interface {
+	Stats() Stats
+}

@@ -58,6 +58,14 @@ type closing struct {
 
 func (c *closing) Close() error { return errors.Join(c.Comm.Close(), c.close()) }
 
+// Stats is the communicator's (dist.Counter), zero if it counts nothing.
+func (c *closing) Stats() dist.Stats {
+	if s, ok := c.Comm.(dist.Counter); ok {
+		return s.Stats()
+	}
+	return dist.Stats{}
+}
+
 // joinNCCL opens NCCL's communicator on a GPU, its unique id agreed as
 // the launcher allows: under mpirun rank 0 makes it and MPI broadcasts
 // it; under torchrun every rank derives it from MASTER_ADDR:MASTER_PORT

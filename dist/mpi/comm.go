@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/dist"
@@ -19,6 +20,16 @@ type comm struct {
 	mu     sync.Mutex
 	err    error // Err: the failure, or the abort
 	closed bool
+	stats  dist.Stats // under mu
+}
+
+var _ dist.Counter = (*comm)(nil)
+
+// Stats counts the collectives queued and the time they ran in MPI.
+func (c *comm) Stats() dist.Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
 }
 
 var _ dist.Comm = (*comm)(nil)
@@ -128,13 +139,21 @@ func (c *comm) queue(name, op string, b device.Buffer, s device.Stream, run func
 	if err := c.usable(name); err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	c.stats.Collectives++
+	c.stats.Bytes += b.Len()
+	c.mu.Unlock()
 	err := c.host.CallHost(s, func(mem [][]byte) error {
 		if err := c.usable(name); err != nil {
 			return err
 		}
 		forget := c.watch.Watch(op, inFlight)
 		defer forget()
+		start := time.Now()
 		err := c.world.do(func() error { return run(mem[0]) })
+		c.mu.Lock()
+		c.stats.Busy += time.Since(start)
+		c.mu.Unlock()
 		if err != nil {
 			err = fmt.Errorf("dist: mpi: rank %d of %d: %s: %w", c.Rank(), c.Size(), op, err)
 			c.mu.Lock()

@@ -104,7 +104,8 @@ type Comm struct {
 
 	mu       sync.Mutex // guards err and released, and the handle's use by the watchdog
 	err      error
-	released bool // ncclCommAbort or ncclCommDestroy was called
+	released bool       // ncclCommAbort or ncclCommDestroy was called
+	stats    dist.Stats // under mu
 }
 
 var _ dist.Comm = (*Comm)(nil)
@@ -245,7 +246,21 @@ func (c *Comm) collective(what, op string, b device.Buffer, s device.Stream, cal
 		return nil, c.Err()
 	}
 	ev.Store(&e)
+	c.mu.Lock()
+	c.stats.Collectives++
+	c.stats.Bytes += b.Len()
+	c.mu.Unlock()
 	return e, nil
+}
+
+var _ dist.Counter = (*Comm)(nil)
+
+// Stats counts the collectives queued; their time runs on the GPU, and
+// Busy stays 0.
+func (c *Comm) Stats() dist.Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
 }
 
 // Abort stops the communicator: ncclCommAbort, which ends this rank's

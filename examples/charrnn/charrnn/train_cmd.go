@@ -310,10 +310,11 @@ type trainRun struct {
 	ck  *train.Checkpoint // the checkpoint of -init or -resume, or nil
 	rec *train.Record     // what the checkpoint of -resume records, or nil
 
-	d    device.Device
-	m    *models.CharRNN
-	job  dist.Env  // the data-parallel job (-dist), one rank without
-	comm dist.Comm // its communicator; nil for one rank
+	d     device.Device
+	m     *models.CharRNN
+	job   dist.Env  // the data-parallel job (-dist), one rank without
+	comm  dist.Comm // its communicator; nil for one rank
+	step0 int64     // the step the run started from
 
 	corpus                   *loader.Corpus
 	text, trainText, valText *loader.Text
@@ -492,8 +493,11 @@ func (r *trainRun) newTrainer(opt train.Optimizer, sched train.Schedule) (err er
 		return err
 	}
 	if f.Resume != "" {
-		return r.tr.Resume(r.ck)
+		if err := r.tr.Resume(r.ck); err != nil {
+			return err
+		}
 	}
+	r.step0 = r.tr.Step()
 	return nil
 }
 
@@ -593,6 +597,17 @@ func (r *trainRun) report(ctx context.Context, sum train.Summary, stopped bool) 
 	if v := sum.Validation; v != nil {
 		done["val_loss"], done["val_bits_per_char"] = cli.Number(v.Loss), cli.Number(v.BitsPerToken)
 		text += fmt.Sprintf("; validation %.4f nats/char, %.4f bits/char", v.Loss, v.BitsPerToken)
+	}
+	if n := r.job.Size; n > 1 {
+		done["ranks"] = n
+		text += fmt.Sprintf("; %d ranks", n)
+		if c, ok := r.comm.(dist.Counter); ok {
+			st := c.Stats()
+			done["collectives"], done["collective_bytes"], done["collective_s"] = st.Collectives, st.Bytes, st.Busy.Seconds()
+			if steps := sum.Steps - r.step0; steps > 0 && st.Busy > 0 {
+				text += fmt.Sprintf(", %s in collectives a step", (st.Busy / time.Duration(steps)).Round(time.Microsecond))
+			}
+		}
 	}
 	if f.Checkpoint != "" {
 		done["checkpoint"] = f.Checkpoint
