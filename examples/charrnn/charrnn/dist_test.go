@@ -69,6 +69,18 @@ func TestTrainDataParallel(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkEquivalent(t, readEquivRun(t, string(got), two), want, "2 ranks of 16", "one process of 32")
+	done := ofEvent(events(t, string(got)), "done")
+	if len(done) != 1 {
+		t.Fatalf("%d done events from rank 0, want 1", len(done))
+	}
+	// 5 steps of 4 all-reduces (3 groups' gradients, the loss), after the
+	// first Run's broadcast of the 3 groups' weights (SGD has no state)
+	// and the step mark (4), and the gather of the carried state, h and c
+	// from each of the 2 ranks, for the checkpoint (4).
+	d := done[0]
+	if d["ranks"] != 2.0 || d["collectives"] != float64(5*4+4+4) || !(d["collective_s"].(float64) > 0) || !(d["collective_bytes"].(float64) > 0) {
+		t.Errorf("done event %v: want ranks 2, 28 collectives, their bytes and time", d)
+	}
 }
 
 // TestTrainDistErrors checks what -dist refuses, without a launcher: a
