@@ -62,6 +62,8 @@ type recurrent interface {
 	DropoutState() (seed, offset uint64)
 	SetDropoutState(seed, offset uint64)
 	SetRecompute(k int) error
+	NotifyLayers(done func(layer int) error)
+	LayerGrads(l int) (off, n int)
 	Close() error
 }
 
@@ -174,10 +176,11 @@ func (m *CharRNN) Replayable(mode rnn.Mode) bool { return mode == rnn.NoGrad || 
 var _ train.Replayable = (*CharRNN)(nil)
 
 // NotifyGrads implements train.GradNotifier: Backward reports the output
-// layer's gradient ("out") as soon as it is queued, then the recurrent
-// stack's ("rnn"), then the embedding's ("emb"), so a data-parallel
-// trainer sums each over the ranks while the backward below it runs.
-func (m *CharRNN) NotifyGrads(ready func(group int) error) { m.ready = ready }
+// layer's gradient ("out") as soon as it is queued, then each layer of
+// the recurrent stack's ("rnn", rnn's NotifyLayers), top first, then the
+// embedding's ("emb"), so a data-parallel trainer sums each over the
+// ranks while the backward below it runs.
+func (m *CharRNN) NotifyGrads(ready func(group, off, n int) error) { m.ready = ready }
 
 var _ train.GradNotifier = (*CharRNN)(nil)
 
@@ -189,7 +192,7 @@ type chain struct {
 	rnn recurrent
 	out *rnn.Linear
 
-	ready func(group int) error // NotifyGrads's callback; nil: none
+	ready func(group, off, n int) error // NotifyGrads's callback; nil: none
 }
 
 // build makes the chain over vocab ids for classes outputs: an embedding of
@@ -232,30 +235,36 @@ func (c *chain) groups() []train.Group {
 func (c *chain) backward(dLogits device.Buffer) error {
 	dy, err := c.out.Backward(dLogits)
 	if err == nil {
-		err = c.notify(2)
+		err = c.notify(2, 0, c.out.Params().Len())
 	}
 	if err != nil {
 		return err
 	}
-	dx, err := c.rnn.Backward(dy)
-	if err == nil {
-		err = c.notify(1)
+	if c.ready != nil {
+		// Each layer of the stack as soon as its backward is queued.
+		c.rnn.NotifyLayers(func(l int) error {
+			off, n := c.rnn.LayerGrads(l)
+			return c.notify(1, off, n)
+		})
+		defer c.rnn.NotifyLayers(nil)
 	}
+	dx, err := c.rnn.Backward(dy)
 	if err != nil {
 		return err
 	}
 	if err := c.emb.Backward(dx); err != nil {
 		return err
 	}
-	return c.notify(0)
+	return c.notify(0, 0, c.emb.Params().Len())
 }
 
-// notify tells NotifyGrads's callback that group i's gradient is queued.
-func (c *chain) notify(i int) error {
+// notify tells NotifyGrads's callback that elements off to off+n of
+// group i's gradient are queued.
+func (c *chain) notify(i, off, n int) error {
 	if c.ready == nil {
 		return nil
 	}
-	return c.ready(i)
+	return c.ready(i, off, n)
 }
 
 // close closes the layers that were built.

@@ -208,6 +208,9 @@ func (s *stack) backwardBoundaries(q *queue, p *pass, rec *record, dy device.Buf
 	for l := range L {
 		s.sharedBiasGrad(q, &lgs[l], l, 0)
 	}
+	for l := L - 1; l >= 0; l-- {
+		s.notifyLayer(q, l)
+	}
 	if tied && sh.varlen {
 		s.sortStateGrads(q, sh, st, gb, false)
 	}

@@ -132,6 +132,8 @@ type stack struct {
 	dropSeed                                    uint64      // the seed of the dropout masks
 	drawn                                       uint64      // dropout mask elements drawn so far
 	chunkRows                                   int         // rows of a chunk of steps: the device's device.ProductRows
+
+	layerDone func(layer int) error // NotifyLayers's callback; nil: none
 }
 
 // cell is what differs between the LSTM and the GRU: the size of a layer,
@@ -609,6 +611,47 @@ func (s *stack) SetRecompute(k int) error {
 
 // Params returns the parameters.
 func (s *stack) Params() *Params { return s.params }
+
+// NotifyLayers makes every later Backward call done(l) once the work that
+// writes layer l's parameter gradients (LayerGrads, both directions) is
+// queued in full: top layer first, as soon as its backward is queued, or
+// with Config.Recompute, whose backward walks every layer a segment at a
+// time, for every layer once the last segment is. An error done returns
+// ends the Backward with it. A nil done stops the calls. A data-parallel
+// trainer sums each layer's gradient over the ranks this way while the
+// layers below run their backward (train.GradNotifier).
+func (s *stack) NotifyLayers(done func(layer int) error) { s.layerDone = done }
+
+// LayerGrads is where layer l's parameters (both directions) lie in the
+// flat buffers (Params.Flat): elements off to off+n, in PyTorch's order.
+func (s *stack) LayerGrads(l int) (off, n int) {
+	per := 2 * s.dirs()
+	if !s.cfg.NoBias {
+		per *= 2
+	}
+	_, flat := s.params.Flat()
+	size := s.cfg.DType.Size()
+	i, first, end := 0, int64(-1), int64(0)
+	for p := range s.params.All() {
+		if i >= l*per && i < (l+1)*per {
+			at := int64(p.Grad.Addr()-flat.Addr()) / size
+			if first < 0 {
+				first = at
+			}
+			end = at + int64(p.Len())
+		}
+		i++
+	}
+	return int(first), int(end - first)
+}
+
+// notifyLayer queues nothing: it tells NotifyLayers's callback that layer
+// l's gradients are queued.
+func (s *stack) notifyLayer(q *queue, l int) {
+	if s.layerDone != nil && q.err == nil {
+		q.add(s.layerDone(l))
+	}
+}
 
 // DropoutState is where the stack's dropout masks come from: the seed they
 // are drawn with (Config.Seed at first) and how many mask elements have
@@ -1413,6 +1456,7 @@ func (s *stack) backwardLayers(q *queue, p *pass, rec *record, dy device.Buffer,
 			}
 			s.sharedBiasGrad(q, &lg, l, dir)
 		}
+		s.notifyLayer(q, l)
 		if l > 0 {
 			s.dropoutGrads(q, p, rec, l, dst)
 		}

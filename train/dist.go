@@ -11,16 +11,18 @@ import (
 )
 
 // GradNotifier is implemented by a model that says, during Backward, when
-// each group's gradient is complete, so that a data-parallel trainer
+// each part of its gradient is complete, so that a data-parallel trainer
 // (Config.Comm) sums it over the ranks while the backward of the layers
 // below runs. A model without it has its gradients summed after its
 // Backward returns: the same result, without the overlap.
 type GradNotifier interface {
-	// NotifyGrads makes every later Backward call ready(i) once the work
-	// that writes group i's gradient (Groups()[i]) is queued in full, once
-	// per group and Backward; ready's error ends the Backward with it. A
+	// NotifyGrads makes every later Backward call ready(i, off, n) once
+	// the work that writes elements off to off+n of group i's gradient
+	// (Groups()[i], its flat buffer) is queued in full: a whole group, or
+	// parts of one (a recurrent stack's layers) that together cover it,
+	// each once per Backward. ready's error ends the Backward with it. A
 	// nil ready stops the calls.
-	NotifyGrads(ready func(group int) error)
+	NotifyGrads(ready func(group, off, n int) error)
 }
 
 // parallel is the trainer's data-parallel part: Config.Comm, when it has
@@ -29,7 +31,7 @@ type parallel struct {
 	comm   dist.Comm
 	stream device.Stream // where the collectives queue, beside the compute stream
 
-	reduced []bool         // per group: its gradient's sum is queued this step
+	reduced []int          // per group: the elements of its gradient whose sum is queued this step
 	events  []device.Event // the sums queued this step, for the compute stream to wait for
 	synced  bool           // rank 0's state was broadcast
 }
@@ -63,7 +65,7 @@ func (t *Trainer) newParallel() error {
 	if err != nil {
 		return fmt.Errorf("train: the collectives' stream: %w", err)
 	}
-	t.par = &parallel{comm: c, stream: s, reduced: make([]bool, len(t.groups))}
+	t.par = &parallel{comm: c, stream: s, reduced: make([]int, len(t.groups))}
 	return nil
 }
 
@@ -97,16 +99,17 @@ func (p *parallel) sumAfter(d device.Device, b device.Buffer, dt device.DType) e
 }
 
 // gradReady is the GradNotifier callback of the step's last micro-batch:
-// group i's gradient is summed over the ranks while the backward goes on.
-func (t *Trainer) gradReady(i int) error {
+// elements off to off+n of group i's gradient are summed over the ranks
+// while the backward goes on.
+func (t *Trainer) gradReady(i, off, n int) error {
 	p := t.par
-	if i < 0 || i >= len(t.groups) || p.reduced[i] {
-		return fmt.Errorf("train: the model notified group %d's gradient (of %d groups) twice or out of range", i, len(t.groups))
+	if i < 0 || i >= len(t.groups) || off < 0 || n <= 0 || off+n > t.groups[i].Params.Len() || p.reduced[i]+n > t.groups[i].Params.Len() {
+		return fmt.Errorf("train: the model notified elements %d to %d of group %d's gradient, out of its %d or twice", off, off+n, i, t.groups[i].Params.Len())
 	}
-	p.reduced[i] = true
+	p.reduced[i] += n
 	_, grad := t.groups[i].Params.Flat()
 	dt := t.groups[i].Params.DType()
-	return p.sumAfter(t.dev, grad.Elems(dt, 0, t.groups[i].Params.Len()), dt)
+	return p.sumAfter(t.dev, grad.Elems(dt, off, n), dt)
 }
 
 // lastBackward brackets the backward of a step's last micro-batch: the
@@ -138,13 +141,17 @@ func (t *Trainer) modelNotifier() (GradNotifier, bool) {
 func (t *Trainer) reduceStep() error {
 	p := t.par
 	for i, g := range t.groups {
-		if !p.reduced[i] {
+		switch p.reduced[i] {
+		case 0:
 			_, grad := g.Params.Flat()
 			if err := p.sumAfter(t.dev, grad.Elems(g.Params.DType(), 0, g.Params.Len()), g.Params.DType()); err != nil {
 				return err
 			}
+		case g.Params.Len():
+		default:
+			return fmt.Errorf("train: the model notified %d of the %d elements of group %q's gradient", p.reduced[i], g.Params.Len(), g.Name)
 		}
-		p.reduced[i] = false
+		p.reduced[i] = 0
 	}
 	if err := p.sumAfter(t.dev, t.ce.Total(), t.groups[0].Params.DType()); err != nil {
 		return err

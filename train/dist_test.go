@@ -77,51 +77,59 @@ func dpRun(t *testing.T, d device.Device, comm dist.Comm, steps int64, resume, s
 	start := tr.Step()
 	_, err := tr.Run(context.Background())
 	check(t, err)
-	if nm != nil && nm.notified != 3*int(tr.Step()-start) {
-		t.Errorf("the model's gradients were taken when ready %d times in %d steps, want 3 a step", nm.notified, tr.Step()-start)
+	if nm != nil && nm.notified != 4*int(tr.Step()-start) {
+		t.Errorf("the model's gradients were taken when ready %d times in %d steps, want 4 a step (out, 2 layers, emb)", nm.notified, tr.Step()-start)
 	}
 	return losses
 }
 
-// notifyingLM is lm with train.GradNotifier: its Backward reports each
-// group's gradient once queued, the output layer's first.
+// notifyingLM is lm with train.GradNotifier: its Backward reports the
+// output layer's gradient, then each layer of the stack's (top first, as
+// soon as its backward is queued), then the embedding's.
 type notifyingLM struct {
 	*lm
-	ready    func(int) error
+	ready    func(group, off, n int) error
 	notified int
 }
 
-func (m *notifyingLM) NotifyGrads(ready func(int) error) { m.ready = ready }
+func (m *notifyingLM) NotifyGrads(ready func(group, off, n int) error) { m.ready = ready }
+
+type layerNotifier interface {
+	NotifyLayers(func(int) error)
+	LayerGrads(int) (int, int)
+	Backward(device.Buffer) (device.Buffer, error)
+}
 
 func (m *notifyingLM) Backward(dl device.Buffer) error {
-	notify := func(i int) error {
+	notify := func(i, off, n int) error {
 		if m.ready == nil {
 			return nil
 		}
 		m.notified++
-		return m.ready(i)
+		return m.ready(i, off, n)
 	}
 	dy, err := m.out.Backward(dl)
 	if err == nil {
-		err = notify(2)
+		err = notify(2, 0, m.out.Params().Len())
 	}
 	if err != nil {
 		return err
 	}
-	var dx device.Buffer
+	var st layerNotifier = m.lstm
 	if m.gru != nil {
-		dx, err = m.gru.Backward(dy)
-	} else {
-		dx, err = m.lstm.Backward(dy)
+		st = m.gru
 	}
-	if err == nil {
-		err = notify(1)
-	}
+	st.NotifyLayers(func(l int) error {
+		off, n := st.LayerGrads(l)
+		return notify(1, off, n)
+	})
+	defer st.NotifyLayers(nil)
+	dx, err := st.Backward(dy)
 	if err == nil {
 		err = m.emb.Backward(dx)
 	}
 	if err == nil {
-		err = notify(0)
+		err = notify(0, 0, m.emb.Params().Len())
 	}
 	return err
 }
