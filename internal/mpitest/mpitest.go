@@ -3,7 +3,8 @@
 // `mpirun -np N <the test binary> -test.run ^RankTest$` and the rank test,
 // which runs only under mpirun (Rank), does one rank's part.
 //
-// Without mpirun on PATH the parent tests skip, saying so, unless
+// Without mpirun on PATH (or in a build without cgo, which cannot load
+// Open MPI) the parent tests skip, saying so, unless
 // GOCURRENT_REQUIRE_MPI=1 (set by .ci/run, which installs Open MPI), where
 // they fail: CI never passes by not running them.
 package mpitest
@@ -23,6 +24,9 @@ import (
 // is not installed, and returns its path.
 func Require(t testing.TB) string {
 	t.Helper()
+	if !cgo {
+		t.Skip("built with CGO_ENABLED=0: Open MPI is loaded with dlopen, which needs cgo")
+	}
 	path, err := exec.LookPath("mpirun")
 	if err == nil {
 		return path
