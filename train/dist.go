@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ type GradNotifier interface {
 type parallel struct {
 	comm   dist.Comm
 	stream device.Stream // where the collectives queue, beside the compute stream
+	vote   device.Buffer // a float64: this rank asks to stop (1) or not (0); summed, whether any rank does
 
 	reduced []int          // per group: the elements of its gradient whose sum is queued this step
 	events  []device.Event // the sums queued this step, for the compute stream to wait for
@@ -66,6 +68,9 @@ func (t *Trainer) newParallel() error {
 		return fmt.Errorf("train: the collectives' stream: %w", err)
 	}
 	t.par = &parallel{comm: c, stream: s, reduced: make([]int, len(t.groups))}
+	if t.par.vote, err = t.dev.Alloc(8, device.Workspace); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
 	return nil
 }
 
@@ -134,12 +139,22 @@ func (t *Trainer) modelNotifier() (GradNotifier, bool) {
 }
 
 // reduceStep completes the step's sums over the ranks, before the norm and
-// the verdict: the gradients the model did not notify, and the loss (each
-// rank's is its share of the mean, 1/ranks of its own), then makes the
-// compute stream wait for all of them. Every rank then holds the same
-// gradient and loss, and decides the step alike.
-func (t *Trainer) reduceStep() error {
+// the verdict: the gradients the model did not notify, the loss (each
+// rank's is its share of the mean, 1/ranks of its own) and the stop votes
+// (stop: this rank's ctx was cancelled), then makes the compute stream
+// wait for all of them and puts the votes beside the step's record in
+// slot. Every rank then holds the same gradient, loss and votes, and
+// decides the step, and whether to stop after it, alike.
+func (t *Trainer) reduceStep(stop bool, slot int) error {
 	p := t.par
+	k := t.dev.Kernels()
+	vote := 0.0
+	if stop {
+		vote = 1
+	}
+	if err := k.Fill(device.Fill{DType: device.Float64, N: 1, X: p.vote, Value: vote}); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
 	for i, g := range t.groups {
 		switch p.reduced[i] {
 		case 0:
@@ -156,13 +171,42 @@ func (t *Trainer) reduceStep() error {
 	if err := p.sumAfter(t.dev, t.ce.Total(), t.groups[0].Params.DType()); err != nil {
 		return err
 	}
+	if err := p.sumAfter(t.dev, p.vote, device.Float64); err != nil {
+		return err
+	}
 	for _, e := range p.events {
 		if err := t.dev.Stream().Wait(e); err != nil {
 			return fmt.Errorf("train: waiting for the sums over the ranks: %w", err)
 		}
 	}
 	p.events = p.events[:0]
+	at := recordSize*int64(t.slots()) + 8*int64(slot)
+	if err := k.Copy(device.Copy{Dst: t.records.Slice(at, 8), Src: p.vote}); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
 	return nil
+}
+
+// ErrRankStopped is wrapped by the error of a data-parallel run that
+// stopped because a rank of the job was asked to (its ctx was cancelled):
+// each rank votes at every step's end, the votes are summed with the
+// gradients, and every rank stops after the same step, which the
+// checkpoint then holds, as a single process stops after the step under
+// way. It wraps context.Canceled.
+var ErrRankStopped = fmt.Errorf("train: a rank of the job was stopped: %w", context.Canceled)
+
+// stopVoted ends a pass whose last read-back found a stop vote: the steps
+// still queued are settled (the same on every rank: they read back the
+// same steps at the same points), then the run stops.
+func (t *Trainer) stopVoted(r *run) error {
+	o, err := t.drain(r)
+	switch {
+	case err != nil:
+		return err
+	case o.refused != nil:
+		return o.refused
+	}
+	return fmt.Errorf("train: stopped after step %d: %w", t.step, ErrRankStopped)
 }
 
 // syncRanks makes every rank start from rank 0's state, once, before the
@@ -324,12 +368,17 @@ func (t *Trainer) shardCarried(cv Carried, whole []byte) []byte {
 // closeParallel releases the collectives' stream; the communicator is the
 // caller's.
 func (t *Trainer) closeParallel() error {
-	if t.par == nil || t.par.stream == nil {
+	if t.par == nil {
 		return nil
 	}
-	err := t.par.stream.Close()
-	t.par.stream = nil
-	return err
+	var errs []error
+	if !t.par.vote.IsZero() {
+		errs = append(errs, t.dev.Free(t.par.vote))
+		t.par.vote = device.Buffer{}
+	}
+	if t.par.stream != nil {
+		errs = append(errs, t.par.stream.Close())
+		t.par.stream = nil
+	}
+	return errors.Join(errs...)
 }
-
-var errParallelCancel = errors.New("train: a data-parallel run that is cancelled writes no checkpoint: the ranks may stop at different steps, and a checkpoint needs them all; the last one Config.CheckpointEvery wrote stands")

@@ -180,6 +180,24 @@ func TestDataParallelRank(t *testing.T) {
 	case strings.HasPrefix(what, "resume "):
 		from := strings.TrimPrefix(what, "resume ")
 		dpRun(t, d, comm, dpSteps, from, out("resumed-"+filepath.Base(from)))
+	case what == "cancel":
+		// Rank 1 is cancelled at its step 3; every rank stops after the
+		// same step, and rank 0 saves it.
+		m := newLM(t, d, lmConfig{vocab: 11, embed: 5, hidden: 9, layers: 2, dtype: device.Float64, seed: uint64(7 + 10*rank)})
+		l := newLoader(t, d, text(t, 4000, 11, 5), loader.Config{Batch: dpBatch / n, Accum: 2, Seq: 16, Shard: loader.Shard{Rank: rank, Of: n}})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		tr := newTrainer(t, d, m, l, train.Config{Optimizer: adam(t, 0.01), Steps: dpSteps, ClipNorm: 0.5, Checkpoint: out("cancelled"), Comm: comm,
+			OnStep: func(p train.Progress) {
+				if rank == 1 && p.Step == 3 {
+					cancel()
+				}
+			}})
+		_, err := tr.Run(ctx)
+		if !errors.Is(err, train.ErrRankStopped) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("rank %d: Run: %v, want ErrRankStopped", rank, err)
+		}
+		check(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("stopped-%d", rank)), []byte(strconv.FormatInt(tr.Step(), 10)), 0o644))
 	case what == "hang" && rank == 1:
 		time.Sleep(time.Hour) // never joins the first broadcast
 	case what == "kill" && rank == 1:
@@ -261,6 +279,45 @@ func TestDataParallel(t *testing.T) {
 			t.Errorf("%s: weights at step %d differ from the uninterrupted run's by %g, want ≤ %g", c.what, dpSteps, diff, dpTol)
 		}
 		t.Logf("%s: weights at step %d within %g of the uninterrupted run's", c.what, dpSteps, diff)
+	}
+}
+
+// TestDataParallelCancel checks a data-parallel run that one rank's ctx
+// stops: every rank stops after the same step (the first whose end
+// follows the cancellation: rank 1 is cancelled in its OnStep of step 3,
+// after it queued nothing more, so at step 4), rank 0's checkpoint holds
+// that step, and resuming it on one process ends where the uninterrupted
+// run does.
+func TestDataParallelCancel(t *testing.T) {
+	mpitest.Require(t)
+	dir := t.TempDir()
+	mpitest.Run(t, 2, "TestDataParallelRank", 2*time.Minute, "GOCURRENT_DP_DIR="+dir, "GOCURRENT_DP_CASE=cancel").Check(t, "2 ranks, one cancelled")
+	var stopped [2]string
+	for r := range 2 {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("stopped-%d", r)))
+		check(t, err)
+		stopped[r] = string(b)
+	}
+	if stopped[0] != stopped[1] || stopped[0] != "4" {
+		t.Fatalf("the ranks stopped after steps %s and %s, want both after step 4", stopped[0], stopped[1])
+	}
+	ckpt := filepath.Join(dir, "cancelled-2.safetensors")
+	ck, err := train.ReadCheckpoint(ckpt)
+	check(t, err)
+	rec, err := ck.Record()
+	check(t, err)
+	if rec.Step != 4 {
+		t.Fatalf("the checkpoint holds step %d, want 4", rec.Step)
+	}
+	d, err := cpu.Open(cpu.Config{Threads: 1})
+	check(t, err)
+	defer d.Close()
+	straight := filepath.Join(dir, "straight.safetensors")
+	dpRun(t, d, nil, dpSteps, "", straight)
+	resumed := filepath.Join(dir, "resumed.safetensors")
+	dpRun(t, d, nil, dpSteps, ckpt, resumed)
+	if diff := maxDiff(t, checkpointValues(t, straight), checkpointValues(t, resumed)); diff > dpTol {
+		t.Errorf("the cancelled run resumed on one process: weights at step %d differ from the uninterrupted run's by %g, want ≤ %g", dpSteps, diff, dpTol)
 	}
 }
 

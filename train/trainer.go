@@ -144,9 +144,14 @@ type Config struct {
 	// step. Rank 0 alone writes the checkpoints (and locks the file),
 	// with the carried state of the whole batch gathered from the ranks;
 	// such a checkpoint resumes on any number of ranks whose shares make
-	// the same batch, and on one. A data-parallel run that is cancelled
-	// writes no checkpoint (the ranks may stop at different steps). Graphs
-	// is ignored. Nil means one rank.
+	// the same batch, and on one. A rank whose ctx is cancelled stops the
+	// whole job after the same step on every rank: each votes at every
+	// step's end, the votes are summed with the gradients, and Run
+	// returns an error wrapping ErrRankStopped (and context.Canceled) on
+	// every rank once the step that counted the vote is read back; the
+	// checkpoint holds that step. (A rank waiting for data while another
+	// is stopped keeps waiting for it: its reads are not cancelled.)
+	// Graphs is ignored. Nil means one rank.
 	Comm dist.Comm
 }
 
@@ -321,10 +326,10 @@ func (t *Trainer) allocate(dt device.DType, classes int) error {
 	if err := d.Kernels().Fill(device.Fill{DType: device.Float64, N: 2, X: t.guard}); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
-	if t.records, err = d.Alloc(recordSize*int64(t.slots()), device.Workspace); err != nil {
+	if t.records, err = d.Alloc(t.recordsLen(), device.Workspace); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
-	if t.stage, err = d.Staging(recordSize * int64(t.slots())); err != nil {
+	if t.stage, err = d.Staging(t.recordsLen()); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
 	t.states, err = t.src.states()
@@ -410,7 +415,8 @@ func (t *Trainer) Run(ctx context.Context) (Summary, error) {
 	var err error
 	switch {
 	case t.cfg.Steps > 0 && t.step >= t.cfg.Steps:
-	case ctx.Err() != nil:
+	case ctx.Err() != nil && t.par == nil:
+		// A data-parallel rank goes on to the first step's stop vote.
 		err = fmt.Errorf("train: stopped before step %d: %w", t.step+1, ctx.Err())
 	default:
 		if err = t.syncRanks(); err == nil {
@@ -452,6 +458,7 @@ func (t *Trainer) warmUp(ctx context.Context) error {
 
 // run is the bookkeeping of one Run, for its Progress and its Summary.
 type run struct {
+	stop   bool // a data-parallel rank was asked to stop: its vote at the next step's end (dist.go)
 	start  time.Time
 	wait0  time.Duration // the wait for data before the run
 	tokens int64         // trained on so far
@@ -491,9 +498,18 @@ func (t *Trainer) steps(ctx context.Context, r *run) error {
 // be read again.
 func (t *Trainer) pass(ctx context.Context, r *run) (again bool, err error) {
 	inStep := false
-	for b, err := range t.src.batches(ctx, t.pos) {
-		if err == nil {
+	data := ctx
+	if t.par != nil {
+		// A rank stops at the step the ranks agree on (stop votes), not
+		// where its own ctx says, and its data must last until then.
+		data = context.WithoutCancel(ctx)
+	}
+	for b, err := range t.src.batches(data, t.pos) {
+		if err == nil && t.par == nil {
 			err = ctx.Err()
+		}
+		if t.par != nil && ctx.Err() != nil {
+			r.stop = true
 		}
 		if err == nil {
 			inStep, err = t.feed(r, b, inStep)
@@ -524,6 +540,8 @@ func (t *Trainer) pass(ctx context.Context, r *run) (again bool, err error) {
 			return false, t.fail(ctx, r, err, false)
 		case o.refused != nil:
 			return false, o.refused
+		case o.stop:
+			return false, t.stopVoted(r)
 		case o.skipped:
 			if err := t.afterSkip(ctx); err != nil {
 				return false, err
@@ -544,6 +562,9 @@ func (t *Trainer) pass(ctx context.Context, r *run) (again bool, err error) {
 	}
 	if o.refused != nil {
 		return false, o.refused
+	}
+	if o.stop {
+		return false, t.stopVoted(r)
 	}
 	if o.skipped {
 		if err := t.afterSkip(ctx); err != nil {
@@ -640,7 +661,7 @@ func (t *Trainer) afterStep(ctx context.Context, r *run) (done bool, err error) 
 	if t.cfg.Steps > 0 && t.step >= t.cfg.Steps {
 		return true, nil
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ctx.Err(); err != nil && t.par == nil {
 		return false, fmt.Errorf("train: stopped after step %d: %w", t.step, err)
 	}
 	return false, nil
@@ -656,7 +677,7 @@ func (t *Trainer) afterSkip(ctx context.Context) error {
 	if limit > 0 && t.skipRun >= limit {
 		return fmt.Errorf("train: %d steps in a row skipped (Config.MaxSkips), the last: %w", t.skipRun, t.lastSkip)
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ctx.Err(); err != nil && t.par == nil {
 		return fmt.Errorf("train: stopped after a skipped step (step %d done): %w", t.step, err)
 	}
 	return nil
@@ -681,12 +702,6 @@ func (t *Trainer) finish(ctx context.Context, r *run, err error) (Summary, error
 	var nf *NonFiniteError
 	diverged := errors.As(err, &nf)
 	whole := !errors.Is(err, errRollBack) // the state is one a step boundary left
-	if t.par != nil && stopped && t.cfg.Checkpoint != "" {
-		if t.cfg.Logger != nil {
-			t.cfg.Logger.Warn(errParallelCancel.Error())
-		}
-		stopped = false
-	}
 	if t.cfg.Checkpoint != "" && whole && (err == nil || stopped || diverged) {
 		mark := ""
 		if diverged {
@@ -810,6 +825,17 @@ const recordSize = 24
 // slots is the number of steps records holds.
 func (t *Trainer) slots() int { return max(1, t.cfg.Pipeline) }
 
+// recordsLen is the bytes of records: a record per slot and, in a
+// data-parallel run, after them the stop votes of each slot's step (a
+// float64 each, dist.go).
+func (t *Trainer) recordsLen() int64 {
+	n := recordSize * int64(t.slots())
+	if c := t.cfg.Comm; c != nil && c.Size() > 1 {
+		n += 8 * int64(t.slots())
+	}
+	return n
+}
+
 // endStep queues the end of a step: the gradient's norm, the verdict on
 // the device (device.StepGuard: the non-finite check and the clipping
 // coefficient), the update, which obeys it, and the step's place in the
@@ -817,10 +843,11 @@ func (t *Trainer) slots() int { return max(1, t.cfg.Pipeline) }
 func (t *Trainer) endStep(r *run, next loader.Position) error {
 	k := t.dev.Kernels()
 	dt := t.groups[0].Params.DType()
+	slot := int(t.queued % int64(t.slots()))
 	if t.par != nil {
 		// Before the norm, which must be of the summed gradient (graphs,
 		// which norm inside, are off).
-		if err := t.reduceStep(); err != nil {
+		if err := t.reduceStep(r.stop, slot); err != nil {
 			return err
 		}
 	}
@@ -830,7 +857,6 @@ func (t *Trainer) endStep(r *run, next loader.Position) error {
 		}
 	}
 	t.sg.normed, t.sg.warm = false, true
-	slot := int(t.queued % int64(t.slots()))
 	// A source whose micro-batches add sums (sequences) makes them the
 	// step's mean here: the norm and loss by scale, the gradient by the
 	// coefficient, which includes it.
@@ -867,6 +893,7 @@ type outcome struct {
 	skipped bool            // a step was skipped (Config.SkipNonFinite)
 	voided  bool            // the skip voided steps queued after it
 	refused *NonFiniteError // a step refused without SkipNonFinite: the run's error
+	stop    bool            // a rank voted to stop at a step read back (dist.go)
 }
 
 // poll reads back what the readback in flight brought if it is done, and
@@ -949,6 +976,9 @@ func (t *Trainer) collect(r *run, werr error) (outcome, error) {
 	}
 	for i, q := range t.queue[:t.sent] {
 		loss, norm := field(q.slot, 0), field(q.slot, 1)
+		if t.par != nil && math.Float64frombits(binary.LittleEndian.Uint64(mem[t.slots()*recordSize+8*q.slot:])) > 0 {
+			o.stop = true
+		}
 		if field(q.slot, 2) == 0 {
 			t.step++
 			t.skipRun = 0

@@ -73,15 +73,15 @@ func TestTrainDataParallel(t *testing.T) {
 	if len(done) != 1 {
 		t.Fatalf("%d done events from rank 0, want 1", len(done))
 	}
-	// 5 steps of 5 all-reduces (the gradients of the output layer, of each
+	// 5 steps of 6 all-reduces (the gradients of the output layer, of each
 	// of the 2 recurrent layers as its backward is queued, of the
-	// embedding; the loss), after the
+	// embedding; the loss; the stop votes), after the
 	// first Run's broadcast of the 3 groups' weights (SGD has no state)
 	// and the step mark (4), and the gather of the carried state, h and c
 	// from each of the 2 ranks, for the checkpoint (4).
 	d := done[0]
-	if d["ranks"] != 2.0 || d["collectives"] != float64(5*5+4+4) || !(d["collective_s"].(float64) > 0) || !(d["collective_bytes"].(float64) > 0) {
-		t.Errorf("done event %v: want ranks 2, 33 collectives, their bytes and time", d)
+	if d["ranks"] != 2.0 || d["collectives"] != float64(5*6+4+4) || !(d["collective_s"].(float64) > 0) || !(d["collective_bytes"].(float64) > 0) {
+		t.Errorf("done event %v: want ranks 2, 38 collectives, their bytes and time", d)
 	}
 }
 

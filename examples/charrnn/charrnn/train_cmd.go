@@ -579,7 +579,10 @@ func (r *trainRun) endRun(ctx context.Context, runErr error) (stopped bool, err 
 	if r.f.Plot != "" {
 		runErr = errors.Join(runErr, r.progress.writePlot(r.f.Plot, r.f.Model))
 	}
-	stopped = ctx.Err() != nil && onlyCancelled(runErr, ctx.Err())
+	stopped = ctx.Err() != nil && onlyCancelled(runErr, ctx.Err()) ||
+		// Another rank of the job was stopped: this one stopped with it,
+		// after the same step, and rank 0 saved it.
+		errors.Is(runErr, train.ErrRankStopped) && onlyCancelled(runErr, context.Canceled)
 	if runErr != nil && !stopped {
 		return stopped, runErr
 	}
