@@ -351,13 +351,13 @@ func TestDataParallelFailure(t *testing.T) {
 	}
 }
 
-// TestDataParallelNCCL runs TestDataParallel's job of 2 ranks on the CUDA
+// TestEmulatedDataParallelNCCL runs TestDataParallel's job of 2 ranks on the CUDA
 // device over NCCL, both in the emulator (internal/cudaemu: the real cgo
 // bindings of the driver, cuBLAS and NCCL, and an in-process NCCL whose
 // ranks are goroutines): the sums queued on the collectives' own stream,
 // the compute stream waiting on their events. Its 2 ranks take the steps
 // one emulated device takes with the whole batch, within dpTol.
-func TestDataParallelNCCL(t *testing.T) {
+func TestEmulatedDataParallelNCCL(t *testing.T) {
 	lib := cudaemu.ForTest(t)
 	open := func(t *testing.T) *cuda.Device {
 		d, err := cuda.Open(cuda.Config{DriverLibrary: lib.Path(), BLASLibrary: lib.Path()})

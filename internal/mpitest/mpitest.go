@@ -27,6 +27,11 @@ func Require(t testing.TB) string {
 	if !cgo {
 		t.Skip("built with CGO_ENABLED=0: Open MPI is loaded with dlopen, which needs cgo")
 	}
+	if dev := os.Getenv("GOCURRENT_TEST_DEVICE"); dev != "" && dev != "cpu" {
+		// Their ranks train on the CPU device, whose collectives are
+		// MPI's: a run of the tests on a GPU has nothing to add.
+		t.Skipf("the mpirun tests train on the CPU device; GOCURRENT_TEST_DEVICE=%s", dev)
+	}
 	path, err := exec.LookPath("mpirun")
 	if err == nil {
 		return path
