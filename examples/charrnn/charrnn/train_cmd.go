@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/gocurrent/gocurrent/alloc"
-	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/devices"
 	"github.com/gocurrent/gocurrent/dist"
@@ -108,8 +107,7 @@ func (f *TrainFlags) register(fs *flag.FlagSet) {
 		"steps queued on the device before their losses are read back, never waiting for it in between, or auto: 8 on a GPU, 1 on the CPU (step lines come up to N-1 steps late, and Ctrl-C stops after the steps queued)")
 	f.PipelineAuto = true
 	graphsFlag(fs, &f.Graphs)
-	fs.StringVar(&f.Dist, "dist", "auto", "data-parallel training: auto joins the job the launcher's variables describe (mpirun, an MPIJob: Open MPI on the CPU; torchrun, a PyTorchJob: NCCL on GPUs), with -batch split evenly over the ranks; none trains alone")
-	fs.DurationVar(&f.DistTimeout, "dist-timeout", dist.DefaultTimeout, "with -dist, stop every rank with an error when a gradient exchange takes longer than this (a rank failed or hangs)")
+	cli.DistVar(fs, &f.Dist, &f.DistTimeout)
 }
 
 func parseTrain(args []string, env Env) (command, error) {
@@ -216,7 +214,7 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 	defer func() { err = errors.Join(err, r.close()) }()
 	gpu := env.CUDA
 	gpu.TF32 = gpu.TF32 || f.TF32
-	if r.d, err = openRankDevice(f.Device, job, gpu, int64(f.MemoryLimit)); err != nil {
+	if r.d, err = cli.OpenRankDevice(f.Device, job, gpu, int64(f.MemoryLimit)); err != nil {
 		return err
 	}
 	if job.Size > 1 {
@@ -501,45 +499,20 @@ func (r *trainRun) newTrainer(opt train.Optimizer, sched train.Schedule) (err er
 	return nil
 }
 
-// job is the data-parallel job -dist says this process is part of: with
-// auto, the one the launcher's variables describe, whose ranks split
-// -batch evenly; with none, or without a launcher, a job of one rank.
+// job is the data-parallel job -dist says this process is part of
+// (cli.Job), whose ranks split -batch evenly.
 func (f *TrainFlags) job(env Env) (dist.Env, error) {
-	switch f.Dist {
-	case "none":
-		return dist.Env{Size: 1}, nil
-	case "auto":
-	default:
-		return dist.Env{}, fmt.Errorf("%w: -dist %q, want auto or none", ErrUsage, f.Dist)
-	}
-	job, err := dist.FromEnv(env.Getenv)
-	if err != nil {
-		return job, fmt.Errorf("charrnn: -dist auto: %w", err)
-	}
+	job, err := cli.Job(f.Dist, f.DistTimeout, env.Getenv)
 	switch {
+	case err != nil:
+		return job, fmt.Errorf("charrnn: %w", err)
 	case job.Size == 1:
 	case f.BatchAuto:
 		return job, fmt.Errorf("%w: -batch auto with -dist over %d ranks: give the job's batch, a multiple of %d", ErrUsage, job.Size, job.Size)
 	case f.Batch%job.Size != 0:
 		return job, fmt.Errorf("%w: -batch %d over %d ranks (-dist auto, %s): the batch must divide evenly among the ranks", ErrUsage, f.Batch, job.Size, job.Launcher)
-	case f.DistTimeout <= 0:
-		return job, fmt.Errorf("%w: -dist-timeout %v, want > 0", ErrUsage, f.DistTimeout)
 	}
 	return job, nil
-}
-
-// openRankDevice opens the device a rank trains on: with -device cuda or
-// auto, its own GPU, the local rank's (auto falls back to the CPU as
-// without -dist).
-func openRankDevice(spec string, job dist.Env, gpu cuda.Config, limit int64) (device.Device, error) {
-	if job.Size == 1 || job.LocalRank == 0 || spec != "cuda" && spec != "auto" {
-		return openDeviceLimit(spec, gpu, limit)
-	}
-	d, err := openDeviceLimit(fmt.Sprintf("cuda:%d", job.LocalRank), gpu, limit)
-	if spec == "auto" && errors.Is(err, device.ErrUnavailable) {
-		return openDeviceLimit("cpu", gpu, limit)
-	}
-	return d, err
 }
 
 // pipeline is -pipeline: auto reads 8 steps back at a time on a GPU,
@@ -601,17 +574,7 @@ func (r *trainRun) report(ctx context.Context, sum train.Summary, stopped bool) 
 		done["val_loss"], done["val_bits_per_char"] = cli.Number(v.Loss), cli.Number(v.BitsPerToken)
 		text += fmt.Sprintf("; validation %.4f nats/char, %.4f bits/char", v.Loss, v.BitsPerToken)
 	}
-	if n := r.job.Size; n > 1 {
-		done["ranks"] = n
-		text += fmt.Sprintf("; %d ranks", n)
-		if c, ok := r.comm.(dist.Counter); ok {
-			st := c.Stats()
-			done["collectives"], done["collective_bytes"], done["collective_s"] = st.Collectives, st.Bytes, st.Busy.Seconds()
-			if steps := sum.Steps - r.step0; steps > 0 && st.Busy > 0 {
-				text += fmt.Sprintf(", %s in collectives a step", (st.Busy / time.Duration(steps)).Round(time.Microsecond))
-			}
-		}
-	}
+	text += cli.CollectiveFields(done, r.comm, sum.Steps-r.step0)
 	if f.Checkpoint != "" {
 		done["checkpoint"] = f.Checkpoint
 		text += "; checkpoint " + f.Checkpoint

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/dist"
 	"github.com/gocurrent/gocurrent/examples/internal/cli"
 )
 
@@ -48,6 +49,12 @@ type Env struct {
 	CacheDir string
 	// CUDA configures the GPU for -device auto, cuda and cuda:N.
 	CUDA cuda.Config
+	// Getenv reads the launcher's variables for train -dist auto
+	// (dist.FromEnv); nil reads none (one rank). Main passes os.Getenv.
+	Getenv func(string) string
+	// Dist configures the communicators of -dist auto (Main fills the
+	// libraries from GOCURRENT_MPI and GOCURRENT_NCCL).
+	Dist dist.Config
 }
 
 func (e Env) withDefaults() Env {
@@ -59,6 +66,9 @@ func (e Env) withDefaults() Env {
 	}
 	if e.Stdin == nil {
 		e.Stdin = strings.NewReader("")
+	}
+	if e.Getenv == nil {
+		e.Getenv = func(string) string { return "" }
 	}
 	return e
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/gocurrent/gocurrent/cuda"
+	"github.com/gocurrent/gocurrent/dist"
 	"github.com/gocurrent/gocurrent/examples/internal/cli"
 )
 
@@ -15,7 +16,9 @@ import (
 func Main(task Task) {
 	ctx, got := cli.OnSignal(context.Background())
 	env := Env{Stdout: os.Stdout, Stderr: os.Stderr, Stdin: os.Stdin, GOROOT: os.Getenv("GOROOT"),
-		CUDA: cuda.Config{BLASLibrary: os.Getenv("GOCURRENT_CUBLAS"), DriverLibrary: os.Getenv("GOCURRENT_CUDA_DRIVER")}}
+		CUDA:   cuda.Config{BLASLibrary: os.Getenv("GOCURRENT_CUBLAS"), DriverLibrary: os.Getenv("GOCURRENT_CUDA_DRIVER")},
+		Getenv: os.Getenv,
+		Dist:   dist.Config{MPILibrary: os.Getenv("GOCURRENT_MPI"), NCCLLibrary: os.Getenv("GOCURRENT_NCCL")}}
 	err := Run(ctx, task, os.Args[1:], env)
 	status := cli.ExitStatus(err, got())
 	if err != nil {

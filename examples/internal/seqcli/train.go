@@ -5,11 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/devices"
+	"github.com/gocurrent/gocurrent/dist"
+	"github.com/gocurrent/gocurrent/dist/launch"
 	"github.com/gocurrent/gocurrent/examples/internal/cli"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/models"
@@ -112,6 +115,8 @@ type TrainFlags struct {
 	PerClass       bool
 	MemStats       bool
 	JSON           bool
+	Dist           string        // -dist: auto or none
+	DistTimeout    time.Duration // dist.Config.Timeout
 	// Explicit names the flags the command line gave.
 	Explicit map[string]bool
 }
@@ -148,6 +153,7 @@ func (f *TrainFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.PerClass, "per-class", false, "report per-class figures at each validation")
 	fs.BoolVar(&f.MemStats, "memstats", false, "print the device allocator's figures after training, by category")
 	fs.BoolVar(&f.JSON, "json", false, "one JSON object per line on standard output")
+	cli.DistVar(fs, &f.Dist, &f.DistTimeout)
 }
 
 func (f *TrainFlags) validate() error {
@@ -252,9 +258,22 @@ func (e evalEvent) text(prefix string) string {
 
 // Train trains a tagger or classifier as f says.
 func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
+	job, err := cli.Job(f.Dist, f.DistTimeout, env.Getenv)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.task.name(), err)
+	}
+	if job.Size > 1 && f.BatchAuto {
+		return fmt.Errorf("%w: -batch auto with -dist over %d ranks: give the job's batch", ErrUsage, job.Size)
+	}
+	if job.Rank != 0 {
+		// Rank 0 reports and writes; the others only fail.
+		env.Stdout, f.MemStats = io.Discard, false
+	}
 	p := &printer{W: env.Stdout, JSON: f.JSON}
-	if err := checkOutput(f.Checkpoint, f.Resume, f.Force); err != nil {
-		return err
+	if job.Rank == 0 {
+		if err := checkOutput(f.Checkpoint, f.Resume, f.Force); err != nil {
+			return err
+		}
 	}
 	var resume *train.Checkpoint
 	if f.Resume != "" {
@@ -275,11 +294,20 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 			err = errors.Join(err, cleanup[i]())
 		}
 	}()
-	d, err := cli.OpenDevice(f.Device, env.CUDA, int64(f.MemoryLimit))
+	d, err := cli.OpenRankDevice(f.Device, job, env.CUDA, int64(f.MemoryLimit))
 	if err != nil {
 		return err
 	}
 	cleanup = append(cleanup, d.Close)
+	var comm dist.Comm
+	if job.Size > 1 {
+		cfg := env.Dist
+		cfg.Timeout = f.DistTimeout
+		if comm, err = launch.Join(d, job, cfg); err != nil {
+			return err
+		}
+		cleanup = append(cleanup, comm.Close)
+	}
 
 	var m model
 	dcfg := loader.DatasetConfig{ReadConfig: f.read(), MinCount: f.MinCount}
@@ -333,8 +361,9 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 		}
 		cleanup = append(cleanup, m.Close)
 	}
+	// -batch is the job's: each rank takes its even share of every batch.
 	l, err := newLoader(d, data, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: f.Batch, Accum: f.Accum, MaxTokens: f.MaxTokens,
-		Shuffle: true, Seed: f.Seed}, Epochs: f.Epochs}, m)
+		Shuffle: true, Seed: f.Seed}, Epochs: f.Epochs, Shard: loader.Shard{Rank: job.Rank, Of: job.Size}}, m)
 	if err != nil {
 		return advise(ctx, err, d, memorySpec())
 	}
@@ -356,7 +385,7 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 	}
 	epoch := 0
 	cfg := train.Config{Optimizer: opt, Steps: steps, ClipNorm: f.Clip, Checkpoint: f.Checkpoint, Metadata: m.Metadata(),
-		EvalEvery: stepsPerEpoch(l), CheckpointEvery: stepsPerEpoch(l),
+		EvalEvery: stepsPerEpoch(l), CheckpointEvery: stepsPerEpoch(l), Comm: comm,
 		OnStep: func(pr train.Progress) {
 			epoch = pr.Position.Epoch
 			if pr.NonFinite != nil {
@@ -392,15 +421,15 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 		"vocab": data.Words.Len(), "classes": data.Labels.Len(), "steps": steps, "padding": l.Padding(0)},
 		fmt.Sprintf("training on %s: %d sequences, %d tokens, %d words, %d classes; %d steps, %.1f%% padding\n",
 			d.Name(), data.Len(), data.Tokens(), data.Words.Len(), data.Labels.Len(), steps, 100*l.Padding(0)))
-	start := time.Now()
+	start, step0 := time.Now(), tr.Step()
 	sum, runErr := tr.Run(ctx)
 	if runErr != nil {
 		return advise(ctx, runErr, d, memorySpec())
 	}
 	done := map[string]any{"event": "done", "steps": sum.Steps, "seconds": time.Since(start).Seconds(),
 		"tokens_per_s": float64(sum.Tokens) / sum.Elapsed.Seconds(), "checkpoint": f.Checkpoint}
-	text := fmt.Sprintf("done: %d steps in %s, %.0f tokens/s; saved %s\n", sum.Steps, time.Since(start).Round(time.Millisecond),
-		float64(sum.Tokens)/sum.Elapsed.Seconds(), f.Checkpoint)
+	text := fmt.Sprintf("done: %d steps in %s, %.0f tokens/s%s; saved %s\n", sum.Steps, time.Since(start).Round(time.Millisecond),
+		float64(sum.Tokens)/sum.Elapsed.Seconds(), cli.CollectiveFields(done, comm, sum.Steps-step0), f.Checkpoint)
 	if v := sum.Validation; v != nil {
 		done["accuracy"] = v.Accuracy
 		done["loss"] = v.Loss
@@ -412,7 +441,7 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 	if f.MemStats {
 		cli.PrintMemStats(p, d)
 	}
-	if paths.isDefault && paths.val != "" {
+	if paths.isDefault && paths.val != "" && job.Rank == 0 {
 		return showSamples(ctx, f.task, d, m, paths.val, f.read(), p)
 	}
 	return nil
