@@ -89,15 +89,35 @@ func (t *Trainer) leader() bool { return t.par == nil || t.par.comm.Rank() == 0 
 // sumAfter queues the sum over the ranks of b after the work queued on
 // the compute stream so far, and keeps its event for the step's end.
 func (p *parallel) sumAfter(d device.Device, b device.Buffer, dt device.DType) error {
+	err := p.after(d, func() (device.Event, error) { return p.comm.AllReduce(b, dt, p.stream) })
+	if err != nil {
+		return fmt.Errorf("train: summing over %d ranks: %w", p.comm.Size(), err)
+	}
+	return nil
+}
+
+// broadcastAfter queues a broadcast of b from root after the compute
+// stream's work, for the compute stream to wait for.
+func (p *parallel) broadcastAfter(d device.Device, b device.Buffer, root int) error {
+	err := p.after(d, func() (device.Event, error) { return p.comm.Broadcast(b, root, p.stream) })
+	if err != nil {
+		return fmt.Errorf("train: broadcast from rank %d: %w", root, err)
+	}
+	return nil
+}
+
+// after queues a collective on the collectives' stream once the compute
+// stream's work so far is done, and keeps its event.
+func (p *parallel) after(d device.Device, collective func() (device.Event, error)) error {
 	e, err := d.Stream().Record()
 	if err == nil {
 		err = p.stream.Wait(e)
 	}
 	if err == nil {
-		e, err = p.comm.AllReduce(b, dt, p.stream)
+		e, err = collective()
 	}
 	if err != nil {
-		return fmt.Errorf("train: summing over %d ranks: %w", p.comm.Size(), err)
+		return err
 	}
 	p.events = append(p.events, e)
 	return nil
@@ -260,23 +280,6 @@ func (t *Trainer) syncRanks() error {
 		return fmt.Errorf("train: rank %d stands at %s, rank 0 at %s: every rank must resume from the same checkpoint", p.comm.Rank(), at(here), at(root))
 	}
 	p.synced = true
-	return nil
-}
-
-// broadcastAfter queues a broadcast of b from root after the compute
-// stream's work, for the compute stream to wait for.
-func (p *parallel) broadcastAfter(d device.Device, b device.Buffer, root int) error {
-	e, err := d.Stream().Record()
-	if err == nil {
-		err = p.stream.Wait(e)
-	}
-	if err == nil {
-		e, err = p.comm.Broadcast(b, root, p.stream)
-	}
-	if err != nil {
-		return fmt.Errorf("train: broadcast from rank %d: %w", root, err)
-	}
-	p.events = append(p.events, e)
 	return nil
 }
 

@@ -10,11 +10,15 @@
 package mpitest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -93,4 +97,50 @@ func (r Result) Check(t testing.TB, what string) {
 // String is the output, for messages.
 func (r Result) String() string {
 	return fmt.Sprintf("%s (after %v)", r.Output, r.Elapsed.Round(time.Millisecond))
+}
+
+// CommandRank is the rank test of RunCommand's job: under mpirun it runs
+// the command line RunCommand was given through run, with the
+// process's environment (the launcher's variables); rank 0 writes what it
+// printed on stdout where RunCommand reads it, and any other rank must
+// print nothing there (rank 0 alone reports). Outside mpirun it skips.
+func CommandRank(t *testing.T, run func(args []string, stdout, stderr io.Writer) error) {
+	t.Helper()
+	rank, ok := Rank()
+	if !ok {
+		t.Skip("a rank of a job RunCommand starts: runs under mpirun only")
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(os.Getenv("GOCURRENT_RANK_ARGS")), &args); err != nil {
+		t.Fatal(err)
+	}
+	var out, errs bytes.Buffer
+	if err := run(args, &out, &errs); err != nil {
+		t.Fatalf("rank %d: %v\n%s", rank, err, errs.String())
+	}
+	if rank == 0 {
+		if err := os.WriteFile(os.Getenv("GOCURRENT_RANK_OUT"), out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else if out.Len() > 0 {
+		t.Errorf("rank %d printed to stdout, which is rank 0's:\n%s", rank, out.String())
+	}
+}
+
+// RunCommand runs a command line on np ranks under mpirun, through test
+// (a test function that calls CommandRank), and returns what rank 0
+// printed on stdout. It fails t if a rank fails.
+func RunCommand(t *testing.T, np int, test string, args []string) string {
+	t.Helper()
+	js, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "rank0.out")
+	Run(t, np, test, 2*time.Minute, "GOCURRENT_RANK_ARGS="+string(js), "GOCURRENT_RANK_OUT="+out).Check(t, fmt.Sprintf("%v on %d ranks", args, np))
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

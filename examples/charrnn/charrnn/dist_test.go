@@ -3,44 +3,25 @@ package charrnn_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
 	"github.com/gocurrent/gocurrent/internal/mpitest"
 )
 
-// TestTrainRank is one rank of TestTrainDataParallel's job: it runs the
-// command line GOCURRENT_CHARRNN_ARGS (JSON) with the launcher's
-// variables, as main does, and rank 0 writes its stdout to
-// GOCURRENT_CHARRNN_OUT. It runs under mpirun only.
+// TestTrainRank is one rank of TestTrainDataParallel's job, under
+// mpirun: the command line, with the launcher's variables, as main runs it.
 func TestTrainRank(t *testing.T) {
-	rank, ok := mpitest.Rank()
-	if !ok {
-		t.Skip("a rank of TestTrainDataParallel: runs under mpirun only")
-	}
-	var args []string
-	if err := json.Unmarshal([]byte(os.Getenv("GOCURRENT_CHARRNN_ARGS")), &args); err != nil {
-		t.Fatal(err)
-	}
-	var out, errs bytes.Buffer
-	env := testEnv(t, &out, &errs)
-	env.Getenv = os.Getenv
-	if err := charrnn.Run(context.Background(), args, env); err != nil {
-		t.Fatalf("rank %d: %v\n%s", rank, err, errs.String())
-	}
-	if rank == 0 {
-		if err := os.WriteFile(os.Getenv("GOCURRENT_CHARRNN_OUT"), out.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	} else if out.Len() > 0 {
-		t.Errorf("rank %d printed to stdout, which is rank 0's:\n%s", rank, out.String())
-	}
+	mpitest.CommandRank(t, func(args []string, stdout, stderr io.Writer) error {
+		env := testEnv(t, stdout, stderr)
+		env.Getenv = os.Getenv
+		return charrnn.Run(context.Background(), args, env)
+	})
 }
 
 // TestTrainDataParallel checks `charrnn train -dist auto` under mpirun:
@@ -60,16 +41,9 @@ func TestTrainDataParallel(t *testing.T) {
 	want := readEquivRun(t, out, one)
 
 	two := filepath.Join(dir, "two.safetensors")
-	args, _ := json.Marshal(equivArgs(t, two, "-batch", "32", "-device", "cpu"))
-	stdout := filepath.Join(dir, "rank0.out")
-	mpitest.Run(t, 2, "TestTrainRank", 2*time.Minute,
-		"GOCURRENT_CHARRNN_ARGS="+string(args), "GOCURRENT_CHARRNN_OUT="+stdout).Check(t, "charrnn train on 2 ranks")
-	got, err := os.ReadFile(stdout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkEquivalent(t, readEquivRun(t, string(got), two), want, "2 ranks of 16", "one process of 32")
-	done := ofEvent(events(t, string(got)), "done")
+	got := mpitest.RunCommand(t, 2, "TestTrainRank", equivArgs(t, two, "-batch", "32", "-device", "cpu"))
+	checkEquivalent(t, readEquivRun(t, got, two), want, "2 ranks of 16", "one process of 32")
+	done := ofEvent(events(t, got), "done")
 	if len(done) != 1 {
 		t.Fatalf("%d done events from rank 0, want 1", len(done))
 	}

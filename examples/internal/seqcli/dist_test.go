@@ -1,44 +1,23 @@
 package seqcli
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gocurrent/gocurrent/internal/mpitest"
 )
 
-// TestTrainRank is one rank of TestTrainDataParallel's job, under mpirun
-// only: it runs the tagger's command line GOCURRENT_SEQCLI_ARGS (JSON)
-// with the launcher's variables, and rank 0 writes its stdout to
-// GOCURRENT_SEQCLI_OUT.
+// TestTrainRank is one rank of TestTrainDataParallel's job, under
+// mpirun: the tagger's command line with the launcher's variables.
 func TestTrainRank(t *testing.T) {
-	rank, ok := mpitest.Rank()
-	if !ok {
-		t.Skip("a rank of TestTrainDataParallel: runs under mpirun only")
-	}
-	var args []string
-	if err := json.Unmarshal([]byte(os.Getenv("GOCURRENT_SEQCLI_ARGS")), &args); err != nil {
-		t.Fatal(err)
-	}
-	var out, errs bytes.Buffer
-	env := Env{Stdout: &out, Stderr: &errs, CacheDir: t.TempDir(), Getenv: os.Getenv}
-	if err := Run(context.Background(), Tagging, args, env); err != nil {
-		t.Fatalf("rank %d: %v\n%s", rank, err, errs.String())
-	}
-	if rank == 0 {
-		if err := os.WriteFile(os.Getenv("GOCURRENT_SEQCLI_OUT"), out.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	} else if out.Len() > 0 {
-		t.Errorf("rank %d printed to stdout, which is rank 0's:\n%s", rank, out.String())
-	}
+	mpitest.CommandRank(t, func(args []string, stdout, stderr io.Writer) error {
+		return Run(context.Background(), Tagging, args, Env{Stdout: stdout, Stderr: stderr, CacheDir: t.TempDir(), Getenv: os.Getenv})
+	})
 }
 
 // TestTrainDataParallel checks `tagger train -dist auto` under mpirun: 2
@@ -60,13 +39,7 @@ func TestTrainDataParallel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, _ := json.Marshal(args(filepath.Join(dir, "two.safetensors")))
-	stdout := filepath.Join(dir, "rank0.out")
-	mpitest.Run(t, 2, "TestTrainRank", 2*time.Minute, "GOCURRENT_SEQCLI_ARGS="+string(js), "GOCURRENT_SEQCLI_OUT="+stdout).Check(t, "tagger train on 2 ranks")
-	two, err := os.ReadFile(stdout)
-	if err != nil {
-		t.Fatal(err)
-	}
+	two := mpitest.RunCommand(t, 2, "TestTrainRank", args(filepath.Join(dir, "two.safetensors")))
 	steps := func(out string) []map[string]any {
 		var s []map[string]any
 		for _, ev := range jsonLines(t, out) {
@@ -76,7 +49,7 @@ func TestTrainDataParallel(t *testing.T) {
 		}
 		return s
 	}
-	a, b := steps(one), steps(string(two))
+	a, b := steps(one), steps(two)
 	if len(a) != 6 || len(b) != 6 {
 		t.Fatalf("%d and %d step events, want 6 each", len(a), len(b))
 	}
@@ -89,7 +62,7 @@ func TestTrainDataParallel(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "two.safetensors")); err != nil {
 		t.Errorf("rank 0 wrote no checkpoint: %v", err)
 	}
-	if !strings.Contains(string(two), `"ranks":2`) {
+	if !strings.Contains(two, `"ranks":2`) {
 		t.Errorf("rank 0's done event does not say 2 ranks:\n%s", two)
 	}
 }
