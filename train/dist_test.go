@@ -41,7 +41,7 @@ const (
 // Seq·6·2 = 192 products, which one process adds inside its GEMMs and N
 // ranks add in N parts and then over the ranks (MPI_Allreduce, in its own
 // order), so the two differ by ≲ 192·2⁻⁵³ ≈ 2e-14 relative to the sum of
-// the terms' magnitudes; Adam passes that into 6 updates scaled by lr =
+// the terms' magnitudes; Adam passes that into 6 (or 12) updates scaled by lr =
 // 0.01. 1e-12 leaves a conditioning of ~300, and is orders of magnitude
 // below a wrong weighting (a loss not divided by the ranks doubles the
 // update) or a rank reading another's rows.
@@ -187,7 +187,8 @@ func TestDataParallelRank(t *testing.T) {
 		l := newLoader(t, d, text(t, 4000, 11, 5), loader.Config{Batch: dpBatch / n, Accum: 2, Seq: 16, Shard: loader.Shard{Rank: rank, Of: n}})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		tr := newTrainer(t, d, m, l, train.Config{Optimizer: adam(t, 0.01), Steps: dpSteps, ClipNorm: 0.5, Checkpoint: out("cancelled"), Comm: comm,
+		pipeline, _ := strconv.Atoi(os.Getenv("GOCURRENT_DP_PIPELINE"))
+		tr := newTrainer(t, d, m, l, train.Config{Optimizer: adam(t, 0.01), Steps: 2 * dpSteps, ClipNorm: 0.5, Checkpoint: out("cancelled"), Comm: comm, Pipeline: pipeline,
 			OnStep: func(p train.Progress) {
 				if rank == 1 && p.Step == 3 {
 					cancel()
@@ -283,41 +284,50 @@ func TestDataParallel(t *testing.T) {
 }
 
 // TestDataParallelCancel checks a data-parallel run that one rank's ctx
-// stops: every rank stops after the same step (the first whose end
-// follows the cancellation: rank 1 is cancelled in its OnStep of step 3,
-// after it queued nothing more, so at step 4), rank 0's checkpoint holds
+// stops: every rank stops after the same step, rank 0's checkpoint holds
 // that step, and resuming it on one process ends where the uninterrupted
-// run does.
+// run does. Rank 1 is cancelled in its OnStep of step 3. Reading each step
+// back at its end, the vote is counted at step 4, the next to end; with 3
+// steps queued before a read-back (Config.Pipeline), later, at the same
+// step on both ranks.
 func TestDataParallelCancel(t *testing.T) {
 	mpitest.Require(t)
-	dir := t.TempDir()
-	mpitest.Run(t, 2, "TestDataParallelRank", 2*time.Minute, "GOCURRENT_DP_DIR="+dir, "GOCURRENT_DP_CASE=cancel").Check(t, "2 ranks, one cancelled")
-	var stopped [2]string
-	for r := range 2 {
-		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("stopped-%d", r)))
-		check(t, err)
-		stopped[r] = string(b)
-	}
-	if stopped[0] != stopped[1] || stopped[0] != "4" {
-		t.Fatalf("the ranks stopped after steps %s and %s, want both after step 4", stopped[0], stopped[1])
-	}
-	ckpt := filepath.Join(dir, "cancelled-2.safetensors")
-	ck, err := train.ReadCheckpoint(ckpt)
-	check(t, err)
-	rec, err := ck.Record()
-	check(t, err)
-	if rec.Step != 4 {
-		t.Fatalf("the checkpoint holds step %d, want 4", rec.Step)
-	}
 	d, err := cpu.Open(cpu.Config{Threads: 1})
 	check(t, err)
 	defer d.Close()
+	dir := t.TempDir()
 	straight := filepath.Join(dir, "straight.safetensors")
-	dpRun(t, d, nil, dpSteps, "", straight)
-	resumed := filepath.Join(dir, "resumed.safetensors")
-	dpRun(t, d, nil, dpSteps, ckpt, resumed)
-	if diff := maxDiff(t, checkpointValues(t, straight), checkpointValues(t, resumed)); diff > dpTol {
-		t.Errorf("the cancelled run resumed on one process: weights at step %d differ from the uninterrupted run's by %g, want ≤ %g", dpSteps, diff, dpTol)
+	dpRun(t, d, nil, 2*dpSteps, "", straight)
+	for _, pipeline := range []int{0, 3} {
+		t.Run(fmt.Sprint("pipeline", pipeline), func(t *testing.T) {
+			dir := t.TempDir()
+			mpitest.Run(t, 2, "TestDataParallelRank", 2*time.Minute, "GOCURRENT_DP_DIR="+dir, "GOCURRENT_DP_CASE=cancel",
+				"GOCURRENT_DP_PIPELINE="+strconv.Itoa(pipeline)).Check(t, "2 ranks, one cancelled")
+			var stopped [2]string
+			for r := range 2 {
+				b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("stopped-%d", r)))
+				check(t, err)
+				stopped[r] = string(b)
+			}
+			step, _ := strconv.ParseInt(stopped[0], 10, 64)
+			if stopped[0] != stopped[1] || step < 4 || step >= 2*dpSteps || pipeline == 0 && step != 4 {
+				t.Fatalf("the ranks stopped after steps %s and %s, want both after the same step, 4 without a pipeline, before %d", stopped[0], stopped[1], 2*dpSteps)
+			}
+			ckpt := filepath.Join(dir, "cancelled-2.safetensors")
+			ck, err := train.ReadCheckpoint(ckpt)
+			check(t, err)
+			rec, err := ck.Record()
+			check(t, err)
+			if rec.Step != step {
+				t.Fatalf("the checkpoint holds step %d, want %d", rec.Step, step)
+			}
+			resumed := filepath.Join(dir, "resumed.safetensors")
+			dpRun(t, d, nil, 2*dpSteps, ckpt, resumed)
+			if diff := maxDiff(t, checkpointValues(t, straight), checkpointValues(t, resumed)); diff > dpTol {
+				t.Errorf("stopped after step %d, resumed on one process: weights at step %d differ from the uninterrupted run's by %g, want ≤ %g", step, 2*dpSteps, diff, dpTol)
+			}
+			t.Logf("pipeline %d: both ranks stopped after step %d", pipeline, step)
+		})
 	}
 }
 
