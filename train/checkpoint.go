@@ -338,7 +338,11 @@ func (c *Checkpoint) trainerState() (trainerState, error) {
 // Config.Metadata. The file is written atomically. Called from OnStep
 // while Config.Pipeline steps are queued after the reported one, it is an
 // error: the device's state is then ahead of the step (Config.
-// CheckpointEvery saves at the step, reading back at once).
+// CheckpointEvery saves at the step, reading back at once). In a
+// data-parallel run (Config.Comm) Save is a collective: every rank must
+// call it at the same step, for they all send their carried state to rank
+// 0, which alone writes the file; a rank that does not leaves the others
+// waiting until the watchdog stops them.
 func (t *Trainer) Save(path string) error { return t.save(path, "") }
 
 // errSaveQueued is the error of a Save while steps are queued.
