@@ -441,10 +441,10 @@ func TestFakeLaunches(t *testing.T) {
 		}, []string{"gc_fill_i32"}, 3, [3]uint32{1, 1, 1}, block1},
 		{func() error {
 			return k.Adam(device.Adam{DType: f32, N: 10, LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 1, Param: x, Grad: y, M: z, V: w})
-		}, []string{"gc_adam_f32"}, 16, [3]uint32{1, 1, 1}, block1},
+		}, []string{"gc_adam_f32"}, 17, [3]uint32{1, 1, 1}, block1},
 		{func() error {
 			return k.StepGuard(device.StepGuard{DType: f32, Loss: one, NormSq: one, Scale: 1, ClipNorm: 5, Record: z.Slice(0, 24), Guard: w.Slice(0, 16)})
-		}, []string{"gc_step_guard_f32"}, 7, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}},
+		}, []string{"gc_step_guard_f32"}, 9, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}},
 		{func() error {
 			// 10 words: a block of 256.
 			return k.GuardedCopy(device.GuardedCopy{Dst: y, Src: x.Slice(0, 40), Guard: w.Slice(0, 16)})

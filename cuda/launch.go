@@ -577,22 +577,26 @@ func (k kernels) SGD(a device.SGD) error {
 	}
 	return k.l.launch(kSGD, a.DType, grid1(a.N), block1,
 		ptr(a.Param), ptr(a.Grad), ptr(velocity), i64(a.N), f64(a.LR), f64(a.Momentum), f64(a.Dampening),
-		f64(a.WeightDecay), flag(a.Nesterov), flag(a.Step == 1), ptr(a.Guard), f64(a.Clip))
+		f64(a.WeightDecay), flag(a.Nesterov), flag(a.Step == 1), ptr(a.Guard), f64(a.Clip), ptr(a.Rates))
 }
 
 func (k kernels) Adam(a device.Adam) error {
 	if err := check(k, "Adam", a); err != nil || a.N == 0 {
 		return err
 	}
+	// With Rates the kernel computes these three from the step's rates,
+	// with the same roundings (the conversion keeps the product from
+	// fusing into the subtraction, as the kernel's __dmul_rn does).
 	t := float64(a.Step)
 	stepSize := a.LR / (1 - math.Pow(a.Beta1, t))
 	bc2Sqrt := math.Sqrt(1 - math.Pow(a.Beta2, t))
-	decay := 1 - a.LR*a.WeightDecay
+	decay := 1 - float64(a.LR*a.WeightDecay)
 	coupled := a.WeightDecay != 0 && !a.Decoupled
 	shrink := a.WeightDecay != 0 && a.Decoupled
 	return k.l.launch(kAdam, a.DType, grid1(a.N), block1,
 		ptr(a.Param), ptr(a.Grad), ptr(a.M), ptr(a.V), i64(a.N), f64(stepSize), f64(bc2Sqrt),
-		f64(a.Beta1), f64(a.Beta2), f64(a.Eps), f64(a.WeightDecay), f64(decay), flag(coupled), flag(shrink), ptr(a.Guard), f64(a.Clip))
+		f64(a.Beta1), f64(a.Beta2), f64(a.Eps), f64(a.WeightDecay), f64(decay), flag(coupled), flag(shrink), ptr(a.Guard), f64(a.Clip),
+		ptr(a.Rates))
 }
 
 func (k kernels) RMSprop(a device.RMSprop) error {
@@ -608,7 +612,7 @@ func (k kernels) RMSprop(a device.RMSprop) error {
 	}
 	return k.l.launch(kRMSprop, a.DType, grid1(a.N), block1,
 		ptr(a.Param), ptr(a.Grad), ptr(a.SquareAvg), ptr(gradAvg), ptr(velocity), i64(a.N), f64(a.LR), f64(a.Alpha),
-		f64(a.Eps), f64(a.WeightDecay), f64(a.Momentum), flag(a.Centered), ptr(a.Guard), f64(a.Clip))
+		f64(a.Eps), f64(a.WeightDecay), f64(a.Momentum), flag(a.Centered), ptr(a.Guard), f64(a.Clip), ptr(a.Rates))
 }
 
 func (k kernels) StepGuard(a device.StepGuard) error {
@@ -616,7 +620,8 @@ func (k kernels) StepGuard(a device.StepGuard) error {
 		return err
 	}
 	return k.l.launch(kStepGuard, a.DType, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1},
-		ptr(a.Loss), ptr(a.NormSq), f64(a.Scale), f64(a.ClipNorm), ptr(a.Record), ptr(a.Guard), uint64(k.l.statusDev))
+		ptr(a.Loss), ptr(a.NormSq), f64(a.Scale), f64(a.ClipNorm), ptr(a.Record), ptr(a.Guard), uint64(k.l.statusDev),
+		ptr(a.Slot), i64(int(a.Record.Len()/24)))
 }
 
 func (k kernels) GuardedCopy(a device.GuardedCopy) error {

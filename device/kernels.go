@@ -1031,6 +1031,11 @@ type SGD struct {
 	// not modified either way.
 	Guard Buffer
 	Clip  float64
+	// Rates, when set, holds the step's rate and number in device memory
+	// (Rates' layout, RatesSize bytes), read as the step runs in place of
+	// LR and Step, which are then ignored: one recording of the update
+	// (Grapher) serves every step.
+	Rates Buffer
 }
 
 // Check reports whether the arguments are valid for d.
@@ -1038,7 +1043,9 @@ func (a SGD) Check(d Device) error {
 	c := checker{d: d, kernel: "SGD"}
 	c.float(a.DType)
 	c.nonNegative("N", a.N)
-	c.positive("Step", a.Step)
+	if a.Rates.IsZero() {
+		c.positive("Step", a.Step)
+	}
 	if c.err != nil || a.N == 0 {
 		return c.err
 	}
@@ -1048,6 +1055,7 @@ func (a SGD) Check(d Device) error {
 		c.buf("Velocity", a.Velocity, a.DType, a.N)
 	}
 	c.guard(a.Guard, a.Clip)
+	c.opt("Rates", a.Rates, Float64, RatesSize/8)
 	return c.err
 }
 
@@ -1070,6 +1078,11 @@ type Adam struct {
 	// not modified either way.
 	Guard Buffer
 	Clip  float64
+	// Rates, when set, holds the step's rate and number in device memory
+	// (Rates' layout, RatesSize bytes), read as the step runs in place of
+	// LR and Step, which are then ignored: one recording of the update
+	// (Grapher) serves every step.
+	Rates Buffer
 }
 
 // Check reports whether the arguments are valid for d.
@@ -1077,7 +1090,9 @@ func (a Adam) Check(d Device) error {
 	c := checker{d: d, kernel: "Adam"}
 	c.float(a.DType)
 	c.nonNegative("N", a.N)
-	c.positive("Step", a.Step)
+	if a.Rates.IsZero() {
+		c.positive("Step", a.Step)
+	}
 	if !(a.Beta1 >= 0 && a.Beta1 < 1) || !(a.Beta2 >= 0 && a.Beta2 < 1) {
 		c.fail("Beta1 %v and Beta2 %v must be in [0, 1)", a.Beta1, a.Beta2)
 	}
@@ -1089,6 +1104,7 @@ func (a Adam) Check(d Device) error {
 	c.buf("M", a.M, a.DType, a.N)
 	c.buf("V", a.V, a.DType, a.N)
 	c.guard(a.Guard, a.Clip)
+	c.opt("Rates", a.Rates, Float64, RatesSize/8)
 	return c.err
 }
 
@@ -1114,6 +1130,11 @@ type RMSprop struct {
 	// not modified either way.
 	Guard Buffer
 	Clip  float64
+	// Rates, when set, holds the step's rate and number in device memory
+	// (Rates' layout, RatesSize bytes), read as the step runs in place of
+	// LR and Step, which are then ignored: one recording of the update
+	// (Grapher) serves every step.
+	Rates Buffer
 }
 
 // Check reports whether the arguments are valid for d.
@@ -1134,6 +1155,7 @@ func (a RMSprop) Check(d Device) error {
 		c.buf("Velocity", a.Velocity, a.DType, a.N)
 	}
 	c.guard(a.Guard, a.Clip)
+	c.opt("Rates", a.Rates, Float64, RatesSize/8)
 	return c.err
 }
 
@@ -1165,11 +1187,18 @@ func (a RMSprop) Check(d Device) error {
 // to DType) clamped to [-Clip, Clip] when Clip > 0: the same bits as an
 // Axpby scaling Grad by the coefficient and a Clamp. GuardedCopy does
 // nothing while the flag is set.
+//
+// Slot, when set, is one Float64 in device memory holding a whole number
+// s >= 0, read as the kernel runs: Record is then a ring of
+// Record.Len()/24 records, and the record goes to record s mod that
+// count. One recording of the step (Grapher) then serves steps whose
+// records go to different slots.
 type StepGuard struct {
 	DType           DType
 	Loss, NormSq    Buffer
 	Scale, ClipNorm float64
 	Record, Guard   Buffer
+	Slot            Buffer
 }
 
 // Check reports whether the arguments are valid for d.
@@ -1186,6 +1215,7 @@ func (a StepGuard) Check(d Device) error {
 	c.buf("NormSq", a.NormSq, a.DType, 1)
 	c.buf("Record", a.Record, Float64, 3)
 	c.buf("Guard", a.Guard, Float64, 2)
+	c.opt("Slot", a.Slot, Float64, 1)
 	return c.err
 }
 

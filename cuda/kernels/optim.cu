@@ -1,6 +1,8 @@
 // Optimizer steps (device.SGD, Adam, RMSprop), PyTorch's single-tensor
 // formulas: arithmetic in T, hyperparameters rounded to T, and per-call
-// scalars (Adam's bias corrections) computed by the host in double; and
+// scalars (Adam's bias corrections) computed in double, by the host from
+// the arguments or, with a rates buffer (device.Rates: a recorded update
+// that serves every step), by the kernel with the host's roundings; and
 // the step's verdict on the device (device.StepGuard) that they and
 // gc_guarded_copy obey.
 #include "common.cuh"
@@ -28,11 +30,14 @@ template <typename T> struct gc_clip {
 
 // device.StepGuard, one thread: the step's loss, norm and skip flag into record, its
 // verdict into guard. The arithmetic is double, rounded step by step as
-// the host's (kern.StepGuard).
+// the host's (kern.StepGuard). With slot, record is a ring of records
+// records and the step's is record slot[0] mod records.
 template <typename T>
 __device__ void step_guard(const T* loss, const T* norm_sq, double scale, double clip_norm,
-                           double* record, double* guard, const unsigned* status) {
+                           double* record, double* guard, const unsigned* status,
+                           const double* slot, long long records) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  if (slot) record += 3 * ((unsigned long long)slot[0] % (unsigned long long)records);
   if (*status != 0) guard[1] = 1; // an index error in the step's data
   double l = __dmul_rn((double)loss[0], scale);
   double n = __dmul_rn(sqrt((double)norm_sq[0]), scale);
@@ -48,9 +53,13 @@ __device__ void step_guard(const T* loss, const T* norm_sq, double scale, double
 template <typename T>
 __device__ void sgd(T* param, const T* grad, T* velocity, long long n, double lr,
                     double momentum, double dampening, double weight_decay, long long nesterov,
-                    long long first, const double* guard, double clip) {
+                    long long first, const double* guard, double clip, const double* rates) {
   if (gc_skip(guard)) return;
   gc_clip<T> cl(guard, clip);
+  if (rates) {
+    lr = rates[0];
+    first = rates[1] == 1;
+  }
   T lrT = (T)lr, wd = (T)weight_decay, mom = (T)momentum, damp = (T)(1.0 - dampening);
   GC_FOR(i, n) {
     T p = param[i], g = cl(grad[i]);
@@ -68,9 +77,16 @@ template <typename T>
 __device__ void adam(T* param, const T* grad, T* m, T* v, long long n, double step_size,
                      double bc2_sqrt, double beta1, double beta2, double eps,
                      double weight_decay, double decay, long long coupled, long long shrink,
-                     const double* guard, double clip) {
+                     const double* guard, double clip, const double* rates) {
   if (gc_skip(guard)) return;
   gc_clip<T> cl(guard, clip);
+  if (rates) {
+    // The host's lr/(1-beta1^t), sqrt(1-beta2^t) and 1-lr·weight_decay,
+    // each operation rounded on its own.
+    step_size = __ddiv_rn(rates[0], __dsub_rn(1.0, rates[2]));
+    bc2_sqrt = sqrt(__dsub_rn(1.0, rates[3]));
+    decay = __dsub_rn(1.0, __dmul_rn(rates[0], weight_decay));
+  }
   T ss = (T)step_size, bc2 = (T)bc2_sqrt, b1 = (T)beta1, b1c = (T)(1.0 - beta1),
     b2 = (T)beta2, b2c = (T)(1.0 - beta2), e = (T)eps, wd = (T)weight_decay, dec = (T)decay;
   GC_FOR(i, n) {
@@ -90,9 +106,10 @@ template <typename T>
 __device__ void rmsprop(T* param, const T* grad, T* square_avg, T* grad_avg, T* velocity,
                         long long n, double lr, double alpha, double eps, double weight_decay,
                         double momentum, long long centered, const double* guard,
-                        double clip) {
+                        double clip, const double* rates) {
   if (gc_skip(guard)) return;
   gc_clip<T> cl(guard, clip);
+  if (rates) lr = rates[0];
   T lrT = (T)lr, a = (T)alpha, ac = (T)(1.0 - alpha), e = (T)eps, wd = (T)weight_decay,
     mom = (T)momentum;
   GC_FOR(i, n) {
@@ -120,30 +137,34 @@ __device__ void rmsprop(T* param, const T* grad, T* square_avg, T* grad_avg, T* 
   extern "C" __global__ void gc_sgd_##S(T* param, const T* grad, T* velocity, long long n,    \
                                         double lr, double momentum, double dampening,         \
                                         double weight_decay, long long nesterov,              \
-                                        long long first, const double* guard, double clip) {  \
+                                        long long first, const double* guard, double clip,    \
+                                        const double* rates) {                                \
     sgd(param, grad, velocity, n, lr, momentum, dampening, weight_decay, nesterov, first,     \
-        guard, clip);                                                                         \
+        guard, clip, rates);                                                                  \
   }                                                                                           \
   extern "C" __global__ void gc_adam_##S(T* param, const T* grad, T* m, T* v, long long n,    \
                                          double step_size, double bc2_sqrt, double beta1,     \
                                          double beta2, double eps, double weight_decay,       \
                                          double decay, long long coupled, long long shrink,   \
-                                         const double* guard, double clip) {                  \
+                                         const double* guard, double clip,                    \
+                                         const double* rates) {                               \
     adam(param, grad, m, v, n, step_size, bc2_sqrt, beta1, beta2, eps, weight_decay, decay,   \
-         coupled, shrink, guard, clip);                                                       \
+         coupled, shrink, guard, clip, rates);                                                \
   }                                                                                           \
   extern "C" __global__ void gc_rmsprop_##S(T* param, const T* grad, T* square_avg,           \
                                             T* grad_avg, T* velocity, long long n, double lr, \
                                             double alpha, double eps, double weight_decay,    \
                                             double momentum, long long centered,              \
-                                            const double* guard, double clip) {               \
+                                            const double* guard, double clip,                 \
+                                            const double* rates) {                            \
     rmsprop(param, grad, square_avg, grad_avg, velocity, n, lr, alpha, eps, weight_decay,     \
-            momentum, centered, guard, clip);                                                 \
+            momentum, centered, guard, clip, rates);                                          \
   }                                                                                           \
   extern "C" __global__ void gc_step_guard_##S(const T* loss, const T* norm_sq, double scale,  \
                                                double clip_norm, double* record,              \
-                                               double* guard, const unsigned* status) {       \
-    step_guard(loss, norm_sq, scale, clip_norm, record, guard, status);                       \
+                                               double* guard, const unsigned* status,         \
+                                               const double* slot, long long records) {       \
+    step_guard(loss, norm_sq, scale, clip_norm, record, guard, status, slot, records);        \
   }
 
 GC_OPTIM(float, f32)

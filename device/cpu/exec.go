@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 
 	"gonum.org/v1/gonum/blas"
@@ -112,16 +113,19 @@ func (s *stream) exec(c *cmd) error {
 	case opSGD:
 		a := &c.sgd
 		if c.verdict(a.Guard) {
+			c.stepRates(a.LR, a.Step, 0, 0, a.Rates)
 			p.split(wg, c, a.N, 4, pick(a.DType, sgdPart[float32], sgdPart[float64]))
 		}
 	case opAdam:
 		a := &c.adam
 		if c.verdict(a.Guard) {
+			c.stepRates(a.LR, a.Step, a.Beta1, a.Beta2, a.Rates)
 			p.split(wg, c, a.N, 8, pick(a.DType, adamPart[float32], adamPart[float64]))
 		}
 	case opRMSprop:
 		a := &c.rms
 		if c.verdict(a.Guard) {
+			c.stepRates(a.LR, 1, 0, 0, a.Rates)
 			p.split(wg, c, a.N, 8, pick(a.DType, rmspropPart[float32], rmspropPart[float64]))
 		}
 	case opStepGuard:
@@ -132,8 +136,14 @@ func (s *stream) exec(c *cmd) error {
 		if failed {
 			elems[float64](a.Guard, 2)[1] = 1
 		}
+		record := elems[float64](a.Record, 3)
+		if !a.Slot.IsZero() {
+			n := uint64(a.Record.Len() / 24)
+			s := uint64(elems[float64](a.Slot, 1)[0]) % n
+			record = elems[float64](a.Record, int(3*(s+1)))[3*s:]
+		}
 		kern.StepGuard(load(a.DType, a.Loss), load(a.DType, a.NormSq), a.Scale, a.ClipNorm,
-			elems[float64](a.Record, 3), elems[float64](a.Guard, 2))
+			record, elems[float64](a.Guard, 2))
 	case opGuardedCopy:
 		a := &c.gcopy
 		if elems[float64](a.Guard, 2)[1] == 0 {
@@ -231,6 +241,19 @@ func (c *cmd) verdict(guard device.Buffer) bool {
 	g := elems[float64](guard, 2)
 	c.coef = g[0]
 	return g[1] == 0
+}
+
+// stepRates reads an optimizer step's rate and number as the step runs,
+// into c.rates (device.Rates' layout): from rates when set, else from the
+// arguments lr and step, the powers of beta1 and beta2 computed as
+// device.Rates.Put computes them, so both give the same bits.
+func (c *cmd) stepRates(lr float64, step int, beta1, beta2 float64, rates device.Buffer) {
+	if !rates.IsZero() {
+		copy(c.rates[:], elems[float64](rates, 4))
+		return
+	}
+	t := float64(step)
+	c.rates = [4]float64{lr, t, math.Pow(beta1, t), math.Pow(beta2, t)}
 }
 
 // clipOf is the gradient clipping of an optimizer step of c.
@@ -390,19 +413,19 @@ func sumSquaresPart[T kern.Float](c *cmd, part, lo, hi int) {
 
 func sgdPart[T kern.Float](c *cmd, _, lo, hi int) {
 	a := &c.sgd
-	kern.SGD(a.LR, a.Momentum, a.Dampening, a.WeightDecay, a.Nesterov, a.Step, clipOf[T](c, a.Clip),
+	kern.SGD(c.rates[0], a.Momentum, a.Dampening, a.WeightDecay, a.Nesterov, c.rates[1] == 1, clipOf[T](c, a.Clip),
 		rows[T](a.Param, lo, hi, 1), rows[T](a.Grad, lo, hi, 1), rows[T](a.Velocity, lo, hi, 1))
 }
 
 func adamPart[T kern.Float](c *cmd, _, lo, hi int) {
 	a := &c.adam
-	kern.Adam(a.LR, a.Beta1, a.Beta2, a.Eps, a.WeightDecay, a.Decoupled, a.Step, clipOf[T](c, a.Clip),
+	kern.Adam(c.rates[0], a.Beta1, a.Beta2, a.Eps, a.WeightDecay, a.Decoupled, c.rates[2], c.rates[3], clipOf[T](c, a.Clip),
 		rows[T](a.Param, lo, hi, 1), rows[T](a.Grad, lo, hi, 1), rows[T](a.M, lo, hi, 1), rows[T](a.V, lo, hi, 1))
 }
 
 func rmspropPart[T kern.Float](c *cmd, _, lo, hi int) {
 	a := &c.rms
-	kern.RMSprop(a.LR, a.Alpha, a.Eps, a.WeightDecay, a.Momentum, a.Centered, clipOf[T](c, a.Clip),
+	kern.RMSprop(c.rates[0], a.Alpha, a.Eps, a.WeightDecay, a.Momentum, a.Centered, clipOf[T](c, a.Clip),
 		rows[T](a.Param, lo, hi, 1), rows[T](a.Grad, lo, hi, 1), rows[T](a.SquareAvg, lo, hi, 1),
 		rows[T](a.GradAvg, lo, hi, 1), rows[T](a.Velocity, lo, hi, 1))
 }

@@ -82,8 +82,10 @@ type cmd struct {
 	gcopy    device.GuardedCopy
 
 	// coef is an optimizer step's gradient coefficient, read from its
-	// Guard when the step runs.
-	coef float64
+	// Guard when the step runs, and rates its rate, number and Adam's
+	// powers of the betas (device.Rates), from its arguments or its Rates.
+	coef  float64
+	rates [4]float64
 
 	// parts is the number of parts the pool ran; partial and bad hold
 	// their partial sums and first out-of-range index (-1 for none).

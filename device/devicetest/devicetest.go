@@ -96,6 +96,7 @@ func RunGroups(t *testing.T, open func(t testing.TB) device.Device, keep func(gr
 		{"RMSprop", testRMSprop},
 		{"StepGuard", testStepGuard},
 		{"GuardedSteps", testGuardedSteps},
+		{"StepRates", testStepRates},
 		{"GuardedCopy", testGuardedCopy},
 		{"Streams", testStreams},
 		{"Concurrency", testConcurrency},

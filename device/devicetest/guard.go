@@ -1,6 +1,7 @@
 package devicetest
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -224,5 +225,122 @@ func testGuardedCopy(t *testing.T, open opener) {
 		d := e.vec(constant(2, 5))
 		e.launch(device.GuardedCopy{Dst: d.buf, Src: d.buf.Slice(0, 0), Guard: g.buf})
 		checkExact(e.t, "Dst", e.get("Dst", d), constant(2, 5))
+	})
+}
+
+// rates is r as a Rates buffer holds it (device.Rates.Put).
+func rates(r device.Rates) []float64 {
+	b := make([]byte, device.RatesSize)
+	r.Put(b)
+	v := make([]float64, device.RatesSize/8)
+	for i := range v {
+		v[i] = math.Float64frombits(binary.NativeEndian.Uint64(b[8*i:]))
+	}
+	return v
+}
+
+// testStepRates checks what a recorded step reads from device memory
+// (device.Grapher: one recording serves every step): an optimizer step
+// given its rate and number in a Rates buffer is, bit for bit, the step
+// given them as arguments, whatever the arguments then hold; a StepGuard
+// given a Slot writes its record to that record of the ring, modulo the
+// ring's length, and to no other.
+func testStepRates(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		const n = 1001
+		// An awkward rate, so that its rounding in every scalar derived
+		// from it shows.
+		const lr = 0.0123
+		steps := []struct {
+			name         string
+			slots        int
+			beta1, beta2 float64
+			make         func(p, g device.Buffer, s []device.Buffer, lr float64, step int, r, guard device.Buffer) any
+		}{
+			{"SGD", 1, 0, 0, func(p, g device.Buffer, s []device.Buffer, lr float64, step int, r, guard device.Buffer) any {
+				return device.SGD{DType: e.dt, N: n, LR: lr, Momentum: 0.9, Dampening: 0.1, WeightDecay: 0.01, Step: step,
+					Param: p, Grad: g, Velocity: s[0], Guard: guard, Rates: r}
+			}},
+			{"Adam", 2, 0.9, 0.999, func(p, g device.Buffer, s []device.Buffer, lr float64, step int, r, guard device.Buffer) any {
+				return device.Adam{DType: e.dt, N: n, LR: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1, Step: step,
+					Param: p, Grad: g, M: s[0], V: s[1], Guard: guard, Rates: r}
+			}},
+			{"AdamW", 2, 0.8, 0.99, func(p, g device.Buffer, s []device.Buffer, lr float64, step int, r, guard device.Buffer) any {
+				return device.Adam{DType: e.dt, N: n, LR: lr, Beta1: 0.8, Beta2: 0.99, Eps: 1e-8, WeightDecay: 0.3, Decoupled: true,
+					Step: step, Param: p, Grad: g, M: s[0], V: s[1], Guard: guard, Rates: r}
+			}},
+			{"RMSprop", 3, 0, 0, func(p, g device.Buffer, s []device.Buffer, lr float64, step int, r, guard device.Buffer) any {
+				return device.RMSprop{DType: e.dt, N: n, LR: lr, Alpha: 0.99, Eps: 1e-8, Momentum: 0.5, Centered: true,
+					Param: p, Grad: g, SquareAvg: s[0], GradAvg: s[1], Velocity: s[2], Guard: guard, Rates: r}
+			}},
+		}
+		for _, st := range steps {
+			// Step 1 is SGD's first momentum step; 3 gives Adam bias
+			// corrections that are not round.
+			for _, step := range []int{1, 3} {
+				e.run(fmt.Sprintf("%s/Step=%d", st.name, step), func(e *env) {
+					param, grad := e.uniform(n, -1, 1), e.uniform(n, -2, 2)
+					state := make([][]float64, st.slots)
+					for i := range state {
+						state[i] = e.uniform(n, 0, 1)
+					}
+					run := func(lr float64, step int, r device.Buffer) (vec, []vec) {
+						p, g := e.vec(param), e.vec(grad)
+						var vs []vec
+						var bufs []device.Buffer
+						for _, s := range state {
+							v := e.vec(s)
+							vs, bufs = append(vs, v), append(bufs, v.buf)
+						}
+						guard := e.vecOf(device.Float64, []float64{0.3711, 0})
+						e.launch(st.make(p.buf, g.buf, bufs, lr, step, r, guard.buf))
+						return p, vs
+					}
+					wantP, wantS := run(lr, step, device.Buffer{})
+					// The arguments say something else; the buffer wins.
+					r := e.vecOf(device.Float64, rates(device.Rates{LR: lr, Step: step, Beta1: st.beta1, Beta2: st.beta2}))
+					gotP, gotS := run(99, 0, r.buf)
+					checkExact(e.t, "Param", e.get("Param", gotP), e.get("Param (from arguments)", wantP))
+					for i := range gotS {
+						checkExact(e.t, fmt.Sprintf("state %d", i), e.get("state", gotS[i]), e.get("state (from arguments)", wantS[i]))
+					}
+				})
+			}
+		}
+		e.run("Slot", func(e *env) {
+			const ring = 3
+			loss, normSq := e.vec([]float64{2.5}), e.vec([]float64{900})
+			wantRec, _ := refStepGuard(e.r(2.5), e.r(900), 1, 5, 0)
+			// 2^40+2 is 2 mod 3: a slot past float32's exact integers.
+			for _, s := range []float64{0, 1, 2, 4, 1<<40 + 2} {
+				rec := e.vecOf(device.Float64, nans(3*ring))
+				slot := e.vecOf(device.Float64, []float64{s})
+				g := e.vecOf(device.Float64, []float64{-3, 0})
+				e.launch(device.StepGuard{DType: e.dt, Loss: loss.buf, NormSq: normSq.buf, Scale: 1, ClipNorm: 5,
+					Record: rec.buf.Slice(0, 24*ring), Guard: g.buf, Slot: slot.buf})
+				want := nans(3 * ring)
+				at := int(uint64(s) % ring)
+				copy(want[3*at:], wantRec[:])
+				checkExact(e.t, fmt.Sprintf("Record ring with slot %v", s), e.get("Record", rec), want)
+			}
+		})
+	})
+	t.Run("Misuse", func(t *testing.T) {
+		e := newEnv(t, open, device.Float32)
+		p := e.alloc(device.Float32, 4)
+		three := e.alloc(device.Float64, 3) // not the four of Rates
+		small := e.alloc(device.Float32, 1) // 4 bytes: not a float64
+		for _, a := range []any{
+			device.SGD{DType: device.Float32, N: 4, LR: 0.1, Step: 1, Param: p, Grad: p, Rates: three},
+			device.Adam{DType: device.Float32, N: 4, LR: 0.1, Beta1: 0.9, Beta2: 0.99, Step: 1, Param: p, Grad: p, M: p, V: p, Rates: three},
+			device.RMSprop{DType: device.Float32, N: 4, LR: 0.1, Alpha: 0.9, Eps: 1e-8, Param: p, Grad: p, SquareAvg: p, Rates: three},
+			// Without Rates the step's number must be given.
+			device.Adam{DType: device.Float32, N: 4, LR: 0.1, Beta1: 0.9, Beta2: 0.99, Param: p, Grad: p, M: p, V: p},
+			device.StepGuard{DType: device.Float32, Loss: p, NormSq: p, Scale: 1, Record: e.alloc(device.Float64, 3), Guard: e.alloc(device.Float64, 2), Slot: small},
+		} {
+			if err := call(t, kernelName(a), func() error { return launchKernel(e.k, a) }); !errors.Is(err, device.ErrShape) {
+				t.Errorf("%+v: got %v, want device.ErrShape", a, err)
+			}
+		}
 	})
 }

@@ -2,6 +2,7 @@ package kern
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -136,7 +137,8 @@ func BenchmarkAdam(b *testing.B) {
 	step := 0
 	for b.Loop() {
 		step++
-		Adam(1e-3, 0.9, 0.999, 1e-8, 0, false, step, NoClip[float32](), param, grad, m, v)
+		t := float64(step)
+		Adam(1e-3, 0.9, 0.999, 1e-8, 0, false, math.Pow(0.9, t), math.Pow(0.999, t), NoClip[float32](), param, grad, m, v)
 	}
 	// read param, grad, m, v; write param, m, v
 	reportGBs(b, 4*7*n)

@@ -51,13 +51,13 @@ func StepGuard(loss, normSq, scale, clipNorm float64, record, guard []float64) {
 // SGD is one torch.optim.SGD step over len(param) elements (device.SGD):
 //
 //	g = grad + weightDecay·param
-//	v = g at step 1, else momentum·v + (1-dampening)·g   (momentum ≠ 0)
+//	v = g at the first step, else momentum·v + (1-dampening)·g   (momentum ≠ 0)
 //	g = g + momentum·v if nesterov, else v                (momentum ≠ 0)
 //	param -= lr·g
 //
 // velocity is read and written only when momentum ≠ 0 (it may be nil
 // otherwise). grad is not modified; the step uses clip.of(grad).
-func SGD[T Float](lr, momentum, dampening, weightDecay float64, nesterov bool, step int, clip Clip[T], param, grad, velocity []T) {
+func SGD[T Float](lr, momentum, dampening, weightDecay float64, nesterov, first bool, clip Clip[T], param, grad, velocity []T) {
 	grad = grad[:len(param)]
 	lrT, wd := T(lr), T(weightDecay)
 	if momentum == 0 {
@@ -72,7 +72,6 @@ func SGD[T Float](lr, momentum, dampening, weightDecay float64, nesterov bool, s
 	}
 	mom, damp := T(momentum), T(1-dampening)
 	velocity = velocity[:len(param)]
-	first := step == 1
 	for i, p := range param {
 		g := clip.of(grad[i])
 		if weightDecay != 0 {
@@ -93,7 +92,8 @@ func SGD[T Float](lr, momentum, dampening, weightDecay float64, nesterov bool, s
 }
 
 // Adam is one torch.optim.Adam step (AdamW with decoupled) over
-// len(param) elements (device.Adam), t = step:
+// len(param) elements (device.Adam), t the step's number, pow1 = beta1^t
+// and pow2 = beta2^t:
 //
 //	Adam:  g = grad + weightDecay·param   AdamW: param *= 1 - lr·weightDecay; g = grad
 //	m = beta1·m + (1-beta1)·g             v = beta2·v + (1-beta2)·g²
@@ -103,16 +103,15 @@ func SGD[T Float](lr, momentum, dampening, weightDecay float64, nesterov bool, s
 // float64 once per call and rounded to T. PyTorch updates m with lerp,
 // m + (1-beta1)·(g - m), which equals the formula above up to rounding;
 // this follows the formula of device.Adam.
-func Adam[T Float](lr, beta1, beta2, eps, weightDecay float64, decoupled bool, step int, clip Clip[T], param, grad, m, v []T) {
+func Adam[T Float](lr, beta1, beta2, eps, weightDecay float64, decoupled bool, pow1, pow2 float64, clip Clip[T], param, grad, m, v []T) {
 	grad = grad[:len(param)]
 	m = m[:len(param)]
 	v = v[:len(param)]
-	t := float64(step)
-	stepSize := T(lr / (1 - math.Pow(beta1, t)))
-	bc2Sqrt := T(math.Sqrt(1 - math.Pow(beta2, t)))
+	stepSize := T(lr / (1 - pow1))
+	bc2Sqrt := T(math.Sqrt(1 - pow2))
 	b1, b1c, b2, b2c, epsT := T(beta1), T(1-beta1), T(beta2), T(1-beta2), T(eps)
 	wd := T(weightDecay)
-	decay := T(1 - lr*weightDecay)
+	decay := T(1 - float64(lr*weightDecay))
 	coupled := weightDecay != 0 && !decoupled
 	shrink := weightDecay != 0 && decoupled
 	for i, p := range param {
