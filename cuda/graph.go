@@ -145,6 +145,7 @@ func (g *graph) Launch() error {
 	d.counts.launches.Add(g.counts.Launches)
 	d.counts.gemms.Add(g.counts.GEMMs)
 	d.counts.copies.Add(g.counts.Copies)
+	d.counts.replayed.Add(g.counts.Launches + g.counts.GEMMs + g.counts.Copies)
 	return nil
 }
 

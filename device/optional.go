@@ -85,11 +85,17 @@ type Counts struct {
 	// in Launches, GEMMs and Copies at every launch, as the calls did (it
 	// runs again), and not while it is recorded (it does not run then).
 	Graphs int64
+	// Calls counts the host's calls that queued work: the launches, GEMMs
+	// and copies queued by calls of their own, and the graph launches; the
+	// work a graph replays is not counted again. Launches + GEMMs + Copies
+	// is the work the device runs, Calls what queuing it cost the host.
+	Calls int64
 }
 
 // Sub returns c - o, the counts of what happened between two readings.
 func (c Counts) Sub(o Counts) Counts {
-	return Counts{Syncs: c.Syncs - o.Syncs, Launches: c.Launches - o.Launches, GEMMs: c.GEMMs - o.GEMMs, Copies: c.Copies - o.Copies, Graphs: c.Graphs - o.Graphs}
+	return Counts{Syncs: c.Syncs - o.Syncs, Launches: c.Launches - o.Launches, GEMMs: c.GEMMs - o.GEMMs, Copies: c.Copies - o.Copies,
+		Graphs: c.Graphs - o.Graphs, Calls: c.Calls - o.Calls}
 }
 
 // ProductRower is implemented by a device that says how many rows (steps

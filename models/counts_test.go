@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/gocurrent/gocurrent/device"
@@ -103,14 +102,14 @@ func TestCopyCounts(t *testing.T) {
 				raw := strings.Repeat(chars, (steps*T*B+1)/len(chars)+2)
 				text, err := loader.Tokenize(ctx, loader.NewCorpus(strings.NewReader(raw), int64(len(raw)), "counts"), loader.TokenizeConfig{Vocab: v})
 				check(t, err)
-				ld := &copyCounter{Device: d}
+				ld := &testdevice.LoaderCopies{Device: d}
 				data, err := loader.New(ld, text, loader.Config{Batch: B, Seq: T})
 				check(t, err)
 				defer data.Close()
 				opt, _ := train.NewOptimizer(train.Adam, 1e-3)
 				var at [steps + 1]device.Counts
 				tr, err := train.New(d, m, data, train.Config{Optimizer: opt, Steps: steps, ClipNorm: 5,
-					OnStep: func(p train.Progress) { at[p.Step] = ld.countsWithout(counter) }})
+					OnStep: func(p train.Progress) { at[p.Step] = ld.CountsWithout(counter) }})
 				check(t, err)
 				defer tr.Close()
 				_, err = tr.Run(ctx)
@@ -134,29 +133,4 @@ func TestCopyCounts(t *testing.T) {
 			})
 		}
 	}
-}
-
-// copyCounter counts the copies to the device made through it: a loader's
-// batches. Its lock holds across the copy, so that a reading of the
-// device's counts and of n under it agree.
-type copyCounter struct {
-	device.Device
-	mu sync.Mutex
-	n  int64
-}
-
-func (c *copyCounter) CopyToDevice(dst device.Buffer, src device.HostBuffer, s device.Stream) (device.Event, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.n++
-	return c.Device.CopyToDevice(dst, src, s)
-}
-
-// countsWithout returns counter's counts less the copies made through c.
-func (c *copyCounter) countsWithout(counter device.Counter) device.Counts {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := counter.Counts()
-	n.Copies -= c.n
-	return n
 }

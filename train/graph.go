@@ -1,8 +1,10 @@
 package train
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/rnn"
@@ -15,12 +17,13 @@ import (
 // queue for it: at g = 0 the start of the step (zeroed gradients and
 // loss, the guarded backup of the carried state), then its forward, loss
 // and backward, reading its batch from buffers of its own that the
-// trainer copies the loader's batch into first; at the last, the
-// gradient's squared norm. What changes from step to step stays outside:
-// the verdict (device.StepGuard writes the step's own record slot) and
-// the update (the schedule's rate and the step number are arguments), a
-// few launches. A replay queues exactly the calls recorded, so the steps
-// are the same bits as eager ones.
+// trainer copies the loader's batch into first; at the last, the end of
+// the step: the gradient's squared norm, the verdict and the update. What
+// changes from step to step is read from device memory: the batch, and
+// the step's values, which the trainer copies into values before the
+// last graph: the record's slot (device.StepGuard's Slot) and the rate
+// and step number (the update's device.Rates). A replay queues exactly
+// the calls recorded, so the steps are the same bits as eager ones.
 type stepGraphs struct {
 	off    bool           // no graphs: not asked for, not possible, or a capture failed
 	warm   bool           // a step ran eagerly first, so the cache holds its memory
@@ -30,7 +33,93 @@ type stepGraphs struct {
 	// read them; seq and rows the shape they were recorded for.
 	in, tgt   []device.Buffer
 	seq, rows int
-	normed    bool // the step's norm was computed in its last graph
+	ended     bool // the step's end (norm, verdict, update) was queued in its last graph
+
+	// values is the step's slot and rates (valuesSize bytes) that the last
+	// graph reads; stage is a ring of staging entries its copies come
+	// from, each reused once the copy it made last completed (copied,
+	// its events; next, the entry the next step writes). They live as
+	// long as the trainer, since a copy may be in flight whatever the
+	// graphs do.
+	values device.Buffer
+	stage  device.HostBuffer
+	copied []device.Event
+	next   int
+}
+
+// valuesSize is the bytes of stepGraphs.values: the record's slot, a
+// float64, then the update's device.Rates.
+const valuesSize = 8 + device.RatesSize
+
+// allocValues makes the step values' buffer and staging ring, when the
+// trainer may record its steps: as many entries as steps whose copies may
+// be in flight at once (the readbacks of Pipeline steps wait for those
+// before them, so an entry 2·Pipeline+1 steps old is done), so that
+// writing one never waits.
+func (t *Trainer) allocValues() error {
+	sg := &t.sg
+	if sg.off {
+		return nil
+	}
+	n := 2*t.slots() + 1
+	var err error
+	if sg.values, err = t.dev.Alloc(valuesSize, device.Workspace); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	if sg.stage, err = t.dev.Staging(int64(n * valuesSize)); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	sg.copied = make([]device.Event, n)
+	return nil
+}
+
+// putValues queues the copy of the next step's values (its record's slot
+// and its rates) into sg.values, on the compute stream before its last
+// graph.
+func (t *Trainer) putValues() error {
+	sg := &t.sg
+	i := sg.next
+	sg.next = (i + 1) % len(sg.copied)
+	if ev := sg.copied[i]; ev != nil {
+		// Only the copy's completion matters here: an error of the work
+		// before it (an index error) is the readback's to report, and
+		// Wait leaves it to the next synchronisation.
+		if done, _ := ev.Done(); !done {
+			_ = ev.Wait()
+		}
+	}
+	slot, n, lr := t.nextStep()
+	h := sg.stage.Slice(int64(i*valuesSize), valuesSize)
+	b := h.Bytes()
+	binary.NativeEndian.PutUint64(b, math.Float64bits(float64(slot)))
+	o := t.cfg.Optimizer
+	device.Rates{LR: lr, Step: int(n + 1), Beta1: o.Beta1, Beta2: o.Beta2}.Put(b[8:])
+	ev, err := t.dev.CopyToDevice(sg.values, h, t.dev.Stream())
+	if err != nil {
+		return fmt.Errorf("train: the step's values: %w", err)
+	}
+	sg.copied[i] = ev
+	return nil
+}
+
+// freeValues waits for the values' copies and frees their memory.
+func (t *Trainer) freeValues() error {
+	sg := &t.sg
+	var errs []error
+	if sg.stage.Len() > 0 {
+		for _, ev := range sg.copied {
+			if ev != nil {
+				// The copies' completion only, as in putValues.
+				_ = ev.Wait()
+			}
+		}
+		errs = append(errs, t.dev.FreeStaging(sg.stage))
+	}
+	if !sg.values.IsZero() {
+		errs = append(errs, t.dev.Free(sg.values))
+	}
+	sg.values, sg.stage, sg.copied = device.Buffer{}, device.HostBuffer{}, nil
+	return errors.Join(errs...)
 }
 
 // graphsFor decides whether the trainer records its steps: Config.Graphs,
@@ -72,6 +161,11 @@ func (t *Trainer) replay(b micro) (bool, error) {
 	}
 	k := t.dev.Kernels()
 	g := b.group
+	if b.last {
+		if err := t.putValues(); err != nil {
+			return false, err
+		}
+	}
 	if err := errors.Join(k.Copy(device.Copy{Dst: sg.in[g], Src: b.win.Inputs.Slice(0, sg.in[g].Len())}),
 		k.Copy(device.Copy{Dst: sg.tgt[g], Src: b.win.Targets.Slice(0, sg.tgt[g].Len())})); err != nil {
 		return false, fmt.Errorf("train: %w", err)
@@ -95,13 +189,13 @@ func (t *Trainer) replay(b micro) (bool, error) {
 	if err := sg.graphs[g].Launch(); err != nil {
 		return false, fmt.Errorf("train: %w", err)
 	}
-	sg.normed = b.last
+	sg.ended = b.last
 	return true, nil
 }
 
 // recordMicro queues what micro-batch b's graph holds (replay): the step's
 // start at group 0, b's forward, loss and backward on the graph's batch
-// buffers, the norm at the last group.
+// buffers, the step's end at the last group, reading its values.
 func (t *Trainer) recordMicro(b micro) error {
 	sg := &t.sg
 	if b.group == 0 {
@@ -114,7 +208,10 @@ func (t *Trainer) recordMicro(b micro) error {
 		return err
 	}
 	if b.last {
-		return t.norms()
+		if err := t.norms(); err != nil {
+			return err
+		}
+		return t.decide(0, 0, 0, sg.values)
 	}
 	return nil
 }
@@ -150,6 +247,6 @@ func (t *Trainer) closeGraphs() error {
 	if !sg.buf.IsZero() {
 		errs = append(errs, t.dev.Free(sg.buf))
 	}
-	*sg = stepGraphs{off: sg.off, warm: sg.warm}
+	*sg = stepGraphs{off: sg.off, warm: sg.warm, values: sg.values, stage: sg.stage, copied: sg.copied, next: sg.next}
 	return errors.Join(errs...)
 }

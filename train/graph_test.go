@@ -1,10 +1,12 @@
 package train_test
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/train"
 )
@@ -87,4 +89,49 @@ func TestGraphsSameRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGraphStepEndsOnDevice: a replayed step is ended inside its last
+// graph, reading what changes from step to step (its record's slot, its
+// rate and number) from device memory, so that the host's calls for a
+// steady step (device.Counts.Calls, the loader's batches left out) are, a
+// micro-batch, a graph launch and the two copies of its batch into the
+// graph's buffers, and, a step, one copy of its values and the read-back
+// of its record: 3·accum + 2. An eager step calls every kernel. That the
+// replayed steps are the eager ones' bits is TestGraphsSameRun's; here a
+// cosine schedule changes the rate at every step all the same.
+func TestGraphStepEndsOnDevice(t *testing.T) {
+	d := testdevice.Open(t)
+	counter, ok := d.(device.Counter)
+	if !ok {
+		t.Fatalf("%s counts nothing (device.Counter)", d.Name())
+	}
+	const steps, accum = 8, 2
+	calls := func(graphs bool) (per float64, launched int64) {
+		m := newLM(t, d, lmConfig{vocab: 10, embed: 6, hidden: 8, layers: 2, dtype: device.Float32, seed: 3})
+		ld := &testdevice.LoaderCopies{Device: d}
+		l := newLoader(t, ld, text(t, 6000, 10, 5), loader.Config{Batch: 4, Seq: 8, Accum: accum})
+		var at [steps + 1]device.Counts
+		tr := newTrainer(t, d, m, l, train.Config{Optimizer: adam(t, 0.01), Steps: steps, ClipNorm: 0.3, Graphs: graphs,
+			Schedule: train.Schedule{Decay: "cosine", Warmup: 3},
+			OnStep:   func(p train.Progress) { at[p.Step] = ld.CountsWithout(counter) }})
+		sum, err := tr.Run(context.Background())
+		check(t, err)
+		if sum.Steps != steps {
+			t.Fatalf("%d steps, want %d", sum.Steps, steps)
+		}
+		// From the end of step 2 (the graphs recorded at step 2) to the
+		// last.
+		c := at[steps].Sub(at[2])
+		return float64(c.Calls) / (steps - 2), c.Graphs
+	}
+	eager, _ := calls(false)
+	replayed, graphs := calls(true)
+	if graphs != accum*(steps-2) {
+		t.Errorf("%d graph launches over %d steps, want %d a step", graphs, steps-2, accum)
+	}
+	if replayed != 3*accum+2 {
+		t.Errorf("a replayed step: %v calls, want %d (the eager step: %v)", replayed, 3*accum+2, eager)
+	}
+	t.Logf("host calls a step: %v eager, %v replayed", eager, replayed)
 }

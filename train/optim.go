@@ -159,10 +159,11 @@ func newOptimizer(d device.Device, cfg Optimizer, groups []Group) (*optimizer, e
 
 // step queues the update of every group at learning rate lr; t is the
 // 1-based step number (Adam's bias correction, SGD's first momentum step).
-// The updates obey guard (device.StepGuard: skipped when it refuses the
-// step, the gradient scaled by its coefficient) and clamp the gradient to
-// ±clip when clip > 0.
-func (o *optimizer) step(d device.Device, groups []Group, lr float64, t int, guard device.Buffer, clip float64) error {
+// With rates (device.Rates in device memory) the kernels read the rate
+// and number there instead. The updates obey guard (device.StepGuard:
+// skipped when it refuses the step, the gradient scaled by its
+// coefficient) and clamp the gradient to ±clip when clip > 0.
+func (o *optimizer) step(d device.Device, groups []Group, lr float64, t int, guard device.Buffer, clip float64, rates device.Buffer) error {
 	k, c := d.Kernels(), o.cfg
 	for i, g := range groups {
 		p, s := g.Params, o.state[i]
@@ -172,7 +173,7 @@ func (o *optimizer) step(d device.Device, groups []Group, lr float64, t int, gua
 		switch c.Algorithm {
 		case SGD:
 			a := device.SGD{DType: dt, N: n, LR: lr, Momentum: c.Momentum, Dampening: c.Dampening,
-				WeightDecay: c.WeightDecay, Nesterov: c.Nesterov, Step: t, Param: value, Grad: grad, Guard: guard, Clip: clip}
+				WeightDecay: c.WeightDecay, Nesterov: c.Nesterov, Step: t, Param: value, Grad: grad, Guard: guard, Clip: clip, Rates: rates}
 			if c.Momentum != 0 {
 				a.Velocity = s[0]
 			}
@@ -180,10 +181,10 @@ func (o *optimizer) step(d device.Device, groups []Group, lr float64, t int, gua
 		case Adam, AdamW:
 			err = k.Adam(device.Adam{DType: dt, N: n, LR: lr, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps,
 				WeightDecay: c.WeightDecay, Decoupled: c.Algorithm == AdamW, Step: t,
-				Param: value, Grad: grad, M: s[0], V: s[1], Guard: guard, Clip: clip})
+				Param: value, Grad: grad, M: s[0], V: s[1], Guard: guard, Clip: clip, Rates: rates})
 		case RMSprop:
 			a := device.RMSprop{DType: dt, N: n, LR: lr, Alpha: c.Alpha, Eps: c.Eps, WeightDecay: c.WeightDecay,
-				Momentum: c.Momentum, Centered: c.Centered, Param: value, Grad: grad, SquareAvg: s[0], Guard: guard, Clip: clip}
+				Momentum: c.Momentum, Centered: c.Centered, Param: value, Grad: grad, SquareAvg: s[0], Guard: guard, Clip: clip, Rates: rates}
 			next := 1
 			if c.Momentum != 0 {
 				a.Velocity = s[next]

@@ -296,7 +296,7 @@ func newTrainer(d device.Device, groups []Group, classes int, src source, cfg Co
 		t.unlock = unlock
 	}
 	t.graphsFor()
-	if err := t.allocate(dt, classes); err != nil {
+	if err := errors.Join(t.allocate(dt, classes), t.allocValues()); err != nil {
 		return nil, errors.Join(err, t.Close())
 	}
 	if err := t.newParallel(); err != nil {
@@ -727,7 +727,7 @@ func (t *Trainer) finish(ctx context.Context, r *run, err error) (Summary, error
 // at that step's start is kept. beginDevice's work is what a step's
 // recording holds (Config.Graphs).
 func (t *Trainer) beginHost() {
-	t.sg.normed = false
+	t.sg.ended = false
 	t.random0 = nil
 	if r := t.src.random(); r != nil {
 		t.random0 = r.RandomState()
@@ -841,37 +841,56 @@ func (t *Trainer) recordsLen() int64 {
 // coefficient), the update, which obeys it, and the step's place in the
 // queue. Nothing waits for the device.
 func (t *Trainer) endStep(r *run, next loader.Position) error {
-	k := t.dev.Kernels()
-	dt := t.groups[0].Params.DType()
-	slot := int(t.queued % int64(t.slots()))
+	slot, n, lr := t.nextStep()
 	if t.par != nil {
 		// Before the norm, which must be of the summed gradient (graphs,
-		// which norm inside, are off).
+		// which end the step inside, are off).
 		if err := t.reduceStep(r.stop, slot); err != nil {
 			return err
 		}
 	}
-	if !t.sg.normed {
+	if !t.sg.ended {
 		if err := t.norms(); err != nil {
 			return err
 		}
+		if err := t.decide(slot, lr, int(n+1), device.Buffer{}); err != nil {
+			return err
+		}
 	}
-	t.sg.normed, t.sg.warm = false, true
-	// A source whose micro-batches add sums (sequences) makes them the
-	// step's mean here: the norm and loss by scale, the gradient by the
-	// coefficient, which includes it.
-	if err := k.StepGuard(device.StepGuard{DType: dt, Loss: t.ce.Total(), NormSq: t.norm, Scale: t.src.scale(),
-		ClipNorm: t.cfg.ClipNorm, Record: t.records.Slice(int64(slot)*recordSize, recordSize), Guard: t.guard}); err != nil {
-		return fmt.Errorf("train: %w", err)
-	}
-	n := t.step + int64(len(t.queue)) // steps before this one, if none queued is refused
-	lr := t.cfg.Schedule.Rate(t.cfg.Optimizer.LR, n, t.cfg.Steps)
-	if err := t.opt.step(t.dev, t.groups, lr, int(n+1), t.guard, t.cfg.ClipValue); err != nil {
-		return err
-	}
+	t.sg.ended, t.sg.warm = false, true
 	t.queue = append(t.queue, queued{slot: slot, next: next, random0: t.random0, lr: lr, tokens: r.tokens})
 	t.queued++
 	return nil
+}
+
+// nextStep is the step about to be queued: its record's slot, the steps
+// before it (if no step queued before it is refused) and its rate.
+func (t *Trainer) nextStep() (slot int, n int64, lr float64) {
+	n = t.step + int64(len(t.queue))
+	return int(t.queued % int64(t.slots())), n, t.cfg.Schedule.Rate(t.cfg.Optimizer.LR, n, t.cfg.Steps)
+}
+
+// decide queues the verdict on the step (device.StepGuard) and the
+// update, which obeys it: the step's record slot, rate and 1-based number
+// are the arguments, or with values (a recorded step's, stepGraphs) read
+// from device memory as the kernels run.
+func (t *Trainer) decide(slot int, lr float64, step int, values device.Buffer) error {
+	k := t.dev.Kernels()
+	dt := t.groups[0].Params.DType()
+	// A source whose micro-batches add sums (sequences) makes them the
+	// step's mean here: the norm and loss by scale, the gradient by the
+	// coefficient, which includes it.
+	g := device.StepGuard{DType: dt, Loss: t.ce.Total(), NormSq: t.norm, Scale: t.src.scale(), ClipNorm: t.cfg.ClipNorm,
+		Record: t.records.Slice(int64(slot)*recordSize, recordSize), Guard: t.guard}
+	var rates device.Buffer
+	if !values.IsZero() {
+		g.Record, g.Slot = t.records.Slice(0, recordSize*int64(t.slots())), values.Slice(0, 8)
+		rates = values.Slice(8, device.RatesSize)
+	}
+	if err := k.StepGuard(g); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	return t.opt.step(t.dev, t.groups, lr, step, t.guard, t.cfg.ClipValue, rates)
 }
 
 // norms queues the gradient's squared norm into t.norm.
@@ -1055,7 +1074,7 @@ func (t *Trainer) validate(ctx context.Context) (Evaluation, error) {
 // Close frees the trainer's device memory (not the model's or the
 // loader's).
 func (t *Trainer) Close() error {
-	errs := []error{t.closeGraphs(), t.closeParallel()}
+	errs := []error{t.closeGraphs(), t.freeValues(), t.closeParallel()}
 	if t.opt != nil {
 		errs = append(errs, t.opt.free(t.dev))
 		t.opt = nil

@@ -65,13 +65,17 @@ var (
 )
 
 // counts are device.Counts as they are kept: atomics the lanes add to.
-type counts struct{ syncs, launches, gemms, copies, graphs atomic.Int64 }
+// replayed is the launches, GEMMs and copies graphs replayed, which are
+// not the host's calls (device.Counts.Calls).
+type counts struct{ syncs, launches, gemms, copies, graphs, replayed atomic.Int64 }
 
 // Counts returns what the device was asked for since it opened, its
 // scopes' work included (device.Counter).
 func (d *Device) Counts() device.Counts {
 	c := &d.counts
-	return device.Counts{Syncs: c.syncs.Load(), Launches: c.launches.Load(), GEMMs: c.gemms.Load(), Copies: c.copies.Load(), Graphs: c.graphs.Load()}
+	n := device.Counts{Syncs: c.syncs.Load(), Launches: c.launches.Load(), GEMMs: c.gemms.Load(), Copies: c.copies.Load(), Graphs: c.graphs.Load()}
+	n.Calls = n.Launches + n.GEMMs + n.Copies + n.Graphs - c.replayed.Load()
+	return n
 }
 
 // Open starts a CPU device.

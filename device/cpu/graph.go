@@ -112,6 +112,7 @@ func (g *graph) Launch() error {
 	d.counts.launches.Add(g.counts.Launches)
 	d.counts.gemms.Add(g.counts.GEMMs)
 	d.counts.copies.Add(g.counts.Copies)
+	d.counts.replayed.Add(g.counts.Launches + g.counts.GEMMs + g.counts.Copies)
 	return nil
 }
 
@@ -132,12 +133,20 @@ func (g *graph) Close() error {
 
 // run executes the graph's commands in order on s, the compute stream's
 // worker, and returns the first error they raised; the later ones still
-// run, as kernels after a failed one do on a GPU.
+// run, as kernels after a failed one do on a GPU. Each error becomes the
+// stream's as it is raised, as the worker makes a command's, so that a
+// StepGuard later in the graph sees it (an index error not yet reported
+// refuses the step).
 func (g *graph) run(s *stream) error {
 	var first error
 	for i := range g.cmds {
 		if err := s.exec(&g.cmds[i]); err != nil && first == nil {
 			first = err
+			s.mu.Lock()
+			if s.err == nil {
+				s.err = err
+			}
+			s.mu.Unlock()
 		}
 	}
 	return first

@@ -34,22 +34,22 @@ func testCounts(t *testing.T, open opener) {
 	}{
 		{"Gemm", func() error {
 			return e.dev.Kernels().Gemm(device.Gemm{DType: device.Float32, M: 8, N: 8, K: 8, Alpha: 1, A: x.buf, B: x.buf, C: y.buf})
-		}, device.Counts{GEMMs: 1}},
+		}, device.Counts{GEMMs: 1, Calls: 1}},
 		{"Fill", func() error {
 			return e.dev.Kernels().Fill(device.Fill{DType: device.Float32, N: 64, X: y.buf, Value: 3})
-		}, device.Counts{Launches: 1}},
+		}, device.Counts{Launches: 1, Calls: 1}},
 		{"Axpby", func() error {
 			return e.dev.Kernels().Axpby(device.Axpby{DType: device.Float32, N: 64, Alpha: 1, Beta: 1, X: x.buf, Y: y.buf})
-		}, device.Counts{Launches: 1}},
+		}, device.Counts{Launches: 1, Calls: 1}},
 		{"Sample", func() error {
 			return e.dev.Kernels().Sample(device.Sample{DType: device.Float32, N: 2, Classes: 32, Temperature: 1, Logits: x.buf, IDs: ids.buf, Tokens: ids.buf})
-		}, device.Counts{Launches: 1}},
-		{"Copy", func() error { return e.dev.Kernels().Copy(device.Copy{Src: x.buf, Dst: y.buf}) }, device.Counts{Copies: 1}},
+		}, device.Counts{Launches: 1, Calls: 1}},
+		{"Copy", func() error { return e.dev.Kernels().Copy(device.Copy{Src: x.buf, Dst: y.buf}) }, device.Counts{Copies: 1, Calls: 1}},
 		{"empty Fill", func() error {
 			return e.dev.Kernels().Fill(device.Fill{DType: device.Float32, N: 0, X: y.buf, Value: 3})
 		}, device.Counts{}},
-		{"Upload", func() error { return e.dev.Upload(y.buf, make([]byte, 16)) }, device.Counts{Copies: 1, Syncs: 1}},
-		{"Download", func() error { return e.dev.Download(make([]byte, 16), y.buf) }, device.Counts{Copies: 1, Syncs: 1}},
+		{"Upload", func() error { return e.dev.Upload(y.buf, make([]byte, 16)) }, device.Counts{Copies: 1, Syncs: 1, Calls: 1}},
+		{"Download", func() error { return e.dev.Download(make([]byte, 16), y.buf) }, device.Counts{Copies: 1, Syncs: 1, Calls: 1}},
 		{"Synchronize", e.dev.Synchronize, device.Counts{Syncs: 2}}, // the compute stream and s
 		{"Stream.Synchronize", e.dev.Stream().Synchronize, device.Counts{Syncs: 1}},
 		{"CopyToDevice and its event's Wait", func() error {
@@ -58,14 +58,14 @@ func testCounts(t *testing.T, open opener) {
 				err = ev.Wait()
 			}
 			return err
-		}, device.Counts{Copies: 1, Syncs: 1}},
+		}, device.Counts{Copies: 1, Syncs: 1, Calls: 1}},
 		{"CopyToHost", func() error {
 			ev, err := e.dev.CopyToHost(h, y.buf, s)
 			if err == nil {
 				err = ev.Wait()
 			}
 			return err
-		}, device.Counts{Copies: 1, Syncs: 1}},
+		}, device.Counts{Copies: 1, Syncs: 1, Calls: 1}},
 	} {
 		before := c.Counts()
 		if err := call(t, step.name, step.do); err != nil {

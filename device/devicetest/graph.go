@@ -67,7 +67,7 @@ func testGraphs(t *testing.T, open opener) {
 		got, want := newSet(e), newSet(e)
 		before := counts(e.dev)
 		g := capture(e, func() error { return step(e, got) })
-		if c := counts(e.dev).Sub(before); c.Launches != 0 || c.GEMMs != 0 || c.Copies != 0 {
+		if c := counts(e.dev).Sub(before); c.Launches != 0 || c.GEMMs != 0 || c.Copies != 0 || c.Calls != 0 {
 			e.t.Errorf("counts while capturing: %+v, want none (nothing ran)", c)
 		}
 		// Nothing ran during the capture.
@@ -80,8 +80,9 @@ func testGraphs(t *testing.T, open opener) {
 			}
 			if _, ok := e.dev.(device.Counter); ok {
 				c := counts(e.dev).Sub(before)
-				if (c != device.Counts{Launches: 2, GEMMs: 2, Copies: 2, Graphs: 1}) {
-					e.t.Errorf("round %d: counts %+v, want the recorded calls' (1 launch, 1 GEMM, 1 copy) twice and 1 graph", round, c)
+				if (c != device.Counts{Launches: 2, GEMMs: 2, Copies: 2, Graphs: 1, Calls: 4}) {
+					e.t.Errorf("round %d: counts %+v, want the recorded calls' (1 launch, 1 GEMM, 1 copy) twice and 1 graph, "+
+						"and 4 calls (the graph's launch, the eager step's 3)", round, c)
 				}
 			}
 			// Each launch runs the work again: y doubles and c grows.
@@ -197,8 +198,15 @@ func testGraphs(t *testing.T, open opener) {
 	e.run("IndexError", func(e *env) {
 		table, out := e.vec(e.uniform(8, -1, 1)), e.vec(make([]float64, 4))
 		ids := e.ids([]int32{1, 9})
+		// A StepGuard later in the graph sees the error, not yet
+		// reported, as it does eagerly: a replayed step with bad data is
+		// refused (the trainer records its verdict in the step's graph).
+		loss, normSq := e.vec([]float64{2.5}), e.vec([]float64{9})
+		rec, guard := e.vecOf(device.Float64, nans(3)), e.vecOf(device.Float64, []float64{-3, 0})
 		g := capture(e, func() error {
-			return e.dev.Kernels().Embedding(device.Embedding{DType: e.dt, N: 2, Dim: 2, Vocab: 4, Table: table.buf, IDs: ids.buf, Out: out.buf})
+			k := e.dev.Kernels()
+			return errors.Join(k.Embedding(device.Embedding{DType: e.dt, N: 2, Dim: 2, Vocab: 4, Table: table.buf, IDs: ids.buf, Out: out.buf}),
+				k.StepGuard(device.StepGuard{DType: e.dt, Loss: loss.buf, NormSq: normSq.buf, Scale: 1, Record: rec.buf, Guard: guard.buf}))
 		})
 		if err := e.dev.Synchronize(); err != nil {
 			e.t.Fatalf("Synchronize after capturing a bad id: %v, want nil (nothing ran)", err)
@@ -210,6 +218,8 @@ func testGraphs(t *testing.T, open opener) {
 		if err := e.dev.Synchronize(); err != nil {
 			e.t.Errorf("second Synchronize: %v, want nil (reported once)", err)
 		}
+		checkExact(e.t, "Guard", e.get("Guard", guard), []float64{1, 1})
+		checkExact(e.t, "Record", e.get("Record", rec), []float64{2.5, 3, 1})
 	})
 
 	e.run("Closed", func(e *env) {
