@@ -275,13 +275,13 @@ type BenchResult struct {
 
 // PerOp is device.Counts per step or per token.
 type PerOp struct {
-	Syncs, Launches, GEMMs, Copies, Graphs float64
+	Syncs, Launches, GEMMs, Copies, Graphs, Calls float64
 }
 
 func perOp(c device.Counts, n int64) PerOp {
 	f := float64(max(n, 1))
 	return PerOp{Syncs: float64(c.Syncs) / f, Launches: float64(c.Launches) / f, GEMMs: float64(c.GEMMs) / f, Copies: float64(c.Copies) / f,
-		Graphs: float64(c.Graphs) / f}
+		Graphs: float64(c.Graphs) / f, Calls: float64(c.Calls) / f}
 }
 
 // counts reads d's counts; zero for a device that does not count.
@@ -430,14 +430,14 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 		"train_tokens_per_s": res.TrainTokensPerSecond, "sample_tokens_per_s": res.SampleTokensPerSecond,
 		"segment_allocs": res.SegmentAllocs, "data_wait": res.DataWait,
 		"step_syncs": res.Step.Syncs, "step_launches": res.Step.Launches, "step_gemms": res.Step.GEMMs, "step_copies": res.Step.Copies,
-		"step_graphs": res.Step.Graphs, "token_syncs": res.Token.Syncs, "token_launches": res.Token.Launches,
-		"token_gemms": res.Token.GEMMs, "token_copies": res.Token.Copies, "token_graphs": res.Token.Graphs},
+		"step_graphs": res.Step.Graphs, "step_calls": res.Step.Calls, "token_syncs": res.Token.Syncs, "token_launches": res.Token.Launches,
+		"token_gemms": res.Token.GEMMs, "token_copies": res.Token.Copies, "token_graphs": res.Token.Graphs, "token_calls": res.Token.Calls},
 		fmt.Sprintf("%s %dx%d batch %d seq %d on %s, TF32 %v: train_tokens_per_s %.0f  sample_tokens_per_s %.0f  segment_allocs %d  data_wait %.1f%%\n"+
-			"  per training step: %.1f syncs, %.1f launches, %.1f GEMMs, %.1f copies, %.2f graphs; per sampled token: %.1f syncs, %.1f launches, %.1f GEMMs, %.1f copies, %.3f graphs\n",
+			"  per training step: %.1f syncs, %.1f launches, %.1f GEMMs, %.1f copies, %.2f graphs, %.1f host calls; per sampled token: %.1f syncs, %.1f launches, %.1f GEMMs, %.1f copies, %.3f graphs, %.2f host calls\n",
 			f.Cell, f.Layers, f.Hidden, f.Batch, f.Seq, where, tf32, res.TrainTokensPerSecond, res.SampleTokensPerSecond,
 			res.SegmentAllocs, 100*res.DataWait,
-			res.Step.Syncs, res.Step.Launches, res.Step.GEMMs, res.Step.Copies, res.Step.Graphs,
-			res.Token.Syncs, res.Token.Launches, res.Token.GEMMs, res.Token.Copies, res.Token.Graphs))
+			res.Step.Syncs, res.Step.Launches, res.Step.GEMMs, res.Step.Copies, res.Step.Graphs, res.Step.Calls,
+			res.Token.Syncs, res.Token.Launches, res.Token.GEMMs, res.Token.Copies, res.Token.Graphs, res.Token.Calls))
 	if f.MemStats {
 		printMemStats(p, d)
 	}

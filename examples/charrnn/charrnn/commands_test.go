@@ -166,6 +166,18 @@ func TestBenchCommand(t *testing.T) {
 	if g := evs[0]["step_graphs"]; g != 0.5 {
 		t.Errorf("step_graphs = %v, want 0.5 (one of the 2 timed steps replayed)", g)
 	}
+	// The host's calls: the eager step's are its work, the replayed
+	// step's a few (train.TestGraphStepEndsOnDevice counts them), so a
+	// step's calls are well under its work.
+	calls, _ := evs[0]["step_calls"].(float64)
+	work := 0.0
+	for _, k := range []string{"step_launches", "step_gemms", "step_copies"} {
+		v, _ := evs[0][k].(float64)
+		work += v
+	}
+	if !(calls > 0 && calls < 0.75*work) {
+		t.Errorf("step_calls = %v, want above 0 and under 3/4 of the work (%v launches, GEMMs and copies)", calls, work)
+	}
 	// They are drawn on the device and read back in chunks of 64: 5
 	// syncs (the prime's upload, four chunks' waits), 0.025 a token,
 	// where drawing on the host took 2 a token.
