@@ -34,6 +34,7 @@ type stepGraphs struct {
 	in, tgt   []device.Buffer
 	seq, rows int
 	ended     bool // the step's end (norm, verdict, update) was queued in its last graph
+	recorded  int  // graphs recorded so far, over the trainer's life
 
 	// values is the step's slot and rates (valuesSize bytes) that the last
 	// graph reads; stage is a ring of staging entries its copies come
@@ -185,6 +186,7 @@ func (t *Trainer) replay(b micro) (bool, error) {
 			return false, err
 		}
 		sg.graphs[g] = gr
+		sg.recorded++
 	}
 	if err := sg.graphs[g].Launch(); err != nil {
 		return false, fmt.Errorf("train: %w", err)
@@ -247,6 +249,6 @@ func (t *Trainer) closeGraphs() error {
 	if !sg.buf.IsZero() {
 		errs = append(errs, t.dev.Free(sg.buf))
 	}
-	*sg = stepGraphs{off: sg.off, warm: sg.warm, values: sg.values, stage: sg.stage, copied: sg.copied, next: sg.next}
+	*sg = stepGraphs{off: sg.off, warm: sg.warm, recorded: sg.recorded, values: sg.values, stage: sg.stage, copied: sg.copied, next: sg.next}
 	return errors.Join(errs...)
 }

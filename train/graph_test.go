@@ -1,10 +1,14 @@
 package train_test
 
 import (
+	"bytes"
 	"context"
+	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
+	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/loader"
@@ -134,4 +138,74 @@ func TestGraphStepEndsOnDevice(t *testing.T) {
 		t.Errorf("a replayed step: %v calls, want %d (the eager step: %v)", replayed, 3*accum+2, eager)
 	}
 	t.Logf("host calls a step: %v eager, %v replayed", eager, replayed)
+}
+
+// TestGraphsRecordedAgain: when a replay finds its graphs recorded for
+// another batch shape (train.ForgetGraphShape stands in for a source
+// whose shapes change), the trainer closes them and records them again
+// at once: the run takes the eager run's steps to the bit (reports,
+// weights, checkpoint), every step after the first is still replayed,
+// the graphs are recorded twice, and the first graphs' memory goes back:
+// the run ends holding what a run that recorded once holds.
+func TestGraphsRecordedAgain(t *testing.T) {
+	d := testdevice.Open(t)
+	counter, ok := d.(device.Counter)
+	if !ok {
+		t.Fatalf("%s counts nothing (device.Counter)", d.Name())
+	}
+	type result struct {
+		reports  []report
+		weights  map[string][]float64
+		ckpt     []byte
+		graphs   int64
+		recorded int
+		inUse    int64
+	}
+	allocated := func() int64 { return d.MemStats().AllocatedBytes[alloc.AllPools].Current }
+	run := func(graphs, forget bool) result {
+		var r result
+		a0 := allocated()
+		m := newLM(t, d, lmConfig{vocab: 10, embed: 6, hidden: 8, layers: 2, dtype: device.Float32, seed: 3})
+		l := newLoader(t, d, text(t, 6000, 10, 5), loader.Config{Batch: 4, Seq: 8, Accum: 2})
+		path := filepath.Join(t.TempDir(), "run.safetensors")
+		var tr *train.Trainer
+		tr = newTrainer(t, d, m, l, train.Config{Optimizer: adam(t, 0.01), Steps: 9, ClipNorm: 0.3,
+			Schedule: train.Schedule{Decay: "cosine"}, Checkpoint: path, Graphs: graphs,
+			OnStep: func(p train.Progress) {
+				r.reports = append(r.reports, reportOf(p))
+				if forget && p.Step == 5 {
+					train.ForgetGraphShape(tr)
+				}
+			}})
+		c0 := counter.Counts()
+		_, err := tr.Run(context.Background())
+		check(t, err)
+		r.graphs, r.recorded = counter.Counts().Sub(c0).Graphs, train.GraphsRecorded(tr)
+		r.weights = values(t, m.Groups())
+		r.ckpt, err = os.ReadFile(path)
+		check(t, err)
+		r.inUse = allocated() - a0
+		return r
+	}
+	want := run(false, false)
+	once := run(true, false)
+	again := run(true, true)
+	for _, c := range []struct {
+		name     string
+		got      result
+		recorded int
+	}{{"recorded once", once, 2}, {"recorded again", again, 4}} {
+		if !reflect.DeepEqual(c.got.reports, want.reports) || !reflect.DeepEqual(c.got.weights, want.weights) || !bytes.Equal(c.got.ckpt, want.ckpt) {
+			t.Errorf("%s: the reports, weights or checkpoint differ from the eager run's", c.name)
+		}
+		if c.got.graphs != 2*8 {
+			t.Errorf("%s: %d graph launches, want 16 (2 a step after the first)", c.name, c.got.graphs)
+		}
+		if c.got.recorded != c.recorded {
+			t.Errorf("%s: %d graphs recorded, want %d", c.name, c.got.recorded, c.recorded)
+		}
+	}
+	if again.inUse != once.inUse {
+		t.Errorf("memory in use at the end: %d bytes after recording again, want %d as after recording once", again.inUse, once.inUse)
+	}
 }

@@ -1,0 +1,10 @@
+package train
+
+// ForgetGraphShape makes the trainer's next replay find its graphs
+// recorded for another batch shape than its batches', which no windows
+// source delivers (a loader's batches all have its shape), so that a test
+// reaches the path that records them again.
+func ForgetGraphShape(t *Trainer) { t.sg.seq = -1 }
+
+// GraphsRecorded is the number of step graphs t recorded.
+func GraphsRecorded(t *Trainer) int { return t.sg.recorded }
