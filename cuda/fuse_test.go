@@ -7,14 +7,15 @@ import (
 	"github.com/gocurrent/gocurrent/device"
 )
 
-// TestFuseCells checks which path a cell given its recurrent product
+// TestEmulatedFuseCells checks which path a cell given its recurrent product
 // takes on the emulated device, by what it launches (Counts): the fused
 // kernel, one launch and no GEMM, up to Config.FuseCellsUpTo (256 by
 // default), two launches (its product alone, then the cell kernel) where
 // the new h overlaps the previous one; a cuBLAS GEMM and the cell kernel
 // above it. The results of every path are checked by the conformance
-// suite (LSTMCellFused, GRUCellFused).
-func TestFuseCells(t *testing.T) {
+// suite (LSTMCellFused, GRUCellFused). Named Emulated: the GPU kit's
+// tests stage leaves it out, as the emulator cannot be built there.
+func TestEmulatedFuseCells(t *testing.T) {
 	fused, unfused := device.Counts{Launches: 1}, device.Counts{Launches: 1, GEMMs: 1}
 	for _, c := range []struct {
 		upTo, hidden int
