@@ -28,6 +28,9 @@ func TestEmulatedKernelCallsAllocateNothing(t *testing.T) {
 	pre, act, w := buf(b*4*h), buf(b*4*h), buf(4*h*h)
 	cPrev, c, hh := buf(b*h), buf(b*h), buf(b*h)
 	loss, ids := buf(1), buf(b)
+	// float64s, as buffers of twice as many float32s: two records, a
+	// guard, a slot and a step's rates.
+	records, guard, slot, rates := buf(2*6), buf(2*2), buf(2), buf(device.RatesSize/4)
 	k := d.Kernels()
 	for _, tc := range []struct {
 		name string
@@ -54,6 +57,14 @@ func TestEmulatedKernelCallsAllocateNothing(t *testing.T) {
 		{"Adam", func() error {
 			return k.Adam(device.Adam{DType: device.Float32, N: b * h, LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Step: 3,
 				Param: c, Grad: hh, M: cPrev, V: act})
+		}},
+		{"StepGuard and Adam, their step's values in memory (a replayed step's)", func() error {
+			if err := k.StepGuard(device.StepGuard{DType: device.Float32, Loss: loss, NormSq: loss, Scale: 1, ClipNorm: 5,
+				Record: records, Guard: guard, Slot: slot}); err != nil {
+				return err
+			}
+			return k.Adam(device.Adam{DType: device.Float32, N: b * h, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
+				Param: c, Grad: hh, M: cPrev, V: act, Guard: guard, Clip: 1, Rates: rates})
 		}},
 		{"Embedding and its gradient", func() error {
 			if err := k.Fill(device.Fill{DType: device.Int32, N: b, X: ids, Value: 2}); err != nil {
