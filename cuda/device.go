@@ -23,6 +23,9 @@ type Info struct {
 	BLASLibrary       string
 	PTX               string // the PTX architecture loaded: "compute_80"
 	TF32              bool
+	// FuseCellsUpTo is Config.FuseCellsUpTo resolved: the largest hidden
+	// size the fused cell kernels run at, -1 for none.
+	FuseCellsUpTo int
 }
 
 // Device is the CUDA device: device.Device on one GPU, in the GPU's primary
@@ -149,7 +152,7 @@ func open(a api, cfg Config) (*Device, error) {
 func (d *Device) readInfo() error {
 	a, ord := d.api, d.cfg.Ordinal
 	var err error
-	info := Info{Ordinal: ord, TF32: d.cfg.TF32}
+	info := Info{Ordinal: ord, TF32: d.cfg.TF32, FuseCellsUpTo: d.cfg.fuseCellsUpTo()}
 	if info.Name, err = a.DeviceName(d.dev); err != nil {
 		return unavailable(ord, "reading the GPU's name", err)
 	}

@@ -12,7 +12,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/dist"
@@ -29,6 +31,17 @@ func main() {
 		CUDA:   cuda.Config{BLASLibrary: os.Getenv("GOCURRENT_CUBLAS"), DriverLibrary: os.Getenv("GOCURRENT_CUDA_DRIVER")},
 		Getenv: os.Getenv,
 		Dist:   dist.Config{MPILibrary: os.Getenv("GOCURRENT_MPI"), NCCLLibrary: os.Getenv("GOCURRENT_NCCL")},
+	}
+	// GOCURRENT_FUSE_CELLS_UP_TO sets cuda.Config.FuseCellsUpTo, so that a
+	// GPU run can compare the fused cell kernels with cuBLAS and the plain
+	// cells (-1: never fuse).
+	if v := os.Getenv("GOCURRENT_FUSE_CELLS_UP_TO"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "charrnn: GOCURRENT_FUSE_CELLS_UP_TO=%q is not a whole number\n", v)
+			os.Exit(2)
+		}
+		env.CUDA.FuseCellsUpTo = n
 	}
 	err := charrnn.Run(ctx, os.Args[1:], env)
 	status := cli.ExitStatus(err, got())
