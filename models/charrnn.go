@@ -60,7 +60,7 @@ type recurrent interface {
 	NewState(batch int) (*rnn.State, error)
 	Params() *rnn.Params
 	DropoutState() (seed, offset uint64)
-	SetDropoutState(seed, offset uint64)
+	SetDropoutState(seed, offset uint64) error
 	SetRecompute(k int) error
 	NotifyLayers(done func(layer int) error)
 	LayerGrads(l int) (off, n int)
@@ -294,7 +294,9 @@ func (c *chain) SetRandomState(v []uint64) error {
 	if len(v) != 2 {
 		return fmt.Errorf("models: random state of %d numbers, want 2 (seed, offset)", len(v))
 	}
-	c.rnn.SetDropoutState(v[0], v[1])
+	if err := c.rnn.SetDropoutState(v[0], v[1]); err != nil {
+		return fmt.Errorf("models: %w", err)
+	}
 	return nil
 }
 

@@ -144,7 +144,7 @@ func (m *lm) Backward(dl device.Buffer) error {
 
 type dropoutStack interface {
 	DropoutState() (seed, offset uint64)
-	SetDropoutState(seed, offset uint64)
+	SetDropoutState(seed, offset uint64) error
 }
 
 func (m *lm) stack() dropoutStack {
@@ -163,8 +163,7 @@ func (m *lm) SetRandomState(v []uint64) error {
 	if len(v) != 2 {
 		return errors.New("want seed and offset")
 	}
-	m.stack().SetDropoutState(v[0], v[1])
-	return nil
+	return m.stack().SetDropoutState(v[0], v[1])
 }
 
 var _ train.RandomModel = (*lm)(nil)
