@@ -685,10 +685,10 @@ func (s *stack) DropoutState() (seed, offset uint64) { return s.dropSeed, s.draw
 // SetDropoutState sets the seed and offset of the next training forward's
 // dropout masks (values DropoutState returned), on the Go side and, queued
 // on the compute stream, in the device memory the kernels read: the
-// training forwards queued after it, replayed or not, draw there. The
-// Backward of a training forward queued before it draws that forward's
-// masks again with the new seed. An error is the device's; the state is
-// then unknown, and must be set again.
+// training forwards queued after it, replayed or not, draw there; the
+// Backward of one queued before it, which with Recompute draws its masks
+// again, draws them at its own offset with the seed set here. An error is
+// the device's: the device's copy is then unknown, and must be set again.
 func (s *stack) SetDropoutState(seed, offset uint64) error {
 	s.dropSeed, s.drawn = seed, offset
 	if !s.dropping() {
