@@ -59,6 +59,7 @@ type Device struct {
 	checkID     cuFunction
 	fillI32     cuFunction
 	guardedCopy cuFunction
+	advance     cuFunction
 
 	closed atomic.Bool
 	mu     sync.Mutex // guards streams, nextID and every lane's streams and staging

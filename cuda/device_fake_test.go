@@ -437,6 +437,13 @@ func TestFakeLaunches(t *testing.T) {
 			return k.SumSquares(device.SumSquares{DType: f64, N: 1 << 16, X: x, Out: one, Accumulate: true})
 		}, []string{"gc_sum_squares_partial_f64", "gc_sum_finish_f64"}, 5, [3]uint32{1, 1, 1}, block1},
 		{func() error {
+			// 300 elements: 2 blocks of 256; the seed and offset in device memory.
+			return k.Dropout(device.Dropout{DType: f32, N: 300, P: 0.5, Offset: 3, StateAt: w.Slice(0, 16), X: x, Y: y, Mask: z})
+		}, []string{"gc_dropout_f32"}, 8, [3]uint32{2, 1, 1}, block1},
+		{func() error {
+			return k.Advance(device.Advance{At: one, Add: 1 << 40, Prev: x.Slice(0, 8)})
+		}, []string{"gc_advance"}, 3, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}},
+		{func() error {
 			return k.Fill(device.Fill{DType: device.Int32, N: 10, X: ids, Value: -3.7})
 		}, []string{"gc_fill_i32"}, 3, [3]uint32{1, 1, 1}, block1},
 		{func() error {

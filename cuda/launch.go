@@ -450,7 +450,16 @@ func (k kernels) Dropout(a device.Dropout) error {
 		return err
 	}
 	return k.l.launch(kDropout, a.DType, grid1(a.N), block1,
-		ptr(a.X), ptr(a.Y), ptr(a.Mask), i64(a.N), f64(a.P), a.Seed, a.Offset)
+		ptr(a.X), ptr(a.Y), ptr(a.Mask), i64(a.N), f64(a.P), a.Seed, a.Offset, ptr(a.StateAt))
+}
+
+// Advance is one thread.
+func (k kernels) Advance(a device.Advance) error {
+	if err := check(k, "Advance", a); err != nil {
+		return err
+	}
+	l := k.l
+	return l.launchFn(l.d.advance, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, ptr(a.At), a.Add, ptr(a.Prev))
 }
 
 func (k kernels) AddBias(a device.AddBias) error {

@@ -93,6 +93,9 @@ func (d *Device) loadKernels(cc int) error {
 	if d.guardedCopy, err = lookup("gc_guarded_copy"); err != nil {
 		return err
 	}
+	if d.advance, err = lookup("gc_advance"); err != nil {
+		return err
+	}
 	d.fillI32, err = lookup("gc_fill_i32")
 	return err
 }

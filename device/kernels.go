@@ -33,6 +33,7 @@ type Kernels interface {
 	Softmax(a Softmax) error
 	Sample(a Sample) error
 	Dropout(a Dropout) error
+	Advance(a Advance) error
 
 	AddBias(a AddBias) error
 	SumRows(a SumRows) error
@@ -794,8 +795,19 @@ type Dropout struct {
 	P      float64 // in [0, 1)
 	Seed   uint64
 	Offset uint64
-	X, Y   Buffer // [N]
-	Mask   Buffer // [N] of DType
+	// StateAt, when set, is 16 bytes of device memory, 8-byte aligned,
+	// holding two uint64 (each two Int32 words, the low one first, as
+	// Sample's CounterAt): a seed s and an offset o that the kernel reads
+	// when it runs. The mask is then drawn with seed Seed^s at Offset+o:
+	// Mask[i] = 1/(1-P) if DropoutKeep(Seed^s, Offset+o+i, P), the sum
+	// modulo 2^64. So where masks come from can change between the replays
+	// of a graph (Grapher), which fix the arguments: an rnn stack keeps
+	// its masks' seed and start there (with Seed and Offset relative to
+	// them, Seed 0), and Advance moves the start on the device. It must
+	// not overlap Y or Mask.
+	StateAt Buffer
+	X, Y    Buffer // [N]
+	Mask    Buffer // [N] of DType
 }
 
 // Check reports whether the arguments are valid for d.
@@ -812,6 +824,30 @@ func (a Dropout) Check(d Device) error {
 	c.buf("X", a.X, a.DType, a.N)
 	c.buf("Y", a.Y, a.DType, a.N)
 	c.buf("Mask", a.Mask, a.DType, a.N)
+	c.word64("StateAt", a.StateAt, 2, true)
+	return c.err
+}
+
+// Advance moves a count kept in device memory, such as where the next
+// dropout masks start: it copies the count at At to Prev, when Prev is
+// set, then adds Add to it, modulo 2^64. At and Prev are 8 bytes each,
+// 8-byte aligned, holding a uint64 (two Int32 words, the low one first,
+// as Sample's CounterAt and Dropout's StateAt hold theirs), and must not
+// overlap. A graph (Grapher) that records an Advance moves the count at
+// every replay, where an argument would stay what it was when recorded;
+// Prev keeps the value the work after it reads (a forward's masks,
+// drawn again in its backward) whatever later Advances do to At.
+type Advance struct {
+	At   Buffer
+	Add  uint64
+	Prev Buffer
+}
+
+// Check reports whether the arguments are valid for d.
+func (a Advance) Check(d Device) error {
+	c := checker{d: d, kernel: "Advance"}
+	c.word64("At", a.At, 1, false)
+	c.word64("Prev", a.Prev, 1, true)
 	return c.err
 }
 
@@ -1325,6 +1361,19 @@ func (c *checker) buf(name string, b Buffer, t DType, n int) {
 	c.owned(name, b)
 	if c.err == nil && b.size < int64(n)*t.Size() {
 		c.fail("%s holds %d bytes, needs %d (%d %v)", name, b.size, int64(n)*t.Size(), n, t)
+	}
+}
+
+// word64 checks a buffer of n uint64 that a kernel reads or writes as
+// such: a buffer of the device, 8-byte aligned, holding 8·n bytes; with
+// optional, the zero Buffer passes.
+func (c *checker) word64(name string, b Buffer, n int, optional bool) {
+	if optional && b.IsZero() {
+		return
+	}
+	c.buf(name, b, Int32, 2*n)
+	if c.err == nil && b.Addr()%8 != 0 {
+		c.fail("%s at %#x is not 8-byte aligned", name, uintptr(b.Addr()))
 	}
 }
 

@@ -60,7 +60,8 @@ type recurrent interface {
 	NewState(batch int) (*rnn.State, error)
 	Params() *rnn.Params
 	DropoutState() (seed, offset uint64)
-	SetDropoutState(seed, offset uint64)
+	SetDropoutState(seed, offset uint64) error
+	Replayed(mode rnn.Mode, seq, batch int)
 	SetRecompute(k int) error
 	NotifyLayers(done func(layer int) error)
 	LayerGrads(l int) (off, n int)
@@ -168,12 +169,19 @@ func (m *CharRNN) Backward(dLogits device.Buffer) error { return m.backward(dLog
 // Replayable implements train.Replayable: a forward and a backward queue
 // the same calls on the same buffers for the same shapes (the layers'
 // buffers grow and stay), so train.Sample records its tokens once and
-// replays them, and the trainer its steps (train.Config.Graphs). A model
-// with dropout is not replayable in training: its masks are drawn at an
-// offset the stack advances in Go at every training forward.
-func (m *CharRNN) Replayable(mode rnn.Mode) bool { return mode == rnn.NoGrad || m.cfg.Dropout == 0 }
+// replays them, and the trainer its steps (train.Config.Graphs). With
+// dropout too: the stack draws its masks where device memory says, and
+// every training forward moves that on the device (Replayed).
+func (m *CharRNN) Replayable(rnn.Mode) bool { return true }
 
-var _ train.Replayable = (*CharRNN)(nil)
+// Replayed implements train.ReplayTracker: the stack's dropout state
+// (RandomState) moves as the replayed forward's would.
+func (m *CharRNN) Replayed(mode rnn.Mode, seq, rows int) { m.rnn.Replayed(mode, seq, rows) }
+
+var (
+	_ train.Replayable    = (*CharRNN)(nil)
+	_ train.ReplayTracker = (*CharRNN)(nil)
+)
 
 // NotifyGrads implements train.GradNotifier: Backward reports the output
 // layer's gradient ("out") as soon as it is queued, then each layer of
@@ -294,7 +302,9 @@ func (c *chain) SetRandomState(v []uint64) error {
 	if len(v) != 2 {
 		return fmt.Errorf("models: random state of %d numbers, want 2 (seed, offset)", len(v))
 	}
-	c.rnn.SetDropoutState(v[0], v[1])
+	if err := c.rnn.SetDropoutState(v[0], v[1]); err != nil {
+		return fmt.Errorf("models: %w", err)
+	}
 	return nil
 }
 

@@ -19,7 +19,8 @@ import (
 // planCases is the grid of TestPlanMatchesCPU: every model, LSTM and GRU,
 // uni- and bidirectional, dropout, character features, pooling, character
 // input, accumulation, a token budget, a length distribution (in the
-// order of a shuffled epoch) and a validation set's own.
+// order of a shuffled epoch), a validation set's own, and steps replayed
+// as device graphs.
 func planCases() []MemorySpec {
 	var specs []MemorySpec
 	for _, cell := range []string{"lstm", "gru"} {
@@ -39,8 +40,11 @@ func planCases() []MemorySpec {
 				Batch: 8, Seq: 20, Lengths: lengthsFrom(33, 20, 1), ValLengths: lengthsFrom(13, 17, 2), Validate: true},
 		)
 	}
-	// Recomputation through time, uni- and bidirectional.
+	// Recomputation through time, uni- and bidirectional; steps replayed
+	// as device graphs, with dropout.
 	specs = append(specs,
+		MemorySpec{CharRNN: &CharRNNConfig{Cell: "gru", Embed: 16, Hidden: 48, Layers: 3, Dropout: 0.2}, Vocab: 65, Batch: 8, Seq: 32,
+			Accum: 2, Graphs: true},
 		MemorySpec{CharRNN: &CharRNNConfig{Cell: "lstm", Embed: 16, Hidden: 48, Layers: 2, Dropout: 0.1, Recompute: rnn.RecomputeAuto},
 			Vocab: 65, Batch: 8, Seq: 96},
 		MemorySpec{Tagger: &TaggerConfig{Cell: "gru", Embed: 24, Hidden: 40, Layers: 2, Bidirectional: true, Recompute: 8}, Vocab: 500,
@@ -62,7 +66,7 @@ func lengthsFrom(n, longest, min int) []int {
 func specName(s MemorySpec) string {
 	switch {
 	case s.CharRNN != nil:
-		return fmt.Sprintf("charrnn-%s-L%d-accum%d-recompute%d", s.CharRNN.Cell, s.CharRNN.Layers, s.Accum, s.CharRNN.Recompute)
+		return fmt.Sprintf("charrnn-%s-L%d-accum%d-recompute%d-graphs%v", s.CharRNN.Cell, s.CharRNN.Layers, s.Accum, s.CharRNN.Recompute, s.Graphs)
 	case s.Tagger != nil:
 		return fmt.Sprintf("tagger-%s-bi%v-chars%v", s.Tagger.Cell, s.Tagger.Bidirectional, s.Tagger.hasChars())
 	}

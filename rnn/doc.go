@@ -53,6 +53,18 @@
 // training input as it is until it has called the layer's Backward. Backward consumes what the training forward saved; calling it
 // without one, or twice, is ErrNoForward with a message saying what to do.
 //
+// # Dropout masks
+//
+// A stack's masks are a function of a seed and of how many elements were
+// drawn before (DropoutState, which a checkpoint records). Both live in
+// device memory too, where the kernels read them, and each training
+// forward moves the count on the device (device.Advance): so the work of
+// a training step recorded in a device graph (device.Grapher) and
+// replayed draws new masks at each replay, the masks the forwards queued
+// one by one would draw. The caller of a replay tells the stack
+// (Replayed), which keeps DropoutState where the device is without
+// reading it; SetDropoutState sets both.
+//
 // # State and truncated backpropagation
 //
 // A State holds h (and c for an LSTM) for a batch of sequences and belongs

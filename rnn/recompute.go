@@ -111,7 +111,7 @@ func (s *stack) forwardBoundaries(q *queue, p *pass, sh *batchShape, seg int, x 
 	in := s.input(q, p, sh, true, x)
 	wins := s.windows(sh, keepBoundaries, seg)
 	for i, w := range wins {
-		top := s.forwardSegment(q, p, sh, seg, i, len(wins)-1, w, in, s.drawn, st, true)[L-1].output()
+		top := s.forwardSegment(q, p, sh, seg, i, len(wins)-1, w, in, st, true)[L-1].output()
 		out := p.out.Elems(dt, w.t0*B*H, (w.t1-w.t0)*B*H)
 		if sh.varlen {
 			q.add(k.GatherSeq(sh.segmentFromSorted(dt, i, w, H, top, out)))
@@ -129,11 +129,10 @@ func (s *stack) forwardBoundaries(q *queue, p *pass, sh *batchShape, seg int, x 
 // forwardSegment queues the forward of every layer over w, the i-th
 // segment of a forward that keeps the boundaries (last the last one's
 // index), each layer starting from its checkpoint, and returns the
-// layers' walks. in is the stack's input, drawn where the forward's
-// dropout masks start. The training forward (fresh) also writes the
+// layers' walks. in is the stack's input. The training forward (fresh) also writes the
 // initial states in the first segment, keeps the states leaving every
 // segment, and copies the final states into st in the last one.
-func (s *stack) forwardSegment(q *queue, p *pass, sh *batchShape, seg, i, last int, w span, in device.Buffer, drawn uint64, st *State, fresh bool) []*layerPass {
+func (s *stack) forwardSegment(q *queue, p *pass, sh *batchShape, seg, i, last int, w span, in device.Buffer, st *State, fresh bool) []*layerPass {
 	dt, B, H, I, L := s.cfg.DType, sh.B, s.cfg.Hidden, s.cfg.Input, s.cfg.Layers
 	parts := []inPart{{buf: in.Elems(dt, w.t0*B*I, (w.t1-w.t0)*B*I), width: I}}
 	lps := make([]*layerPass, L)
@@ -150,7 +149,7 @@ func (s *stack) forwardSegment(q *queue, p *pass, sh *batchShape, seg, i, last i
 				s.final(q, lp, st, l)
 			}
 		}
-		out := s.dropWindow(q, lp, s.maskOffset(drawn, l, 0, sh.T, B), lp.output(), lp.b.drop, lp.b.mask)
+		out := s.dropWindow(q, lp, s.maskOffset(l, 0, sh.T, B), lp.output(), lp.b.drop, lp.b.mask)
 		parts = []inPart{{buf: out, width: H}}
 		lps[l] = lp
 	}
@@ -179,7 +178,7 @@ func (s *stack) backwardBoundaries(q *queue, p *pass, rec *record, dy device.Buf
 	for i := last; i >= 0; i-- {
 		w := wins[i]
 		n := (w.t1 - w.t0) * B
-		lps := s.forwardSegment(q, p, sh, rec.seg, i, last, w, p.x, rec.drawn, nil, false)
+		lps := s.forwardSegment(q, p, sh, rec.seg, i, last, w, p.x, nil, false)
 		top, src := gb.dh[(L-1)%2][0].Elems(dt, 0, n*H), dy.Elems(dt, w.t0*B*H, n*H)
 		if sh.varlen {
 			q.add(k.GatherSeq(sh.segmentToSorted(dt, i, w, H, src, top)))

@@ -1,6 +1,7 @@
 package rnn
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/gocurrent/gocurrent/device"
@@ -129,9 +130,21 @@ type stack struct {
 	// training forward's order and lengths, idxWork a no-grad forward's.
 	reserve, work, out, grads, dx, idx, idxWork scratch
 	lay                                         []layerBufs // reused views, as layers
-	dropSeed                                    uint64      // the seed of the dropout masks
-	drawn                                       uint64      // dropout mask elements drawn so far
 	chunkRows                                   int         // rows of a chunk of steps: the device's device.ProductRows
+
+	// dropSeed and drawn are the Go side of where the dropout masks come
+	// from (DropoutState): the seed, and the mask elements drawn so far.
+	// dropState is the device's side, three uint64 that the kernels read
+	// (device.Dropout's StateAt, device.Advance), when the stack drops
+	// (dropping): the seed, where the masks of the last training forward
+	// start (its dropouts read it, and its Backward's draw them again
+	// there), and where the next one's start. A training forward queues
+	// the Advance that moves the next start to the current one and on by
+	// what it draws, so a replay of its work in a graph (device.Grapher)
+	// draws new masks, and drawn moves with it (Forward, Replayed): the
+	// two sides agree in stream order.
+	dropSeed, drawn uint64
+	dropState       device.Buffer
 
 	layerDone func(layer int) error // NotifyLayers's callback; nil: none
 }
@@ -212,15 +225,14 @@ const (
 )
 
 // record is one training forward: its shape, the state it read, what it
-// kept, the length of its segments and where its dropout masks started;
-// without lengths, x is the caller's input, which Backward reads again
-// (Forward's contract: unchanged until then).
+// kept and the length of its segments (its dropout masks start where the
+// stack's dropState says); without lengths, x is the caller's input, which
+// Backward reads again (Forward's contract: unchanged until then).
 type record struct {
 	sh    batchShape
 	state *State
 	keep  keep
 	seg   int
-	drawn uint64
 	x     device.Buffer
 }
 
@@ -521,6 +533,14 @@ func newStack(d device.Device, c Config, kind cell) (*stack, error) {
 	if s.params, err = newParams(d, dt, c.Seed, s.paramSpecs()); err != nil {
 		return nil, err
 	}
+	if s.dropping() {
+		if s.dropState, err = d.Alloc(24, device.Workspace); err == nil {
+			err = s.writeDropoutState()
+		}
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("rnn: New%s: the dropout state: %w", name, err), s.Close())
+		}
+	}
 	for l := range c.Layers {
 		for dir := range s.dirs() {
 			s.layers = append(s.layers, s.layerParams(l, dir))
@@ -656,13 +676,71 @@ func (s *stack) notifyLayer(q *queue, l int) {
 // DropoutState is where the stack's dropout masks come from: the seed they
 // are drawn with (Config.Seed at first) and how many mask elements have
 // been drawn so far, so where the next training forward's masks start.
-// Only training forwards with Dropout > 0 advance it. A checkpoint records
-// it so that a resumed run draws the masks an uninterrupted one would.
+// Only training forwards with Dropout > 0 and more than one layer advance
+// it, and their replays (Replayed). A checkpoint records it so that a
+// resumed run draws the masks an uninterrupted one would. It reads no
+// device memory.
 func (s *stack) DropoutState() (seed, offset uint64) { return s.dropSeed, s.drawn }
 
 // SetDropoutState sets the seed and offset of the next training forward's
-// dropout masks (values DropoutState returned).
-func (s *stack) SetDropoutState(seed, offset uint64) { s.dropSeed, s.drawn = seed, offset }
+// dropout masks (values DropoutState returned), on the Go side and, queued
+// on the compute stream, in the device memory the kernels read: the
+// training forwards queued after it, replayed or not, draw there; the
+// Backward of one queued before it, which with Recompute draws its masks
+// again, draws them at its own offset with the seed set here. An error is
+// the device's: the device's copy is then unknown, and must be set again.
+func (s *stack) SetDropoutState(seed, offset uint64) error {
+	s.dropSeed, s.drawn = seed, offset
+	if !s.dropping() {
+		return nil
+	}
+	if err := s.writeDropoutState(); err != nil {
+		return fmt.Errorf("rnn: SetDropoutState: %w", err)
+	}
+	return nil
+}
+
+// Replayed tells the stack that a device graph holding one of its
+// training forwards over seq steps of batch sequences (Forward or
+// ForwardLengths in mode Train; Backward changes nothing here) was queued
+// again (device.Grapher's Launch, not the one that follows the recording:
+// the recorded forward ran its Go side then). The replay moved where the
+// next masks start on the device; Replayed moves DropoutState with it, as
+// the forward itself would. Other modes draw nothing: Replayed does
+// nothing for them.
+func (s *stack) Replayed(mode Mode, seq, batch int) {
+	if mode == Train && s.dropping() {
+		s.drawn += s.draws(seq, batch)
+	}
+}
+
+// dropping reports whether training forwards drop the outputs of the
+// layers below the top: Dropout > 0 and more than one layer.
+func (s *stack) dropping() bool { return s.cfg.Dropout > 0 && s.cfg.Layers > 1 }
+
+// draws is how many mask elements a training forward over seq steps of
+// batch sequences draws: seq·batch·Hidden for every layer below the top
+// and direction.
+func (s *stack) draws(seq, batch int) uint64 {
+	return uint64((s.cfg.Layers - 1) * s.dirs() * seq * batch * s.cfg.Hidden)
+}
+
+// writeDropoutState queues writing the seed and the next training
+// forward's offset into dropState, each a uint64 as two Int32 words (low
+// first), four Fills in stream order.
+func (s *stack) writeDropoutState() error {
+	k := s.dev.Kernels()
+	for i, v := range [4]uint64{s.dropSeed, s.dropSeed >> 32, s.drawn, s.drawn >> 32} {
+		at := int64(4 * i)
+		if i >= 2 {
+			at += 8 // past the current forward's offset
+		}
+		if err := k.Fill(device.Fill{DType: device.Int32, N: 1, X: s.dropState.Slice(at, 4), Value: float64(int32(uint32(v)))}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // NewState allocates a zero state for batch sequences: Layers·2 rows of
 // each for a bidirectional stack, layer l's direction d at l·2 + d, as
@@ -678,6 +756,10 @@ func (s *stack) Close() error {
 	var q queue
 	for _, b := range []*scratch{&s.reserve, &s.work, &s.out, &s.grads, &s.dx, &s.idx, &s.idxWork} {
 		q.add(b.free(s.dev))
+	}
+	if !s.dropState.IsZero() {
+		q.add(s.dev.Free(s.dropState))
+		s.dropState = device.Buffer{}
 	}
 	if s.params != nil {
 		q.add(s.params.free())
@@ -983,7 +1065,16 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 		p.state = st
 	}
 	var q queue
-	drawn := s.drawn
+	if kp != keepNothing && s.dropping() {
+		// The masks of this forward start where the next ones were to
+		// (where its dropouts and its Backward find them), and the next
+		// ones after what it draws.
+		q.add(s.dev.Kernels().Advance(device.Advance{At: s.dropState.Slice(16, 8), Add: s.draws(sh.T, sh.B), Prev: s.dropState.Slice(8, 8)}))
+		if q.err != nil {
+			return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, q.err)
+		}
+		s.drawn += s.draws(sh.T, sh.B)
+	}
 	var out device.Buffer
 	if kp == keepBoundaries {
 		out = s.forwardBoundaries(&q, &p, &sh, seg, x, st)
@@ -994,10 +1085,7 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, q.err)
 	}
 	if kp != keepNothing {
-		if s.cfg.Dropout > 0 {
-			s.drawn += uint64((s.cfg.Layers - 1) * s.dirs() * sh.T * sh.B * s.cfg.Hidden)
-		}
-		rec := &record{sh: sh, state: st, keep: kp, seg: seg, drawn: drawn}
+		rec := &record{sh: sh, state: st, keep: kp, seg: seg}
 		if !sh.varlen {
 			rec.x = p.x
 		}
@@ -1069,7 +1157,7 @@ func (s *stack) forwardLayers(q *queue, p *pass, sh *batchShape, kp keep, seg in
 			}
 			for i, w := range wins {
 				lp := s.layerPass(p, sh, kp, seg, l, dir, w)
-				lp.in = s.windowInputs(q, p, sh, kp, seg, l, w, in, s.drawn)
+				lp.in = s.windowInputs(q, p, sh, kp, seg, l, w, in)
 				if i == 0 {
 					s.initial(q, lp, st, l)
 				}
@@ -1080,7 +1168,7 @@ func (s *stack) forwardLayers(q *queue, p *pass, sh *batchShape, kp keep, seg in
 				}
 				if kp == keepSteps {
 					// The whole layer is one window: keep its dropped output.
-					s.dropWindow(q, lp, s.maskOffset(s.drawn, l, dir, T, B), lp.output(), lp.b.drop, lp.b.mask)
+					s.dropWindow(q, lp, s.maskOffset(l, dir, T, B), lp.output(), lp.b.drop, lp.b.mask)
 				}
 			}
 		}
@@ -1103,9 +1191,8 @@ func (s *stack) forwardLayers(q *queue, p *pass, sh *batchShape, kp keep, seg in
 // windowInputs returns the input of layer l over window w, one part per
 // direction of the layer below: x (the stack's input, in), or the outputs
 // of the layer below, dropped when they are in training. With keepOutputs
-// it queues drawing the window's dropout again (into p.inDrop); drawn is
-// where the forward's masks started.
-func (s *stack) windowInputs(q *queue, p *pass, sh *batchShape, kp keep, seg, l int, w span, in device.Buffer, drawn uint64) []inPart {
+// it queues drawing the window's dropout again (into p.inDrop).
+func (s *stack) windowInputs(q *queue, p *pass, sh *batchShape, kp keep, seg, l int, w span, in device.Buffer) []inPart {
 	dt, B, H, I := s.cfg.DType, sh.B, s.cfg.Hidden, s.cfg.Input
 	if l == 0 {
 		return []inPart{{buf: in.Elems(dt, w.t0*B*I, (w.t1-w.t0)*B*I), width: I}}
@@ -1118,7 +1205,7 @@ func (s *stack) windowInputs(q *queue, p *pass, sh *batchShape, kp keep, seg, l 
 		case kp == keepSteps && !below.b.drop.IsZero():
 			buf = below.b.drop
 		case kp == keepOutputs && !p.inMask.IsZero():
-			buf = s.dropWindow(q, below, s.maskOffset(drawn, l-1, dir, sh.T, B), buf, p.inDrop[dir], p.inMask)
+			buf = s.dropWindow(q, below, s.maskOffset(l-1, dir, sh.T, B), buf, p.inDrop[dir], p.inMask)
 		}
 		parts = append(parts, inPart{buf: buf, width: H, off: dir * H})
 	}
@@ -1126,22 +1213,24 @@ func (s *stack) windowInputs(q *queue, p *pass, sh *batchShape, kp keep, seg, l 
 }
 
 // maskOffset is where the dropout mask of layer l's direction dir starts
-// in a forward of T steps of B sequences whose masks start at drawn: the
-// layers below the top draw T·B·H elements each, in order.
-func (s *stack) maskOffset(drawn uint64, l, dir, T, B int) uint64 {
-	return drawn + uint64((l*s.dirs()+dir)*T*B*s.cfg.Hidden)
+// in a forward of T steps of B sequences, from where the forward's masks
+// start: the layers below the top draw T·B·H elements each, in order.
+func (s *stack) maskOffset(l, dir, T, B int) uint64 {
+	return uint64((l*s.dirs() + dir) * T * B * s.cfg.Hidden)
 }
 
 // dropWindow queues the dropout of x, the direction's output over lp's
-// window, into y with its mask, the masks of the layer starting at base,
-// and returns y; with no y (no dropout) it returns x.
+// window, into y with its mask, the masks of the layer starting at base
+// from the forward's start, and returns y; with no y (no dropout) it
+// returns x. The seed and the forward's start are the device's
+// (dropState), so a replay draws where the replayed forward's masks are.
 func (s *stack) dropWindow(q *queue, lp *layerPass, base uint64, x, y, mask device.Buffer) device.Buffer {
 	if y.IsZero() {
 		return x
 	}
 	n := (lp.t1 - lp.t0) * lp.B * lp.H
-	q.add(lp.k.Dropout(device.Dropout{DType: lp.dt, N: n, P: s.cfg.Dropout, Seed: s.dropSeed,
-		Offset: base + uint64(lp.t0*lp.B*lp.H), X: x, Y: y.Elems(lp.dt, 0, n), Mask: mask.Elems(lp.dt, 0, n)}))
+	q.add(lp.k.Dropout(device.Dropout{DType: lp.dt, N: n, P: s.cfg.Dropout, Offset: base + uint64(lp.t0*lp.B*lp.H),
+		StateAt: s.dropState.Slice(0, 16), X: x, Y: y.Elems(lp.dt, 0, n), Mask: mask.Elems(lp.dt, 0, n)}))
 	return y.Elems(lp.dt, 0, n)
 }
 
@@ -1446,7 +1535,7 @@ func (s *stack) backwardLayers(q *queue, p *pass, rec *record, dy device.Buffer,
 			edge := -1
 			for i, w := range order {
 				lp := s.layerPass(p, sh, rec.keep, rec.seg, l, dir, w)
-				lp.in = s.windowInputs(q, p, sh, rec.keep, rec.seg, l, w, p.x, rec.drawn)
+				lp.in = s.windowInputs(q, p, sh, rec.keep, rec.seg, l, w, p.x)
 				if rec.keep == keepOutputs {
 					s.forwardWindow(q, lp, false)
 				}
@@ -1496,7 +1585,7 @@ func (s *stack) dropoutGrads(q *queue, p *pass, rec *record, l int, dst []device
 		for _, w := range s.windows(sh, rec.keep, rec.seg) {
 			below := s.layerPass(p, sh, rec.keep, rec.seg, l-1, dir, w)
 			n := (w.t1 - w.t0) * sh.B * H
-			s.dropWindow(q, below, s.maskOffset(rec.drawn, l-1, dir, sh.T, sh.B), below.output(), p.inDrop[dir], p.inMask)
+			s.dropWindow(q, below, s.maskOffset(l-1, dir, sh.T, sh.B), below.output(), p.inDrop[dir], p.inMask)
 			g := dst[dir].Elems(dt, w.t0*sh.B*H, n)
 			q.add(k.Mul(device.Mul{DType: dt, N: n, X: g, Y: p.inMask, Z: g}))
 		}

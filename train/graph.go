@@ -171,16 +171,33 @@ func (t *Trainer) replay(b micro) (bool, error) {
 		k.Copy(device.Copy{Dst: sg.tgt[g], Src: b.win.Targets.Slice(0, sg.tgt[g].Len())})); err != nil {
 		return false, fmt.Errorf("train: %w", err)
 	}
-	if sg.graphs[g] == nil {
+	recorded := sg.graphs[g] == nil
+	if recorded {
+		// The recording runs the model's Go side (a training forward
+		// moves where the next dropout masks start) and none of its work.
+		random := t.src.random()
+		var saved []uint64
+		if random != nil {
+			saved = random.RandomState()
+		}
 		gr, err := t.dev.(device.Grapher).Capture(func() error { return t.recordMicro(b) })
 		if errors.Is(err, device.ErrNotCapturable) {
 			// Nothing recorded ran: this and every later micro-batch run
-			// eagerly, from the loader's buffers.
+			// eagerly, from the loader's buffers. What the model's Go side
+			// did is undone: the carried state is no longer tied to the
+			// forward, and the random state is where the device's is.
 			if t.cfg.Logger != nil {
 				t.cfg.Logger.Warn("train: steps run eagerly, not as device graphs", "error", err)
 			}
 			sg.off = true
-			return false, t.closeGraphs()
+			if t.states != nil {
+				t.states[b.group].Detach()
+			}
+			err := t.closeGraphs()
+			if random != nil {
+				err = errors.Join(err, random.SetRandomState(saved))
+			}
+			return false, err
 		}
 		if err != nil {
 			return false, err
@@ -190,6 +207,9 @@ func (t *Trainer) replay(b micro) (bool, error) {
 	}
 	if err := sg.graphs[g].Launch(); err != nil {
 		return false, fmt.Errorf("train: %w", err)
+	}
+	if r, ok := t.src.(*windows).model.(ReplayTracker); ok && !recorded {
+		r.Replayed(rnn.Train, sg.seq, sg.rows)
 	}
 	sg.ended = b.last
 	return true, nil

@@ -23,9 +23,12 @@ import (
 // validation and checkpoints in the middle; non-finite steps skipped and
 // the steps queued after them voided, over epochs whose first steps reset
 // the carried state (run eagerly); a refused step saved; an id out of
-// range in a replayed step; and a model with dropout, which is not
-// Replayable in training and so runs eagerly. On a device that counts, the
-// graph launches are checked too (both devices count).
+// range in a replayed step; and models with dropout, whose replays draw
+// new masks on the device: the first case's, and the skips' (the voided
+// steps put the masks' offset back), and one whose capture is refused
+// (the model then runs eagerly, its masks' offset where it was). On a
+// device that counts, the graph launches are checked too (both devices
+// count).
 func TestGraphsSameRun(t *testing.T) {
 	cases := []struct {
 		pipelineCase
@@ -64,11 +67,32 @@ func TestGraphsSameRun(t *testing.T) {
 			l := newLoader(t, d, rareText(t, 1450), loader.Config{Batch: 4, Seq: 10, Epochs: 1})
 			return m, l, train.Config{Optimizer: adam(t, 0.01)}
 		}}, -1},
-		{pipelineCase{"Dropout", func(t *testing.T, d device.Device, dir string) (*lm, *loader.Loader, train.Config) {
+		{pipelineCase{"LSTM/Dropout/Clipped/Accum/Eval/Checkpoints", func(t *testing.T, d device.Device, dir string) (*lm, *loader.Loader, train.Config) {
+			m := newLM(t, d, lmConfig{vocab: 10, embed: 6, hidden: 8, layers: 3, dropout: 0.25, dtype: device.Float32, seed: 3})
+			l := newLoader(t, d, text(t, 6000, 10, 5), loader.Config{Batch: 4, Seq: 8, Accum: 2})
+			val := newLoader(t, d, text(t, 800, 10, 6), loader.Config{Batch: 4, Seq: 8, Epochs: 1})
+			return m, l, train.Config{Optimizer: adam(t, 0.01), Steps: 14, ClipNorm: 0.3, ClipValue: 0.02,
+				Schedule: train.Schedule{Decay: "cosine", Warmup: 3}, Validation: val, EvalEvery: 4,
+				Checkpoint: filepath.Join(dir, "run.safetensors"), CheckpointEvery: 5}
+		}}, 2 * 13},
+		// A forward that a capture refuses: the steps run eagerly, and
+		// the forward run while recording draws no masks.
+		{pipelineCase{"Dropout/CaptureRefused", func(t *testing.T, d device.Device, dir string) (*lm, *loader.Loader, train.Config) {
 			m := newLM(t, d, lmConfig{vocab: 10, embed: 6, hidden: 8, layers: 2, dropout: 0.25, dtype: device.Float32, seed: 3})
+			m.syncs = d
 			l := newLoader(t, d, text(t, 3000, 10, 5), loader.Config{Batch: 4, Seq: 8})
-			return m, l, train.Config{Optimizer: adam(t, 0.01), Steps: 6}
+			return m, l, train.Config{Optimizer: adam(t, 0.01), Steps: 6, Checkpoint: filepath.Join(dir, "run.safetensors")}
 		}}, 0},
+		// As GRU/SGD/Skips/Epochs, with dropout.
+		{pipelineCase{"GRU/Dropout/SGD/Skips/Epochs", func(t *testing.T, d device.Device, dir string) (*lm, *loader.Loader, train.Config) {
+			m := newLM(t, d, lmConfig{vocab: 5, embed: 4, hidden: 6, layers: 2, gru: true, dropout: 0.3, dtype: device.Float32, seed: 1})
+			poison(t, m, 4)
+			l := newLoader(t, d, rareText(t, 100, 777, 787, 1450), loader.Config{Batch: 4, Seq: 10, Epochs: 2})
+			opt, err := train.NewOptimizer(train.SGD, 0.1)
+			check(t, err)
+			opt.Momentum = 0.9
+			return m, l, train.Config{Optimizer: opt, SkipNonFinite: true, ClipNorm: 1, Checkpoint: filepath.Join(dir, "run.safetensors")}
+		}}, -1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

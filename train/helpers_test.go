@@ -33,9 +33,9 @@ type lm struct {
 	gru  *rnn.GRU
 	out  *rnn.Linear
 	v    int
-	// dropout is the stack's: its training forwards draw masks at an
-	// offset the stack advances in Go, which a replay would not.
-	dropout float64
+	// syncs, when set, is the device whose Synchronize ends every
+	// Forward: a forward a graph cannot record (the capture refuses it).
+	syncs device.Device
 }
 
 type lmConfig struct {
@@ -48,7 +48,7 @@ type lmConfig struct {
 
 func newLM(t testing.TB, d device.Device, c lmConfig) *lm {
 	t.Helper()
-	m := &lm{v: c.vocab, dropout: c.dropout}
+	m := &lm{v: c.vocab}
 	var err error
 	m.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: c.vocab, Dim: c.embed, DType: c.dtype, Seed: c.seed})
 	check(t, err)
@@ -87,8 +87,20 @@ func (m *lm) Groups() []train.Group {
 func (m *lm) Classes() int { return m.v }
 
 // Replayable implements train.Replayable: the layers queue the same calls
-// on the same buffers for the same shapes; dropout aside.
-func (m *lm) Replayable(mode rnn.Mode) bool { return mode == rnn.NoGrad || m.dropout == 0 }
+// on the same buffers for the same shapes, and the stack's dropout masks
+// start where the device says (Replayed).
+func (m *lm) Replayable(rnn.Mode) bool { return true }
+
+// Replayed implements train.ReplayTracker.
+func (m *lm) Replayed(mode rnn.Mode, seq, rows int) {
+	if m.gru != nil {
+		m.gru.Replayed(mode, seq, rows)
+	} else {
+		m.lstm.Replayed(mode, seq, rows)
+	}
+}
+
+var _ train.ReplayTracker = (*lm)(nil)
 
 func (m *lm) NewState(rows int) (train.State, error) {
 	var s *rnn.State
@@ -122,7 +134,10 @@ func (m *lm) Forward(mode rnn.Mode, ids device.Buffer, seq, rows int, st train.S
 	if err != nil {
 		return y, err
 	}
-	return m.out.Forward(mode, y, seq*rows)
+	if y, err = m.out.Forward(mode, y, seq*rows); err != nil || m.syncs == nil {
+		return y, err
+	}
+	return y, m.syncs.Synchronize()
 }
 
 func (m *lm) Backward(dl device.Buffer) error {
@@ -144,7 +159,7 @@ func (m *lm) Backward(dl device.Buffer) error {
 
 type dropoutStack interface {
 	DropoutState() (seed, offset uint64)
-	SetDropoutState(seed, offset uint64)
+	SetDropoutState(seed, offset uint64) error
 }
 
 func (m *lm) stack() dropoutStack {
@@ -163,8 +178,7 @@ func (m *lm) SetRandomState(v []uint64) error {
 	if len(v) != 2 {
 		return errors.New("want seed and offset")
 	}
-	m.stack().SetDropoutState(v[0], v[1])
-	return nil
+	return m.stack().SetDropoutState(v[0], v[1])
 }
 
 var _ train.RandomModel = (*lm)(nil)

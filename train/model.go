@@ -41,11 +41,26 @@ type Model interface {
 // same shapes, state and ids buffers, its Forward (and, in rnn.Train, its
 // Backward) queues the same kernels with the same arguments on the same
 // buffers every time, and its Go side keeps nothing that must change from
-// one call to the next (a dropout mask's offset does). Sample records the
-// tokens of a chunk once, and replays them, for a model Replayable in
-// rnn.NoGrad on a device that can; the tokens are the same bits either way.
+// one call to the next, or only what Replayed moves (ReplayTracker).
+// Sample records the tokens of a chunk once, and replays them, for a
+// model Replayable in rnn.NoGrad on a device that can; the tokens are the
+// same bits either way.
 type Replayable interface {
 	Replayable(mode rnn.Mode) bool
+}
+
+// ReplayTracker is implemented by a Replayable model whose Go side keeps
+// count of what its training forwards do on the device: where the next
+// dropout masks start, which the device moves as it runs the forward
+// (rnn's stacks), and which the model's RandomState reports without
+// reading the device. A replay queues a forward's device work again but
+// runs none of its Go code, so after each launch of a graph recorded from
+// a micro-batch (a Forward in rnn.Train over seq·rows ids, and its
+// Backward), other than the launch right after the recording, the trainer
+// calls Replayed(rnn.Train, seq, rows): the Go side then moves as that
+// Forward's would have.
+type ReplayTracker interface {
+	Replayed(mode rnn.Mode, seq, rows int)
 }
 
 // Group is a named set of parameters, e.g. "emb", "rnn", "out".

@@ -102,7 +102,7 @@ type Config struct {
 	// backward made hundreds of calls, which on a GPU is most of a small
 	// model's step time. Only the update and the step's verdict are
 	// queued as calls. It applies to New's trainers of a model that is
-	// Replayable in training (a model with dropout is not) on a device
+	// Replayable in training (with dropout too: ReplayTracker) on a device
 	// that records graphs, and is ignored otherwise; the first step, and a
 	// step whose micro-batches start a stream afresh, run eagerly. The
 	// steps, their results and the checkpoints are the same bits either

@@ -94,8 +94,17 @@ func TestAccumulation(t *testing.T) {
 // The resumed run queues the same kernels on the same shapes as the
 // uninterrupted one, and every device is deterministic (fixed reduction
 // trees, one cuBLAS handle on one stream, dropout drawn from seed and
-// offset), so this is exact in float32 on the GPU too.
+// offset), so this is exact in float32 on the GPU too. With Graphs the
+// interrupted and the resumed runs replay their steps (drawing the masks
+// where the device holds their offset, which the resumed run takes from
+// the checkpoint), and still end with the uninterrupted eager run's file.
 func TestResume(t *testing.T) {
+	for _, graphs := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Eager", true: "Graphs"}[graphs], func(t *testing.T) { testResume(t, graphs) })
+	}
+}
+
+func testResume(t *testing.T, graphs bool) {
 	d := testdevice.Open(t)
 	txt := text(t, 3000, 10, 2)
 	dir := os.Getenv("RESUME_DIR")
@@ -103,29 +112,38 @@ func TestResume(t *testing.T) {
 		dir = t.TempDir()
 	}
 	cfg := lmConfig{vocab: 10, embed: 5, hidden: 8, layers: 2, dropout: 0.3, dtype: device.Float32, seed: 4}
-	run := func(m *lm, steps int64, from string, save string) *train.Trainer {
+	run := func(m *lm, steps int64, from string, save string, graphs bool) *train.Trainer {
 		l := newLoader(t, d, txt, loader.Config{Batch: 3, Accum: 2, Seq: 8})
-		tr := newTrainer(t, d, m, l, train.Config{Optimizer: adam(t, 0.01), Steps: steps, ClipNorm: 1, Checkpoint: save})
+		tr := newTrainer(t, d, m, l, train.Config{Optimizer: adam(t, 0.01), Steps: steps, ClipNorm: 1, Checkpoint: save, Graphs: graphs})
 		if from != "" {
 			ck, err := train.ReadCheckpoint(from)
 			check(t, err)
 			check(t, tr.Resume(ck))
 		}
+		counter, counts := d.(device.Counter)
+		var c0 device.Counts
+		if counts {
+			c0 = counter.Counts()
+		}
 		_, err := tr.Run(context.Background())
 		check(t, err)
+		// Steps 2 to 4 (5 to 8 resumed) record or replay theirs.
+		if counts && graphs && counter.Counts().Sub(c0).Graphs == 0 {
+			t.Errorf("a run of %d steps from %q with Graphs launched no graph", steps, from)
+		}
 		return tr
 	}
 	straight := filepath.Join(dir, "straight.safetensors")
-	run(newLM(t, d, cfg), 8, "", straight)
+	run(newLM(t, d, cfg), 8, "", straight, false)
 	half := filepath.Join(dir, "half.safetensors")
-	first := run(newLM(t, d, cfg), 4, "", half)
+	first := run(newLM(t, d, cfg), 4, "", half, graphs)
 	if first.Step() != 4 {
 		t.Fatalf("first half stopped at step %d, want 4", first.Step())
 	}
 	other := cfg
 	other.seed = 99
 	resumed := filepath.Join(dir, "resumed.safetensors")
-	tr := run(newLM(t, d, other), 8, half, resumed)
+	tr := run(newLM(t, d, other), 8, half, resumed, graphs)
 	if tr.Step() != 8 {
 		t.Errorf("resumed run stopped at step %d, want 8", tr.Step())
 	}

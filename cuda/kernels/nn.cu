@@ -296,12 +296,27 @@ __device__ void dropout(const T* x, T* y, T* mask, long long n, double p,
   }                                                                                           \
   extern "C" __global__ void gc_dropout_##S(const T* x, T* y, T* mask, long long n, double p, \
                                             unsigned long long seed,                          \
-                                            unsigned long long offset) {                      \
+                                            unsigned long long offset,                        \
+                                            const unsigned long long* state) {                \
+    if (state) {                                                                              \
+      seed ^= state[0];                                                                       \
+      offset += state[1];                                                                     \
+    }                                                                                         \
     dropout(x, y, mask, n, p, seed, offset);                                                  \
   }
 
 GC_NN(float, f32)
 GC_NN(double, f64)
+
+// device.Advance: one thread moves a count kept in device memory (where the next dropout masks
+// start), keeping its old value in prev when prev is not NULL.
+extern "C" __global__ void gc_advance(unsigned long long* at, unsigned long long add,
+                                      unsigned long long* prev) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  unsigned long long v = *at;
+  if (prev) *prev = v;
+  *at = v + add;
+}
 
 // ---- Sample (device.Sample) ----------------------------------------------------------------
 // One block of 256 threads per row, grid-stride over rows. Thread j owns chunk j of the row's

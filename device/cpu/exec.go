@@ -78,6 +78,13 @@ func (s *stream) exec(c *cmd) error {
 	case opDropout:
 		a := &c.dropout
 		p.split(wg, c, a.N, 8, pick(a.DType, dropoutPart[float32], dropoutPart[float64]))
+	case opAdvance:
+		a := &c.advance
+		at := elems[uint64](a.At, 1)
+		if !a.Prev.IsZero() {
+			elems[uint64](a.Prev, 1)[0] = at[0]
+		}
+		at[0] += a.Add
 	case opAddBias:
 		a := &c.addBias
 		p.split(wg, c, a.Rows, a.Cols, pick(a.DType, addBiasPart[float32], addBiasPart[float64]))
@@ -373,7 +380,11 @@ func samplePart[T kern.Float](c *cmd, _, lo, hi int) {
 
 func dropoutPart[T kern.Float](c *cmd, _, lo, hi int) {
 	a := &c.dropout
-	kern.Dropout(a.P, a.Seed, a.Offset+uint64(lo), rows[T](a.X, lo, hi, 1), rows[T](a.Y, lo, hi, 1), rows[T](a.Mask, lo, hi, 1))
+	seed, offset := a.Seed, a.Offset
+	if st := elems[uint64](a.StateAt, 2); st != nil {
+		seed, offset = seed^st[0], offset+st[1]
+	}
+	kern.Dropout(a.P, seed, offset+uint64(lo), rows[T](a.X, lo, hi, 1), rows[T](a.Y, lo, hi, 1), rows[T](a.Mask, lo, hi, 1))
 }
 
 func addBiasPart[T kern.Float](c *cmd, _, lo, hi int) {

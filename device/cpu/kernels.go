@@ -28,6 +28,7 @@ const (
 	opSoftmax
 	opSample
 	opDropout
+	opAdvance
 	opAddBias
 	opSumRows
 	opFill
@@ -68,6 +69,7 @@ type cmd struct {
 	softmax  device.Softmax
 	sample   device.Sample
 	dropout  device.Dropout
+	advance  device.Advance
 	addBias  device.AddBias
 	sumRows  device.SumRows
 	fill     device.Fill
@@ -207,6 +209,10 @@ func (k kernels) Sample(a device.Sample) error {
 
 func (k kernels) Dropout(a device.Dropout) error {
 	return k.launchN(a.N, a.Check(k.l.owner), func(c *cmd) { c.op, c.dropout = opDropout, a })
+}
+
+func (k kernels) Advance(a device.Advance) error {
+	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.advance = opAdvance, a })
 }
 
 func (k kernels) AddBias(a device.AddBias) error {

@@ -44,6 +44,9 @@ func testCounts(t *testing.T, open opener) {
 		{"Sample", func() error {
 			return e.dev.Kernels().Sample(device.Sample{DType: device.Float32, N: 2, Classes: 32, Temperature: 1, Logits: x.buf, IDs: ids.buf, Tokens: ids.buf})
 		}, device.Counts{Launches: 1, Calls: 1}},
+		{"Advance", func() error {
+			return e.dev.Kernels().Advance(device.Advance{At: ids.buf.Slice(0, 8), Add: 1})
+		}, device.Counts{Launches: 1, Calls: 1}},
 		{"Copy", func() error { return e.dev.Kernels().Copy(device.Copy{Src: x.buf, Dst: y.buf}) }, device.Counts{Copies: 1, Calls: 1}},
 		{"empty Fill", func() error {
 			return e.dev.Kernels().Fill(device.Fill{DType: device.Float32, N: 0, X: y.buf, Value: 3})

@@ -83,6 +83,7 @@ func RunGroups(t *testing.T, open func(t testing.TB) device.Device, keep func(gr
 		{"Softmax", testSoftmax},
 		{"Sample", testSample},
 		{"Dropout", testDropout},
+		{"Advance", testAdvance},
 		{"AddBias", testAddBias},
 		{"SumRows", testSumRows},
 		{"Fill", testFill},
@@ -238,6 +239,8 @@ func launchKernel(k device.Kernels, a any) error {
 		return k.Sample(a)
 	case device.Dropout:
 		return k.Dropout(a)
+	case device.Advance:
+		return k.Advance(a)
 	case device.AddBias:
 		return k.AddBias(a)
 	case device.SumRows:

@@ -92,6 +92,35 @@ func testGraphs(t *testing.T, open opener) {
 		}
 	})
 
+	// What changes from replay to replay lives in device memory: a count
+	// that Advance moves, read by the work recorded after it (Dropout's
+	// StateAt), draws new masks at each replay.
+	e.run("Count", func(e *env) {
+		const seed, start = 1<<40 + 7, 1<<32 - 3 // the offset's words both change
+		// The state as an rnn stack keeps it: seed, the current masks'
+		// offset, the next ones'.
+		st := e.words(seed, 0xDEAD, start)
+		xv, yv, mv := e.vec(x), e.vec(nans(n)), e.vec(nans(n))
+		g := capture(e, func() error {
+			k := e.dev.Kernels()
+			return errors.Join(
+				k.Advance(device.Advance{At: st.buf.Slice(16, 8), Add: n, Prev: st.buf.Slice(8, 8)}),
+				k.Dropout(device.Dropout{DType: e.dt, N: n, P: 0.5, Offset: 3, StateAt: st.buf.Slice(0, 16), X: xv.buf, Y: yv.buf, Mask: mv.buf}))
+		})
+		checkWords(e.t, "the state after Capture (nothing ran)", e.getWords("state", st), []uint64{seed, 0xDEAD, start})
+		for round := range uint64(3) {
+			launch(e, g)
+			off := start + round*n
+			checkWords(e.t, "the state", e.getWords("state", st), []uint64{seed, off, off + n})
+			mask := e.get("Mask", mv)
+			for i := range n {
+				if keep := device.DropoutKeep(seed, off+3+uint64(i), 0.5); keep != (mask[i] != 0) {
+					e.t.Fatalf("replay %d: element %d of the mask is %v, want it kept: %v (DropoutKeep at %d)", round+1, i, mask[i], keep, off+3+uint64(i))
+				}
+			}
+		}
+	})
+
 	e.run("Refused", func(e *env) {
 		d := e.dev
 		host, err := d.Staging(16)

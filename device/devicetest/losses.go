@@ -558,13 +558,23 @@ func testDropout(t *testing.T, open opener) {
 			p            float64
 			seed, offset uint64
 			aliased      bool
+			// state, when set, is StateAt's seed and offset, in device
+			// memory.
+			state []uint64
 		}{
-			{"P=0.25", 10007, 0.25, 42, 0, false},
-			{"P=0.5/Offset", 10007, 0.5, 7, 1<<40 + 5, false},
-			{"P=0.3/YIsX", 10007, 0.3, 3, 12345, true},
-			{"P=0", 1001, 0, 9, 0, false},
-			{"P=0/YIsX", 1001, 0, 9, 0, true},
-			{"Big", 1 << 20, 0.1, 1234567, 99, false},
+			{"P=0.25", 10007, 0.25, 42, 0, false, nil},
+			{"P=0.5/Offset", 10007, 0.5, 7, 1<<40 + 5, false, nil},
+			{"P=0.3/YIsX", 10007, 0.3, 3, 12345, true, nil},
+			{"P=0", 1001, 0, 9, 0, false, nil},
+			{"P=0/YIsX", 1001, 0, 9, 0, true, nil},
+			{"Big", 1 << 20, 0.1, 1234567, 99, false, nil},
+			// The seed and offset in device memory: the seed's words and
+			// the offset's both matter (each above 2^32).
+			{"StateAt", 10007, 0.5, 0, 0, false, []uint64{0x9E3779B97F4A7C15, 1<<33 + 17}},
+			// Both in the argument and in memory: seeds XORed, offsets
+			// added, here past 2^64.
+			{"StateAt/Relative", 10007, 0.25, 1<<40 + 3, 1 << 63, false, []uint64{5<<32 + 1, 1<<63 + 1<<32 - 2}},
+			{"StateAt/YIsX", 1001, 0.3, 0, 7, true, []uint64{42, 1 << 32}},
 		}
 		for _, c := range cs {
 			e.run(c.name, func(e *env) {
@@ -575,12 +585,23 @@ func testDropout(t *testing.T, open opener) {
 				if !c.aliased {
 					vY = e.vec(nans(c.n))
 				}
-				e.launch(device.Dropout{DType: e.dt, N: c.n, P: c.p, Seed: c.seed, Offset: c.offset, X: vX.buf, Y: vY.buf, Mask: vM.buf})
+				a := device.Dropout{DType: e.dt, N: c.n, P: c.p, Seed: c.seed, Offset: c.offset, X: vX.buf, Y: vY.buf, Mask: vM.buf}
+				seed, offset := c.seed, c.offset
+				var vS vec
+				if c.state != nil {
+					vS = e.words(c.state...)
+					a.StateAt = vS.buf.Slice(0, 16)
+					seed, offset = seed^c.state[0], offset+c.state[1]
+				}
+				e.launch(a)
 				mask, y := e.get("Mask", vM), e.get("Y", vY)
+				if c.state != nil {
+					checkWords(e.t, "StateAt after the kernel (read, never written)", e.getWords("StateAt", vS), c.state)
+				}
 				scale := 1 / (1 - c.p)
 				tol := PointwiseTolerance(e.dt)
 				for i := 0; i < c.n; i++ {
-					keep := device.DropoutKeep(c.seed, c.offset+uint64(i), c.p)
+					keep := device.DropoutKeep(seed, offset+uint64(i), c.p)
 					wantM := 0.0
 					if keep {
 						wantM = scale
@@ -601,6 +622,77 @@ func testDropout(t *testing.T, open opener) {
 			e.sync()
 		})
 	})
+}
+
+// testAdvance checks Advance on counts whose words both matter: the carry
+// from the low word into the high one, the sum modulo 2^64, Prev given or
+// not, and three calls in stream order.
+func testAdvance(t *testing.T, open opener) {
+	e := newEnv(t, open, device.Float32)
+	cs := []struct {
+		name string
+		at   uint64
+		adds []uint64
+		prev bool
+	}{
+		{"Carry", 1<<32 - 1, []uint64{1}, true},
+		{"NoPrev", 1<<40 + 5, []uint64{1<<32 + 3}, false},
+		{"Wraps", math.MaxUint64 - 1, []uint64{5}, true},
+		{"Zero", 77, []uint64{0}, true},
+		{"InOrder", 3, []uint64{1 << 33, 7, 1<<32 + 1}, true},
+	}
+	for _, c := range cs {
+		e.run(c.name, func(e *env) {
+			// Prev starts as a value no step writes.
+			vAt, vPrev := e.words(c.at), e.words(0xDEAD)
+			a := device.Advance{At: vAt.buf.Slice(0, 8)}
+			if c.prev {
+				a.Prev = vPrev.buf.Slice(0, 8)
+			}
+			want, prev := c.at, uint64(0xDEAD)
+			for _, add := range c.adds {
+				a.Add = add
+				e.launch(a)
+				if c.prev {
+					prev = want
+				}
+				want += add
+			}
+			checkWords(e.t, "At", e.getWords("At", vAt), []uint64{want})
+			checkWords(e.t, "Prev", e.getWords("Prev", vPrev), []uint64{prev})
+		})
+	}
+}
+
+// words uploads x as uint64 in device memory (two Int32 words each, the
+// low one first), followed by the pad.
+func (e *env) words(x ...uint64) vec {
+	w := make([]int32, 2*len(x))
+	for i, v := range x {
+		w[2*i], w[2*i+1] = int32(uint32(v)), int32(uint32(v>>32))
+	}
+	return e.ids(w)
+}
+
+// getWords downloads what words uploaded, checking its pad.
+func (e *env) getWords(name string, v vec) []uint64 {
+	e.t.Helper()
+	w := e.get(name, v)
+	x := make([]uint64, len(w)/2)
+	for i := range x {
+		x[i] = uint64(uint32(int32(w[2*i]))) | uint64(uint32(int32(w[2*i+1])))<<32
+	}
+	return x
+}
+
+// checkWords fails t unless got is want, exactly.
+func checkWords(t *testing.T, what string, got, want []uint64) {
+	t.Helper()
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("%s: word %d is %#x, want %#x", what, i, got[i], want[i])
+		}
+	}
 }
 
 // sameFloat reports whether a and b are equal, or both NaN.

@@ -142,8 +142,14 @@ func (e *env) misuseCases() []misuseCase {
 	add(misuseCase{args: smp, optional: []string{"Tokens"}, shapes: shapes(smp, "N", 0, "Classes", 0, "Classes", 1<<31,
 		"TopK", -1, "Temperature", -1.0, "Temperature", math.NaN(), "Temperature", math.Inf(1), "DType", device.Int32)})
 
-	do := device.Dropout{DType: f32, N: 5, P: 0.5, X: z(5), Y: z(5), Mask: z(5)}
-	add(misuseCase{args: do, shapes: shapes(do, "N", -1, "P", 1.0, "P", -0.1, "P", math.NaN(), "DType", device.Int32)})
+	// StateAt is two uint64, 8-byte aligned.
+	do := device.Dropout{DType: f32, N: 5, P: 0.5, StateAt: zi(4), X: z(5), Y: z(5), Mask: z(5)}
+	add(misuseCase{args: do, optional: []string{"StateAt"}, shapes: append(shapes(do, "N", -1, "P", 1.0, "P", -0.1, "P", math.NaN(), "DType", device.Int32),
+		shapeCase{"StateAt", with(do, "StateAt", zi(6).Slice(4, 16))})})
+
+	adv := device.Advance{At: zi(2), Add: 3, Prev: zi(2)}
+	add(misuseCase{args: adv, optional: []string{"Prev"}, shapes: []shapeCase{
+		{"At", with(adv, "At", zi(4).Slice(4, 8))}, {"Prev", with(adv, "Prev", zi(4).Slice(4, 8))}}})
 
 	ab := device.AddBias{DType: f32, Rows: 2, Cols: 3, Bias: z(3), Y: z(6)}
 	add(misuseCase{args: ab, shapes: shapes(ab, "Rows", 0, "Cols", 0, "DType", device.Int32)})
@@ -205,7 +211,8 @@ func elemSize(a any, field string) int64 {
 	switch {
 	case reflect.TypeOf(a) == reflect.TypeOf(device.Copy{}):
 		return 1
-	case field == "IDs" || field == "Tokens" || field == "Targets" || field == "Index" || field == "Lengths" || field == "ArgMax":
+	case field == "IDs" || field == "Tokens" || field == "Targets" || field == "Index" || field == "Lengths" || field == "ArgMax" ||
+		field == "StateAt" || field == "At" || field == "Prev":
 		return device.Int32.Size()
 	}
 	return reflect.ValueOf(a).FieldByName("DType").Interface().(device.DType).Size()

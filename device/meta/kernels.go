@@ -63,6 +63,7 @@ func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) error {
 func (k kernels) Softmax(a device.Softmax) error { return k.check("Softmax", a) }
 func (k kernels) Sample(a device.Sample) error   { return k.check("Sample", a) }
 func (k kernels) Dropout(a device.Dropout) error { return k.check("Dropout", a) }
+func (k kernels) Advance(a device.Advance) error { return k.check("Advance", a) }
 func (k kernels) AddBias(a device.AddBias) error { return k.check("AddBias", a) }
 func (k kernels) SumRows(a device.SumRows) error { return k.sumRows(a) }
 func (k kernels) Fill(a device.Fill) error       { return k.check("Fill", a) }

@@ -24,11 +24,14 @@ func memoryFlags(t *testing.T) []string {
 }
 
 // TestPlanMatchesTrain plans a run and trains it: the plan's peak and
-// each category's peak are what -memstats then reports, to the byte.
+// each category's peak are what -memstats then reports, to the byte. The
+// last run has dropout and replays its second step as device graphs
+// (-graphs on), which keep what was live while they were recorded.
 func TestPlanMatchesTrain(t *testing.T) {
 	ctx := context.Background()
-	for _, batch := range []string{"4", "24"} {
-		out, _, err := run(t, ctx, append(append([]string{"plan"}, memoryFlags(t)...), "-batch", batch, "-json")...)
+	for _, flags := range [][]string{{"-batch", "4"}, {"-batch", "24"}, {"-batch", "4", "-dropout", "0.2", "-graphs", "on"}} {
+		batch := strings.Join(flags, " ")
+		out, _, err := run(t, ctx, append(append(append([]string{"plan"}, memoryFlags(t)...), flags...), "-json")...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +44,7 @@ func TestPlanMatchesTrain(t *testing.T) {
 			t.Errorf("batch %s does not fit: %v", batch, plan)
 		}
 		ckpt := filepath.Join(t.TempDir(), "run.safetensors")
-		out, _, err = run(t, ctx, smallTrain(t, ckpt, "-batch", batch, "-steps", "2", "-memstats", "-json")...)
+		out, _, err = run(t, ctx, smallTrain(t, ckpt, append(flags, "-steps", "2", "-memstats", "-json")...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

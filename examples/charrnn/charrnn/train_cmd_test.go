@@ -216,24 +216,26 @@ func checkEquivalent(t *testing.T, a, b equivRun, an, bn string) {
 
 // Stopping at step 3 and resuming to step 6 ends in the checkpoint a run
 // straight to step 6 writes: weights, optimizer and carried state bit for
-// bit, with dropout drawing random masks all along.
+// bit, with dropout drawing random masks all along. The straight run is
+// eager; the two halves replay their steps as device graphs (-graphs on),
+// drawing the masks where the device keeps their offset.
 func TestTrainResumeEquivalence(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	flags := []string{"-dropout", "0.3", "-accum", "2", "-batch", "4", "-seed", "5"}
 	straight := filepath.Join(dir, "straight.safetensors")
-	if _, _, err := run(t, ctx, smallTrain(t, straight, slices.Concat(flags, []string{"-steps", "6"})...)...); err != nil {
+	if _, _, err := run(t, ctx, smallTrain(t, straight, slices.Concat(flags, []string{"-steps", "6", "-graphs", "off"})...)...); err != nil {
 		t.Fatal(err)
 	}
 	split := filepath.Join(dir, "split.safetensors")
-	if _, _, err := run(t, ctx, smallTrain(t, split, slices.Concat(flags, []string{"-steps", "3"})...)...); err != nil {
+	if _, _, err := run(t, ctx, smallTrain(t, split, slices.Concat(flags, []string{"-steps", "3", "-graphs", "on"})...)...); err != nil {
 		t.Fatal(err)
 	}
 	_, half := charrnntest.ReadSafetensors(t, split)
 	if got := trainerStep(t, half); got != 3 {
 		t.Fatalf("checkpoint after -steps 3 at step %d, want 3", got)
 	}
-	if _, _, err := run(t, ctx, smallTrain(t, split, slices.Concat(flags, []string{"-resume", split, "-steps", "6"})...)...); err != nil {
+	if _, _, err := run(t, ctx, smallTrain(t, split, slices.Concat(flags, []string{"-resume", split, "-steps", "6", "-graphs", "on"})...)...); err != nil {
 		t.Fatal(err)
 	}
 	want, wantMeta := charrnntest.ReadSafetensors(t, straight)
