@@ -84,7 +84,7 @@ func TestEmulatedDriver(t *testing.T) {
 		want := Info{
 			Name: "gocurrent CUDA emulator (CPU)", ComputeCapability: [2]int{9, 0}, Multiprocessors: 132,
 			TotalMemory: 4 << 30, DriverVersion: 13000, BLASVersion: 130000, BLASLibrary: info.BLASLibrary,
-			PTX: "compute_80",
+			PTX: "compute_80", FuseCellsUpTo: 256, // Config.FuseCellsUpTo's default
 		}
 		if info != want {
 			t.Errorf("Info() = %+v, want %+v", info, want)

@@ -16,7 +16,7 @@ import (
 // suite (LSTMCellFused, GRUCellFused). Named Emulated: the GPU kit's
 // tests stage leaves it out, as the emulator cannot be built there.
 func TestEmulatedFuseCells(t *testing.T) {
-	fused, unfused := device.Counts{Launches: 1}, device.Counts{Launches: 1, GEMMs: 1}
+	fused, unfused := device.Counts{Launches: 1, Calls: 1}, device.Counts{Launches: 1, GEMMs: 1, Calls: 2}
 	for _, c := range []struct {
 		upTo, hidden int
 		inPlace      bool
@@ -24,7 +24,7 @@ func TestEmulatedFuseCells(t *testing.T) {
 	}{
 		{0, 256, false, fused},
 		{0, 257, false, unfused},
-		{0, 8, true, device.Counts{Launches: 2}}, // h over hprev: the fused product, then the cell
+		{0, 8, true, device.Counts{Launches: 2, Calls: 2}}, // h over hprev: the fused product, then the cell
 		{64, 64, false, fused},
 		{64, 65, false, unfused},
 		{-1, 1, false, unfused},

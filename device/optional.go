@@ -85,10 +85,11 @@ type Counts struct {
 	// in Launches, GEMMs and Copies at every launch, as the calls did (it
 	// runs again), and not while it is recorded (it does not run then).
 	Graphs int64
-	// Calls counts the host's calls that queued work: the launches, GEMMs
-	// and copies queued by calls of their own, and the graph launches; the
-	// work a graph replays is not counted again. Launches + GEMMs + Copies
-	// is the work the device runs, Calls what queuing it cost the host.
+	// Calls counts what the host queued: the launches, GEMMs and copies
+	// it queued itself (on a GPU, each a driver or cuBLAS call), and the
+	// graph launches; the work a graph replays is not counted again.
+	// Launches + GEMMs + Copies is the work the device ran, Calls what
+	// queuing it cost the host.
 	Calls int64
 }
 
