@@ -293,6 +293,11 @@ func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error {
 	if err := check(k, "LSTMCellGrad", a); err != nil {
 		return err
 	}
+	if a.Fused() {
+		if err := k.Gemm(a.RecurrentGemm()); err != nil {
+			return err
+		}
+	}
 	return k.l.launch(kLSTMCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.Act), ptr(a.CPrev), ptr(a.C), ptr(a.DH), ptr(a.DC), ptr(a.DPre), ptr(a.DCPrev), i64(a.Batch), i64(a.Hidden))
 }
@@ -322,6 +327,11 @@ func (k kernels) GRUCell(a device.GRUCell) error {
 func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
 	if err := check(k, "GRUCellGrad", a); err != nil {
 		return err
+	}
+	if a.Fused() {
+		if err := k.Gemm(a.RecurrentGemm()); err != nil {
+			return err
+		}
 	}
 	return k.l.launch(kGRUCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.Act), ptr(a.HPrev), ptr(a.DH), ptr(a.DXPre), ptr(a.DHPre), ptr(a.DHPrev), flag(a.Accumulate), i64(a.Batch), i64(a.Hidden))
