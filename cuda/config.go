@@ -42,7 +42,11 @@ type Config struct {
 	// launches, its product and the cell kernel, when the new h is
 	// written over the previous one, as in sampling); above it, and for
 	// more batch rows than the fused kernel's grid holds, the call is a
-	// cuBLAS GEMM and the cell kernel, two launches. 0 means 256, where
+	// cuBLAS GEMM and the cell kernel, two launches. The same bound
+	// holds for the cell gradients given the next step's recurrent
+	// product (device.LSTMCellGrad and GRUCellGrad's fused form: the
+	// backward's GEMM and the cell gradient in one kernel, two launches
+	// when the product's operands overlap an output). 0 means 256, where
 	// a step's GEMM (batch 32) is a latency-bound launch of a few µs
 	// (ARCHITECTURE's performance model), so one launch beats two; a
 	// negative value never fuses, to compare the two on a GPU.

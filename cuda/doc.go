@@ -139,7 +139,12 @@
 // GEMM is too small to pay for a launch of its own; above that, it is a
 // cuBLAS GEMM and the cell kernel, as the two calls would be. Counts says
 // which: the fused step is one launch and no GEMM (two launches when the
-// step writes h over the previous h, as a sampled token's does).
+// step writes h over the previous h, as a sampled token's does). The
+// backward's step is fused the same way: a cell gradient given the next
+// step's recurrent pre-activation gradient and W (device.LSTMCellGrad and
+// GRUCellGrad's fused form, as rnn's walk back calls them) adds their
+// product into the gradient with respect to h and runs the cell gradient
+// on it in one launch, up to the same bound.
 //
 // # Graphs
 //

@@ -44,6 +44,8 @@ const (
 	kStepGuard
 	kLSTMCellFused
 	kGRUCellFused
+	kLSTMCellGradFused
+	kGRUCellGradFused
 	numKernels
 )
 
@@ -78,6 +80,8 @@ var kernelNames = [numKernels]string{
 	kStepGuard:         "step_guard",
 	kLSTMCellFused:     "lstm_cell_fused",
 	kGRUCellFused:      "gru_cell_fused",
+	kLSTMCellGradFused: "lstm_cell_grad_fused",
+	kGRUCellGradFused:  "gru_cell_grad_fused",
 }
 
 // Launch shapes (ABI.md).
@@ -289,9 +293,57 @@ func (k kernels) LSTMCell(a device.LSTMCell) error {
 		ptr(a.Pre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.CPrev), ptr(a.C), ptr(a.H), ptr(a.Act), i64(a.Batch), i64(a.Hidden))
 }
 
+// fuseGrad is fuse for a cell gradient given the next step's recurrent
+// product: the fused kernel's grid covers rows rows, the more of the
+// cell's and the next step's. apart reports that the kernel must stop
+// after adding the product into dh: when dNext or w overlaps one of the
+// outputs, which the contract allows (the two calls would read the
+// product's operands before the cell gradient writes), but which the
+// fused kernel's blocks would write while others still read them. Both
+// ways compute the same values in the same order.
+func (k kernels) fuseGrad(rows, hidden int, dNext, w device.Buffer, dNextN, wN int, dt device.DType, outs ...extent) (fused, apart bool) {
+	_, tb := fuseTile(hidden)
+	fused = hidden <= k.l.d.cfg.fuseCellsUpTo() && (rows+tb-1)/tb <= maxGridY
+	for _, o := range outs {
+		apart = apart || o.overlaps(extentOf(dNext, dNextN, dt)) || o.overlaps(extentOf(w, wN, dt))
+	}
+	return fused, apart
+}
+
+// extent is the memory a kernel touches in a buffer: n elements from its
+// start.
+type extent struct{ lo, hi alloc.Ptr }
+
+func extentOf(b device.Buffer, n int, dt device.DType) extent {
+	return extent{b.Addr(), b.Addr() + alloc.Ptr(int64(n)*dt.Size())}
+}
+
+func (e extent) overlaps(o extent) bool { return e.lo < o.hi && o.lo < e.hi }
+
+// LSTMCellGrad is the cell gradient kernel, after the recurrent GEMM into
+// DH when the call carries the next step's product
+// (device.LSTMCellGrad.Fused), or one launch of the fused kernel that does
+// both (fuseGrad; two launches, its product and the cell gradient kernel,
+// when the product's operands overlap an output).
 func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error {
 	if err := check(k, "LSTMCellGrad", a); err != nil {
 		return err
+	}
+	if a.Fused() {
+		g := a.RecurrentGemm()
+		bh, dt := a.Batch*a.Hidden, a.DType
+		if fused, apart := k.fuseGrad(max(a.Batch, g.M), a.Hidden, a.DPreNext, a.W, g.M*g.K, g.K*g.N, dt,
+			extentOf(a.DPre, 4*bh, dt), extentOf(a.DCPrev, bh, dt)); fused {
+			grid, block := fuseShape(max(a.Batch, g.M), a.Hidden)
+			err := k.l.launch(kLSTMCellGradFused, dt, grid, block,
+				ptr(a.DPreNext), ptr(a.W), ptr(a.Act), ptr(a.CPrev), ptr(a.C), ptr(a.DH), ptr(a.DC), ptr(a.DPre), ptr(a.DCPrev),
+				i64(a.Batch), i64(g.M), i64(a.Hidden), flag(!apart))
+			if err != nil || !apart {
+				return err
+			}
+		} else if err := k.Gemm(g); err != nil {
+			return err
+		}
 	}
 	return k.l.launch(kLSTMCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.Act), ptr(a.CPrev), ptr(a.C), ptr(a.DH), ptr(a.DC), ptr(a.DPre), ptr(a.DCPrev), i64(a.Batch), i64(a.Hidden))
@@ -319,9 +371,26 @@ func (k kernels) GRUCell(a device.GRUCell) error {
 		ptr(a.XPre), ptr(a.HPre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.HPrev), ptr(a.H), ptr(a.Act), i64(a.Batch), i64(a.Hidden))
 }
 
+// GRUCellGrad is LSTMCellGrad's counterpart.
 func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
 	if err := check(k, "GRUCellGrad", a); err != nil {
 		return err
+	}
+	if a.Fused() {
+		g := a.RecurrentGemm()
+		bh, dt := a.Batch*a.Hidden, a.DType
+		if fused, apart := k.fuseGrad(max(a.Batch, g.M), a.Hidden, a.DHPreNext, a.W, g.M*g.K, g.K*g.N, dt,
+			extentOf(a.DXPre, 3*bh, dt), extentOf(a.DHPre, 3*bh, dt), extentOf(a.DHPrev, bh, dt)); fused {
+			grid, block := fuseShape(max(a.Batch, g.M), a.Hidden)
+			err := k.l.launch(kGRUCellGradFused, dt, grid, block,
+				ptr(a.DHPreNext), ptr(a.W), ptr(a.Act), ptr(a.HPrev), ptr(a.DH), ptr(a.DXPre), ptr(a.DHPre), ptr(a.DHPrev),
+				flag(a.Accumulate), i64(a.Batch), i64(g.M), i64(a.Hidden), flag(!apart))
+			if err != nil || !apart {
+				return err
+			}
+		} else if err := k.Gemm(g); err != nil {
+			return err
+		}
 	}
 	return k.l.launch(kGRUCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.Act), ptr(a.HPrev), ptr(a.DH), ptr(a.DXPre), ptr(a.DHPre), ptr(a.DHPrev), flag(a.Accumulate), i64(a.Batch), i64(a.Hidden))

@@ -229,6 +229,22 @@ func (a LSTMCell) Check(d Device) error {
 //
 // DPre is also the gradient of both biases; the layer sums it over the
 // batch (SumRows) and multiplies it by the weights (Gemm).
+//
+// DH is the whole gradient with respect to h: what flows from the output
+// and, through the recurrent weights, from the next step, whose part is
+// dPreNext·W_hh (dPreNext the next step's DPre). That product is either
+// already in DH (a Gemm with Beta 1 before the call) or given as DPreNext
+// and W, and then added into DH by the call itself: the fused form of the
+// backward, as LSTMCell's is of the forward. Folding the product into the
+// call that reads it, rather than into the one that writes dPreNext, is
+// what a kernel can fuse: every element of the product needs a whole row
+// of dPreNext, which the previous call wrote completely before this one
+// starts. A device runs it as one kernel (the CUDA device for small
+// Hidden) or as RecurrentGemm followed by the cell gradient (the CPU
+// device always: the two calls' results to the bit, counted as the two
+// calls, one GEMM and one launch); a fused kernel's product agrees with
+// the Gemm's within a GEMM's rounding (devicetest.SumTolerance), in an
+// order that depends on the shape only.
 type LSTMCellGrad struct {
 	DType         DType
 	Batch, Hidden int
@@ -236,8 +252,10 @@ type LSTMCellGrad struct {
 	// LSTMCell saved and read.
 	Act, CPrev, C Buffer
 	// DH is [Batch, Hidden], the gradient with respect to h (from the
-	// output and from the next step); DC is [Batch, Hidden], the gradient
-	// with respect to c from the next step (zeros at the last step).
+	// output and from the next step; with the recurrent product, DPreNext
+	// and W, the next step's part is added by the call and DH is written);
+	// DC is [Batch, Hidden], the gradient with respect to c from the next
+	// step (zeros at the last step).
 	DH, DC Buffer
 	// DPre is [Batch, 4·Hidden], the gradient with respect to the
 	// pre-activations. It may be Act.
@@ -245,6 +263,42 @@ type LSTMCellGrad struct {
 	// DCPrev is [Batch, Hidden], the gradient with respect to CPrev. It
 	// may be DC.
 	DCPrev Buffer
+	// DPreNext [NextBatch, 4·Hidden], the next step's pre-activation
+	// gradient, and W [4·Hidden, Hidden], the recurrent weights W_hh, are
+	// the optional recurrent product, both or neither. When given, the
+	// call first adds DPreNext·W into DH's first NextBatch rows
+	// (RecurrentGemm), so that DH then holds exactly what a separate Gemm
+	// with Beta 1 would have left there, and then is the cell gradient
+	// on Batch rows. DH is then an output too: it holds
+	// max(Batch, NextBatch) rows and must not overlap any other buffer of
+	// the call. DPreNext and W may overlap DPre and DCPrev, which are
+	// written after the product is taken, as the two calls would.
+	DPreNext, W Buffer
+	// NextBatch is the number of rows of DPreNext, 0 meaning Batch. With
+	// variable lengths a step covers the sequences still running, a
+	// prefix of the batch, so the next step of a forward walk covers
+	// fewer rows and that of a reverse walk more; rows of DH past Batch
+	// get the product and nothing else. Nonzero only with the product.
+	NextBatch int
+}
+
+// Fused reports whether the call carries its recurrent product (DPreNext
+// and W are given).
+func (a LSTMCellGrad) Fused() bool { return !a.W.IsZero() }
+
+// RecurrentGemm is the product the fused form adds into DH before the
+// cell gradient: DH[:NextBatch] += DPreNext·W. Meaningful only when Fused.
+func (a LSTMCellGrad) RecurrentGemm() Gemm {
+	return Gemm{DType: a.DType, M: nextBatch(a.Batch, a.NextBatch), N: a.Hidden, K: 4 * a.Hidden, Alpha: 1, Beta: 1,
+		A: a.DPreNext, B: a.W, C: a.DH}
+}
+
+// nextBatch is a cell gradient's NextBatch resolved: 0 means batch.
+func nextBatch(batch, next int) int {
+	if next == 0 {
+		return batch
+	}
+	return next
 }
 
 // Check reports whether the arguments are valid for d.
@@ -257,7 +311,7 @@ func (a LSTMCellGrad) Check(d Device) error {
 	c.buf("Act", a.Act, a.DType, 4*bh)
 	c.buf("CPrev", a.CPrev, a.DType, bh)
 	c.buf("C", a.C, a.DType, bh)
-	c.buf("DH", a.DH, a.DType, bh)
+	c.recurrentGrad(4, a.DType, a.Batch, a.Hidden, a.NextBatch, "DPreNext", a.DPreNext, a.W, a.DH)
 	c.buf("DC", a.DC, a.DType, bh)
 	c.buf("DPre", a.DPre, a.DType, 4*bh)
 	c.buf("DCPrev", a.DCPrev, a.DType, bh)
@@ -336,17 +390,22 @@ func (a GRUCell) Check(d Device) error {
 //	DXPre = [dr, dz, dn]   DHPre = [dr, dz, dn·r]   DHPrev = DH·z
 //
 // DXPre and DHPre are also the gradients of BiasIH and BiasHH. DHPrev is
-// only the direct part of the gradient with respect to hPrev; the layer
-// adds DHPre·W_hh to it (Gemm with Beta 1). With Accumulate, DH·z is added
-// into DHPrev, so a layer whose DHPrev already holds the gradient from the
-// layer above needs no separate add.
+// only the direct part of the gradient with respect to hPrev; its
+// recurrent part, DHPre·W_hh, is added either by a Gemm with Beta 1 after
+// the call or by the cell gradient of the previous step, given DHPre as
+// its DHPreNext: the fused form, as LSTMCellGrad's (which see for why the
+// product goes into the call that reads it, how devices run and count it,
+// and its rounding). With Accumulate, DH·z is added into DHPrev, so a
+// layer whose DHPrev already holds the gradient from the layer above needs
+// no separate add.
 type GRUCellGrad struct {
 	DType         DType
 	Batch, Hidden int
 	// Act [Batch, 4·Hidden] and HPrev [Batch, Hidden] are what GRUCell
 	// saved and read.
 	Act, HPrev Buffer
-	// DH is [Batch, Hidden], the gradient with respect to h.
+	// DH is [Batch, Hidden], the gradient with respect to h (written too
+	// with the recurrent product, DHPreNext and W).
 	DH Buffer
 	// DXPre and DHPre are [Batch, 3·Hidden], the gradients with respect
 	// to XPre and HPre.
@@ -355,6 +414,31 @@ type GRUCellGrad struct {
 	DHPrev Buffer
 	// Accumulate adds DH·z to DHPrev instead of overwriting it.
 	Accumulate bool
+	// DHPreNext [NextBatch, 3·Hidden], the next step's DHPre, and W
+	// [3·Hidden, Hidden], the recurrent weights W_hh, are the optional
+	// recurrent product, both or neither: the call first adds
+	// DHPreNext·W into DH's first NextBatch rows (RecurrentGemm), then is
+	// the cell gradient on Batch rows, as LSTMCellGrad's DPreNext and W.
+	// DH is then an output too, of max(Batch, NextBatch) rows, which must
+	// not overlap any other buffer of the call but DHPrev (which may
+	// still be DH unless Accumulate is set); DHPreNext and W may overlap
+	// DXPre, DHPre and DHPrev.
+	DHPreNext, W Buffer
+	// NextBatch is the number of rows of DHPreNext, 0 meaning Batch, as
+	// LSTMCellGrad's.
+	NextBatch int
+}
+
+// Fused reports whether the call carries its recurrent product (DHPreNext
+// and W are given).
+func (a GRUCellGrad) Fused() bool { return !a.W.IsZero() }
+
+// RecurrentGemm is the product the fused form adds into DH before the
+// cell gradient: DH[:NextBatch] += DHPreNext·W. Meaningful only when
+// Fused.
+func (a GRUCellGrad) RecurrentGemm() Gemm {
+	return Gemm{DType: a.DType, M: nextBatch(a.Batch, a.NextBatch), N: a.Hidden, K: 3 * a.Hidden, Alpha: 1, Beta: 1,
+		A: a.DHPreNext, B: a.W, C: a.DH}
 }
 
 // Check reports whether the arguments are valid for d.
@@ -366,7 +450,7 @@ func (a GRUCellGrad) Check(d Device) error {
 	bh := a.Batch * a.Hidden
 	c.buf("Act", a.Act, a.DType, 4*bh)
 	c.buf("HPrev", a.HPrev, a.DType, bh)
-	c.buf("DH", a.DH, a.DType, bh)
+	c.recurrentGrad(3, a.DType, a.Batch, a.Hidden, a.NextBatch, "DHPreNext", a.DHPreNext, a.W, a.DH)
 	c.buf("DXPre", a.DXPre, a.DType, 3*bh)
 	c.buf("DHPre", a.DHPre, a.DType, 3*bh)
 	c.buf("DHPrev", a.DHPrev, a.DType, bh)
@@ -1315,6 +1399,28 @@ func (c *checker) cell(t DType, batch, hidden int) bool {
 	c.positive("Batch", batch)
 	c.positive("Hidden", hidden)
 	return c.err == nil
+}
+
+// recurrentGrad checks a cell gradient's optional recurrent product, of
+// gates gate blocks (dNext, the next step's recurrent pre-activation
+// gradient, named dNextName, and w), and its DH, which holds the rows the
+// product adds into as well as the cell's.
+func (c *checker) recurrentGrad(gates int, dt DType, batch, hidden, next int, dNextName string, dNext, w, dh Buffer) {
+	fused := !w.IsZero()
+	if dNext.IsZero() != w.IsZero() {
+		c.fail("%s and W are the recurrent product: give both or neither", dNextName)
+	}
+	c.nonNegative("NextBatch", next)
+	if next != 0 && !fused {
+		c.fail("NextBatch is %d without the recurrent product (%s and W)", next, dNextName)
+	}
+	rows := batch
+	if fused {
+		rows = max(batch, nextBatch(batch, next))
+	}
+	c.opt(dNextName, dNext, dt, nextBatch(batch, next)*gates*hidden)
+	c.opt("W", w, dt, gates*hidden*hidden)
+	c.buf("DH", dh, dt, rows*hidden)
 }
 
 func (c *checker) positive(name string, v int) {

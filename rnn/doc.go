@@ -8,10 +8,15 @@
 //
 // A stack runs layer by layer, as cuDNN does. For each layer, large GEMMs
 // project the inputs of many time steps at once (a chunk of ⌈256/batch⌉
-// steps each); then each step is one recurrent GEMM and one fused pointwise
-// kernel (device.LSTMCell or device.GRUCell), which adds both biases,
-// applies the gates and writes the new state. Backward walks the steps in
-// reverse with one fused pointwise kernel and one GEMM per step, then does
+// steps each); then each step is one call of the cell (device.LSTMCell or
+// device.GRUCell) given the step's recurrent product, which adds it and
+// both biases, applies the gates and writes the new state. Backward walks
+// the steps in reverse with one call of the cell gradient per step, given
+// the recurrent pre-activation gradient of the step walked back before,
+// whose product with the recurrent weights it adds into the gradient it
+// reads. The device runs each such call as one kernel or as a GEMM and a
+// pointwise kernel (the CUDA device fuses them for small layers, where a
+// step's launches cost more than its arithmetic). Then Backward does
 // large GEMMs per layer: the gradients of both weight matrices (chunk by
 // chunk, from the last), and the gradient with respect to the layer's
 // input. Gradients are added into the gradient buffers, never overwritten,

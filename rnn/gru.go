@@ -24,7 +24,9 @@ func NewGRU(d device.Device, c Config) (*GRU, error) {
 // writes h; the device runs it as one kernel or as a GEMM and the cell.
 // In training it saves r, z, n and the recurrent product plus its bias,
 // four blocks of H, in the layer's gates. Backward keeps the input-side
-// and recurrent pre-activation gradients apart.
+// and recurrent pre-activation gradients apart; each step's GRUCellGrad
+// is given the recurrent ones of the step after it (its fused form), whose
+// product with W_hh it adds into the step's dh before it reads it.
 type gruCell struct{}
 
 var _ cell = gruCell{}
@@ -65,24 +67,30 @@ func (gruCell) gradViews(_ *layerPass, lg *layerGrads) {
 func (gruCell) beginBackward(*queue, *layerPass, *layerGrads) {}
 func (gruCell) endBackward(*queue, *layerPass, *layerGrads)   {}
 
-// backwardStep writes the gradient with respect to the state entering
-// step t from the cell (its direct part) and adds the recurrent product's;
-// for the walk's first step it goes to the state's gradient when tied, and
-// to the scratch row, unread, when not, as for a step whose predecessor
-// is in the next window (the edge does its part there).
-func (gruCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int) {
+// backwardStep writes the direct part of the gradient with respect to the
+// state entering step t from the cell, adding it into that of the step
+// before when the window holds it (whose recurrent product the walk then
+// hands to that step's cell gradient); for the walk's first step it goes
+// to the state's gradient when tied, recurrent product added, and to the
+// scratch row, unread, when not, as for a step whose predecessor is in the
+// next window (the edge does its part there).
+func (gruCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int, in product) {
 	H, rows, dt := lp.H, lp.rows(t), lp.dt
-	dPrev, acc, into := lg.row, false, false
+	dPrev, acc, toState := lg.row, false, false
 	switch p := lp.prev(t); {
 	case p >= 0 && lp.holds(p):
-		dPrev, acc, into = lp.step(lg.dh, p, H), true, true
+		dPrev, acc = lp.step(lg.dh, p, H), true
 	case p < 0 && lg.tied:
-		dPrev, into = lg.stH, true
+		dPrev, toState = lg.stH, true
 	}
 	hp := lp.step(lg.dhp, t, 3*H)
-	q.add(lp.k.GRUCellGrad(device.GRUCellGrad{DType: dt, Batch: rows, Hidden: H, Act: lp.step(lp.b.gates, t, 4*H),
-		HPrev: lp.hIn(t), DH: lp.step(lg.dh, t, H), DXPre: lp.step(lg.dxp, t, 3*H), DHPre: hp, DHPrev: dPrev, Accumulate: acc}))
-	if into {
+	g := device.GRUCellGrad{DType: dt, Batch: rows, Hidden: H, Act: lp.step(lp.b.gates, t, 4*H), HPrev: lp.hIn(t),
+		DH: lp.step(lg.dh, t, H), DXPre: lp.step(lg.dxp, t, 3*H), DHPre: hp, DHPrev: dPrev, Accumulate: acc}
+	if in.from >= 0 {
+		g.DHPreNext, g.W, g.NextBatch = in.dHPre, lp.w.whh, in.rows
+	}
+	q.add(lp.k.GRUCellGrad(g))
+	if toState {
 		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: rows, N: H, K: 3 * H, Alpha: 1, Beta: 1, A: hp, B: lp.w.whh, C: dPrev}))
 	}
 }
@@ -90,8 +98,9 @@ func (gruCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int) {
 // The edge is what the step's cell gradient reads (activations, the
 // gradient with respect to its output) and its recurrent pre-activation
 // gradients: applyEdge runs the cell gradient again to add its direct part
-// into the gradient already there, as the walk in one window does, then
-// the recurrent product. Its layout, in blocks of B·H: act 4, dh 1, dhp 3,
+// into the gradient already there, as the walk in one window does, and
+// hands the walk the recurrent pre-activation gradients, whose product the
+// next step's cell gradient adds. Its layout, in blocks of B·H: act 4, dh 1, dhp 3,
 // and 6 for the pre-activation gradients the second run writes, unread.
 func (gruCell) edgeSize(B, H int) int { return 14 * B * H }
 
@@ -106,11 +115,10 @@ func (gruCell) saveEdge(q *queue, lp *layerPass, lg *layerGrads, t int) {
 	}
 }
 
-func (gruCell) applyEdge(q *queue, lp *layerPass, lg *layerGrads, t int) {
+func (gruCell) applyEdge(q *queue, lp *layerPass, lg *layerGrads, t int) device.Buffer {
 	H, rows, dt, BH := lp.H, lp.rows(t), lp.dt, lp.B*lp.H
 	e := func(off, blocks int) device.Buffer { return lg.edge.Elems(dt, off*BH, blocks*BH) }
-	dPrev := lp.step(lg.dh, lp.prev(t), H)
 	q.add(lp.k.GRUCellGrad(device.GRUCellGrad{DType: dt, Batch: rows, Hidden: H, Act: e(0, 4), HPrev: lp.hIn(t), DH: e(4, 1),
-		DXPre: e(8, 3), DHPre: e(11, 3), DHPrev: dPrev, Accumulate: true}))
-	q.add(lp.k.Gemm(device.Gemm{DType: dt, M: rows, N: H, K: 3 * H, Alpha: 1, Beta: 1, A: e(5, 3), B: lp.w.whh, C: dPrev}))
+		DXPre: e(8, 3), DHPre: e(11, 3), DHPrev: lp.step(lg.dh, lp.prev(t), H), Accumulate: true}))
+	return e(5, 3)
 }

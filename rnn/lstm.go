@@ -23,7 +23,9 @@ func NewLSTM(d device.Device, c Config) (*LSTM, error) {
 // the device runs it as one kernel or as a GEMM and the cell. In training the activations
 // replace the pre-activations in the layer's saved gates, and Backward
 // replaces them in turn with the pre-activations' gradients, which serve
-// as both dPre and dHPre.
+// as both dPre and dHPre; each step's LSTMCellGrad is given the step after
+// it's (its fused form), whose product with W_hh it adds into the step's
+// dh before it reads it.
 type lstmCell struct{}
 
 var _ cell = lstmCell{}
@@ -99,16 +101,16 @@ func (lstmCell) beginBackward(q *queue, lp *layerPass, lg *layerGrads) {
 // place when tied (beginBackward).
 func (lstmCell) endBackward(*queue, *layerPass, *layerGrads) {}
 
-func (lstmCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int) {
+func (lstmCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int, in product) {
 	H, rows, dt := lp.H, lp.rows(t), lp.dt
 	a := lp.step(lp.b.gates, t, 4*H)
-	q.add(lp.k.LSTMCellGrad(device.LSTMCellGrad{DType: dt, Batch: rows, Hidden: H, Act: a,
-		CPrev: lp.cIn(t), C: lp.cOut(t), DH: lp.step(lg.dh, t, H), DC: lg.row, DPre: a, DCPrev: lg.row}))
-	switch p := lp.prev(t); {
-	case p >= 0 && lp.holds(p):
-		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: rows, N: H, K: 4 * H, Alpha: 1, Beta: 1, A: a, B: lp.w.whh,
-			C: lp.step(lg.dh, p, H)}))
-	case p < 0 && lg.tied:
+	g := device.LSTMCellGrad{DType: dt, Batch: rows, Hidden: H, Act: a, CPrev: lp.cIn(t), C: lp.cOut(t),
+		DH: lp.step(lg.dh, t, H), DC: lg.row, DPre: a, DCPrev: lg.row}
+	if in.from >= 0 {
+		g.DPreNext, g.W, g.NextBatch = in.dHPre, lp.w.whh, in.rows
+	}
+	q.add(lp.k.LSTMCellGrad(g))
+	if lp.prev(t) < 0 && lg.tied {
 		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: rows, N: H, K: 4 * H, Alpha: 1, A: a, B: lp.w.whh, C: lg.stH}))
 	}
 }
@@ -123,8 +125,9 @@ func (lstmCell) saveEdge(q *queue, lp *layerPass, lg *layerGrads, t int) {
 	q.add(lp.k.Copy(device.Copy{Dst: lg.edge.Elems(lp.dt, 0, n), Src: lp.step(lp.b.gates, t, 4*lp.H).Elems(lp.dt, 0, n)}))
 }
 
-func (lstmCell) applyEdge(q *queue, lp *layerPass, lg *layerGrads, t int) {
-	H := lp.H
-	q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, M: lp.rows(t), N: H, K: 4 * H, Alpha: 1, Beta: 1, A: lg.edge, B: lp.w.whh,
-		C: lp.step(lg.dh, lp.prev(t), H)}))
+// applyEdge: the LSTM's cell gradient adds nothing into the gradient with
+// respect to h entering the step but its recurrent product (dc went on in
+// lg.row), so the edge is that product's operand alone.
+func (lstmCell) applyEdge(_ *queue, _ *layerPass, lg *layerGrads, _ int) device.Buffer {
+	return lg.edge
 }

@@ -103,7 +103,13 @@ const RecomputeAuto = -1
 // step before it to the next window through an edge (cell.saveEdge,
 // cell.applyEdge), applied once the gradient it is added to is complete,
 // so that every value is summed in the same order however the steps are
-// cut. Since both the plain and the recomputed execution make the same
+// cut. A step's recurrent product (its recurrent pre-activation gradient
+// times W_hh, its part of the gradient with respect to the state entering
+// it) is added by the cell gradient of the step it flows into, the next
+// one walked back, in one call (product): the same sum in the same place
+// as a Gemm after the step's own cell gradient, one call fewer per step,
+// and on the CUDA device one launch where there were a GEMM and a kernel.
+// Since both the plain and the recomputed execution make the same
 // kernel calls on the same values in the same order, or products whose
 // rows do not depend on how many rows a call has, their results are the
 // same bits on a device that gives the same bits for the same call.
@@ -187,22 +193,49 @@ type cell interface {
 	beginBackward(q *queue, lp *layerPass, lg *layerGrads)
 	endBackward(q *queue, lp *layerPass, lg *layerGrads)
 	// backwardStep queues step t of the walk back: from the gradient with
-	// respect to the step's output, lg.dh's step t, to the pre-activation
+	// respect to the step's output, lg.dh's step t, into which the cell
+	// gradient first adds in, the recurrent product of the step walked
+	// back before t, when given (in.from >= 0; the fused form of
+	// device.LSTMCellGrad and GRUCellGrad), to the pre-activation
 	// gradients of step t and the gradient with respect to the state
-	// entering it, added into lg.dh's step lp.prev(t) when the window
-	// holds it, written to the state's gradient for the first step of a
-	// tied walk, and left to the edge otherwise.
-	backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int)
+	// entering it. Its direct part (the GRU's) is added into lg.dh's
+	// step lp.prev(t) when the window holds it; for the first step of a
+	// tied walk the whole of it, recurrent product included, is written
+	// to the state's gradient; otherwise the step's recurrent product is
+	// left to the walk (backwardWindow), and to the edge beyond the
+	// window.
+	backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int, in product)
 	// edgeSize is the number of elements saveEdge keeps for a batch of B.
 	// saveEdge copies into lg.edge what step t of lp's window (whose
 	// predecessor lies in the next window of the walk back) needs to add
 	// its part of the gradient with respect to the state entering it;
-	// applyEdge adds it into lg.dh's step lp.prev(t), lp now being that
-	// next window, once the gradient there holds what flows from above.
+	// applyEdge, lp now being that next window, once the gradient in
+	// lg.dh's step lp.prev(t) holds what flows from above, adds what the
+	// step's cell gradient adds there (the GRU's direct part) and returns
+	// the step's saved recurrent pre-activation gradient, whose product
+	// the walk then adds as it does within a window.
 	edgeSize(B, H int) int
 	saveEdge(q *queue, lp *layerPass, lg *layerGrads, t int)
-	applyEdge(q *queue, lp *layerPass, lg *layerGrads, t int)
+	applyEdge(q *queue, lp *layerPass, lg *layerGrads, t int) device.Buffer
 }
+
+// product is the recurrent part of the gradient flowing from step from
+// of a walk back into the state entering it, not yet added: dHPre, the
+// step's recurrent pre-activation gradient over its rows, [rows, G·H],
+// times W_hh, which belongs in lg.dh's step lp.prev(from). The walk hands
+// it to the cell gradient of that step, which adds it before it reads
+// lg.dh there (the fused form of the cell gradients, one call where there
+// were the cell gradient and a Gemm: on the CUDA device one launch for
+// small layers), or adds it with a Gemm where no cell gradient of that
+// step follows in the window. from is -1 for none.
+type product struct {
+	from  int
+	dHPre device.Buffer
+	rows  int
+}
+
+// noProduct is the product of no step.
+var noProduct = product{from: -1}
 
 // keep says what a forward keeps for Backward.
 type keep uint8
@@ -1649,18 +1682,34 @@ func (s *stack) backwardWindow(q *queue, lp *layerPass, lg *layerGrads, first, l
 	if lg.tied {
 		s.finalGrads(q, lp, lg)
 	}
+	// pending is the recurrent product of the step walked back last (or
+	// of the edge's step), which the cell gradient of the step it flows
+	// into takes, the next one walked back; a Gemm adds it where that
+	// step is not walked (past the longest sequence).
+	pending := noProduct
 	if edgeIn >= 0 {
-		s.cell.applyEdge(q, lp, lg, edgeIn)
-		s.initialGrads(q, lp, lg, edgeIn)
+		pending = product{from: edgeIn, dHPre: s.cell.applyEdge(q, lp, lg, edgeIn), rows: lp.rows(edgeIn)}
 	}
 	walk := lp.walk()
+	GH := s.cell.gates() * lp.H
 	for i := len(walk) - 1; i >= 0; i-- {
 		t := walk[i]
-		s.cell.backwardStep(q, lp, lg, t)
+		in := noProduct
+		if pending.from >= 0 && lp.prev(pending.from) == t {
+			in = pending
+		} else {
+			s.addProduct(q, lp, lg, pending)
+		}
+		s.cell.backwardStep(q, lp, lg, t, in)
+		if in.from >= 0 {
+			s.initialGrads(q, lp, lg, in.from)
+		}
+		pending = noProduct
 		if p := lp.prev(t); p >= 0 && lp.holds(p) {
-			s.initialGrads(q, lp, lg, t)
+			pending = product{from: t, dHPre: lp.step(lg.dHPre, t, GH), rows: lp.rows(t)}
 		}
 	}
+	s.addProduct(q, lp, lg, pending)
 	edge := -1
 	if len(walk) > 0 {
 		if t := walk[0]; lp.prev(t) >= 0 && !lp.holds(lp.prev(t)) {
@@ -1672,6 +1721,20 @@ func (s *stack) backwardWindow(q *queue, lp *layerPass, lg *layerGrads, first, l
 		s.cell.endBackward(q, lp, lg)
 	}
 	return edge
+}
+
+// addProduct queues adding pr, when it is one, into lg.dh's step
+// lp.prev(pr.from) as a Gemm, for a step whose cell gradient does not
+// follow in lp's window to take it, then what waits for that gradient to
+// be complete.
+func (s *stack) addProduct(q *queue, lp *layerPass, lg *layerGrads, pr product) {
+	if pr.from < 0 {
+		return
+	}
+	H := lp.H
+	q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, M: pr.rows, N: H, K: s.cell.gates() * H, Alpha: 1, Beta: 1, A: pr.dHPre,
+		B: lp.w.whh, C: lp.step(lg.dh, lp.prev(pr.from), H)}))
+	s.initialGrads(q, lp, lg, pr.from)
 }
 
 // finalGrads queues adding the gradient with respect to a final state into

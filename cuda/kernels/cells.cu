@@ -49,6 +49,49 @@ __device__ __forceinline__ void gru_point(T xr, T xz, T xn, T hr, T hz, T hh, co
   }
 }
 
+// lstm_grad_point is the LSTM cell's gradient on one element (b, j) from
+// dhe, the whole gradient with respect to its h, the one statement that
+// gc_lstm_cell_grad and the fused kernel share, as lstm_point is. It
+// reads act, cprev, c and dc before it writes dpre and dcprev, which may
+// be act and dc.
+template <typename T>
+__device__ __forceinline__ void lstm_grad_point(const T* act, const T* cprev, const T* c, T dhe,
+                                                const T* dc, T* dpre, T* dcprev, long long e,
+                                                long long o, long long hidden) {
+  T i = act[o], f = act[o + hidden], g = act[o + 2 * hidden], og = act[o + 3 * hidden];
+  T tc = gc_tanh(c[e]);
+  T cp = cprev[e];
+  T dcT = dc[e] + dhe * og * (T(1) - tc * tc);
+  dpre[o] = dcT * g * (i * (T(1) - i));
+  dpre[o + hidden] = dcT * cp * (f * (T(1) - f));
+  dpre[o + 2 * hidden] = dcT * i * (T(1) - g * g);
+  dpre[o + 3 * hidden] = dhe * tc * (og * (T(1) - og));
+  dcprev[e] = dcT * f;
+}
+
+// gru_grad_point is the GRU cell's gradient on one element (b, j) from d,
+// the whole gradient with respect to its h, lstm_grad_point's counterpart
+// (a and o index act's and the pre-activations' rows).
+template <typename T>
+__device__ __forceinline__ void gru_grad_point(const T* act, const T* hprev, T d, T* dxpre,
+                                               T* dhpre, T* dhprev, long long accumulate,
+                                               long long e, long long a, long long o,
+                                               long long hidden) {
+  T r = act[a], z = act[a + hidden], n = act[a + 2 * hidden], hn = act[a + 3 * hidden];
+  T hp = hprev[e];
+  T dz = d * (hp - n) * (z * (T(1) - z));
+  T dn = d * (T(1) - z) * (T(1) - n * n);
+  T dr = dn * hn * (r * (T(1) - r));
+  dxpre[o] = dr;
+  dxpre[o + hidden] = dz;
+  dxpre[o + 2 * hidden] = dn;
+  dhpre[o] = dr;
+  dhpre[o + hidden] = dz;
+  dhpre[o + 2 * hidden] = dn * r;
+  T direct = d * z;
+  dhprev[e] = accumulate ? dhprev[e] + direct : direct;
+}
+
 template <typename T>
 __device__ void lstm_cell(const T* pre, const T* bih, const T* bhh, const T* cprev,
                           T* c, T* h, T* act, long long batch, long long hidden) {
@@ -70,16 +113,7 @@ __device__ void lstm_cell_grad(const T* act, const T* cprev, const T* c, const T
                                long long hidden) {
   GC_FOR(e, batch * hidden) {
     long long b = e / hidden, j = e - b * hidden;
-    long long o = b * 4 * hidden + j;
-    T i = act[o], f = act[o + hidden], g = act[o + 2 * hidden], og = act[o + 3 * hidden];
-    T tc = gc_tanh(c[e]);
-    T dhe = dh[e], cp = cprev[e];
-    T dcT = dc[e] + dhe * og * (T(1) - tc * tc);
-    dpre[o] = dcT * g * (i * (T(1) - i));
-    dpre[o + hidden] = dcT * cp * (f * (T(1) - f));
-    dpre[o + 2 * hidden] = dcT * i * (T(1) - g * g);
-    dpre[o + 3 * hidden] = dhe * tc * (og * (T(1) - og));
-    dcprev[e] = dcT * f;
+    lstm_grad_point(act, cprev, c, dh[e], dc, dpre, dcprev, e, b * 4 * hidden + j, hidden);
   }
 }
 
@@ -100,20 +134,8 @@ __device__ void gru_cell_grad(const T* act, const T* hprev, const T* dh, T* dxpr
                               long long hidden) {
   GC_FOR(e, batch * hidden) {
     long long b = e / hidden, j = e - b * hidden;
-    long long a = b * 4 * hidden + j, o = b * 3 * hidden + j;
-    T r = act[a], z = act[a + hidden], n = act[a + 2 * hidden], hn = act[a + 3 * hidden];
-    T d = dh[e], hp = hprev[e];
-    T dz = d * (hp - n) * (z * (T(1) - z));
-    T dn = d * (T(1) - z) * (T(1) - n * n);
-    T dr = dn * hn * (r * (T(1) - r));
-    dxpre[o] = dr;
-    dxpre[o + hidden] = dz;
-    dxpre[o + 2 * hidden] = dn;
-    dhpre[o] = dr;
-    dhpre[o + hidden] = dz;
-    dhpre[o + 2 * hidden] = dn * r;
-    T direct = d * z;
-    dhprev[e] = accumulate ? dhprev[e] + direct : direct;
+    gru_grad_point(act, hprev, dh[e], dxpre, dhpre, dhprev, accumulate, e, b * 4 * hidden + j,
+                   b * 3 * hidden + j, hidden);
   }
 }
 
@@ -232,6 +254,117 @@ __device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpr
             hidden, hprev[e], h, act, e, b * 4 * hidden + j);
 }
 
+// The fused recurrent step of the backward (device.LSTMCellGrad and
+// GRUCellGrad given the next step's recurrent pre-activation gradient
+// dnext and W_hh): dh += dnext·W, the product a separate GEMM would add,
+// and the cell gradient in one launch. The product is folded into the
+// call that reads it because each of its elements needs a whole row of
+// dnext, which the previous launch wrote completely. The launch shape is
+// the forward's (fuseTile: blockDim = (J, B), J·B = GC_FUSE_THREADS,
+// thread (tx, ty) of block (bx, by) owning element (b, j) = (by·B + ty,
+// bx·J + tx)), over max(batch, nbatch) rows: the next step may cover
+// fewer rows (nbatch, a forward walk with lengths) or more (a reverse
+// walk), and rows past batch get the product only. The thread's dot
+// product runs over the G·hidden columns of dnext, k in order, in one
+// accumulator of T; the block walks k in chunks of GC_FUSE_GRAD_K,
+// staging its rows of dnext (padded by one element, so that the rows a
+// warp reads fall in different banks) and the chunk's rows of W, the
+// block's J columns, through shared memory. W is [G·hidden, hidden] and
+// used as it is (not transposed), so a warp's 32 consecutive j read
+// consecutive addresses of a row of W. Each sum depends on the shape
+// only, the same on every run, and differs from cuBLAS's by rounding.
+#define GC_FUSE_GRAD_K 64
+
+// rec_grad_product returns Σ_k dnext[b·nk + k]·w[k·hidden + j], nk =
+// G·hidden, for the calling thread's element (b, j), or 0 for b past
+// nbatch or j past hidden; every thread of the block calls it. Units past
+// hidden and rows past nbatch are neither staged nor summed, and a block
+// wholly past nbatch stages nothing (nb and jn are block-uniform, so the
+// barriers are too).
+template <typename T, int G>
+__device__ T rec_grad_product(const T* dnext, const T* w, long long nbatch, long long hidden) {
+  GC_SHARED(T, ds, GC_FUSE_BMAX * (GC_FUSE_GRAD_K + 1));
+  GC_SHARED(T, ws, GC_FUSE_GRAD_K * GC_FUSE_JMAX);
+  const int tj = blockDim.x, tb = blockDim.y, threads = tj * tb;
+  int tx = threadIdx.x, ty = threadIdx.y, tid = ty * tj + tx;
+  long long j0 = (long long)blockIdx.x * tj, b0 = (long long)blockIdx.y * tb;
+  const long long nk = G * hidden;
+  const int jn = (int)(hidden - j0 < tj ? hidden - j0 : tj);
+  const int nb = (int)(nbatch - b0 <= 0 ? 0 : nbatch - b0 < tb ? nbatch - b0 : tb);
+  T acc = T(0);
+  if (nb == 0) return acc;
+  for (long long k0 = 0; k0 < nk; k0 += GC_FUSE_GRAD_K) {
+    const int kn = (int)(nk - k0 < GC_FUSE_GRAD_K ? nk - k0 : GC_FUSE_GRAD_K);
+    // Consecutive threads load consecutive k of a row of dnext, and
+    // consecutive j of a row of W: coalesced.
+    for (int i = tid; i < nb * kn; i += threads) {
+      int r = i / kn, kk = i % kn;
+      ds[r * (GC_FUSE_GRAD_K + 1) + kk] = dnext[(b0 + r) * nk + k0 + kk];
+    }
+    for (int i = tid; i < kn * jn; i += threads) {
+      int kk = i / jn, jj = i % jn;
+      ws[kk * tj + jj] = w[(k0 + kk) * hidden + j0 + jj];
+    }
+    __syncthreads();
+    if (tx < jn && ty < nb) {
+      for (int kk = 0; kk < kn; kk++) acc += ds[ty * (GC_FUSE_GRAD_K + 1) + kk] * ws[kk * tj + tx];
+    }
+    // The chunk read by every thread before the next one overwrites it.
+    __syncthreads();
+  }
+  return acc;
+}
+
+// fused_grad_dh adds the product acc into dh at element (b, j) for b
+// below nbatch, writing it back as the GEMM with beta 1 would, and sets
+// *d to the whole gradient the cell gradient reads; false when the cell
+// gradient has nothing to do there (b past batch, j past hidden, or cell
+// 0: the product alone, for a call whose dnext or W overlaps an output,
+// which the plain kernel then finishes with the same operations on the
+// same values, so the two launches give the fused one's results to the
+// bit).
+template <typename T>
+__device__ __forceinline__ bool fused_grad_dh(T acc, T* dh, long long b, long long j,
+                                              long long batch, long long nbatch, long long hidden,
+                                              long long cell, T* d) {
+  if (j >= hidden || (b >= batch && b >= nbatch)) return false;
+  long long e = b * hidden + j;
+  if (b < nbatch) {
+    *d = dh[e] + acc;
+    dh[e] = *d;
+  } else {
+    *d = dh[e];
+  }
+  return cell && b < batch;
+}
+
+template <typename T>
+__device__ void lstm_cell_grad_fused(const T* dnext, const T* w, const T* act, const T* cprev,
+                                     const T* c, T* dh, const T* dc, T* dpre, T* dcprev,
+                                     long long batch, long long nbatch, long long hidden,
+                                     long long cell) {
+  T acc = rec_grad_product<T, 4>(dnext, w, nbatch, hidden);
+  long long b = (long long)blockIdx.y * blockDim.y + threadIdx.y;
+  long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  T d;
+  if (!fused_grad_dh(acc, dh, b, j, batch, nbatch, hidden, cell, &d)) return;
+  lstm_grad_point(act, cprev, c, d, dc, dpre, dcprev, b * hidden + j, b * 4 * hidden + j, hidden);
+}
+
+template <typename T>
+__device__ void gru_cell_grad_fused(const T* dnext, const T* w, const T* act, const T* hprev,
+                                    T* dh, T* dxpre, T* dhpre, T* dhprev, long long accumulate,
+                                    long long batch, long long nbatch, long long hidden,
+                                    long long cell) {
+  T acc = rec_grad_product<T, 3>(dnext, w, nbatch, hidden);
+  long long b = (long long)blockIdx.y * blockDim.y + threadIdx.y;
+  long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  T d;
+  if (!fused_grad_dh(acc, dh, b, j, batch, nbatch, hidden, cell, &d)) return;
+  gru_grad_point(act, hprev, d, dxpre, dhpre, dhprev, accumulate, b * hidden + j,
+                 b * 4 * hidden + j, b * 3 * hidden + j, hidden);
+}
+
 #define GC_CELLS(T, S)                                                                        \
   extern "C" __global__ void gc_lstm_cell_##S(const T* pre, const T* bih, const T* bhh,       \
                                               const T* cprev, T* c, T* h, T* act,             \
@@ -264,6 +397,20 @@ __device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpr
       const T* hprev, const T* w, const T* xpre, T* hpre, const T* bih, const T* bhh, T* h,   \
       T* act, long long batch, long long hidden, long long cell) {                            \
     gru_cell_fused(hprev, w, xpre, hpre, bih, bhh, h, act, batch, hidden, cell);              \
+  }                                                                                           \
+  extern "C" __global__ void gc_lstm_cell_grad_fused_##S(                                     \
+      const T* dnext, const T* w, const T* act, const T* cprev, const T* c, T* dh,            \
+      const T* dc, T* dpre, T* dcprev, long long batch, long long nbatch, long long hidden,   \
+      long long cell) {                                                                       \
+    lstm_cell_grad_fused(dnext, w, act, cprev, c, dh, dc, dpre, dcprev, batch, nbatch, hidden, \
+                         cell);                                                               \
+  }                                                                                           \
+  extern "C" __global__ void gc_gru_cell_grad_fused_##S(                                      \
+      const T* dnext, const T* w, const T* act, const T* hprev, T* dh, T* dxpre, T* dhpre,    \
+      T* dhprev, long long accumulate, long long batch, long long nbatch, long long hidden,   \
+      long long cell) {                                                                       \
+    gru_cell_grad_fused(dnext, w, act, hprev, dh, dxpre, dhpre, dhprev, accumulate, batch,    \
+                        nbatch, hidden, cell);                                                \
   }
 
 GC_CELLS(float, f32)

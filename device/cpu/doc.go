@@ -28,10 +28,11 @@
 // kernels (package internal/kern) are split by rows or columns across a team
 // of Config.Threads goroutines when they are large enough to gain from it;
 // reductions combine per-part float64 partial sums in a fixed order, so
-// results do not depend on scheduling. The recurrent cells' fused form
-// (device.LSTMCell and GRUCell given their recurrent product) gains nothing
-// from fusing here, where a call costs no launch: it is the recurrent Gemm
-// queued before the cell, the same results and counts as the two calls.
+// results do not depend on scheduling. The recurrent cells' fused forms
+// (device.LSTMCell and GRUCell given their recurrent product, and their
+// gradients given the next step's) gain nothing from fusing here, where a
+// call costs no launch: each is the recurrent Gemm queued before the cell
+// or its gradient, the same results and counts as the two calls.
 //
 // # Scopes
 //

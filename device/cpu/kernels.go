@@ -157,8 +157,16 @@ func (k kernels) LSTMCell(a device.LSTMCell) error {
 	return k.launch(err, func(c *cmd) { c.op, c.lstm = opLSTMCell, a })
 }
 
+// LSTMCellGrad runs the fused form (device.LSTMCellGrad.Fused) as the two
+// calls it stands for, as LSTMCell does: the recurrent Gemm into DH, then
+// the cell gradient.
 func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error {
-	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.lstmGrad = opLSTMCellGrad, a })
+	err := a.Check(k.l.owner)
+	if err == nil && a.Fused() {
+		err = k.Gemm(a.RecurrentGemm())
+		a.DPreNext, a.W, a.NextBatch = device.Buffer{}, device.Buffer{}, 0
+	}
+	return k.launch(err, func(c *cmd) { c.op, c.lstmGrad = opLSTMCellGrad, a })
 }
 
 // GRUCell runs the fused form as LSTMCell does.
@@ -171,8 +179,14 @@ func (k kernels) GRUCell(a device.GRUCell) error {
 	return k.launch(err, func(c *cmd) { c.op, c.gru = opGRUCell, a })
 }
 
+// GRUCellGrad runs the fused form as LSTMCellGrad does.
 func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
-	return k.launch(a.Check(k.l.owner), func(c *cmd) { c.op, c.gruGrad = opGRUCellGrad, a })
+	err := a.Check(k.l.owner)
+	if err == nil && a.Fused() {
+		err = k.Gemm(a.RecurrentGemm())
+		a.DHPreNext, a.W, a.NextBatch = device.Buffer{}, device.Buffer{}, 0
+	}
+	return k.launch(err, func(c *cmd) { c.op, c.gruGrad = opGRUCellGrad, a })
 }
 
 func (k kernels) GatherSeq(a device.GatherSeq) error {

@@ -279,7 +279,7 @@ func testLSTMCellGrad(t *testing.T, open opener) {
 				e.launch(a)
 				wantDPre, wantDCPrev := refLSTMCellGrad(c.batch, c.hidden, act, cPrev, cur, dh, dc)
 				tol := PointwiseTolerance(e.dt)
-				checkClose(e.t, "DPre", e.get("DPre", vDPre), wantDPre, nil, tol)
+				checkClose(e.t, "DPre", e.get("DPre", vDPre)[:4*bh], wantDPre, nil, tol)
 				checkClose(e.t, "DCPrev", e.get("DCPrev", vDCPrev), wantDCPrev, nil, tol)
 				checkExact(e.t, "DH (an input)", e.get("DH", vDH), dh)
 				checkExact(e.t, "C (an input)", e.get("C", vC), cur)
@@ -404,7 +404,7 @@ func testGRUCellGrad(t *testing.T, open opener) {
 				}
 				tol := PointwiseTolerance(e.dt)
 				checkClose(e.t, "DXPre", e.get("DXPre", vDX), wantDX, nil, tol)
-				checkClose(e.t, "DHPre", e.get("DHPre", vDHP), wantDHP, nil, tol)
+				checkClose(e.t, "DHPre", e.get("DHPre", vDHP)[:3*bh], wantDHP, nil, tol)
 				checkClose(e.t, "DHPrev", e.get("DHPrev", vDHPrev), wantDHPrev, nil, tol)
 				checkExact(e.t, "Act (an input)", e.get("Act", vAct), act)
 			})
@@ -609,4 +609,222 @@ func testGRUCellFused(t *testing.T, open opener) {
 			})
 		}
 	})
+}
+
+// fusedGradCase is a shape of the cell gradients' fused form: the cell's
+// rows and the next step's (0: as many), and which aliasing the contract
+// allows is tried.
+type fusedGradCase struct {
+	batch, hidden, next int
+	// nextIsOut makes the next step's pre-activation gradient the same
+	// buffer as the call's own (DPre, DHPre), which the cell gradient
+	// overwrites once the product has read it.
+	nextIsOut bool
+	// LSTM: DPre is Act, DCPrev is DC. GRU: DHPrev is DH (inPlace) or
+	// accumulates into what it holds (accumulate).
+	inPlace, accumulate bool
+}
+
+func (c fusedGradCase) name() string {
+	name := fmt.Sprintf("%dx%d", c.batch, c.hidden)
+	if c.next != 0 {
+		name += fmt.Sprintf("/Next%d", c.next)
+	}
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{c.nextIsOut, "NextIsOut"}, {c.inPlace, "InPlace"}, {c.accumulate, "Accumulate"}} {
+		if f.on {
+			name += "/" + f.name
+		}
+	}
+	return name
+}
+
+// fusedGradCases are the shapes the cell gradients' fused form is checked
+// at: every fusedCellSizes shape with the next step as wide, then next
+// steps of fewer rows (a forward walk with lengths) and of more (a
+// reverse walk), across the tiles' rows (4 at 33 units, 8 at 12, 16 at 5),
+// and the aliasing the contract allows, both at a size the CUDA device
+// fuses and at one it does not.
+func fusedGradCases() []fusedGradCase {
+	var cs []fusedGradCase
+	for _, s := range fusedCellSizes {
+		cs = append(cs, fusedGradCase{batch: s[0], hidden: s[1]})
+	}
+	cs = append(cs, fusedGradCase{batch: 17, hidden: 12, next: 9}, fusedGradCase{batch: 9, hidden: 70, next: 4},
+		fusedGradCase{batch: 5, hidden: 33, next: 13}, fusedGradCase{batch: 3, hidden: 5, next: 17},
+		fusedGradCase{batch: 1, hidden: 1, next: 2})
+	for _, s := range [][2]int{{5, 33}, {2, 257}} {
+		cs = append(cs, fusedGradCase{batch: s[0], hidden: s[1], nextIsOut: true},
+			fusedGradCase{batch: s[0], hidden: s[1], inPlace: true},
+			fusedGradCase{batch: s[0], hidden: s[1], accumulate: true})
+	}
+	return append(cs, fusedGradCase{batch: 9, hidden: 70, next: 12, inPlace: true},
+		fusedGradCase{batch: 9, hidden: 70, next: 5, nextIsOut: true, accumulate: true})
+}
+
+// gradProduct is dh + dNext·w over dh's first next rows (and dh below
+// them) in float64, for a cell of gates gates: dNext is [next, gates·H], w
+// [gates·H, H], dh [rows, H]. mag is each element's magnitude,
+// |dh| + Σ|dNext||w| (Tolerance).
+func gradProduct(next, hidden, gates int, dh, dNext, w []float64) (out, mag []float64) {
+	out, mag = clone(dh), make([]float64, len(dh))
+	for i, v := range dh {
+		mag[i] = math.Abs(v)
+	}
+	for b := 0; b < next; b++ {
+		for j := 0; j < hidden; j++ {
+			var s, m float64
+			for k := 0; k < gates*hidden; k++ {
+				x := dNext[b*gates*hidden+k] * w[k*hidden+j]
+				s += x
+				m += math.Abs(x)
+			}
+			out[b*hidden+j] += s
+			mag[b*hidden+j] += m
+		}
+	}
+	return out, mag
+}
+
+// fusedGradTolerance is the tolerance of a cell gradient's outputs
+// computed from a DH that carries a product's rounding (SumTolerance of
+// terms+1 terms relative to its magnitude, at most mag): the pointwise
+// tolerance plus that error carried through, as an absolute floor. No
+// output moves by more than a change of DH: the LSTM's dcT by at most
+// o·(1-tc²) ≤ 1 times it, its gates' gradients by dcT's times i(1-i),
+// |cPrev|·f(1-f) ≤ 2/4, i(1-g²) ≤ 1, or tc·o(1-o) ≤ 1/4, dCPrev by f ≤ 1
+// times dcT's; the GRU's dz by |hPrev-n|·z(1-z) ≤ 2/4, dn by
+// (1-z)(1-n²) ≤ 1, dr by dn's times |h_n+bh_n|·r(1-r) ≤ 3/4 (the suite's
+// |HPre| ≤ 2 and |BiasHH| ≤ 1), dHPrev by z ≤ 1.
+func fusedGradTolerance(dt device.DType, terms int, mag []float64) Tolerance {
+	var m float64
+	for _, v := range mag {
+		m = math.Max(m, v)
+	}
+	tol := PointwiseTolerance(dt)
+	tol.Abs += SumTolerance(dt, terms+1).Rel * m
+	return tol
+}
+
+func testLSTMCellGradFused(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		cs := fusedGradCases()
+		for _, c := range cs {
+			if c.accumulate {
+				continue // a GRU case
+			}
+			e.run(c.name(), func(e *env) {
+				B, H := c.batch, c.hidden
+				next := nextRows(c.batch, c.next)
+				bh, rows := B*H, max(B, next)
+				s := 1 / math.Sqrt(float64(H)) // as testLSTMCellFused's
+				pre := e.uniform(4*bh, -3, 3)
+				cPrev := e.uniform(bh, -2, 2)
+				act, cur, _ := refLSTMCell(B, H, pre, nil, nil, cPrev)
+				roundAll(e.dt, act)
+				roundAll(e.dt, cur)
+				dh, dc := e.uniform(rows*H, -1, 1), e.uniform(bh, -1, 1)
+				dNext, w := e.uniform(next*4*H, -1, 1), e.uniform(4*H*H, -s, s)
+				vAct, vCPrev, vC, vDH, vDC, vW := e.vec(act), e.vec(cPrev), e.vec(cur), e.vec(dh), e.vec(dc), e.vec(w)
+				vDPre, vDCPrev, vNext := e.vec(nans(4*bh)), e.vec(nans(bh)), vec{}
+				switch {
+				case c.nextIsOut:
+					vDPre = e.vec(append(clone(dNext), nans(max(0, B-next)*4*H)...))
+					vNext = vDPre
+				case c.inPlace:
+					vDPre, vDCPrev = vAct, vDC
+				}
+				if !c.nextIsOut {
+					vNext = e.vec(dNext)
+				}
+				a := device.LSTMCellGrad{DType: e.dt, Batch: B, Hidden: H, Act: vAct.buf, CPrev: vCPrev.buf, C: vC.buf,
+					DH: vDH.buf, DC: vDC.buf, DPre: vDPre.buf, DCPrev: vDCPrev.buf, DPreNext: vNext.buf, W: vW.buf, NextBatch: c.next}
+				e.launch(a)
+				full, mag := gradProduct(next, H, 4, dh, dNext, w)
+				wantDPre, wantDCPrev := refLSTMCellGrad(B, H, act, cPrev, cur, full[:bh], dc)
+				tol := fusedGradTolerance(e.dt, 4*H, mag)
+				// DH holds the whole gradient, as after a Gemm with Beta 1.
+				checkClose(e.t, "DH", e.get("DH", vDH), full, mag, SumTolerance(e.dt, 4*H+1))
+				checkClose(e.t, "DPre", e.get("DPre", vDPre)[:4*bh], wantDPre, nil, tol)
+				checkClose(e.t, "DCPrev", e.get("DCPrev", vDCPrev), wantDCPrev, nil, tol)
+				if !c.nextIsOut {
+					checkExact(e.t, "DPreNext (an input)", e.get("DPreNext", vNext), dNext)
+				}
+				checkExact(e.t, "W (an input)", e.get("W", vW), w)
+				checkExact(e.t, "C (an input)", e.get("C", vC), cur)
+			})
+		}
+	})
+}
+
+func testGRUCellGradFused(t *testing.T, open opener) {
+	forTypes(t, open, func(e *env) {
+		for _, c := range fusedGradCases() {
+			e.run(c.name(), func(e *env) {
+				B, H := c.batch, c.hidden
+				next := nextRows(c.batch, c.next)
+				bh, rows := B*H, max(B, next)
+				s := 1 / math.Sqrt(float64(H))
+				xPre, hPre := e.uniform(3*bh, -2, 2), e.uniform(3*bh, -2, 2)
+				bhh := e.uniform(3*H, -1, 1)
+				hPrev := e.uniform(bh, -1, 1)
+				act, _ := refGRUCell(B, H, xPre, hPre, nil, bhh, hPrev)
+				roundAll(e.dt, act)
+				dh := e.uniform(rows*H, -1, 1)
+				dNext, w := e.uniform(next*3*H, -1, 1), e.uniform(3*H*H, -s, s)
+				vAct, vHPrev, vDH, vW := e.vec(act), e.vec(hPrev), e.vec(dh), e.vec(w)
+				vDX, vDHP, vDHPrev, vNext := e.vec(nans(3*bh)), e.vec(nans(3*bh)), e.vec(nans(bh)), vec{}
+				var prior []float64 // what DHPrev holds before an accumulating call
+				switch {
+				case c.nextIsOut:
+					vDHP = e.vec(append(clone(dNext), nans(max(0, B-next)*3*H)...))
+					vNext = vDHP
+				case c.inPlace:
+					vDHPrev = vDH
+				}
+				if c.accumulate {
+					prior = e.uniform(bh, -1, 1)
+					vDHPrev = e.vec(prior)
+				}
+				if !c.nextIsOut {
+					vNext = e.vec(dNext)
+				}
+				e.launch(device.GRUCellGrad{DType: e.dt, Batch: B, Hidden: H, Act: vAct.buf, HPrev: vHPrev.buf, DH: vDH.buf,
+					DXPre: vDX.buf, DHPre: vDHP.buf, DHPrev: vDHPrev.buf, Accumulate: c.accumulate,
+					DHPreNext: vNext.buf, W: vW.buf, NextBatch: c.next})
+				full, mag := gradProduct(next, H, 3, dh, dNext, w)
+				wantDX, wantDHP, wantDHPrev := refGRUCellGrad(B, H, act, hPrev, full[:bh])
+				for i, p := range prior {
+					wantDHPrev[i] += p
+				}
+				tol := fusedGradTolerance(e.dt, 3*H, mag)
+				if !c.inPlace {
+					checkClose(e.t, "DH", e.get("DH", vDH), full, mag, SumTolerance(e.dt, 3*H+1))
+				} else if rows > B {
+					// DHPrev over DH's first Batch rows; the rows past
+					// them hold the product.
+					got := e.get("DH", vDH)
+					checkClose(e.t, "DH past Batch", got[bh:], full[bh:], mag[bh:], SumTolerance(e.dt, 3*H+1))
+				}
+				checkClose(e.t, "DXPre", e.get("DXPre", vDX), wantDX, nil, tol)
+				checkClose(e.t, "DHPre", e.get("DHPre", vDHP)[:3*bh], wantDHP, nil, tol)
+				checkClose(e.t, "DHPrev", e.get("DHPrev", vDHPrev)[:bh], wantDHPrev, nil, tol)
+				if !c.nextIsOut {
+					checkExact(e.t, "DHPreNext (an input)", e.get("DHPreNext", vNext), dNext)
+				}
+				checkExact(e.t, "W (an input)", e.get("W", vW), w)
+				checkExact(e.t, "Act (an input)", e.get("Act", vAct), act)
+			})
+		}
+	})
+}
+
+// nextRows is a fused cell gradient's NextBatch resolved: 0 means batch.
+func nextRows(batch, next int) int {
+	if next == 0 {
+		return batch
+	}
+	return next
 }

@@ -74,6 +74,8 @@ func RunGroups(t *testing.T, open func(t testing.TB) device.Device, keep func(gr
 		{"GRUCellGrad", testGRUCellGrad},
 		{"LSTMCellFused", testLSTMCellFused},
 		{"GRUCellFused", testGRUCellFused},
+		{"LSTMCellGradFused", testLSTMCellGradFused},
+		{"GRUCellGradFused", testGRUCellGradFused},
 		{"GatherSeq", testGatherSeq},
 		{"SeqPool", testSeqPool},
 		{"Embedding", testEmbedding},

@@ -96,7 +96,22 @@ func (e *env) misuseCases() []misuseCase {
 	add(misuseCase{name: "GRUCell/Fused", args: with(gru, "W", z(27)), optional: []string{"BiasIH", "BiasHH", "Act", "W"}})
 
 	gg := device.GRUCellGrad{DType: f32, Batch: 2, Hidden: 3, Act: z(24), HPrev: z(6), DH: z(6), DXPre: z(18), DHPre: z(18), DHPrev: z(6)}
-	add(misuseCase{args: gg, shapes: shapes(gg, "Batch", 0, "Hidden", -2, "DType", device.Int32)})
+	add(misuseCase{args: gg, shapes: shapes(gg, "Batch", 0, "Hidden", -2, "DType", device.Int32, "NextBatch", 3)})
+
+	// The gradients' fused form: the next step's recurrent pre-activation
+	// gradient [NextBatch, G·Hidden] and W_hh [G·Hidden, Hidden], DH of
+	// max(Batch, NextBatch) rows; a NextBatch past Batch needs a longer DH
+	// and a longer DPreNext, one below it neither.
+	lgFused := with(with(with(with(lg, "DPreNext", z(36)), "W", z(36)), "NextBatch", 3), "DH", z(9))
+	add(misuseCase{name: "LSTMCellGrad/Fused", args: lgFused, together: []string{"DPreNext", "W"},
+		shapes: append(shapes(lgFused, "NextBatch", -1),
+			shapeCase{"DH", with(with(lgFused, "NextBatch", 4), "DPreNext", z(48))},
+			shapeCase{"DPreNext", with(with(lgFused, "NextBatch", 4), "DH", z(12))})})
+	add(misuseCase{name: "LSTMCellGrad/FusedFewerNext", args: with(with(with(lgFused, "NextBatch", 1), "DH", z(6)), "DPreNext", z(12)),
+		together: []string{"DPreNext", "W"}})
+	ggFused := with(with(gg, "DHPreNext", z(18)), "W", z(27))
+	add(misuseCase{name: "GRUCellGrad/Fused", args: ggFused, together: []string{"DHPreNext", "W"},
+		shapes: shapes(ggFused, "NextBatch", -1)})
 
 	// Strides past Cols: a check that ignored them would take X and Y
 	// one element short.

@@ -224,3 +224,53 @@ func TestGraphMemory(t *testing.T) {
 		t.Errorf("allocated %d after Close, want %d", got, base-4096)
 	}
 }
+
+// TestFusedCellGrads is TestFusedCells for the cell gradients given the
+// next step's recurrent product: no temporary, DH sized for the rows of
+// either step, a half-given product or a NextBatch without one refused
+// with device.ErrShape.
+func TestFusedCellGrads(t *testing.T) {
+	d := open(t, meta.Config{KernelTemporaries: true})
+	buf := func(n int) device.Buffer {
+		b, err := d.Alloc(int64(n)*4, device.Workspace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	const B, H, next = 2, 3, 4
+	lstm := device.LSTMCellGrad{DType: device.Float32, Batch: B, Hidden: H, Act: buf(4 * B * H), CPrev: buf(B * H), C: buf(B * H),
+		DH: buf(next * H), DC: buf(B * H), DPre: buf(4 * B * H), DCPrev: buf(B * H), DPreNext: buf(4 * next * H), W: buf(4 * H * H),
+		NextBatch: next}
+	gru := device.GRUCellGrad{DType: device.Float32, Batch: B, Hidden: H, Act: buf(4 * B * H), HPrev: buf(B * H), DH: buf(next * H),
+		DXPre: buf(3 * B * H), DHPre: buf(3 * B * H), DHPrev: buf(B * H), DHPreNext: buf(3 * next * H), W: buf(3 * H * H), NextBatch: next}
+	before := d.MemStats()
+	k := d.Kernels()
+	if err := k.LSTMCellGrad(lstm); err != nil {
+		t.Errorf("fused LSTMCellGrad: %v", err)
+	}
+	if err := k.GRUCellGrad(gru); err != nil {
+		t.Errorf("fused GRUCellGrad: %v", err)
+	}
+	if got, was := d.MemStats().AllocatedBytes[alloc.AllPools].Allocated, before.AllocatedBytes[alloc.AllPools].Allocated; got != was {
+		t.Errorf("the fused cell gradients allocated %d bytes, want none", got-was)
+	}
+	short := lstm
+	short.DH = short.DH.Slice(0, B*H*4)
+	half := gru
+	half.DHPreNext = device.Buffer{}
+	stray := gru
+	stray.DHPreNext, stray.W = device.Buffer{}, device.Buffer{}
+	for _, c := range []struct {
+		name string
+		err  error
+	}{
+		{"LSTMCellGrad with DH of Batch rows, NextBatch more", k.LSTMCellGrad(short)},
+		{"GRUCellGrad with W and no DHPreNext", k.GRUCellGrad(half)},
+		{"GRUCellGrad with NextBatch and no product", k.GRUCellGrad(stray)},
+	} {
+		if !errors.Is(c.err, device.ErrShape) {
+			t.Errorf("%s = %v, want device.ErrShape", c.name, c.err)
+		}
+	}
+}

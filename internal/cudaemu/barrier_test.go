@@ -45,6 +45,8 @@ func TestMissingBarrier(t *testing.T) {
 		{"nn.cu", 4, sampleUniform},     // sample: the chunk sums written before thread 0 adds them
 		{"cells.cu", 0, gruFused},       // rec_product: a chunk of h and W staged before it is read
 		{"cells.cu", 1, gruFused},       // rec_product: the chunk read before the next overwrites it
+		{"cells.cu", 2, gruGradFused},   // rec_grad_product: a chunk of dnext and W staged before it is read
+		{"cells.cu", 3, gruGradFused},   // rec_grad_product: the chunk read before the next overwrites it
 	}
 	// Every barrier of the kernels is in the table: a new one needs a case.
 	count := 0
@@ -286,5 +288,33 @@ func gruFused(l *Lib) (got, want []float64, err error) {
 	xpre, h := make([]float64, batch*3*hidden), make([]float64, batch*hidden)
 	err = l.Launch("gc_gru_cell_fused_f64", [3]uint32{hidden / 32, batch / 4, 1}, [3]uint32{32, 4, 1},
 		[]uint64{ptr(hprev), ptr(w), ptr(xpre), ptr(got), 0, 0, ptr(h), 0, batch, hidden, 1})
+	return got, want, err
+}
+
+// gruGradFused runs gc_gru_cell_grad_fused_f64 as cuda/launch.go does
+// (blocks of 32 units by 4 rows) over 4 rows of 64 units with the product
+// alone (cell 0), three chunks of 64 terms, and returns what it leaves in
+// dh, zeros plus dnext·W: small integers, so exact in any order.
+func gruGradFused(l *Lib) (got, want []float64, err error) {
+	const batch, hidden = 4, 64
+	dnext := make([]float64, batch*3*hidden)
+	for i := range dnext {
+		dnext[i] = float64(i%5 - 2)
+	}
+	w := make([]float64, 3*hidden*hidden)
+	for i := range w {
+		w[i] = float64(i%7 - 3)
+	}
+	want = make([]float64, batch*hidden)
+	for b := range batch {
+		for j := range hidden {
+			for k := range 3 * hidden {
+				want[b*hidden+j] += dnext[b*3*hidden+k] * w[k*hidden+j]
+			}
+		}
+	}
+	got = make([]float64, batch*hidden)
+	err = l.Launch("gc_gru_cell_grad_fused_f64", [3]uint32{hidden / 32, batch / 4, 1}, [3]uint32{32, 4, 1},
+		[]uint64{ptr(dnext), ptr(w), 0, 0, ptr(got), 0, 0, 0, 0, batch, batch, hidden, 0})
 	return got, want, err
 }
