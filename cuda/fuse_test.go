@@ -74,7 +74,7 @@ func TestEmulatedFuseCells(t *testing.T) {
 	}
 }
 
-// TestFuseCellGrads is TestFuseCells for the cell gradients given the next
+// TestEmulatedFuseCellGrads is TestEmulatedFuseCells for the cell gradients given the next
 // step's recurrent product: the fused kernel, one launch and no GEMM, up
 // to Config.FuseCellsUpTo, with the next step covering as many rows,
 // fewer or more; two launches (its product alone, then the cell gradient
@@ -82,8 +82,8 @@ func TestEmulatedFuseCells(t *testing.T) {
 // (DPre, DHPre), which the contract allows; a cuBLAS GEMM and the cell
 // gradient kernel above the threshold. The results of every path are
 // checked by the conformance suite (LSTMCellGradFused, GRUCellGradFused).
-func TestFuseCellGrads(t *testing.T) {
-	fused, apart, unfused := device.Counts{Launches: 1}, device.Counts{Launches: 2}, device.Counts{Launches: 1, GEMMs: 1}
+func TestEmulatedFuseCellGrads(t *testing.T) {
+	fused, apart, unfused := device.Counts{Launches: 1, Calls: 1}, device.Counts{Launches: 2, Calls: 2}, device.Counts{Launches: 1, GEMMs: 1, Calls: 2}
 	for _, c := range []struct {
 		upTo, hidden, next int
 		nextIsOut          bool
