@@ -109,8 +109,12 @@ func (t *Trainer) freeValues() error {
 	var errs []error
 	if sg.stage.Len() > 0 {
 		for _, ev := range sg.copied {
-			if ev != nil {
-				// The copies' completion only, as in putValues.
+			// The copies' completion only, as in putValues; a run's end
+			// waited for its steps, so this waits for nothing then.
+			if ev == nil {
+				continue
+			}
+			if done, _ := ev.Done(); !done {
 				_ = ev.Wait()
 			}
 		}

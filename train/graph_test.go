@@ -125,7 +125,8 @@ func TestGraphsSameRun(t *testing.T) {
 // steady step (device.Counts.Calls, the loader's batches left out) are, a
 // micro-batch, a graph launch and the two copies of its batch into the
 // graph's buffers, and, a step, one copy of its values and the read-back
-// of its record: 3·accum + 2. An eager step calls every kernel. That the
+// of its record: 3·accum + 2, and no more waits than an eager step, the
+// trainer's Close included. An eager step calls every kernel. That the
 // replayed steps are the eager ones' bits is TestGraphsSameRun's; here a
 // cosine schedule changes the rate at every step all the same.
 func TestGraphStepEndsOnDevice(t *testing.T) {
@@ -135,7 +136,7 @@ func TestGraphStepEndsOnDevice(t *testing.T) {
 		t.Fatalf("%s counts nothing (device.Counter)", d.Name())
 	}
 	const steps, accum = 8, 2
-	calls := func(graphs bool) (per float64, launched int64) {
+	calls := func(graphs bool) (per float64, launched, syncs int64) {
 		m := newLM(t, d, lmConfig{vocab: 10, embed: 6, hidden: 8, layers: 2, dtype: device.Float32, seed: 3})
 		ld := &testdevice.LoaderCopies{Device: d}
 		l := newLoader(t, ld, text(t, 6000, 10, 5), loader.Config{Batch: 4, Seq: 8, Accum: accum})
@@ -143,18 +144,26 @@ func TestGraphStepEndsOnDevice(t *testing.T) {
 		tr := newTrainer(t, d, m, l, train.Config{Optimizer: adam(t, 0.01), Steps: steps, ClipNorm: 0.3, Graphs: graphs,
 			Schedule: train.Schedule{Decay: "cosine", Warmup: 3},
 			OnStep:   func(p train.Progress) { at[p.Step] = ld.CountsWithout(counter) }})
+		c0 := counter.Counts()
 		sum, err := tr.Run(context.Background())
 		check(t, err)
 		if sum.Steps != steps {
 			t.Fatalf("%d steps, want %d", sum.Steps, steps)
 		}
+		check(t, tr.Close())
+		syncs = counter.Counts().Sub(c0).Syncs
 		// From the end of step 2 (the graphs recorded at step 2) to the
 		// last.
 		c := at[steps].Sub(at[2])
-		return float64(c.Calls) / (steps - 2), c.Graphs
+		return float64(c.Calls) / (steps - 2), c.Graphs, syncs
 	}
-	eager, _ := calls(false)
-	replayed, graphs := calls(true)
+	eager, _, eagerSyncs := calls(false)
+	replayed, graphs, replayedSyncs := calls(true)
+	// A run waits once a step (Pipeline 0) either way; closing the
+	// trainer waits for nothing more (the values' copies are done).
+	if replayedSyncs != eagerSyncs {
+		t.Errorf("a replayed run and its Close waited %d times, the eager one %d", replayedSyncs, eagerSyncs)
+	}
 	if graphs != accum*(steps-2) {
 		t.Errorf("%d graph launches over %d steps, want %d a step", graphs, steps-2, accum)
 	}
