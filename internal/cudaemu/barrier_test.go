@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"unsafe"
@@ -151,6 +152,16 @@ func equal(a, b []float64) bool {
 
 func ptr[T any](s []T) uint64 { return uint64(uintptr(unsafe.Pointer(&s[0]))) }
 
+// launch is l.Launch with the Go slices its arguments point into (ptr)
+// kept alive until the kernel returned: an address as a uint64 does not
+// keep its memory from the collector, which, with the parallel cases
+// allocating beside, handed a kernel's input to another case mid-launch.
+func launch(l *Lib, name string, grid, block [3]uint32, args []uint64, inputs ...any) error {
+	err := l.Launch(name, grid, block, args)
+	runtime.KeepAlive(inputs)
+	return err
+}
+
 // sumSquares runs gc_sum_squares_partial_f64 as one block of 256 threads
 // over 256 values; its block sum is exact (integers).
 func sumSquares(l *Lib) (got, want []float64, err error) {
@@ -161,8 +172,8 @@ func sumSquares(l *Lib) (got, want []float64, err error) {
 		total += x[i] * x[i]
 	}
 	partials := []float64{math.NaN()}
-	err = l.Launch("gc_sum_squares_partial_f64", [3]uint32{1, 1, 1}, [3]uint32{256, 1, 1},
-		[]uint64{ptr(x), uint64(len(x)), ptr(partials)})
+	err = launch(l, "gc_sum_squares_partial_f64", [3]uint32{1, 1, 1}, [3]uint32{256, 1, 1},
+		[]uint64{ptr(x), uint64(len(x)), ptr(partials)}, x, partials)
 	return partials, []float64{total}, err
 }
 
@@ -176,8 +187,8 @@ func sumRows(l *Lib) (got, want []float64, err error) {
 		want[i%cols] += x[i]
 	}
 	got = make([]float64, cols)
-	err = l.Launch("gc_sum_rows_f64", [3]uint32{1, 1, 1}, [3]uint32{32, 8, 1},
-		[]uint64{ptr(x), ptr(got), rows, cols, 0})
+	err = launch(l, "gc_sum_rows_f64", [3]uint32{1, 1, 1}, [3]uint32{32, 8, 1},
+		[]uint64{ptr(x), ptr(got), rows, cols, 0}, x, got)
 	return got, want, err
 }
 
@@ -197,8 +208,8 @@ func embeddingGradScan(l *Lib) (got, want []float64, err error) {
 		}
 	}
 	got = make([]float64, vocab*dim)
-	err = l.Launch("gc_embedding_grad_scan_f64", [3]uint32{1, vocab, 1}, [3]uint32{128, 1, 1},
-		[]uint64{ptr(ids), ptr(dout), ptr(got), n, dim, vocab})
+	err = launch(l, "gc_embedding_grad_scan_f64", [3]uint32{1, vocab, 1}, [3]uint32{128, 1, 1},
+		[]uint64{ptr(ids), ptr(dout), ptr(got), n, dim, vocab}, ids, dout, got)
 	return got, want, err
 }
 
@@ -222,8 +233,8 @@ func sampleRows(l *Lib, temp float64, topK uint64) (got, want []float64, err err
 		want[r] = float64(best)
 	}
 	ids := make([]int32, rows)
-	err = l.Launch("gc_sample_f64", [3]uint32{4, 1, 1}, [3]uint32{256, 1, 1},
-		[]uint64{ptr(x), ptr(ids), 0, rows, classes, math.Float64bits(temp), topK, 1, 0, 0}) // no counter_at
+	err = launch(l, "gc_sample_f64", [3]uint32{4, 1, 1}, [3]uint32{256, 1, 1},
+		[]uint64{ptr(x), ptr(ids), 0, rows, classes, math.Float64bits(temp), topK, 1, 0, 0}, x, ids) // no counter_at
 	got = make([]float64, rows)
 	for i, id := range ids {
 		got[i] = float64(id)
@@ -250,8 +261,8 @@ func sampleUniform(l *Lib) (got, want []float64, err error) {
 		want[r] = math.Min(math.Floor(device.SampleUniform(seed, uint64(r))*float64(n)), float64(n-1))
 	}
 	ids := make([]int32, rows)
-	err = l.Launch("gc_sample_f64", [3]uint32{4, 1, 1}, [3]uint32{256, 1, 1},
-		[]uint64{ptr(x), ptr(ids), 0, rows, classes, math.Float64bits(1), 0, seed, 0, 0})
+	err = launch(l, "gc_sample_f64", [3]uint32{4, 1, 1}, [3]uint32{256, 1, 1},
+		[]uint64{ptr(x), ptr(ids), 0, rows, classes, math.Float64bits(1), 0, seed, 0, 0}, x, ids)
 	got = make([]float64, rows)
 	for i, id := range ids {
 		got[i] = float64(id)
@@ -286,8 +297,8 @@ func gruFused(l *Lib) (got, want []float64, err error) {
 	}
 	got = make([]float64, batch*3*hidden)
 	xpre, h := make([]float64, batch*3*hidden), make([]float64, batch*hidden)
-	err = l.Launch("gc_gru_cell_fused_f64", [3]uint32{hidden / 32, batch / 4, 1}, [3]uint32{32, 4, 1},
-		[]uint64{ptr(hprev), ptr(w), ptr(xpre), ptr(got), 0, 0, ptr(h), 0, batch, hidden, 1})
+	err = launch(l, "gc_gru_cell_fused_f64", [3]uint32{hidden / 32, batch / 4, 1}, [3]uint32{32, 4, 1},
+		[]uint64{ptr(hprev), ptr(w), ptr(xpre), ptr(got), 0, 0, ptr(h), 0, batch, hidden, 1}, hprev, w, xpre, got, h)
 	return got, want, err
 }
 
@@ -314,7 +325,7 @@ func gruGradFused(l *Lib) (got, want []float64, err error) {
 		}
 	}
 	got = make([]float64, batch*hidden)
-	err = l.Launch("gc_gru_cell_grad_fused_f64", [3]uint32{hidden / 32, batch / 4, 1}, [3]uint32{32, 4, 1},
-		[]uint64{ptr(dnext), ptr(w), 0, 0, ptr(got), 0, 0, 0, 0, batch, batch, hidden, 0})
+	err = launch(l, "gc_gru_cell_grad_fused_f64", [3]uint32{hidden / 32, batch / 4, 1}, [3]uint32{32, 4, 1},
+		[]uint64{ptr(dnext), ptr(w), 0, 0, ptr(got), 0, 0, 0, 0, batch, batch, hidden, 0}, dnext, w, got)
 	return got, want, err
 }
