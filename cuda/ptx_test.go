@@ -65,7 +65,7 @@ func TestPTXHasEveryKernel(t *testing.T) {
 	for k := range numKernels {
 		want = append(want, "gc_"+kernelNames[k]+"_f32", "gc_"+kernelNames[k]+"_f64")
 	}
-	want = append(want, "gc_check_ids", "gc_fill_i32", "gc_advance")
+	want = append(want, "gc_check_ids", "gc_fill_i32", "gc_advance", "gc_guarded_copy")
 	for _, a := range ptxArchs {
 		_, _, images, err := ptxFor(a.cc)
 		if err != nil {

@@ -833,8 +833,9 @@ type Sample struct {
 	TopK        int
 	Seed        uint64
 	Counter     uint64
-	// CounterAt, when set, is 8 bytes of device memory holding a uint64
-	// (two Int32 words, the low one first) that the kernel adds to Counter
+	// CounterAt, when set, is 8 bytes of device memory, 8-byte aligned,
+	// holding a uint64 (two Int32 words, the low one first) that the
+	// kernel adds to Counter
 	// when it runs: a count that changes between the replays of a graph
 	// (Grapher), which fixes the arguments. Row i then draws with
 	// Counter + *CounterAt + i.
@@ -865,7 +866,7 @@ func (a Sample) Check(d Device) error {
 	c.buf("Logits", a.Logits, a.DType, a.N*a.Classes)
 	c.buf("IDs", a.IDs, Int32, a.N)
 	c.opt("Tokens", a.Tokens, Int32, a.N)
-	c.opt("CounterAt", a.CounterAt, Int32, 2)
+	c.word64("CounterAt", a.CounterAt, 1, true)
 	return c.err
 }
 

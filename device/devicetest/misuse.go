@@ -153,9 +153,11 @@ func (e *env) misuseCases() []misuseCase {
 	sm := device.Softmax{DType: f32, N: 2, Classes: 3, Logits: z(6), Probs: z(6)}
 	add(misuseCase{args: sm, shapes: shapes(sm, "N", 0, "Classes", -1, "Temperature", -1.0, "DType", device.Int32)})
 
-	smp := device.Sample{DType: f32, N: 2, Classes: 3, Logits: z(6), Temperature: 1, TopK: 2, IDs: zi(2), Tokens: zi(2)}
-	add(misuseCase{args: smp, optional: []string{"Tokens"}, shapes: shapes(smp, "N", 0, "Classes", 0, "Classes", 1<<31,
-		"TopK", -1, "Temperature", -1.0, "Temperature", math.NaN(), "Temperature", math.Inf(1), "DType", device.Int32)})
+	// CounterAt is a uint64, 8-byte aligned.
+	smp := device.Sample{DType: f32, N: 2, Classes: 3, Logits: z(6), Temperature: 1, TopK: 2, IDs: zi(2), Tokens: zi(2), CounterAt: zi(2)}
+	add(misuseCase{args: smp, optional: []string{"Tokens", "CounterAt"}, shapes: append(shapes(smp, "N", 0, "Classes", 0, "Classes", 1<<31,
+		"TopK", -1, "Temperature", -1.0, "Temperature", math.NaN(), "Temperature", math.Inf(1), "DType", device.Int32),
+		shapeCase{"CounterAt", with(smp, "CounterAt", zi(4).Slice(4, 8))})})
 
 	// StateAt is two uint64, 8-byte aligned.
 	do := device.Dropout{DType: f32, N: 5, P: 0.5, StateAt: zi(4), X: z(5), Y: z(5), Mask: z(5)}
@@ -227,7 +229,7 @@ func elemSize(a any, field string) int64 {
 	case reflect.TypeOf(a) == reflect.TypeOf(device.Copy{}):
 		return 1
 	case field == "IDs" || field == "Tokens" || field == "Targets" || field == "Index" || field == "Lengths" || field == "ArgMax" ||
-		field == "StateAt" || field == "At" || field == "Prev":
+		field == "StateAt" || field == "At" || field == "Prev" || field == "CounterAt":
 		return device.Int32.Size()
 	}
 	return reflect.ValueOf(a).FieldByName("DType").Interface().(device.DType).Size()
