@@ -20,8 +20,8 @@ import (
 // trainer copies the loader's batch into first; at the last, the end of
 // the step: the gradient's squared norm, the verdict and the update. What
 // changes from step to step is read from device memory: the batch, and
-// the step's values, which the trainer copies into values before the
-// last graph: the record's slot (device.StepGuard's Slot) and the rate
+// the step's values (vals), which the trainer copies before the last
+// graph: the record's slot (device.StepGuard's Slot) and the rate
 // and step number (the update's device.Rates). A replay queues exactly
 // the calls recorded, so the steps are the same bits as eager ones.
 type stepGraphs struct {
@@ -35,21 +35,24 @@ type stepGraphs struct {
 	seq, rows int
 	ended     bool // the step's end (norm, verdict, update) was queued in its last graph
 	recorded  int  // graphs recorded so far, over the trainer's life
+	vals      stepValues
+}
 
-	// values is the step's slot and rates (valuesSize bytes) that the last
-	// graph reads; stage is a ring of staging entries its copies come
-	// from, each reused once the copy it made last completed (copied,
-	// its events; next, the entry the next step writes). They live as
-	// long as the trainer, since a copy may be in flight whatever the
-	// graphs do.
-	values device.Buffer
+// stepValues is what changes from one replayed step to the next, in the
+// device memory the last graph reads (buf, valuesSize bytes: the record's
+// slot, a float64, then the update's device.Rates), and the staging ring
+// its copies come from (stage), each entry reused once the copy it made
+// last completed (copied, their events; next, the entry the next step
+// writes). It lives as long as the trainer, since a copy may be in flight
+// whatever the graphs do.
+type stepValues struct {
+	buf    device.Buffer
 	stage  device.HostBuffer
 	copied []device.Event
 	next   int
 }
 
-// valuesSize is the bytes of stepGraphs.values: the record's slot, a
-// float64, then the update's device.Rates.
+// valuesSize is the bytes of stepValues.buf.
 const valuesSize = 8 + device.RatesSize
 
 // allocValues makes the step values' buffer and staging ring, when the
@@ -58,72 +61,72 @@ const valuesSize = 8 + device.RatesSize
 // before them, so an entry 2·Pipeline+1 steps old is done), so that
 // writing one never waits.
 func (t *Trainer) allocValues() error {
-	sg := &t.sg
-	if sg.off {
+	v := &t.sg.vals
+	if t.sg.off {
 		return nil
 	}
 	n := 2*t.slots() + 1
 	var err error
-	if sg.values, err = t.dev.Alloc(valuesSize, device.Workspace); err != nil {
+	if v.buf, err = t.dev.Alloc(valuesSize, device.Workspace); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
-	if sg.stage, err = t.dev.Staging(int64(n * valuesSize)); err != nil {
+	if v.stage, err = t.dev.Staging(int64(n * valuesSize)); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}
-	sg.copied = make([]device.Event, n)
+	v.copied = make([]device.Event, n)
 	return nil
 }
 
 // putValues queues the copy of the next step's values (its record's slot
-// and its rates) into sg.values, on the compute stream before its last
-// graph.
+// and its rates) into the buffer its last graph reads, on the compute
+// stream before that graph.
 func (t *Trainer) putValues() error {
-	sg := &t.sg
-	i := sg.next
-	sg.next = (i + 1) % len(sg.copied)
-	if ev := sg.copied[i]; ev != nil {
-		// Only the copy's completion matters here: an error of the work
-		// before it (an index error) is the readback's to report, and
-		// Wait leaves it to the next synchronisation.
-		if done, _ := ev.Done(); !done {
-			_ = ev.Wait()
-		}
-	}
+	v := &t.sg.vals
+	i := v.next
+	v.next = (i + 1) % len(v.copied)
+	copied(v.copied[i])
 	slot, n, lr := t.nextStep()
-	h := sg.stage.Slice(int64(i*valuesSize), valuesSize)
+	h := v.stage.Slice(int64(i*valuesSize), valuesSize)
 	b := h.Bytes()
 	binary.NativeEndian.PutUint64(b, math.Float64bits(float64(slot)))
 	o := t.cfg.Optimizer
 	device.Rates{LR: lr, Step: int(n + 1), Beta1: o.Beta1, Beta2: o.Beta2}.Put(b[8:])
-	ev, err := t.dev.CopyToDevice(sg.values, h, t.dev.Stream())
+	ev, err := t.dev.CopyToDevice(v.buf, h, t.dev.Stream())
 	if err != nil {
 		return fmt.Errorf("train: the step's values: %w", err)
 	}
-	sg.copied[i] = ev
+	v.copied[i] = ev
 	return nil
 }
 
-// freeValues waits for the values' copies and frees their memory.
+// copied returns once the copy ev (nil: none) completed, without waiting
+// when it has. Only its completion matters: an error of the work before
+// it (an index error) is the readback's to report, and Wait leaves it to
+// the next synchronisation.
+func copied(ev device.Event) {
+	if ev == nil {
+		return
+	}
+	if done, _ := ev.Done(); !done {
+		_ = ev.Wait()
+	}
+}
+
+// freeValues waits for the values' copies (a run's end waited for its
+// steps, so for nothing then) and frees their memory.
 func (t *Trainer) freeValues() error {
-	sg := &t.sg
+	v := &t.sg.vals
 	var errs []error
-	if sg.stage.Len() > 0 {
-		for _, ev := range sg.copied {
-			// The copies' completion only, as in putValues; a run's end
-			// waited for its steps, so this waits for nothing then.
-			if ev == nil {
-				continue
-			}
-			if done, _ := ev.Done(); !done {
-				_ = ev.Wait()
-			}
+	if v.stage.Len() > 0 {
+		for _, ev := range v.copied {
+			copied(ev)
 		}
-		errs = append(errs, t.dev.FreeStaging(sg.stage))
+		errs = append(errs, t.dev.FreeStaging(v.stage))
 	}
-	if !sg.values.IsZero() {
-		errs = append(errs, t.dev.Free(sg.values))
+	if !v.buf.IsZero() {
+		errs = append(errs, t.dev.Free(v.buf))
 	}
-	sg.values, sg.stage, sg.copied = device.Buffer{}, device.HostBuffer{}, nil
+	*v = stepValues{}
 	return errors.Join(errs...)
 }
 
@@ -237,7 +240,7 @@ func (t *Trainer) recordMicro(b micro) error {
 		if err := t.norms(); err != nil {
 			return err
 		}
-		return t.decide(0, 0, 0, sg.values)
+		return t.decide(0, 0, 0, sg.vals.buf)
 	}
 	return nil
 }
@@ -273,6 +276,6 @@ func (t *Trainer) closeGraphs() error {
 	if !sg.buf.IsZero() {
 		errs = append(errs, t.dev.Free(sg.buf))
 	}
-	*sg = stepGraphs{off: sg.off, warm: sg.warm, recorded: sg.recorded, values: sg.values, stage: sg.stage, copied: sg.copied, next: sg.next}
+	*sg = stepGraphs{off: sg.off, warm: sg.warm, recorded: sg.recorded, vals: sg.vals}
 	return errors.Join(errs...)
 }

@@ -100,14 +100,16 @@ type Config struct {
 	// device graphs (device.Grapher), and replays them at every later
 	// steady step: one launch for each micro-batch where its forward and
 	// backward made hundreds of calls, which on a GPU is most of a small
-	// model's step time. Only the update and the step's verdict are
-	// queued as calls. It applies to New's trainers of a model that is
+	// model's step time; the step's end (norm, verdict, update) is in the
+	// last micro-batch's graph, reading the step's rate and number from
+	// device memory. It applies to New's trainers of a model that is
 	// Replayable in training (with dropout too: ReplayTracker) on a device
 	// that records graphs, and is ignored otherwise; the first step, and a
 	// step whose micro-batches start a stream afresh, run eagerly. The
 	// steps, their results and the checkpoints are the same bits either
 	// way. Costs: the batches are copied into the graphs' own buffers
-	// (two device copies a micro-batch), and device memory freed while a
+	// (two device copies a micro-batch) and the step's values from the
+	// host (one copy of 40 bytes a step), and device memory freed while a
 	// graph lives stays allocated until the trainer closes
 	// (device.Grapher).
 	Graphs bool
@@ -296,7 +298,11 @@ func newTrainer(d device.Device, groups []Group, classes int, src source, cfg Co
 		t.unlock = unlock
 	}
 	t.graphsFor()
-	if err := errors.Join(t.allocate(dt, classes), t.allocValues()); err != nil {
+	err := t.allocate(dt, classes)
+	if err == nil {
+		err = t.allocValues()
+	}
+	if err != nil {
 		return nil, errors.Join(err, t.Close())
 	}
 	if err := t.newParallel(); err != nil {
