@@ -21,6 +21,9 @@ func (s *stream) exec(c *cmd) error {
 	switch c.op {
 	case opWait:
 		c.wait.s.wait(c.wait.seq)
+	case opJoin:
+		c.wait.s.wait(c.wait.seq)
+		return c.wait.s.report()
 	case opGraph:
 		return c.graph.run(s)
 	case opHost:

@@ -60,6 +60,9 @@ func (l *lane) Capture(record func() error) (device.Graph, error) {
 	s.mu.Lock()
 	l.graphs.rec = nil
 	s.mu.Unlock()
+	if l.unjoined(g) && rerr == nil {
+		rerr = fmt.Errorf("%s: Capture: a branch forked during the capture was not joined: %w", l.owner.Name(), device.ErrNotCapturable)
+	}
 	l.graphs.mem.End()
 	n := d.Counts().Sub(before)
 	d.counts.launches.Add(-n.Launches)

@@ -13,6 +13,7 @@ type op uint8
 const (
 	opNone op = iota
 	opWait
+	opJoin // a wait for a branch's work that takes its error
 	opCopy
 	opGemm
 	opLSTMCell
@@ -109,7 +110,18 @@ func (c *cmd) release() {
 // kernels is the CPU device's device.Kernels: each method checks its
 // arguments against the lane's buffers and queues a command on the lane's
 // compute stream.
-type kernels struct{ l *lane }
+type kernels struct {
+	l *lane
+	s *stream // a branch's stream, nil for the compute stream
+}
+
+// stream is the stream k queues on.
+func (k kernels) stream() *stream {
+	if k.s != nil {
+		return k.s
+	}
+	return k.l.compute
+}
 
 var _ device.Kernels = kernels{}
 
@@ -135,7 +147,7 @@ func (k kernels) launchAs(counter *atomic.Int64, n int, err error, fill func(c *
 	if n == 0 {
 		return k.l.checkOpen("kernel")
 	}
-	if _, err = k.l.compute.enqueue(fill); err == nil {
+	if _, err = k.stream().enqueue(fill); err == nil {
 		counter.Add(1)
 	}
 	return err

@@ -280,7 +280,7 @@ func (l *lane) Synchronize() error {
 }
 
 // Kernels returns the kernels, which run on the compute stream.
-func (l *lane) Kernels() device.Kernels { return kernels{l} }
+func (l *lane) Kernels() device.Kernels { return kernels{l: l} }
 
 // shutdown marks the lane closed, drains and stops its streams, and
 // returns their pending errors.

@@ -28,6 +28,7 @@ type stream struct {
 	dev     *Device
 	ln      *lane // the device's or the scope's whose stream it is
 	compute bool
+	branch  *branch // the branch whose stream it is, nil for another
 
 	mu       sync.Mutex
 	notEmpty sync.Cond // the worker waits here for work
@@ -64,6 +65,10 @@ func (s *stream) enqueue(fill func(c *cmd)) (uint64, error) {
 	if s.closing {
 		s.mu.Unlock()
 		return 0, s.closedErr()
+	}
+	if err := s.branchCheck(); err != nil {
+		s.mu.Unlock()
+		return 0, err
 	}
 	if rec := s.recording(); rec != nil {
 		// Recorded for a graph, not run (lane.Capture).
@@ -198,10 +203,13 @@ func (s *stream) Synchronize() error {
 	return s.report()
 }
 
-// recording is the graph the stream records into, nil when none: only a
-// compute stream records, and its graph is set under its mu, which the
-// caller holds.
+// recording is the graph the stream records into, nil when none: a
+// compute stream's, set under its mu, or the one its branch was forked
+// into (under the branch stream's mu); the caller holds s.mu.
 func (s *stream) recording() *graph {
+	if s.branch != nil {
+		return s.branch.rec
+	}
 	if !s.compute {
 		return nil
 	}

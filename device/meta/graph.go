@@ -39,6 +39,9 @@ func (d *Device) Capture(record func() error) (device.Graph, error) {
 	}
 	err = record()
 	d.graphs.End()
+	if d.unjoined() && err == nil {
+		err = fmt.Errorf("%s: Capture: a branch forked during the capture was not joined: %w", d.cfg.Name, device.ErrNotCapturable)
+	}
 	if err != nil {
 		return nil, errors.Join(err, driver.FreeAll(d.mem, d.graphs.Release(blocks)))
 	}

@@ -100,6 +100,8 @@ type Device struct {
 	allocs int // Alloc calls so far
 	failAt int // the Alloc call to fail, 0 for none
 
+	branches []*branch // the branches opened (branch.go)
+
 	graphs driver.GraphMemory // the blocks graphs keep (graph.go)
 }
 
