@@ -278,7 +278,7 @@ func (d *Device) byID(s alloc.Stream) (*stream, error) {
 func (d *Device) MemStats() alloc.Stats { return d.mem.Stats() }
 
 // Close closes the scopes still open, waits for the queued work, destroys
-// the streams, frees all device and pinned memory (buffers not freed
+// the streams and branches, frees all device and pinned memory (buffers not freed
 // included: they must not be used again) and releases the primary context.
 func (d *Device) Close() error {
 	d.scopesMu.Lock()
@@ -301,6 +301,7 @@ func (d *Device) Close() error {
 	}
 	d.closed.Store(true)
 	streams := d.lane.takeStreams()
+	branches := d.lane.takeBranches()
 	if err := d.api.CtxSynchronize(d.ctx); err != nil {
 		errs = append(errs, err)
 	} else if err := d.readStatus(d.statusStream, false); err != nil {
@@ -312,6 +313,9 @@ func (d *Device) Close() error {
 		}
 	}
 	if err := d.closeGraphs(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.closeBranches(branches); err != nil {
 		errs = append(errs, err)
 	}
 	if err := d.release(); err != nil {

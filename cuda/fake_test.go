@@ -74,16 +74,40 @@ type fakeAPI struct {
 	// made from it is launched. noGraphs makes Graphs report none (a
 	// driver before 11.4).
 	noGraphs  bool
-	capturing map[cuStream]*fakeCapture
+	capturing map[cuStream]*fakeCapture // every stream taking part in a capture
 	graphs    map[cuGraph][]func() error
 	execs     map[cuExec][]func() error
+	// captured marks the events last recorded on a capturing stream: a
+	// wait for one by another stream forks that stream into the capture,
+	// or joins it back into the origin.
+	captured map[cuEvent]fakeMark
+	// eventLog lists the event records and waits, in order: "record E on
+	// S" and "S waits for E", with the handles' numbers.
+	eventLog []string
 }
 
-// fakeCapture is a stream capture under way: the work recorded, and
-// whether something illegal during the capture invalidated it.
+// fakeCapture is a stream capture under way: the work recorded, in the
+// order it was queued, whether something illegal during the capture
+// invalidated it, and the streams in it: the origin, which began it, and
+// those forked into it (cross-stream capture, as CUDA's: a stream that
+// waits for an event recorded on a capturing stream joins the capture).
+// last is the index in ops of each stream's last work (-1 for none since
+// it joined), joined the index up to which the origin waited for a forked
+// stream's work: the capture ends unjoined when a forked stream has work
+// past it (CUDA_ERROR_STREAM_CAPTURE_UNJOINED).
 type fakeCapture struct {
-	ops     []func() error
-	invalid bool
+	ops          []func() error
+	invalid      bool
+	origin       cuStream
+	last, joined map[cuStream]int
+}
+
+// fakeMark is where an event was recorded in a capture: after the work
+// ops[at] of stream s.
+type fakeMark struct {
+	c  *fakeCapture
+	s  cuStream
+	at int
 }
 
 type fakeLaunch struct {
@@ -102,6 +126,7 @@ func newFakeAPI() *fakeAPI {
 		modules: map[cuModule][]byte{}, functions: map[cuFunction]string{},
 		blasStream: map[blasHandle]cuStream{}, blasWorkspace: map[blasHandle]alloc.Ptr{},
 		capturing: map[cuStream]*fakeCapture{}, graphs: map[cuGraph][]func() error{}, execs: map[cuExec][]func() error{},
+		captured: map[cuEvent]fakeMark{},
 	}
 }
 
@@ -300,6 +325,12 @@ func (f *fakeAPI) StreamDestroy(_ cuContext, s cuStream) error {
 	if !f.streams[uintptr(s)] {
 		return newError("cuStreamDestroy", 400, "")
 	}
+	if c := f.capturing[s]; c != nil {
+		// The device never destroys a stream taking part in a capture
+		// (a branch closed during one is released at its end).
+		c.invalid = true
+		return newError("cuStreamDestroy", 900, "")
+	}
 	delete(f.streams, uintptr(s))
 	if f.logOrder {
 		f.order = append(f.order, fmt.Sprintf("destroy %d", s))
@@ -323,7 +354,39 @@ func (f *fakeAPI) StreamSynchronize(_ cuContext, s cuStream) error {
 	return nil
 }
 
-func (f *fakeAPI) StreamWaitEvent(cuContext, cuStream, cuEvent) error { return nil }
+// StreamWaitEvent logs the wait. Waiting for an event recorded in a
+// capture forks a stream not capturing into that capture, or, waited for
+// by the capture's origin, joins the event's stream back up to the event;
+// a wait across two captures is CUDA_ERROR_STREAM_CAPTURE_MERGE, for an
+// event of a capture that ended CUDA_ERROR_CAPTURED_EVENT.
+func (f *fakeAPI) StreamWaitEvent(_ cuContext, s cuStream, e cuEvent) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.eventLog = append(f.eventLog, fmt.Sprintf("%d waits for %d", s, e))
+	m, ok := f.captured[e]
+	if !ok {
+		return nil
+	}
+	c := f.capturing[s]
+	switch {
+	case f.capturing[m.c.origin] != m.c:
+		if c != nil {
+			c.invalid = true
+		}
+		return newError("cuStreamWaitEvent", 907, "") // CUDA_ERROR_CAPTURED_EVENT
+	case c == nil:
+		f.capturing[s] = m.c
+		m.c.last[s] = -1
+	case c != m.c:
+		c.invalid, m.c.invalid = true, true
+		return newError("cuStreamWaitEvent", 902, "") // CUDA_ERROR_STREAM_CAPTURE_MERGE
+	case s == c.origin && m.s != s:
+		if j, ok := c.joined[m.s]; !ok || m.at > j {
+			c.joined[m.s] = m.at
+		}
+	}
+	return nil
+}
 
 func (f *fakeAPI) EventCreate(cuContext, bool) (cuEvent, error) {
 	f.mu.Lock()
@@ -343,15 +406,17 @@ func (f *fakeAPI) EventDestroy(_ cuContext, e cuEvent) error {
 	return nil
 }
 
-func (f *fakeAPI) EventRecord(_ cuContext, _ cuEvent, s cuStream) error {
+// EventRecord logs the record; on a capturing stream it marks the event
+// as recorded in the capture, after the stream's work so far.
+func (f *fakeAPI) EventRecord(_ cuContext, e cuEvent, s cuStream) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.eventLog = append(f.eventLog, fmt.Sprintf("record %d on %d", e, s))
 	if c := f.capturing[s]; c != nil {
-		// A captured event is legal on a GPU, but the device never needs
-		// one: waiting for it would be.
-		c.invalid = true
-		return newError("cuEventRecord", 900, "")
+		f.captured[e] = fakeMark{c: c, s: s, at: c.last[s]}
+		return nil
 	}
+	delete(f.captured, e)
 	return f.recordErr
 }
 
@@ -568,8 +633,10 @@ func (f *fakeAPI) BLASGemm(c cuContext, h blasHandle, g blasGemm) error {
 	return nil
 }
 
-// record appends op to the capture of s and reports true when s is being
-// captured; false, and nothing recorded, when it is not.
+// record appends op to the capture s takes part in and reports true when
+// s is being captured; false, and nothing recorded, when it is not. The
+// ops of all the capture's streams go into one list, in the order they
+// were queued, which is an order every fork and join allows.
 func (f *fakeAPI) record(s cuStream, op func() error) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -578,6 +645,7 @@ func (f *fakeAPI) record(s cuStream, op func() error) bool {
 		return false
 	}
 	c.ops = append(c.ops, op)
+	c.last[s] = len(c.ops) - 1
 	return true
 }
 
@@ -592,7 +660,7 @@ func (f *fakeAPI) StreamBeginCapture(_ cuContext, s cuStream) error {
 	if f.capturing[s] != nil {
 		return newError("cuStreamBeginCapture", 401, "") // CUDA_ERROR_ILLEGAL_STATE
 	}
-	f.capturing[s] = &fakeCapture{}
+	f.capturing[s] = &fakeCapture{origin: s, last: map[cuStream]int{s: -1}, joined: map[cuStream]int{}}
 	return nil
 }
 
@@ -603,9 +671,21 @@ func (f *fakeAPI) StreamEndCapture(_ cuContext, s cuStream) (cuGraph, error) {
 	if c == nil {
 		return 0, newError("cuStreamEndCapture", 401, "")
 	}
-	delete(f.capturing, s)
+	if c.origin != s {
+		c.invalid = true
+		return 0, newError("cuStreamEndCapture", 903, "") // CUDA_ERROR_STREAM_CAPTURE_UNMATCHED
+	}
+	// Every stream in the capture leaves it, joined or not.
+	for st := range c.last {
+		delete(f.capturing, st)
+	}
 	if c.invalid {
 		return 0, newError("cuStreamEndCapture", 901, "") // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+	}
+	for st, last := range c.last {
+		if j, ok := c.joined[st]; st != s && last >= 0 && (!ok || last > j) {
+			return 0, newError("cuStreamEndCapture", 904, "") // CUDA_ERROR_STREAM_CAPTURE_UNJOINED
+		}
 	}
 	g := cuGraph(f.handle())
 	f.graphs[g] = c.ops

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
@@ -15,9 +16,16 @@ import (
 // graphs still open, which the lane's Close destroys.
 type graphs struct {
 	mem devdriver.GraphMemory
+	// id is the capture going on, numbered from 1 in the lane, 0 when
+	// none: the branches forked during it keep it (branch.forkedIn).
+	id   atomic.Uint64
+	last uint64 // the last capture's id; only Capture, one at a time, uses it
 
 	mu   sync.Mutex
 	live map[*graph]struct{}
+	// closed are the branches closed during the capture going on, which
+	// its end releases.
+	closed []*branch
 }
 
 // graph is a captured, instantiated CUDA graph of a lane's compute stream.
@@ -46,6 +54,13 @@ var (
 // stream must not do (inCapture); cuBLAS captures as it is, its workspace
 // being set already. A driver without graphs (before 11.4) is an error
 // matching device.ErrNotCapturable.
+//
+// Branches forked during record (branch.go) are captured with the compute
+// stream, as parallel branches of the graph, by CUDA's cross-stream
+// capture; the graph's counts include their work. A branch forked and not
+// joined back fails the capture with device.ErrNotCapturable (the driver's
+// CUDA_ERROR_STREAM_CAPTURE_UNJOINED, which the device's own books say
+// first), and is out of the capture afterwards, usable again.
 func (l *lane) Capture(record func() error) (device.Graph, error) {
 	if err := l.checkOpen("Capture"); err != nil {
 		return nil, err
@@ -62,13 +77,22 @@ func (l *lane) Capture(record func() error) (device.Graph, error) {
 		return nil, err
 	}
 	before := d.Counts()
+	l.graphs.last++
+	id := l.graphs.last
+	l.graphs.id.Store(id)
 	if err := d.api.StreamBeginCapture(d.ctx, l.compute.s); err != nil {
+		l.graphs.id.Store(0)
 		l.graphs.mem.End()
 		return nil, errors.Join(fmt.Errorf("%s: Capture: %w", l.name, err), l.freeBlocks(blocks))
 	}
 	rerr := record()
 	g, eerr := d.api.StreamEndCapture(d.ctx, l.compute.s)
+	unjoined, berr := l.endBranches(id)
 	l.graphs.mem.End()
+	if unjoined && rerr == nil && eerr == nil {
+		eerr = errors.New("a branch forked during the capture was not joined")
+	}
+	rerr = errors.Join(rerr, berr)
 	// What record queued did not run: it runs, and is counted, at each
 	// Launch.
 	n := d.Counts().Sub(before)

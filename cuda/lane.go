@@ -47,6 +47,37 @@ type lane struct {
 	statusStream cuStream   // reads the word without waiting for the compute stream
 	statusMu     sync.Mutex // one status read at a time: they share statusHost
 
+	// queue queues the lane's kernels and cuBLAS calls on the compute
+	// stream: its cuBLAS handle and workspace, its launch arguments.
+	queue
+
+	graphs graphs // its CUDA graphs (graph.go)
+
+	// Guarded by d.mu: the NewStream streams still open, by allocator
+	// stream id, the branches still open (branch.go), and (for a scope)
+	// the staging buffers it still holds, which its Close gives back.
+	streams  map[alloc.Stream]*stream
+	branches map[*branch]struct{}
+	staging  map[alloc.Ptr]struct{}
+	// idle are the allocator stream ids of closed branches, for the next
+	// branch to take, each with an event recorded after the closed
+	// branch's work (guarded by d.mu).
+	idle []idleID
+}
+
+// queue is what queues a lane's kernels on one of its streams, the compute
+// stream or a branch's (branch.go): the stream, a cuBLAS handle bound to it
+// with a workspace of its own (one handle must not serve two streams at
+// once, and cublasSetStream resets the workspace), the buffer its launches'
+// arguments pass through, and the allocator stream id its kernels'
+// temporaries come from, so that a temporary freed by its work is reused
+// only by work queued after it on the same stream.
+type queue struct {
+	ln    *lane
+	on    cuStream     // the stream it queues on
+	temps alloc.Stream // the allocator stream its temporaries come from
+	br    *branch      // the branch it queues for, nil for the compute stream
+
 	blasMu    sync.Mutex // a cuBLAS handle must not be used by two threads at once
 	blas      blasHandle
 	workspace alloc.Ptr
@@ -55,14 +86,18 @@ type lane struct {
 
 	launchMu sync.Mutex // guards args
 	args     [32]uint64
+}
 
-	graphs graphs // its CUDA graphs (graph.go)
-
-	// Guarded by d.mu: the NewStream streams still open, by allocator
-	// stream id, and (for a scope) the staging buffers it still holds,
-	// which its Close gives back.
-	streams map[alloc.Stream]*stream
-	staging map[alloc.Ptr]struct{}
+// checkOpen is the check every kernel call begins with: an open lane and,
+// on a branch, an open branch that may queue work now (branch.check).
+func (q *queue) checkOpen(what string) error {
+	if err := q.ln.checkOpen(what); err != nil {
+		return err
+	}
+	if q.br != nil {
+		return q.br.check(what)
+	}
+	return nil
 }
 
 func (l *lane) checkOpen(what string) error {
@@ -91,74 +126,80 @@ func (l *lane) start(id alloc.Stream) error {
 		return fmt.Errorf("creating the compute stream: %w", err)
 	}
 	l.compute = &stream{ln: l, s: s, id: id, compute: true}
+	l.queue.ln, l.queue.on, l.queue.temps = l, s, id
 	return l.startStatus()
 }
 
-// startBLAS makes the lane's cuBLAS handle, on its compute stream, with
-// a workspace of ws bytes (none for 0) from the lane's allocation scope:
+// startBLAS makes the queue's cuBLAS handle, on its stream, with a
+// workspace of ws bytes (none for 0) from its lane's allocation scope:
 // allocated now, or by the first Gemm when lazy is set.
-func (l *lane) startBLAS(ws int64, lazy bool) error {
-	a, c := l.d.api, l.d.ctx
+func (q *queue) startBLAS(ws int64, lazy bool) error {
+	d := q.ln.d
+	a, c := d.api, d.ctx
 	var err error
-	if l.blas, err = a.BLASCreate(c); err != nil {
+	if q.blas, err = a.BLASCreate(c); err != nil {
 		return fmt.Errorf("creating the cuBLAS handle: %w", err)
 	}
-	if err := a.BLASSetStream(c, l.blas, l.compute.s); err != nil {
+	if err := a.BLASSetStream(c, q.blas, q.on); err != nil {
 		return err
 	}
 	mode := blasDefaultMath
-	if l.d.cfg.TF32 {
+	if d.cfg.TF32 {
 		mode = blasTF32Math
 	}
-	if err := a.BLASSetMathMode(c, l.blas, mode); err != nil {
+	if err := a.BLASSetMathMode(c, q.blas, mode); err != nil {
 		return err
 	}
-	l.wsWant = ws
+	q.wsWant = ws
 	if lazy {
 		return nil
 	}
-	return l.setWorkspace()
+	return q.setWorkspace()
 }
 
-// setWorkspace gives the cuBLAS handle its workspace, l.wsWant bytes from
-// the lane's allocation scope, if it has none yet; it is set after the
-// stream, because cublasSetStream resets it. When this cuBLAS takes no
-// workspace (before 11.4) none is kept, and cuBLAS uses its own. At Open
-// (the device) or under blasMu (a scope's first Gemm).
-func (l *lane) setWorkspace() error {
-	if l.workspace != 0 || l.wsWant == 0 {
+// setWorkspace gives the cuBLAS handle its workspace, q.wsWant bytes from
+// the lane's allocation scope on the lane's allocator stream (a branch's
+// workspace too: its Close frees it once the branch's work completed), if
+// it has none yet; it is set after the stream, because cublasSetStream
+// resets it. When this cuBLAS takes no workspace (before 11.4) none is
+// kept, and cuBLAS uses its own. At Open (the device), Branch, or under
+// blasMu (a scope's first Gemm).
+func (q *queue) setWorkspace() error {
+	if q.workspace != 0 || q.wsWant == 0 {
 		return nil
 	}
-	ws := l.wsWant
+	l := q.ln
+	ws := q.wsWant
 	p, err := l.d.mem.AllocIn(ws, l.allocStream(), alloc.Workspace, l.scope)
 	if err != nil {
 		return fmt.Errorf("allocating the cuBLAS workspace: %w", err)
 	}
-	ok, err := l.d.api.BLASSetWorkspace(l.d.ctx, l.blas, p, ws)
+	ok, err := l.d.api.BLASSetWorkspace(l.d.ctx, q.blas, p, ws)
 	if err != nil || !ok {
 		_ = l.d.mem.Free(p)
 		if err == nil {
-			l.wsWant = 0 // this cuBLAS has no cublasSetWorkspace
+			q.wsWant = 0 // this cuBLAS has no cublasSetWorkspace
 		}
 		return err
 	}
-	l.workspace, l.wsBytes = p, ws
+	q.workspace, q.wsBytes = p, ws
 	return nil
 }
 
 // releaseBLAS destroys the cuBLAS handle and frees its workspace,
 // tolerating a partial start.
-func (l *lane) releaseBLAS() error {
+func (q *queue) releaseBLAS() error {
+	d := q.ln.d
 	var errs []error
-	if l.blas != 0 {
-		errs = append(errs, l.d.api.BLASDestroy(l.d.ctx, l.blas))
-		l.blas = 0
+	if q.blas != 0 {
+		errs = append(errs, d.api.BLASDestroy(d.ctx, q.blas))
+		q.blas = 0
 	}
-	if l.workspace != 0 {
-		errs = append(errs, l.d.mem.Free(l.workspace))
-		l.workspace, l.wsBytes = 0, 0
+	if q.workspace != 0 {
+		errs = append(errs, d.mem.Free(q.workspace))
+		q.workspace, q.wsBytes = 0, 0
 	}
-	l.wsWant = 0
+	q.wsWant = 0
 	return errors.Join(errs...)
 }
 
@@ -389,8 +430,8 @@ func (l *lane) CopyToHost(dst device.HostBuffer, src device.Buffer, s device.Str
 	return st.Record()
 }
 
-// Synchronize waits for every stream of the lane and returns the first
-// error their work raised. Other lanes' streams are neither waited for
+// Synchronize waits for every stream of the lane, its branches' included,
+// and returns the first error their work raised. Other lanes' streams are neither waited for
 // nor reported.
 func (l *lane) Synchronize() error {
 	if err := l.checkOpen("Synchronize"); err != nil {
@@ -408,8 +449,8 @@ func (l *lane) Synchronize() error {
 	return first
 }
 
-// allStreams returns the compute stream and the open NewStream streams,
-// in order of their ids.
+// allStreams returns the compute stream, the open NewStream streams and
+// the open branches' streams, in order of their ids.
 func (l *lane) allStreams() []*stream {
 	l.d.mu.Lock()
 	defer l.d.mu.Unlock()
@@ -417,12 +458,15 @@ func (l *lane) allStreams() []*stream {
 	for _, s := range l.streams {
 		all = append(all, s)
 	}
+	for b := range l.branches {
+		all = append(all, b.st)
+	}
 	slices.SortFunc(all, func(a, b *stream) int { return int(a.id) - int(b.id) })
 	return all
 }
 
 // Kernels returns the kernels; they and cuBLAS run on the compute stream.
-func (l *lane) Kernels() device.Kernels { return kernels{l} }
+func (l *lane) Kernels() device.Kernels { return kernels{&l.queue} }
 
 // Status bits the kernels raise (cuda/kernels/ABI.md).
 const (

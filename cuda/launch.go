@@ -137,25 +137,26 @@ func typ(dt device.DType) int {
 	return 0
 }
 
-// launchFn queues f on the lane's compute stream with args in its 8-byte
-// slots.
-func (l *lane) launchFn(f cuFunction, grid, block [3]uint32, args ...uint64) error {
-	l.launchMu.Lock()
-	n := copy(l.args[:], args)
-	err := l.d.api.Launch(l.d.ctx, f, grid, block, 0, l.compute.s, l.args[:n])
-	l.launchMu.Unlock()
+// launchFn queues f on the queue's stream with args in its 8-byte slots.
+func (q *queue) launchFn(f cuFunction, grid, block [3]uint32, args ...uint64) error {
+	d := q.ln.d
+	q.launchMu.Lock()
+	n := copy(q.args[:], args)
+	err := d.api.Launch(d.ctx, f, grid, block, 0, q.on, q.args[:n])
+	q.launchMu.Unlock()
 	return err
 }
 
 // launch queues kernel k's variant for dt.
-func (l *lane) launch(k kernel, dt device.DType, grid, block [3]uint32, args ...uint64) error {
-	return l.launchFn(l.d.fn[k][typ(dt)], grid, block, args...)
+func (q *queue) launch(k kernel, dt device.DType, grid, block [3]uint32, args ...uint64) error {
+	return q.launchFn(q.ln.d.fn[k][typ(dt)], grid, block, args...)
 }
 
 // allocTemp takes a kernel's temporary of n bytes from the lane's
-// allocation scope, on its compute stream.
-func (l *lane) allocTemp(kernel string, n int64) (alloc.Ptr, error) {
-	p, err := l.d.mem.AllocIn(n, l.allocStream(), alloc.Workspace, l.scope)
+// allocation scope, on the queue's allocator stream.
+func (q *queue) allocTemp(kernel string, n int64) (alloc.Ptr, error) {
+	l := q.ln
+	p, err := l.d.mem.AllocIn(n, q.temps, alloc.Workspace, l.scope)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %s: %w", l.name, kernel, err)
 	}
@@ -168,7 +169,8 @@ func (l *lane) allocTemp(kernel string, n int64) (alloc.Ptr, error) {
 // after the Alloc: the cache hands p out again only to work queued after
 // the kernel's launches on the same stream, so freeing it before they ran
 // is safe.
-func (l *lane) freeTemp(kernel string, p alloc.Ptr, err *error) {
+func (q *queue) freeTemp(kernel string, p alloc.Ptr, err *error) {
+	l := q.ln
 	if l.graphs.mem.Keep(p) {
 		return
 	}
@@ -177,9 +179,10 @@ func (l *lane) freeTemp(kernel string, p alloc.Ptr, err *error) {
 	}
 }
 
-// kernels is device.Kernels on a lane's compute stream: the device's or a
-// scope's.
-type kernels struct{ l *lane }
+// kernels is device.Kernels on a queue: a lane's compute stream (the
+// device's or a scope's) or one of its branches. One pointer, so that
+// boxing it in the interface allocates nothing.
+type kernels struct{ q *queue }
 
 var _ device.Kernels = kernels{}
 
@@ -189,10 +192,10 @@ var _ device.Kernels = kernels{}
 // It is generic, not over an interface: boxing the argument struct in an
 // interface made it escape, a heap allocation per kernel call.
 func check[A interface{ Check(device.Device) error }](k kernels, name string, a A) error {
-	if err := k.l.checkOpen(name); err != nil {
+	if err := k.q.checkOpen(name); err != nil {
 		return err
 	}
-	return a.Check(k.l.owner)
+	return a.Check(k.q.ln.owner)
 }
 
 func (k kernels) Gemm(a device.Gemm) error {
@@ -219,13 +222,13 @@ func (k kernels) Gemm(a device.Gemm) error {
 		C: w.C.Addr(), LdC: w.LdC, StrideC: int64(w.StrideC),
 		Batch: w.Batch,
 	}
-	l := k.l
-	l.blasMu.Lock()
-	defer l.blasMu.Unlock()
-	if err := l.setWorkspace(); err != nil {
-		return fmt.Errorf("%s: Gemm: %w", l.name, err)
+	q := k.q
+	q.blasMu.Lock()
+	defer q.blasMu.Unlock()
+	if err := q.setWorkspace(); err != nil {
+		return fmt.Errorf("%s: Gemm: %w", q.ln.name, err)
 	}
-	return l.d.api.BLASGemm(l.d.ctx, l.blas, g)
+	return q.ln.d.api.BLASGemm(q.ln.d.ctx, q.blas, g)
 }
 
 // fuseThreads is the fused cell kernels' block size (cells.cu's
@@ -258,7 +261,7 @@ func fuseTile(hidden int) (j, b int) {
 func (k kernels) fuse(batch, hidden int, dt device.DType, h, hPrev device.Buffer) (fused, apart bool) {
 	n := alloc.Ptr(int64(batch*hidden) * dt.Size())
 	_, tb := fuseTile(hidden)
-	fused = hidden <= k.l.d.cfg.fuseCellsUpTo() && (batch+tb-1)/tb <= maxGridY
+	fused = hidden <= k.q.ln.d.cfg.fuseCellsUpTo() && (batch+tb-1)/tb <= maxGridY
 	return fused, h.Addr() < hPrev.Addr()+n && hPrev.Addr() < h.Addr()+n
 }
 
@@ -279,7 +282,7 @@ func (k kernels) LSTMCell(a device.LSTMCell) error {
 	if a.Fused() {
 		if fused, apart := k.fuse(a.Batch, a.Hidden, a.DType, a.H, a.HPrev); fused {
 			grid, block := fuseShape(a.Batch, a.Hidden)
-			err := k.l.launch(kLSTMCellFused, a.DType, grid, block,
+			err := k.q.launch(kLSTMCellFused, a.DType, grid, block,
 				ptr(a.HPrev), ptr(a.W), ptr(a.Pre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.CPrev), ptr(a.C), ptr(a.H), ptr(a.Act),
 				i64(a.Batch), i64(a.Hidden), flag(!apart))
 			if err != nil || !apart {
@@ -289,7 +292,7 @@ func (k kernels) LSTMCell(a device.LSTMCell) error {
 			return err
 		}
 	}
-	return k.l.launch(kLSTMCell, a.DType, grid1(a.Batch*a.Hidden), block1,
+	return k.q.launch(kLSTMCell, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.Pre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.CPrev), ptr(a.C), ptr(a.H), ptr(a.Act), i64(a.Batch), i64(a.Hidden))
 }
 
@@ -303,7 +306,7 @@ func (k kernels) LSTMCell(a device.LSTMCell) error {
 // ways compute the same values in the same order.
 func (k kernels) fuseGrad(rows, hidden int, dNext, w device.Buffer, dNextN, wN int, dt device.DType, outs ...extent) (fused, apart bool) {
 	_, tb := fuseTile(hidden)
-	fused = hidden <= k.l.d.cfg.fuseCellsUpTo() && (rows+tb-1)/tb <= maxGridY
+	fused = hidden <= k.q.ln.d.cfg.fuseCellsUpTo() && (rows+tb-1)/tb <= maxGridY
 	for _, o := range outs {
 		apart = apart || o.overlaps(extentOf(dNext, dNextN, dt)) || o.overlaps(extentOf(w, wN, dt))
 	}
@@ -335,7 +338,7 @@ func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error {
 		if fused, apart := k.fuseGrad(max(a.Batch, g.M), a.Hidden, a.DPreNext, a.W, g.M*g.K, g.K*g.N, dt,
 			extentOf(a.DPre, 4*bh, dt), extentOf(a.DCPrev, bh, dt)); fused {
 			grid, block := fuseShape(max(a.Batch, g.M), a.Hidden)
-			err := k.l.launch(kLSTMCellGradFused, dt, grid, block,
+			err := k.q.launch(kLSTMCellGradFused, dt, grid, block,
 				ptr(a.DPreNext), ptr(a.W), ptr(a.Act), ptr(a.CPrev), ptr(a.C), ptr(a.DH), ptr(a.DC), ptr(a.DPre), ptr(a.DCPrev),
 				i64(a.Batch), i64(g.M), i64(a.Hidden), flag(!apart))
 			if err != nil || !apart {
@@ -345,7 +348,7 @@ func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error {
 			return err
 		}
 	}
-	return k.l.launch(kLSTMCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
+	return k.q.launch(kLSTMCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.Act), ptr(a.CPrev), ptr(a.C), ptr(a.DH), ptr(a.DC), ptr(a.DPre), ptr(a.DCPrev), i64(a.Batch), i64(a.Hidden))
 }
 
@@ -357,7 +360,7 @@ func (k kernels) GRUCell(a device.GRUCell) error {
 	if a.Fused() {
 		if fused, apart := k.fuse(a.Batch, a.Hidden, a.DType, a.H, a.HPrev); fused {
 			grid, block := fuseShape(a.Batch, a.Hidden)
-			err := k.l.launch(kGRUCellFused, a.DType, grid, block,
+			err := k.q.launch(kGRUCellFused, a.DType, grid, block,
 				ptr(a.HPrev), ptr(a.W), ptr(a.XPre), ptr(a.HPre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.H), ptr(a.Act),
 				i64(a.Batch), i64(a.Hidden), flag(!apart))
 			if err != nil || !apart {
@@ -367,7 +370,7 @@ func (k kernels) GRUCell(a device.GRUCell) error {
 			return err
 		}
 	}
-	return k.l.launch(kGRUCell, a.DType, grid1(a.Batch*a.Hidden), block1,
+	return k.q.launch(kGRUCell, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.XPre), ptr(a.HPre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.HPrev), ptr(a.H), ptr(a.Act), i64(a.Batch), i64(a.Hidden))
 }
 
@@ -382,7 +385,7 @@ func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
 		if fused, apart := k.fuseGrad(max(a.Batch, g.M), a.Hidden, a.DHPreNext, a.W, g.M*g.K, g.K*g.N, dt,
 			extentOf(a.DXPre, 3*bh, dt), extentOf(a.DHPre, 3*bh, dt), extentOf(a.DHPrev, bh, dt)); fused {
 			grid, block := fuseShape(max(a.Batch, g.M), a.Hidden)
-			err := k.l.launch(kGRUCellGradFused, dt, grid, block,
+			err := k.q.launch(kGRUCellGradFused, dt, grid, block,
 				ptr(a.DHPreNext), ptr(a.W), ptr(a.Act), ptr(a.HPrev), ptr(a.DH), ptr(a.DXPre), ptr(a.DHPre), ptr(a.DHPrev),
 				flag(a.Accumulate), i64(a.Batch), i64(g.M), i64(a.Hidden), flag(!apart))
 			if err != nil || !apart {
@@ -392,7 +395,7 @@ func (k kernels) GRUCellGrad(a device.GRUCellGrad) error {
 			return err
 		}
 	}
-	return k.l.launch(kGRUCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
+	return k.q.launch(kGRUCellGrad, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.Act), ptr(a.HPrev), ptr(a.DH), ptr(a.DXPre), ptr(a.DHPre), ptr(a.DHPrev), flag(a.Accumulate), i64(a.Batch), i64(a.Hidden))
 }
 
@@ -400,9 +403,9 @@ func (k kernels) GatherSeq(a device.GatherSeq) error {
 	if err := check(k, "GatherSeq", a); err != nil || a.T == 0 || a.B == 0 {
 		return err
 	}
-	a, l := a.WithDefaults(), k.l
-	return l.launch(kGatherSeq, a.DType, grid1(a.T*a.B*a.Cols), block1, ptr(a.Index), ptr(a.Lengths), ptr(a.X), ptr(a.Y),
-		i64(a.T), i64(a.B), i64(a.Cols), i64(a.LdX), i64(a.LdY), uint64(l.statusDev))
+	a, q := a.WithDefaults(), k.q
+	return q.launch(kGatherSeq, a.DType, grid1(a.T*a.B*a.Cols), block1, ptr(a.Index), ptr(a.Lengths), ptr(a.X), ptr(a.Y),
+		i64(a.T), i64(a.B), i64(a.Cols), i64(a.LdX), i64(a.LdY), uint64(q.ln.statusDev))
 }
 
 func (k kernels) SeqPool(a device.SeqPool) error {
@@ -414,7 +417,7 @@ func (k kernels) SeqPool(a device.SeqPool) error {
 	if a.Max {
 		argmax = a.ArgMax
 	}
-	return k.l.launch(kSeqPool, a.DType, grid1(a.B*a.Cols), block1, ptr(a.Lengths), ptr(a.Y), ptr(a.Out), ptr(argmax),
+	return k.q.launch(kSeqPool, a.DType, grid1(a.B*a.Cols), block1, ptr(a.Lengths), ptr(a.Y), ptr(a.Out), ptr(argmax),
 		i64(a.T), i64(a.B), i64(a.Cols), i64(a.LdY), i64(a.LdOut), flag(a.Max))
 }
 
@@ -422,31 +425,31 @@ func (k kernels) SeqPoolGrad(a device.SeqPoolGrad) error {
 	if err := check(k, "SeqPoolGrad", a); err != nil || a.T == 0 || a.B == 0 {
 		return err
 	}
-	a, l := a.WithDefaults(), k.l
+	a, q := a.WithDefaults(), k.q
 	var argmax device.Buffer
 	if a.Max {
 		argmax = a.ArgMax
 	}
-	return l.launch(kSeqPoolGrad, a.DType, grid1(a.T*a.B*a.Cols), block1, ptr(a.Lengths), ptr(a.DOut), ptr(argmax), ptr(a.DY),
-		i64(a.T), i64(a.B), i64(a.Cols), i64(a.LdDOut), i64(a.LdDY), flag(a.Max), uint64(l.statusDev))
+	return q.launch(kSeqPoolGrad, a.DType, grid1(a.T*a.B*a.Cols), block1, ptr(a.Lengths), ptr(a.DOut), ptr(argmax), ptr(a.DY),
+		i64(a.T), i64(a.B), i64(a.Cols), i64(a.LdDOut), i64(a.LdDY), flag(a.Max), uint64(q.ln.statusDev))
 }
 
 func (k kernels) Embedding(a device.Embedding) error {
 	if err := check(k, "Embedding", a); err != nil || a.N == 0 {
 		return err
 	}
-	l := k.l
-	return l.launch(kEmbedding, a.DType, grid1(a.N*a.Dim), block1,
-		ptr(a.Table), ptr(a.IDs), ptr(a.Out), i64(a.N), i64(a.Dim), i64(a.Vocab), uint64(l.statusDev))
+	q := k.q
+	return q.launch(kEmbedding, a.DType, grid1(a.N*a.Dim), block1,
+		ptr(a.Table), ptr(a.IDs), ptr(a.Out), i64(a.N), i64(a.Dim), i64(a.Vocab), uint64(q.ln.statusDev))
 }
 
 func (k kernels) EmbeddingGrad(a device.EmbeddingGrad) error {
 	if err := check(k, "EmbeddingGrad", a); err != nil || a.N == 0 {
 		return err
 	}
-	l := k.l
-	if err := l.launchFn(l.d.checkID, grid1(a.N), block1,
-		ptr(a.IDs), i64(a.N), i64(a.Vocab), uint64(l.statusDev), statusEmbeddingGrad); err != nil {
+	q := k.q
+	if err := q.launchFn(q.ln.d.checkID, grid1(a.N), block1,
+		ptr(a.IDs), i64(a.N), i64(a.Vocab), uint64(q.ln.statusDev), statusEmbeddingGrad); err != nil {
 		return err
 	}
 	// Deterministic either way: the scan sums each table row's gradients
@@ -455,10 +458,10 @@ func (k kernels) EmbeddingGrad(a device.EmbeddingGrad) error {
 	// in parallel over columns only.
 	if a.Vocab <= maxGridY && int64(a.Vocab)*int64(a.N) <= scanMaxWork {
 		grid := [3]uint32{uint32((a.Dim + scanBlock - 1) / scanBlock), uint32(a.Vocab), 1}
-		return l.launch(kEmbeddingGradScan, a.DType, grid, [3]uint32{scanBlock, 1, 1},
+		return q.launch(kEmbeddingGradScan, a.DType, grid, [3]uint32{scanBlock, 1, 1},
 			ptr(a.IDs), ptr(a.DOut), ptr(a.DTable), i64(a.N), i64(a.Dim), i64(a.Vocab))
 	}
-	return l.launch(kEmbeddingGradSeq, a.DType, grid1(a.Dim), block1,
+	return q.launch(kEmbeddingGradSeq, a.DType, grid1(a.Dim), block1,
 		ptr(a.IDs), ptr(a.DOut), ptr(a.DTable), i64(a.N), i64(a.Dim), i64(a.Vocab))
 }
 
@@ -472,22 +475,22 @@ func (k kernels) SoftmaxCrossEntropy(a device.SoftmaxCrossEntropy) (err error) {
 	if err := check(k, "SoftmaxCrossEntropy", a); err != nil {
 		return err
 	}
-	l := k.l
+	q := k.q
 	// The row losses go through a temporary of N doubles, summed by one
 	// block in a fixed order: deterministic, unlike atomics. Freed at once:
 	// the cache hands it out again only to work queued after these
 	// kernels.
-	rows, err := l.allocTemp("SoftmaxCrossEntropy", int64(a.N)*8)
+	rows, err := q.allocTemp("SoftmaxCrossEntropy", int64(a.N)*8)
 	if err != nil {
 		return err
 	}
-	defer l.freeTemp("SoftmaxCrossEntropy", rows, &err)
-	if err := l.launch(kSoftmaxXent, a.DType, rowGrid(a.N), block1,
-		ptr(a.Logits), ptr(a.Targets), i64(a.N), i64(a.Classes), f64(a.Scale), ptr(a.DLogits), uint64(rows), uint64(l.statusDev),
+	defer q.freeTemp("SoftmaxCrossEntropy", rows, &err)
+	if err := q.launch(kSoftmaxXent, a.DType, rowGrid(a.N), block1,
+		ptr(a.Logits), ptr(a.Targets), i64(a.N), i64(a.Classes), f64(a.Scale), ptr(a.DLogits), uint64(rows), uint64(q.ln.statusDev),
 		flag(a.Ignore), i64(int(a.IgnoreIndex)), ptr(a.Weights)); err != nil {
 		return err
 	}
-	return l.launch(kSumFinish, a.DType, [3]uint32{1, 1, 1}, block1,
+	return q.launch(kSumFinish, a.DType, [3]uint32{1, 1, 1}, block1,
 		uint64(rows), i64(a.N), ptr(a.Loss), f64(a.Scale), flag(a.Accumulate))
 }
 
@@ -499,7 +502,7 @@ func (k kernels) Softmax(a device.Softmax) error {
 	if t == 0 {
 		t = 1
 	}
-	return k.l.launch(kSoftmax, a.DType, rowGrid(a.N), block1,
+	return k.q.launch(kSoftmax, a.DType, rowGrid(a.N), block1,
 		ptr(a.Logits), ptr(a.Probs), i64(a.N), i64(a.Classes), f64(1/t))
 }
 
@@ -510,7 +513,7 @@ func (k kernels) Sample(a device.Sample) error {
 		return err
 	}
 	grid := [3]uint32{uint32(max(1, min(a.N, gridCap))), 1, 1}
-	return k.l.launch(kSample, a.DType, grid, block1, ptr(a.Logits), ptr(a.IDs), ptr(a.Tokens), i64(a.N), i64(a.Classes),
+	return k.q.launch(kSample, a.DType, grid, block1, ptr(a.Logits), ptr(a.IDs), ptr(a.Tokens), i64(a.N), i64(a.Classes),
 		f64(a.Temperature), i64(a.TopK), a.Seed, a.Counter, ptr(a.CounterAt))
 }
 
@@ -518,7 +521,7 @@ func (k kernels) Dropout(a device.Dropout) error {
 	if err := check(k, "Dropout", a); err != nil || a.N == 0 {
 		return err
 	}
-	return k.l.launch(kDropout, a.DType, grid1(a.N), block1,
+	return k.q.launch(kDropout, a.DType, grid1(a.N), block1,
 		ptr(a.X), ptr(a.Y), ptr(a.Mask), i64(a.N), f64(a.P), a.Seed, a.Offset, ptr(a.StateAt))
 }
 
@@ -527,15 +530,15 @@ func (k kernels) Advance(a device.Advance) error {
 	if err := check(k, "Advance", a); err != nil {
 		return err
 	}
-	l := k.l
-	return l.launchFn(l.d.advance, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, ptr(a.At), a.Add, ptr(a.Prev))
+	q := k.q
+	return q.launchFn(q.ln.d.advance, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, ptr(a.At), a.Add, ptr(a.Prev))
 }
 
 func (k kernels) AddBias(a device.AddBias) error {
 	if err := check(k, "AddBias", a); err != nil {
 		return err
 	}
-	return k.l.launch(kAddBias, a.DType, grid1(a.Rows*a.Cols), block1,
+	return k.q.launch(kAddBias, a.DType, grid1(a.Rows*a.Cols), block1,
 		ptr(a.Bias), ptr(a.Y), i64(a.Rows), i64(a.Cols))
 }
 
@@ -543,24 +546,24 @@ func (k kernels) SumRows(a device.SumRows) (err error) {
 	if err := check(k, "SumRows", a); err != nil {
 		return err
 	}
-	l, colBlocks := k.l, (a.Cols+31)/32
+	q, colBlocks := k.q, (a.Cols+31)/32
 	slices, slice := rowSlices(a.Rows, a.Cols)
 	if slices == 1 {
-		return l.launch(kSumRows, a.DType, [3]uint32{uint32(colBlocks), 1, 1}, [3]uint32{32, 8, 1},
+		return q.launch(kSumRows, a.DType, [3]uint32{uint32(colBlocks), 1, 1}, [3]uint32{32, 8, 1},
 			ptr(a.X), ptr(a.Out), i64(a.Rows), i64(a.Cols), flag(a.Accumulate))
 	}
 	// Parallel over rows too: each slice of rows a block per 32 columns,
 	// then a column's partial sums added in order of the slice.
-	partials, err := l.allocTemp("SumRows", int64(slices*a.Cols)*8)
+	partials, err := q.allocTemp("SumRows", int64(slices*a.Cols)*8)
 	if err != nil {
 		return err
 	}
-	defer l.freeTemp("SumRows", partials, &err)
-	if err := l.launch(kSumRowsPartial, a.DType, [3]uint32{uint32(colBlocks), uint32(slices), 1}, [3]uint32{32, 8, 1},
+	defer q.freeTemp("SumRows", partials, &err)
+	if err := q.launch(kSumRowsPartial, a.DType, [3]uint32{uint32(colBlocks), uint32(slices), 1}, [3]uint32{32, 8, 1},
 		ptr(a.X), uint64(partials), i64(a.Rows), i64(a.Cols), i64(slice)); err != nil {
 		return err
 	}
-	return l.launch(kSumRowsFinish, a.DType, grid1(a.Cols), block1,
+	return q.launch(kSumRowsFinish, a.DType, grid1(a.Cols), block1,
 		uint64(partials), ptr(a.Out), i64(slices), i64(a.Cols), flag(a.Accumulate))
 }
 
@@ -587,61 +590,62 @@ func (k kernels) Fill(a device.Fill) error {
 	if err := check(k, "Fill", a); err != nil || a.N == 0 {
 		return err
 	}
-	l := k.l
+	q := k.q
 	args := []uint64{ptr(a.X), i64(a.N), f64(a.Value)}
 	if a.DType == device.Int32 {
-		return l.launchFn(l.d.fillI32, grid1(a.N), block1, args...)
+		return q.launchFn(q.ln.d.fillI32, grid1(a.N), block1, args...)
 	}
-	return l.launch(kFill, a.DType, grid1(a.N), block1, args...)
+	return q.launch(kFill, a.DType, grid1(a.N), block1, args...)
 }
 
 func (k kernels) Copy(a device.Copy) error {
 	if err := check(k, "Copy", a); err != nil || a.Src.Len() == 0 {
 		return err
 	}
-	l := k.l
-	return l.d.api.MemcpyDtoDAsync(l.d.ctx, a.Dst.Addr(), a.Src.Addr(), a.Src.Len(), l.compute.s)
+	q := k.q
+	d := q.ln.d
+	return d.api.MemcpyDtoDAsync(d.ctx, a.Dst.Addr(), a.Src.Addr(), a.Src.Len(), q.on)
 }
 
 func (k kernels) Axpby(a device.Axpby) error {
 	if err := check(k, "Axpby", a); err != nil || a.N == 0 {
 		return err
 	}
-	return k.l.launch(kAxpby, a.DType, grid1(a.N), block1, ptr(a.X), ptr(a.Y), i64(a.N), f64(a.Alpha), f64(a.Beta))
+	return k.q.launch(kAxpby, a.DType, grid1(a.N), block1, ptr(a.X), ptr(a.Y), i64(a.N), f64(a.Alpha), f64(a.Beta))
 }
 
 func (k kernels) Mul(a device.Mul) error {
 	if err := check(k, "Mul", a); err != nil || a.N == 0 {
 		return err
 	}
-	return k.l.launch(kMul, a.DType, grid1(a.N), block1, ptr(a.X), ptr(a.Y), ptr(a.Z), i64(a.N))
+	return k.q.launch(kMul, a.DType, grid1(a.N), block1, ptr(a.X), ptr(a.Y), ptr(a.Z), i64(a.N))
 }
 
 func (k kernels) Clamp(a device.Clamp) error {
 	if err := check(k, "Clamp", a); err != nil || a.N == 0 {
 		return err
 	}
-	return k.l.launch(kClamp, a.DType, grid1(a.N), block1, ptr(a.X), i64(a.N), f64(a.Min), f64(a.Max))
+	return k.q.launch(kClamp, a.DType, grid1(a.N), block1, ptr(a.X), i64(a.N), f64(a.Min), f64(a.Max))
 }
 
 func (k kernels) SumSquares(a device.SumSquares) (err error) {
 	if err := check(k, "SumSquares", a); err != nil {
 		return err
 	}
-	l := k.l
+	q := k.q
 	// Two passes with a fixed number of blocks for a given N, so the order
 	// of the sum, and the result, never vary between runs.
 	parts := max(1, min((a.N+partWork-1)/partWork, maxParts, gridCap))
-	partial, err := l.allocTemp("SumSquares", int64(parts)*8)
+	partial, err := q.allocTemp("SumSquares", int64(parts)*8)
 	if err != nil {
 		return err
 	}
-	defer l.freeTemp("SumSquares", partial, &err)
-	if err := l.launch(kSumSquaresPartial, a.DType, [3]uint32{uint32(parts), 1, 1}, block1,
+	defer q.freeTemp("SumSquares", partial, &err)
+	if err := q.launch(kSumSquaresPartial, a.DType, [3]uint32{uint32(parts), 1, 1}, block1,
 		ptr(a.X), i64(a.N), uint64(partial)); err != nil {
 		return err
 	}
-	return l.launch(kSumFinish, a.DType, [3]uint32{1, 1, 1}, block1,
+	return q.launch(kSumFinish, a.DType, [3]uint32{1, 1, 1}, block1,
 		uint64(partial), i64(parts), ptr(a.Out), f64(1), flag(a.Accumulate))
 }
 
@@ -653,7 +657,7 @@ func (k kernels) SGD(a device.SGD) error {
 	if a.Momentum != 0 {
 		velocity = a.Velocity
 	}
-	return k.l.launch(kSGD, a.DType, grid1(a.N), block1,
+	return k.q.launch(kSGD, a.DType, grid1(a.N), block1,
 		ptr(a.Param), ptr(a.Grad), ptr(velocity), i64(a.N), f64(a.LR), f64(a.Momentum), f64(a.Dampening),
 		f64(a.WeightDecay), flag(a.Nesterov), flag(a.Step == 1), ptr(a.Guard), f64(a.Clip), ptr(a.Rates))
 }
@@ -671,7 +675,7 @@ func (k kernels) Adam(a device.Adam) error {
 	decay := 1 - float64(a.LR*a.WeightDecay)
 	coupled := a.WeightDecay != 0 && !a.Decoupled
 	shrink := a.WeightDecay != 0 && a.Decoupled
-	return k.l.launch(kAdam, a.DType, grid1(a.N), block1,
+	return k.q.launch(kAdam, a.DType, grid1(a.N), block1,
 		ptr(a.Param), ptr(a.Grad), ptr(a.M), ptr(a.V), i64(a.N), f64(stepSize), f64(bc2Sqrt),
 		f64(a.Beta1), f64(a.Beta2), f64(a.Eps), f64(a.WeightDecay), f64(decay), flag(coupled), flag(shrink), ptr(a.Guard), f64(a.Clip),
 		ptr(a.Rates))
@@ -688,7 +692,7 @@ func (k kernels) RMSprop(a device.RMSprop) error {
 	if a.Momentum != 0 {
 		velocity = a.Velocity
 	}
-	return k.l.launch(kRMSprop, a.DType, grid1(a.N), block1,
+	return k.q.launch(kRMSprop, a.DType, grid1(a.N), block1,
 		ptr(a.Param), ptr(a.Grad), ptr(a.SquareAvg), ptr(gradAvg), ptr(velocity), i64(a.N), f64(a.LR), f64(a.Alpha),
 		f64(a.Eps), f64(a.WeightDecay), f64(a.Momentum), flag(a.Centered), ptr(a.Guard), f64(a.Clip), ptr(a.Rates))
 }
@@ -697,8 +701,8 @@ func (k kernels) StepGuard(a device.StepGuard) error {
 	if err := check(k, "StepGuard", a); err != nil {
 		return err
 	}
-	return k.l.launch(kStepGuard, a.DType, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1},
-		ptr(a.Loss), ptr(a.NormSq), f64(a.Scale), f64(a.ClipNorm), ptr(a.Record), ptr(a.Guard), uint64(k.l.statusDev),
+	return k.q.launch(kStepGuard, a.DType, [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1},
+		ptr(a.Loss), ptr(a.NormSq), f64(a.Scale), f64(a.ClipNorm), ptr(a.Record), ptr(a.Guard), uint64(k.q.ln.statusDev),
 		ptr(a.Slot), i64(int(a.Record.Len()/24)))
 }
 
@@ -706,7 +710,7 @@ func (k kernels) GuardedCopy(a device.GuardedCopy) error {
 	if err := check(k, "GuardedCopy", a); err != nil || a.Src.Len() == 0 {
 		return err
 	}
-	l := k.l
+	q := k.q
 	n := int(a.Src.Len() / 4)
-	return l.launchFn(l.d.guardedCopy, grid1(n), block1, ptr(a.Dst), ptr(a.Src), i64(n), ptr(a.Guard))
+	return q.launchFn(q.ln.d.guardedCopy, grid1(n), block1, ptr(a.Dst), ptr(a.Src), i64(n), ptr(a.Guard))
 }

@@ -108,9 +108,10 @@ func (s *Scope) Limit() int64 { return s.limit }
 // MemStats returns the scope's own figures in the device's allocator.
 func (s *Scope) MemStats() alloc.Stats { return s.d.mem.ScopeStats(s.id) }
 
-// Close waits for the scope's streams, reports the errors their work
-// raised and not yet reported, and gives back everything the scope holds:
-// its streams, cuBLAS handle and status word, the staging buffers it did
+// Close waits for the scope's streams (its branches' included), reports
+// the errors their work raised and not yet reported, and gives back
+// everything the scope holds: its streams, branches, cuBLAS handle and
+// status word, the staging buffers it did
 // not free and its allocation scope (buffers not freed included: they
 // must not be used again). The device and the other scopes are not
 // touched, except that giving segments back to the driver (cuMemFree)
@@ -124,6 +125,7 @@ func (s *Scope) Close() error {
 		return nil
 	}
 	streams := s.takeStreams()
+	branches := s.takeBranches()
 	var errs []error
 	keep := func(err error) {
 		if err != nil {
@@ -133,8 +135,10 @@ func (s *Scope) Close() error {
 	for _, st := range streams {
 		keep(d.api.StreamSynchronize(d.ctx, st.s))
 	}
+	keep(s.syncBranches(branches))
 	keep(s.readStatus(s.compute.s, true))
 	keep(s.closeGraphs())
+	keep(s.closeBranches(branches))
 	d.mu.Lock()
 	staging := s.staging
 	s.staging = nil
