@@ -36,8 +36,8 @@
 // compute capability 9.0, whose memory is host memory with a capacity of
 // GOCURRENT_EMU_MEMORY bytes (read at each cuInit; 4 GiB by default).
 // Everything runs under one lock when it is enqueued, so it is slow, safe
-// for concurrent use, and blind to a missing wait between streams (only a
-// GPU shows those). What it does check is what a GPU would show later,
+// for concurrent use, and blind to a missing wait between streams run
+// eagerly (only a GPU shows those; a graph's replay shows some, below). What it does check is what a GPU would show later,
 // or not at all: new
 // device memory is NaN bytes (cuMemAlloc does not zero), copies, memsets
 // and GEMM operands must lie inside live allocations, calls need a current
@@ -53,11 +53,25 @@
 // written when the graph runs), kernels (their parameter values when
 // cuLaunchKernel was called, as the driver copies them), cuBLAS GEMMs on a
 // handle whose stream captures (alpha and beta as they were, cuBLAS's host
-// pointer mode) and graphs launched on it. cuStreamEndCapture makes the
-// recording a graph, cuGraphInstantiateWithFlags an executable graph with
-// its own copy of the work (destroying or changing the graph later
-// changes nothing), and cuGraphLaunch runs that work again, in capture
-// order, when it is called, as everything else here. Arguments are checked
+// pointer mode) and graphs launched on it. Capture crosses streams as
+// CUDA's does: an event recorded on a capturing stream marks the work
+// before it, a stream not capturing that waits for it joins the capture
+// (a fork: its work is recorded after that work), and a wait of the
+// capture's own streams for it adds that dependency (a join, when the
+// origin waits). cuStreamEndCapture, on the origin only
+// (CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, 903, elsewhere), takes every
+// stream of the capture out of it and makes the recording a graph of
+// nodes and their dependencies, or none when a forked stream has work
+// that the origin's last work does not depend on
+// (CUDA_ERROR_STREAM_CAPTURE_UNJOINED, 904); a wait that would merge two
+// captures is CUDA_ERROR_STREAM_CAPTURE_MERGE (902) and invalidates both.
+// cuGraphInstantiateWithFlags makes an executable graph with its own copy
+// of the work (destroying or changing the graph later changes nothing),
+// and cuGraphLaunch runs that work again when it is called, as everything
+// else here, in an order its dependencies allow that runs, of the nodes
+// ready, the one recorded last first: work on parallel branches then runs
+// in another order than it was enqueued, so a graph missing a dependency
+// computes another result than the eager calls. Arguments are checked
 // at capture, as the eager calls check them, and a copy's or memset's
 // device memory again at each launch, with a GEMM's: a launch whose work
 // touches memory freed since fails as the eager call would
@@ -82,16 +96,12 @@
 // 908). Each thread's own interaction mode is GLOBAL, the default
 // (cuThreadExchangeStreamCaptureMode is not emulated).
 //
-// What it does not do: capture on more than one stream. A capture's graph
-// is one chain of nodes; a stream may wait on an event recorded outside
-// any capture (nothing to wait for here) or earlier in its own capture,
-// but a wait across streams on a captured event, which a GPU records as a
-// fork or a join, is refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
-// invalidates the capture. Neither the legacy stream nor
-// CU_STREAM_PER_THREAD can capture (900). Graphs are built by capture
-// only (no cuGraphAdd*Node, no cuGraphExecUpdate), have no parallel
-// branches, memory nodes or event nodes, and their work runs when
-// cuGraphLaunch is called, so it is no faster than the eager calls.
+// What it does not do: the legacy stream and CU_STREAM_PER_THREAD neither
+// capture nor join a capture (900). Graphs are built by capture only (no
+// cuGraphAdd*Node, no cuGraphExecUpdate), have no memory nodes or event
+// nodes, and their work runs when cuGraphLaunch is called, so it is no
+// faster than the eager calls. Outside graphs the streams still run one
+// call after another, blind to a missing wait between them.
 //
 // # NCCL
 //

@@ -15,7 +15,9 @@ import (
 // and GEMMs recorded, not run), graphs replayed at each launch with the
 // parameter values of capture, the calls a capture refuses in each mode
 // (and from which thread), the invalidation they cause, the legacy
-// stream, and replays over freed memory. Each scenario prints "pass NAME"
+// stream, replays over freed memory, and captures across streams (fork,
+// join, unjoined, unmatched, merged, a missing dependency that a replay
+// shows). Each scenario prints "pass NAME"
 // when all its checks held; a failed check prints a FAIL line.
 func TestGraphs(t *testing.T) {
 	lib := ForTest(t)
@@ -44,7 +46,7 @@ func TestGraphs(t *testing.T) {
 	}
 	// Every scenario ran to the end: a program that stopped early, or
 	// lost one, does not pass.
-	for _, name := range []string{"capture_replay", "synchronisation", "modes", "errors", "gemm", "freed", "teardown"} {
+	for _, name := range []string{"capture_replay", "synchronisation", "modes", "errors", "gemm", "freed", "fork_join", "teardown"} {
 		if !strings.Contains(string(out), "pass "+name+"\n") {
 			t.Errorf("scenario %s did not pass:\n%s", name, out)
 		}

@@ -70,6 +70,9 @@ enum {
   ILLEGAL_STATE = 401,
   CAPTURE_UNSUPPORTED = 900,
   CAPTURE_INVALIDATED = 901,
+  CAPTURE_MERGE = 902,
+  CAPTURE_UNMATCHED = 903,
+  CAPTURE_UNJOINED = 904,
   CAPTURE_IMPLICIT = 906,
   CAPTURED_EVENT = 907,
   CAPTURE_WRONG_THREAD = 908,
@@ -294,17 +297,165 @@ void synchronisation() {
   EXPECT(SUCCESS, cuStreamEndCapture(s, &graph));
   EXPECT(SUCCESS, cuGraphDestroy(graph));
 
-  // A join across streams is not emulated: refused, capture invalidated.
+  // A wait between two captures would merge them: refused, both
+  // invalidated.
   EXPECT(SUCCESS, cuStreamBeginCapture_v2(s, RELAXED));
+  EXPECT(SUCCESS, cuStreamBeginCapture_v2(other, RELAXED));
   EXPECT(SUCCESS, cuEventRecord(e, s));
-  EXPECT(CAPTURE_UNSUPPORTED, cuStreamWaitEvent(other, e, 0));
+  EXPECT(CAPTURE_MERGE, cuStreamWaitEvent(other, e, 0));
   expect_invalidated(s, d, __LINE__);
+  expect_invalidated(other, d, __LINE__);
 
   EXPECT(SUCCESS, cuMemFree_v2(d));
   EXPECT(SUCCESS, cuEventDestroy_v2(e));
   EXPECT(SUCCESS, cuEventDestroy_v2(before));
   EXPECT(SUCCESS, cuStreamDestroy_v2(s));
   EXPECT(SUCCESS, cuStreamDestroy_v2(other));
+}
+
+// fill_f32 sets n floats at p to v, at once, on stream s.
+void fill_f32(Ptr s, DevPtr p, int n, float v) { EXPECT(SUCCESS, cuMemsetD32Async(p, bits(v), n, s)); }
+
+// expect_all checks that the n floats at p are all want, read on s.
+void expect_all(Ptr s, DevPtr p, int n, float want, int line) {
+  float got[64];
+  read(s, got, p, n);
+  for (int i = 0; i < n; i++)
+    if (got[i] != want) {
+      printf("FAIL graph.cc:%d: element %d is %g, want %g\n", line, i, got[i], want);
+      failures++;
+      return;
+    }
+}
+
+// fork_join captures work on two streams: a stream that waits for an
+// event recorded on the capturing stream joins the capture (a fork), and
+// the origin's wait for an event of that stream joins it back. Nothing
+// runs while capturing; a launch runs both streams' work in an order the
+// dependencies allow; the forked stream leaves the capture when it ends.
+// Ending with the fork not joined back is CUDA_ERROR_STREAM_CAPTURE_UNJOINED
+// (the forked stream free again), ending on the forked stream
+// CUDA_ERROR_STREAM_CAPTURE_UNMATCHED. A launch runs the ready node
+// recorded last first, so a graph missing a dependency computes another
+// result than the capture's order would. The graph, launched into a
+// capture of a third stream, is recorded there whole.
+void fork_join() {
+  constexpr int n = 64;
+  Ptr s, b, c, fork, join, graph, exec;
+  EXPECT(SUCCESS, cuStreamCreate(&s, kNonBlocking));
+  EXPECT(SUCCESS, cuStreamCreate(&b, kNonBlocking));
+  EXPECT(SUCCESS, cuStreamCreate(&c, kNonBlocking));
+  EXPECT(SUCCESS, cuEventCreate(&fork, 0));
+  EXPECT(SUCCESS, cuEventCreate(&join, 0));
+  DevPtr p, q, r;
+  EXPECT(SUCCESS, cuMemAlloc_v2(&p, n * 4));
+  EXPECT(SUCCESS, cuMemAlloc_v2(&q, n * 4));
+  EXPECT(SUCCESS, cuMemAlloc_v2(&r, n * 4));
+  for (DevPtr x : {p, q, r}) fill_f32(c, x, n, 0);
+
+  // s: p = 1; fork; b: q = p, q = 2q; s: r = 5; join; s: r += q (7).
+  EXPECT(SUCCESS, cuStreamBeginCapture_v2(s, RELAXED));
+  fill_f32(s, p, n, 1);
+  EXPECT(SUCCESS, cuEventRecord(fork, s));
+  EXPECT(NONE, status(b));
+  EXPECT(SUCCESS, cuStreamWaitEvent(b, fork, 0));
+  EXPECT(ACTIVE, status(b));
+  EXPECT(SUCCESS, launch_axpby(b, p, q, n, 1, 0));
+  EXPECT(SUCCESS, launch_axpby(b, q, q, n, 1, 1));
+  fill_f32(s, r, n, 5);
+  EXPECT(SUCCESS, cuEventRecord(join, b));
+  EXPECT(SUCCESS, cuStreamWaitEvent(s, join, 0));
+  EXPECT(SUCCESS, launch_axpby(s, q, r, n, 1, 1));
+  EXPECT(SUCCESS, cuStreamEndCapture(s, &graph));
+  EXPECT(NONE, status(b));
+  expect_all(c, r, n, 0, __LINE__);  // nothing ran
+  expect_all(c, q, n, 0, __LINE__);
+  EXPECT(SUCCESS, cuGraphInstantiateWithFlags(&exec, graph, 0));
+  for (int round = 0; round < 2; round++) {
+    EXPECT(SUCCESS, cuGraphLaunch(exec, s));
+    expect_all(c, q, n, 2, __LINE__);
+    expect_all(c, r, n, 7, __LINE__);
+  }
+
+  // The same graph launched into a capture of c: the whole of it again.
+  Ptr outer, outerExec;
+  fill_f32(c, r, n, 0);
+  EXPECT(SUCCESS, cuStreamBeginCapture_v2(c, RELAXED));
+  EXPECT(SUCCESS, cuGraphLaunch(exec, c));
+  EXPECT(SUCCESS, launch_axpby(c, r, r, n, 0, 2));  // after the child graph: r = 14
+  EXPECT(SUCCESS, cuStreamEndCapture(c, &outer));
+  EXPECT(SUCCESS, cuGraphInstantiateWithFlags(&outerExec, outer, 0));
+  EXPECT(SUCCESS, cuGraphLaunch(outerExec, c));
+  expect_all(c, r, n, 14, __LINE__);
+  EXPECT(SUCCESS, cuGraphExecDestroy(outerExec));
+  EXPECT(SUCCESS, cuGraphDestroy(outer));
+  EXPECT(SUCCESS, cuGraphExecDestroy(exec));
+  EXPECT(SUCCESS, cuGraphDestroy(graph));
+
+  // Not joined back: no graph, both streams free again.
+  EXPECT(SUCCESS, cuStreamBeginCapture_v2(s, RELAXED));
+  EXPECT(SUCCESS, cuEventRecord(fork, s));
+  EXPECT(SUCCESS, cuStreamWaitEvent(b, fork, 0));
+  fill_f32(b, q, n, 3);
+  graph = (Ptr)1;
+  EXPECT(CAPTURE_UNJOINED, cuStreamEndCapture(s, &graph));
+  CHECK(graph == nullptr);
+  EXPECT(NONE, status(s));
+  EXPECT(NONE, status(b));
+  fill_f32(b, q, n, 4);  // runs now
+  expect_all(c, q, n, 4, __LINE__);
+  // Forked with no work of its own: nothing to join.
+  EXPECT(SUCCESS, cuStreamBeginCapture_v2(s, RELAXED));
+  fill_f32(s, r, n, 1);
+  EXPECT(SUCCESS, cuEventRecord(fork, s));
+  EXPECT(SUCCESS, cuStreamWaitEvent(b, fork, 0));
+  EXPECT(SUCCESS, cuStreamEndCapture(s, &graph));
+  EXPECT(SUCCESS, cuGraphDestroy(graph));
+
+  // Only the origin ends a capture.
+  EXPECT(SUCCESS, cuStreamBeginCapture_v2(s, RELAXED));
+  EXPECT(SUCCESS, cuEventRecord(fork, s));
+  EXPECT(SUCCESS, cuStreamWaitEvent(b, fork, 0));
+  EXPECT(CAPTURE_UNMATCHED, cuStreamEndCapture(b, &graph));
+  EXPECT(INVALIDATED, status(b));
+  expect_invalidated(s, r, __LINE__);
+  EXPECT(NONE, status(b));
+
+  // A forked stream destroyed during the capture: its work cannot be
+  // joined back, the capture is invalidated.
+  Ptr gone;
+  EXPECT(SUCCESS, cuStreamCreate(&gone, kNonBlocking));
+  EXPECT(SUCCESS, cuStreamBeginCapture_v2(s, RELAXED));
+  EXPECT(SUCCESS, cuEventRecord(fork, s));
+  EXPECT(SUCCESS, cuStreamWaitEvent(gone, fork, 0));
+  EXPECT(SUCCESS, cuStreamDestroy_v2(gone));
+  expect_invalidated(s, r, __LINE__);
+
+  // A missing dependency shows: r += q reads q on s without waiting for
+  // b's q = 2, though b is joined back afterwards. In capture order q
+  // would be written first (r = 2); a launch runs the origin's ready
+  // node, recorded after b's, first (r = 0).
+  fill_f32(c, q, n, 0);
+  fill_f32(c, r, n, 0);
+  EXPECT(SUCCESS, cuStreamBeginCapture_v2(s, RELAXED));
+  EXPECT(SUCCESS, cuEventRecord(fork, s));
+  EXPECT(SUCCESS, cuStreamWaitEvent(b, fork, 0));
+  fill_f32(b, q, n, 2);
+  EXPECT(SUCCESS, launch_axpby(s, q, r, n, 1, 1));
+  EXPECT(SUCCESS, cuEventRecord(join, b));
+  EXPECT(SUCCESS, cuStreamWaitEvent(s, join, 0));
+  EXPECT(SUCCESS, cuStreamEndCapture(s, &graph));
+  EXPECT(SUCCESS, cuGraphInstantiateWithFlags(&exec, graph, 0));
+  EXPECT(SUCCESS, cuGraphLaunch(exec, s));
+  expect_all(c, q, n, 2, __LINE__);
+  expect_all(c, r, n, 0, __LINE__);
+  EXPECT(SUCCESS, cuGraphExecDestroy(exec));
+  EXPECT(SUCCESS, cuGraphDestroy(graph));
+
+  for (DevPtr x : {p, q, r}) EXPECT(SUCCESS, cuMemFree_v2(x));
+  EXPECT(SUCCESS, cuEventDestroy_v2(fork));
+  EXPECT(SUCCESS, cuEventDestroy_v2(join));
+  for (Ptr x : {s, b, c}) EXPECT(SUCCESS, cuStreamDestroy_v2(x));
 }
 
 // on_thread runs f on a new thread with the context current, and waits.
@@ -663,6 +814,7 @@ int main(int argc, char** argv) {
   } scenarios[] = {
       {"capture_replay", capture_replay}, {"synchronisation", synchronisation}, {"modes", modes},
       {"errors", errors},                 {"gemm", gemm},                       {"freed", freed},
+      {"fork_join", fork_join},
       {"teardown", teardown},  // last: it destroys the context
   };
   for (auto& sc : scenarios) {
