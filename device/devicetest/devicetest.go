@@ -110,6 +110,7 @@ func RunGroups(t *testing.T, open func(t testing.TB) device.Device, keep func(gr
 		{"Scopes", testScopes},
 		{"Counts", testCounts},
 		{"Graphs", testGraphs},
+		{"Branches", testBranches},
 	}
 	for _, g := range groups {
 		if keep != nil && !keep(g.name) {

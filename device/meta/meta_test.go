@@ -274,3 +274,44 @@ func TestFusedCellGrads(t *testing.T) {
 		}
 	}
 }
+
+// TestBranches: a meta device's branch holds a workspace as large as the
+// device's (meta.CUDA: a CUDA branch's cuBLAS workspace) until its Close,
+// checks its kernels' arguments, and a capture ends refused when a branch
+// forked in it was not joined, as on the CPU and CUDA devices.
+func TestBranches(t *testing.T) {
+	const ws = 32 << 20
+	d := open(t, meta.CUDA("cuda:0", 1<<30, alloc.Config{}, ws))
+	workspace := func() int64 { return d.MemStats().CategoryBytes[alloc.Workspace].Current }
+	b, err := device.NewBranch(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := workspace(); got != 2*ws {
+		t.Errorf("workspace with a branch open: %d, want %d (the device's and the branch's)", got, 2*ws)
+	}
+	x, _ := d.Alloc(64, device.Workspace)
+	if err := b.Kernels().Fill(device.Fill{DType: device.Float32, N: 17, X: x}); !errors.Is(err, device.ErrShape) {
+		t.Errorf("a branch's Fill past its buffer: %v, want ErrShape", err)
+	}
+	_, err = d.Capture(func() error { return b.Fork() })
+	if !errors.Is(err, device.ErrNotCapturable) {
+		t.Errorf("a capture that forks a branch and does not join it: %v, want ErrNotCapturable", err)
+	}
+	g, err := d.Capture(func() error { return errors.Join(b.Fork(), b.Join()) })
+	if err != nil {
+		t.Fatalf("a capture that forks and joins a branch: %v", err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := workspace(); got != ws+512 {
+		t.Errorf("workspace after the branch's Close: %d, want %d (the device's and x)", got, ws+512)
+	}
+	if err := b.Fork(); !errors.Is(err, device.ErrClosed) {
+		t.Errorf("Fork after Close: %v, want ErrClosed", err)
+	}
+}
