@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/gocurrent/gocurrent/device"
@@ -10,7 +11,9 @@ import (
 // on the CUDA device, through the real cgo bindings: queuing a kernel, a
 // GEMM or a copy makes no Go garbage (testing.AllocsPerRun), as on the CPU
 // device. Kernels that take a temporary from the caching allocator take it
-// from its cache, which allocates nothing either once warm.
+// from its cache, which allocates nothing either once warm. The same
+// holds on a branch (its own launch arguments, cuBLAS handle and
+// allocator stream), and for its Fork and Join.
 func TestEmulatedKernelCallsAllocateNothing(t *testing.T) {
 	d := openEmulated(t, Config{})
 	const b, h = 4, 8
@@ -31,7 +34,30 @@ func TestEmulatedKernelCallsAllocateNothing(t *testing.T) {
 	// float64s, as buffers of twice as many float32s: two records, a
 	// guard, a slot and a step's rates.
 	records, guard, slot, rates := buf(2*6), buf(2*2), buf(2), buf(device.RatesSize/4)
-	k := d.Kernels()
+	br, err := d.Branch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer br.Close()
+	if err := br.Fork(); err != nil {
+		t.Fatal(err)
+	}
+	for _, on := range []struct {
+		name string
+		k    device.Kernels
+	}{{"the compute stream", d.Kernels()}, {"a branch", br.Kernels()}} {
+		testCallsAllocateNothing(t, on.name, on.k, br, pre, act, w, cPrev, c, hh, loss, ids, records, guard, slot, rates)
+	}
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testCallsAllocateNothing is TestEmulatedKernelCallsAllocateNothing's
+// table, on k (on, in messages); br's Fork and Join, which a branch's
+// work takes each step, are among the calls.
+func testCallsAllocateNothing(t *testing.T, on string, k device.Kernels, br device.Branch, pre, act, w, cPrev, c, hh, loss, ids, records, guard, slot, rates device.Buffer) {
+	const b, h = 4, 8
 	for _, tc := range []struct {
 		name string
 		call func() error
@@ -43,6 +69,7 @@ func TestEmulatedKernelCallsAllocateNothing(t *testing.T) {
 			return k.LSTMCell(device.LSTMCell{DType: device.Float32, Batch: b, Hidden: h, Pre: pre, CPrev: cPrev, C: c, H: hh, Act: act})
 		}},
 		{"Fill", func() error { return k.Fill(device.Fill{DType: device.Float32, N: b * h, X: c, Value: 1}) }},
+		{"a branch's Fork and Join", func() error { return errors.Join(br.Fork(), br.Join()) }},
 		{"Axpby", func() error {
 			return k.Axpby(device.Axpby{DType: device.Float32, N: b * h, Alpha: 1, Beta: 1, X: c, Y: hh})
 		}},
@@ -83,17 +110,14 @@ func TestEmulatedKernelCallsAllocateNothing(t *testing.T) {
 		}},
 	} {
 		if err := tc.call(); err != nil { // warms the cache for any temporary
-			t.Fatalf("%s: %v", tc.name, err)
+			t.Fatalf("%s on %s: %v", tc.name, on, err)
 		}
 		if n := testing.AllocsPerRun(20, func() {
 			if err := tc.call(); err != nil {
 				t.Fatal(err)
 			}
 		}); n != 0 {
-			t.Errorf("%s: %v Go heap allocations per call, want 0", tc.name, n)
+			t.Errorf("%s on %s: %v Go heap allocations per call, want 0", tc.name, on, n)
 		}
-	}
-	if err := d.Synchronize(); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -104,6 +104,26 @@
 // cache, the out-of-memory ladder, closing a scope) waits for the whole
 // context, scopes included.
 //
+// # Branches
+//
+// The device and its scopes are device.Branchers: a branch is a second
+// stream of the lane's kernels, for work that may run beside the compute
+// stream's. It has a CUDA stream, a cuBLAS handle bound to it with a
+// workspace of its own (one handle must not serve two streams at once,
+// and cublasSetStream resets the workspace) of the lane's size, taken
+// when it opens from the lane's allocation scope as alloc.Workspace (as
+// device/meta's branch does), a launch-argument buffer, and an allocator
+// stream id for its kernels' temporaries, so that a temporary freed by its
+// work is reused only by its later work (a closed branch's id goes to the
+// next branch opened, whose stream first waits for the closed one's work).
+// Its kernels raise index errors in the lane's status word, which the
+// lane's next synchronisation after a Join reports; the counts are the
+// device's. Fork is an event recorded on the compute stream and waited
+// for by the branch's stream, Join the reverse; in a Capture the same
+// calls are CUDA's cross-stream capture, the branch a parallel branch of
+// the graph (see Graphs). The lane's Synchronize waits for its branches'
+// streams, and its Close closes them.
+//
 // # Kernels
 //
 // The kernels are CUDA C in cuda/kernels/*.cu, with the calling
@@ -156,8 +176,18 @@
 // cuBLAS records as it is, its workspace set before the capture (a
 // scope's lazy one is set then). The entry points are optional: a driver
 // before 11.4 lacks them, and Capture then returns an error matching
-// device.ErrNotCapturable, so callers run their work eagerly. The fake
-// driver of the tests records and replays, and the emulator captures one
-// stream; what a GPU's driver does with the graphs (their speed, cuBLAS
-// under capture) only a GPU run shows.
+// device.ErrNotCapturable, so callers run their work eagerly. A branch
+// forked during the capture joins it (its stream waits for an event
+// recorded on the capturing stream), its work recorded with the compute
+// stream's as a parallel branch of the graph, and must be joined back
+// before the capture ends: else the capture fails with ErrNotCapturable
+// (the driver's CUDA_ERROR_STREAM_CAPTURE_UNJOINED), and the branch, out
+// of the capture as every stream of it, is usable again. Work or a Join on
+// a branch not forked during the capture is refused with ErrNotCapturable;
+// a branch closed during it is released when it ends. The fake driver of
+// the tests records and replays, and the emulator captures across streams
+// and replays a graph in an order its dependencies allow, not the
+// capture's; what a GPU's driver does with the graphs (their speed, cuBLAS
+// under a capture of two streams, whether the branches overlap) only a GPU
+// run shows.
 package cuda
