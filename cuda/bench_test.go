@@ -144,6 +144,93 @@ func BenchmarkCopyOverlap(b *testing.B) {
 	b.ReportMetric(float64(copies*copyBytes)/(cp/1e3)/1e9, "copy-GB/s")
 }
 
+// BenchmarkBranchOverlap measures whether a branch's work runs beside the
+// compute stream's (issue 21 item 3): two chains of 64 recurrent products
+// of one layer step at hidden 1024 and batch 32 (h·Wᵀ: 32×4096×1024, the
+// shape at which one product leaves most of a GPU's SMs idle), timed with
+// CUDA events, first both on the compute stream, then one on a branch
+// between a Fork and a Join. It reports both times and
+// overlap = one-stream / branch: 2 when the chains run wholly side by
+// side, 1 when they serialise.
+//
+//	go test -run '^$' -bench BranchOverlap ./cuda
+func BenchmarkBranchOverlap(b *testing.B) {
+	d := openGPU(b, gpuConfig())
+	const batch, hidden, steps = 32, 1024, 64
+	alloc := func(n int) device.Buffer {
+		buf, err := d.Alloc(int64(n)*4, device.Workspace)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := d.Kernels().Fill(device.Fill{DType: device.Float32, N: n, X: buf, Value: 0.01}); err != nil {
+			b.Fatal(err)
+		}
+		return buf
+	}
+	h, w := [2]device.Buffer{alloc(batch * hidden), alloc(batch * hidden)}, alloc(4*hidden*hidden)
+	pre := [2]device.Buffer{alloc(batch * 4 * hidden), alloc(batch * 4 * hidden)}
+	br, err := d.Branch()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer br.Close()
+	chain := func(k device.Kernels, i int) {
+		for range steps {
+			if err := k.Gemm(device.Gemm{DType: device.Float32, M: batch, N: 4 * hidden, K: hidden, Alpha: 1,
+				A: h[i], B: w, C: pre[i], TransB: true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	timed := func(queue func()) float64 {
+		start, err := d.api.EventCreate(d.ctx, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		end, err := d.api.EventCreate(d.ctx, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer d.api.EventDestroy(d.ctx, start)
+		defer d.api.EventDestroy(d.ctx, end)
+		if err := d.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+		if err := d.api.EventRecord(d.ctx, start, d.compute.s); err != nil {
+			b.Fatal(err)
+		}
+		queue()
+		if err := d.api.EventRecord(d.ctx, end, d.compute.s); err != nil {
+			b.Fatal(err)
+		}
+		if err := d.api.EventSynchronize(d.ctx, end); err != nil {
+			b.Fatal(err)
+		}
+		ms, err := d.api.EventElapsed(d.ctx, start, end)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return float64(ms)
+	}
+	var one, two float64
+	for b.Loop() {
+		one = timed(func() { chain(d.Kernels(), 0); chain(d.Kernels(), 1) })
+		two = timed(func() {
+			if err := br.Fork(); err != nil {
+				b.Fatal(err)
+			}
+			chain(br.Kernels(), 1)
+			chain(d.Kernels(), 0)
+			if err := br.Join(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	b.ReportMetric(one, "one-stream-ms")
+	b.ReportMetric(two, "branch-ms")
+	b.ReportMetric(one/two, "overlap")
+}
+
 // BenchmarkLaunch measures what one call costs, on the host and on the
 // GPU, for the calls a training step is made of: a trivial kernel (Fill
 // of one element), cuBLAS GEMMs at the shapes of a recurrent step

@@ -30,7 +30,7 @@ import (
 // capture with a branch not joined back, CUDA_ERROR_STREAM_CAPTURE_UNJOINED).
 type branch struct {
 	q  queue   // its stream, cuBLAS handle, workspace and launch arguments
-	st *stream // its stream as the device's allocators know it (d.streams)
+	st *stream // its stream, for the lane's Synchronize
 
 	fork, join cuEvent // from the device's pool
 
@@ -83,7 +83,6 @@ func (l *lane) Branch() (device.Branch, error) {
 		l.branches = map[*branch]struct{}{}
 	}
 	l.branches[b] = struct{}{}
-	d.streams[b.st.id] = b.st
 	d.mu.Unlock()
 	return b, nil
 }
@@ -199,10 +198,13 @@ func (b *branch) Join() error {
 }
 
 // Close releases the branch once its work queued so far completed,
-// without waiting for it: its workspace goes back to the cache once that
-// work is done (an event on its stream), its stream and cuBLAS handle are
-// destroyed (the driver defers the stream's release until its work
-// completed), and its allocator stream id goes to the next branch. During
+// without the host waiting for it: an event recorded on its stream after
+// that work is waited for by the compute stream, whose cache its workspace
+// goes back to (so the compute stream's later work, which may reuse it,
+// runs after the branch's: a Join, in effect, which a branch's work takes
+// before Close anyway), and by the next branch to take its allocator
+// stream id; its stream and cuBLAS handle are destroyed (the driver defers
+// the stream's release until its work completed). During
 // a capture of the compute stream the release waits for the capture's
 // end: a stream taking part in a capture must not be destroyed, nor a
 // cuBLAS handle (which synchronises the device).
@@ -237,42 +239,40 @@ func (b *branch) Close() error {
 }
 
 // release gives back what the branch holds, tolerating a partial start.
-// With reuse, its workspace is kept from reuse until its work queued so
-// far completed and its id goes to the next branch; without (a failed
-// start, or a lane closing after its work completed) the workspace is
-// freed at once and the id goes with the lane.
+// With reuse (a branch's Close) its work may still run: the compute stream
+// waits for it before its workspace goes back to the compute stream's
+// cache, and its id goes to the next branch with an event to wait for.
+// Without (a failed start, or a lane closing after its work completed)
+// the workspace is freed at once and the id goes with the lane.
 func (b *branch) release(reuse bool) error {
 	l := b.q.ln
 	d := l.d
 	a, c := d.api, d.ctx
 	var errs []error
-	if reuse && b.q.workspace != 0 {
-		// Kept from reuse until the branch's work queued so far completed:
-		// the allocator records an event on the branch's stream.
-		errs = append(errs, d.mem.RecordStream(b.q.workspace, b.st.id))
+	if reuse && b.q.on != 0 {
+		done, err := d.events.get(a, c)
+		if err == nil {
+			if err = a.EventRecord(c, done, b.q.on); err == nil {
+				err = a.StreamWaitEvent(c, l.compute.s, done)
+			}
+			if err != nil {
+				d.events.put(done)
+			}
+		}
+		if err != nil {
+			// Nothing orders the compute stream after the branch's work:
+			// its workspace must not go back to the cache.
+			errs = append(errs, fmt.Errorf("ordering the compute stream after its work (its workspace is kept): %w", err))
+			b.q.workspace = 0
+		} else {
+			d.mu.Lock()
+			l.idle = append(l.idle, idleID{id: b.st.id, done: done})
+			d.mu.Unlock()
+		}
 	}
 	errs = append(errs, b.q.releaseBLAS())
 	if b.q.on != 0 {
-		if reuse {
-			done, err := d.events.get(a, c)
-			if err == nil {
-				if err = a.EventRecord(c, done, b.q.on); err != nil {
-					d.events.put(done)
-				}
-			}
-			if err == nil {
-				d.mu.Lock()
-				l.idle = append(l.idle, idleID{id: b.st.id, done: done})
-				d.mu.Unlock()
-			}
-			errs = append(errs, err)
-		}
 		b.st.markClosed()
-		d.mu.Lock()
-		if d.streams[b.st.id] == b.st {
-			delete(d.streams, b.st.id)
-		}
-		d.mu.Unlock()
 		errs = append(errs, a.StreamDestroy(c, b.q.on))
 		b.q.on = 0
 	}

@@ -133,8 +133,20 @@ func TestFakeBranch(t *testing.T) {
 
 	handle, stream := b.q.blas, b.q.on
 	ws1 := d.MemStats().CategoryBytes[alloc.Workspace].Current
+	log0 = len(f.eventLog)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
+	}
+	// Its workspace goes back to the compute stream's cache: the compute
+	// stream waits for the branch's work first.
+	var e1, e2 cuEvent
+	var on, waiter cuStream
+	if log := f.eventsSince(log0); len(log) != 2 {
+		t.Errorf("Close queued %q, want an event recorded on the branch's stream and the compute stream's wait for it", log)
+	} else if _, err1 := fmt.Sscanf(log[0], "record %d on %d", &e1, &on); err1 != nil || on != stream {
+		t.Errorf("Close queued %q first, want an event recorded on the branch's stream %d", log[0], stream)
+	} else if _, err2 := fmt.Sscanf(log[1], "%d waits for %d", &waiter, &e2); err2 != nil || waiter != c || e2 != e1 {
+		t.Errorf("Close queued %q second, want the compute stream %d waiting for event %d", log[1], c, e1)
 	}
 	if err := b.Close(); err != nil {
 		t.Errorf("a second Close: %v, want nil", err)
@@ -176,8 +188,7 @@ func TestFakeBranchReusesIDs(t *testing.T) {
 		t.Errorf("the next branch's allocator stream %d, want the closed one's %d", b.q.temps, id)
 	}
 	// The wait of the new stream is for an event recorded on the old one
-	// after its work (the workspace's event, kept by the allocator, is
-	// recorded there too).
+	// after its work (the compute stream waits for it too).
 	log := f.eventsSince(log0)
 	var waited cuEvent
 	var waiter cuStream

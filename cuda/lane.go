@@ -159,7 +159,7 @@ func (q *queue) startBLAS(ws int64, lazy bool) error {
 
 // setWorkspace gives the cuBLAS handle its workspace, q.wsWant bytes from
 // the lane's allocation scope on the lane's allocator stream (a branch's
-// workspace too: its Close frees it once the branch's work completed), if
+// too: its Close frees it after the compute stream's wait for its work), if
 // it has none yet; it is set after the stream, because cublasSetStream
 // resets it. When this cuBLAS takes no workspace (before 11.4) none is
 // kept, and cuBLAS uses its own. At Open (the device), Branch, or under
