@@ -338,9 +338,9 @@ func TestFakeBranchCapture(t *testing.T) {
 }
 
 // TestFakeBranchLaneClose: closing a device with branches open, one of
-// its own and one of a scope's, gives everything back, and a scope's
-// Close closes its branches (later calls ErrClosed) and leaves the
-// device's alone.
+// its own and one of a scope's, and one just closed, gives everything
+// back, and a scope's Close closes its branches (later calls ErrClosed)
+// and leaves the device's alone.
 func TestFakeBranchLaneClose(t *testing.T) {
 	f := newFakeAPI()
 	d, err := open(f, Config{})
@@ -372,8 +372,15 @@ func TestFakeBranchLaneClose(t *testing.T) {
 	if err := errors.Join(db.Fork(), db.Kernels().Fill(device.Fill{DType: device.Float32, N: 2, X: x}), db.Join()); err != nil {
 		t.Errorf("the device's branch after a scope's Close: %v", err)
 	}
+	// A branch closed right before the device: nothing of it is left
+	// pending for the device's Close (once, an allocator's event on its
+	// stream was, and failed that Close).
+	eb := openBranch(t, d)
+	if err := eb.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.Close(); err != nil {
-		t.Fatalf("Close with a branch open: %v", err)
+		t.Fatalf("Close with a branch open and one just closed: %v", err)
 	}
 	if err := db.Fork(); !errors.Is(err, device.ErrClosed) {
 		t.Errorf("Fork after the device's Close: %v, want ErrClosed", err)
