@@ -64,12 +64,13 @@ func TestEmulatedConformanceInScope(t *testing.T) {
 // the number of blocks, fails the same checks as a wrong equation. Only the
 // groups whose kernels the cap changes run again: not SumRows (its grid is
 // sized to the data, never capped), nor the groups of streams, copies,
-// memory and misuse, which launch no kernel of their own.
+// memory and misuse, which launch no kernel of their own, nor Branches,
+// whose kernels are other groups' (it tests where they run).
 func TestEmulatedConformanceSmallGrids(t *testing.T) {
 	openEmulated(t, Config{}).Close()
 	defer func(old int) { gridCap = old }(gridCap)
 	gridCap = 2
-	unchanged := []string{"SumRows", "Streams", "Concurrency", "Copies", "Staging", "MemStats", "Misuse", "Scopes"}
+	unchanged := []string{"SumRows", "Streams", "Concurrency", "Copies", "Staging", "MemStats", "Misuse", "Scopes", "Branches"}
 	devicetest.RunGroups(t, func(t testing.TB) device.Device { return openEmulated(t, Config{}) },
 		func(group string) bool { return !slices.Contains(unchanged, group) })
 }
