@@ -62,7 +62,10 @@ type Device struct {
 	advance     cuFunction
 
 	closed atomic.Bool
-	mu     sync.Mutex // guards streams, nextID and every lane's streams and staging
+	// settled says Close synchronised the context: every event recorded
+	// completed (event.Done and Wait say so after the device closed).
+	settled atomic.Bool
+	mu      sync.Mutex // guards streams, nextID and every lane's streams and staging
 	// streams are every lane's NewStream streams and the scopes' compute
 	// streams still open, by allocator stream id (the device's compute
 	// stream is 0), for the allocators' events.
@@ -304,8 +307,14 @@ func (d *Device) Close() error {
 	branches := d.lane.takeBranches()
 	if err := d.api.CtxSynchronize(d.ctx); err != nil {
 		errs = append(errs, err)
-	} else if err := d.readStatus(d.statusStream, false); err != nil {
-		errs = append(errs, err)
+	} else {
+		// Every event recorded has completed, and no work can be queued:
+		// the allocators' pending events (RecordStream) are done for the
+		// waits of their ReleaseAll.
+		d.settled.Store(true)
+		if err := d.readStatus(d.statusStream, false); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, s := range streams {
 		if err := d.api.StreamDestroy(d.ctx, s.s); err != nil {

@@ -721,3 +721,34 @@ func TestFakeRecordFails(t *testing.T) {
 	f.recordErr = nil
 	f.mu.Unlock()
 }
+
+// TestFakeCloseWithPendingEvent: a block freed after a RecordStream on
+// another stream holds an allocator event until a later allocation of
+// that stream finds it done; a device closed before then waits for it in
+// its Close, after the context's work completed, and must not refuse
+// that wait for the device being closed (it did: "Event.Wait on a stream
+// of a device that is closed", noticed by the branches' helper).
+func TestFakeCloseWithPendingEvent(t *testing.T) {
+	f := newFakeAPI()
+	d, err := open(f, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.Alloc(4096, device.Workspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Memory().RecordStream(b.Addr(), s.(*stream).id); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatalf("Close with an allocator event pending: %v", err)
+	}
+}

@@ -177,6 +177,9 @@ func (e *event) Done() (bool, error) {
 	l := e.s.ln
 	d := l.d
 	if l.isClosed() {
+		if d.settled.Load() {
+			return true, nil
+		}
 		return false, e.s.closedErr("Event.Done")
 	}
 	done, err := d.api.EventQuery(d.ctx, e.e)
@@ -191,6 +194,9 @@ func (e *event) Wait() error {
 	l := e.s.ln
 	d := l.d
 	if l.isClosed() {
+		if d.settled.Load() {
+			return nil
+		}
 		return e.s.closedErr("Event.Wait")
 	}
 	d.counts.syncs.Add(1)
