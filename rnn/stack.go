@@ -76,8 +76,10 @@ const RecomputeAuto = -1
 // covers. The stack owns what the cells share (the initial and final
 // state, the input projection, dropout between layers, the order of the
 // sequences, and in Backward the weight and input gradients, which are a
-// few large GEMMs); a cell (lstmCell, gruCell) owns what differs, its
-// per-step forward and backward kernels and the buffers they need.
+// few large GEMMs, the weight gradients on a branch of the compute stream
+// where the device has one, branch.go); a cell (lstmCell, gruCell) owns
+// what differs, its per-step forward and backward kernels and the buffers
+// they need.
 //
 // The reverse direction walks the steps from the last to the first with
 // its own "_reverse" parameters; its states are stored in time order too
@@ -810,8 +812,9 @@ func (s *stack) NewState(batch int) (*State, error) {
 	return newState(s.dev, s.cfg.DType, s.cell.carriesC(), s.cfg.Layers*s.dirs(), batch, s.cfg.Hidden)
 }
 
-// Close frees the parameters and every buffer the stack holds. The stack
-// must not be used afterwards.
+// Close frees the parameters and every buffer the stack holds, and closes
+// its branch (the CPU device's a goroutine) if Backward opened one. The
+// stack must not be used afterwards.
 func (s *stack) Close() error {
 	s.rec = nil
 	var q queue
