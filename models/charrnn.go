@@ -38,6 +38,11 @@ type CharRNNConfig struct {
 	// rnn.RecomputeAuto for k = ⌈√T⌉). A way of training, not of the
 	// model: not recorded (SetRecompute sets it on a loaded model).
 	Recompute int `json:"-"`
+	// NoBranches is the recurrent stack's rnn.Config.NoBranches: keep its
+	// weight gradients on the compute stream of a device with branches,
+	// to compare (the gradients are the same bits either way). A way of
+	// running, not of the model: not recorded.
+	NoBranches bool `json:"-"`
 }
 
 func (c CharRNNConfig) validate() error {
@@ -113,7 +118,8 @@ func NewCharRNN(d device.Device, cfg CharRNNConfig, vocab *loader.Vocab, seed ui
 			err = errors.Join(err, m.Close())
 		}
 	}()
-	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout, Recompute: cfg.Recompute}
+	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout, Recompute: cfg.Recompute,
+		NoBranches: cfg.NoBranches}
 	if err := m.build(d, "char-RNN", cfg.Cell, vocab.Len(), vocab.Len(), rc, seed); err != nil {
 		return nil, err
 	}

@@ -134,5 +134,11 @@
 //
 // Layers and states are not safe for concurrent use. All work is queued on
 // the device's compute stream in call order; a nil error means the work was
-// queued, and device errors surface at the next synchronisation.
+// queued, and device errors surface at the next synchronisation. On a
+// device with branches (device.Brancher) a stack's Backward queues each
+// layer's weight and bias gradients on a branch of the compute stream,
+// which runs them beside the walk back of the layer below; the compute
+// stream waits for them before Backward returns (and before a
+// NotifyLayers notice), so to the caller it is all one stream, and the
+// gradients are the same bits as on one (Config.NoBranches).
 package rnn

@@ -43,9 +43,16 @@ func (gruCell) planPass(tmp *arena, _ bool, steps, B, H int, p *pass) {
 
 func (gruCell) planLayer(*arena, bool, int, int, int, int, *layerBufs) {}
 
-// planGrads: the two pre-activation gradients of a window's steps.
-func (gruCell) planGrads(g *arena, steps, B, H int, gb *gradBufs) {
-	gb.dxp, gb.dhp = g.take(steps*3*B*H), g.take(steps*3*B*H)
+// planGrads: the two pre-activation gradients of a window's steps, sets
+// times.
+func (gruCell) planGrads(g *arena, steps, B, H, sets int, gb *gradBufs) {
+	for i := range 2 {
+		if i < sets {
+			gb.dxp[i], gb.dhp[i] = g.take(steps*3*B*H), g.take(steps*3*B*H)
+		} else {
+			gb.dxp[i], gb.dhp[i] = gb.dxp[0], gb.dhp[0]
+		}
+	}
 }
 
 func (gruCell) projection(lp *layerPass) device.Buffer { return lp.p.xpre }
@@ -60,8 +67,9 @@ func (gruCell) forwardStep(q *queue, lp *layerPass, t int) {
 		BiasIH: w.bih, BiasHH: w.bhh, HPrev: lp.hIn(t), H: lp.hOut(t), Act: act, W: w.whh}))
 }
 
+// gradViews: the walk's set of the pre-activation gradients.
 func (gruCell) gradViews(_ *layerPass, lg *layerGrads) {
-	lg.dPre, lg.dHPre = lg.dxp, lg.dhp
+	lg.dPre, lg.dHPre = lg.dxp[lg.set], lg.dhp[lg.set]
 }
 
 func (gruCell) beginBackward(*queue, *layerPass, *layerGrads) {}
@@ -83,9 +91,9 @@ func (gruCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int, in p
 	case p < 0 && lg.tied:
 		dPrev, toState = lg.stH, true
 	}
-	hp := lp.step(lg.dhp, t, 3*H)
+	hp := lp.step(lg.dHPre, t, 3*H)
 	g := device.GRUCellGrad{DType: dt, Batch: rows, Hidden: H, Act: lp.step(lp.b.gates, t, 4*H), HPrev: lp.hIn(t),
-		DH: lp.step(lg.dh, t, H), DXPre: lp.step(lg.dxp, t, 3*H), DHPre: hp, DHPrev: dPrev, Accumulate: acc}
+		DH: lp.step(lg.dh, t, H), DXPre: lp.step(lg.dPre, t, 3*H), DHPre: hp, DHPrev: dPrev, Accumulate: acc}
 	if in.from >= 0 {
 		g.DHPreNext, g.W, g.NextBatch = in.dHPre, lp.w.whh, in.rows
 	}
@@ -109,7 +117,7 @@ func (gruCell) saveEdge(q *queue, lp *layerPass, lg *layerGrads, t int) {
 	for _, part := range []struct {
 		off, width int
 		src        device.Buffer
-	}{{0, 4, lp.b.gates}, {4, 1, lg.dh}, {5, 3, lg.dhp}} {
+	}{{0, 4, lp.b.gates}, {4, 1, lg.dh}, {5, 3, lg.dHPre}} {
 		q.add(lp.k.Copy(device.Copy{Dst: lg.edge.Elems(lp.dt, part.off*BH, part.width*n),
 			Src: lp.step(part.src, t, part.width*lp.H).Elems(lp.dt, 0, part.width*n)}))
 	}

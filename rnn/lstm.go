@@ -52,7 +52,7 @@ func (lstmCell) planLayer(a *arena, train bool, dir, steps, B, H int, b *layerBu
 	}
 }
 
-func (lstmCell) planGrads(*arena, int, int, int, *gradBufs) {}
+func (lstmCell) planGrads(*arena, int, int, int, int, *gradBufs) {}
 
 func (lstmCell) projection(lp *layerPass) device.Buffer {
 	if lp.train {

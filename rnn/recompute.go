@@ -160,7 +160,7 @@ func (s *stack) forwardSegment(q *queue, p *pass, sh *batchShape, seg, i, last i
 // segment boundaries: segment by segment from the last, the segment's
 // forward again, then its walk back from the top layer down, each layer's
 // gradient with respect to its input being the next layer's dh.
-func (s *stack) backwardBoundaries(q *queue, p *pass, rec *record, dy device.Buffer, gb gradBufs) {
+func (s *stack) backwardBoundaries(q *queue, p *pass, rec *record, dy device.Buffer, gb gradBufs, sd *side) {
 	dt, sh := s.cfg.DType, &rec.sh
 	T, B, H, I, L := sh.T, sh.B, s.cfg.Hidden, s.cfg.Input, s.cfg.Layers
 	k := s.dev.Kernels()
@@ -178,6 +178,9 @@ func (s *stack) backwardBoundaries(q *queue, p *pass, rec *record, dy device.Buf
 	for i := last; i >= 0; i-- {
 		w := wins[i]
 		n := (w.t1 - w.t0) * B
+		// The forward again rewrites every layer's segment buffers, which
+		// the branch's gradients of the segment after read.
+		sd.join(q)
 		lps := s.forwardSegment(q, p, sh, rec.seg, i, last, w, p.x, nil, false)
 		top, src := gb.dh[(L-1)%2][0].Elems(dt, 0, n*H), dy.Elems(dt, w.t0*B*H, n*H)
 		if sh.varlen {
@@ -198,17 +201,17 @@ func (s *stack) backwardBoundaries(q *queue, p *pass, rec *record, dy device.Buf
 				dst = s.dx.buf.Elems(dt, w.t0*B*I, n*I)
 			}
 			edges[l] = s.backwardWindow(q, lp, lg, i == last, i == 0, edges[l])
-			s.paramGrads(q, lp, lg, []device.Buffer{dst}, false)
+			s.paramGrads(q, lp, lg, []device.Buffer{dst}, false, sd)
 			if m := lps[max(l-1, 0)].b.mask; l > 0 && !m.IsZero() {
 				q.add(k.Mul(device.Mul{DType: dt, N: n * H, X: dst, Y: m, Z: dst}))
 			}
 		}
 	}
 	for l := range L {
-		s.sharedBiasGrad(q, &lgs[l], l, 0)
+		s.sharedBiasGrad(q, sd.k, &lgs[l], l, 0)
 	}
 	for l := L - 1; l >= 0; l-- {
-		s.notifyLayer(q, l)
+		sd.notify(q, l)
 	}
 	if tied && sh.varlen {
 		s.sortStateGrads(q, sh, st, gb, false)

@@ -52,6 +52,13 @@ type Config struct {
 	// package documentation, "Recomputation", has the details; NoGrad
 	// forwards ignore the field. Values below RecomputeAuto are an error.
 	Recompute int
+	// NoBranches keeps all of Backward's work on the compute stream on a
+	// device with branches (device.Brancher), where by default each
+	// layer's weight and bias gradients run on a branch beside the walk
+	// back of the layer below (branch.go): for comparison, since the
+	// gradients are the same bits either way. A way of running, not of
+	// the model: no checkpoint records it.
+	NoBranches bool
 }
 
 // RecomputeAuto is the Config.Recompute that chooses the segment length
@@ -69,8 +76,10 @@ const RecomputeAuto = -1
 // covers. The stack owns what the cells share (the initial and final
 // state, the input projection, dropout between layers, the order of the
 // sequences, and in Backward the weight and input gradients, which are a
-// few large GEMMs); a cell (lstmCell, gruCell) owns what differs, its
-// per-step forward and backward kernels and the buffers they need.
+// few large GEMMs, the weight gradients on a branch of the compute stream
+// where the device has one, branch.go); a cell (lstmCell, gruCell) owns
+// what differs, its per-step forward and backward kernels and the buffers
+// they need.
 //
 // The reverse direction walks the steps from the last to the first with
 // its own "_reverse" parameters; its states are stored in time order too
@@ -153,6 +162,13 @@ type stack struct {
 	dropState       device.Buffer
 
 	layerDone func(layer int) error // NotifyLayers's callback; nil: none
+
+	// branch is where Backward queues the weight and bias gradients
+	// (side), opened at the first Backward that can use one, nil without;
+	// branchTried says it was tried, so that a device that failed to open
+	// one is not asked again.
+	branch      device.Branch
+	branchTried bool
 }
 
 // cell is what differs between the LSTM and the GRU: the size of a layer,
@@ -171,10 +187,11 @@ type cell interface {
 	// turn, for windows of steps steps; planLayer takes the buffers of a
 	// layer's direction dir beyond h and the saved activations, for
 	// windows of steps steps; planGrads takes Backward's per-step
-	// temporaries, for windows of steps steps.
+	// temporaries, for windows of steps steps, sets times where walks of
+	// alternate parity need their own (layerGrads.set; 1 or 2).
 	planPass(tmp *arena, train bool, steps, B, H int, p *pass)
 	planLayer(a *arena, train bool, dir, steps, B, H int, b *layerBufs)
-	planGrads(g *arena, steps, B, H int, gb *gradBufs)
+	planGrads(g *arena, steps, B, H, sets int, gb *gradBufs)
 
 	// projection is where the input projection of the window's steps
 	// goes, [steps, B, gates·H], for forwardStep to read.
@@ -349,8 +366,11 @@ type gradBufs struct {
 	// back (with Recompute).
 	edges []device.Buffer
 	// dxp and dhp are the GRU's gradients with respect to the input-side
-	// and recurrent pre-activations, [steps, B, 3H].
-	dxp, dhp device.Buffer
+	// and recurrent pre-activations, [steps, B, 3H]: set i for the walks
+	// of parity i (layerGrads.set), two sets when a branch reads one
+	// walk's while the next walk writes its own (branch.go), else the
+	// same buffers twice.
+	dxp, dhp [2]device.Buffer
 	// With lengths: stH and stC are one [B, H] row per layer and
 	// direction, the state gradients in the sorted order, and dxs is the
 	// input's gradient [T, B, I] before it is put back in the caller's
@@ -530,6 +550,9 @@ type layerGrads struct {
 	dPre, dHPre device.Buffer
 	// row is the layer's direction's rows entry; edge its edges entry.
 	row, edge device.Buffer
+	// set is the parity of the walk (l·dirs + dir): which of the GRU's
+	// pre-activation gradient sets (gradBufs.dxp, dhp) it uses.
+	set int
 	// tied says the forward's state is still tied to it: stH and stC are
 	// then the direction's rows of the state's gradients (in the sorted
 	// order with lengths), the gradient with respect to the final state on
@@ -667,12 +690,19 @@ func (s *stack) Params() *Params { return s.params }
 
 // NotifyLayers makes every later Backward call done(l) once the work that
 // writes layer l's parameter gradients (LayerGrads, both directions) is
-// queued in full: top layer first, as soon as its backward is queued, or
+// queued in full, so that work queued on the compute stream after the
+// call (or on a stream that waits for an event recorded on it then) sees
+// them complete: top layer first, as soon as its backward is queued, or
 // with Config.Recompute, whose backward walks every layer a segment at a
-// time, for every layer once the last segment is. An error done returns
-// ends the Backward with it. A nil done stops the calls. A data-parallel
-// trainer sums each layer's gradient over the ranks this way while the
-// layers below run their backward (train.GradNotifier).
+// time, for every layer once the last segment is. When the weight
+// gradients run on a branch (a device.Brancher, without
+// Config.NoBranches; branch.go says when), done(l) comes after
+// the compute stream has been made to wait for them, which the stack
+// queues once the walk back of the layer below is queued (or at the end):
+// one walk later. An error done returns ends the Backward with it. A nil
+// done stops the calls. A data-parallel trainer sums each layer's
+// gradient over the ranks this way while the layers below run their
+// backward (train.GradNotifier).
 func (s *stack) NotifyLayers(done func(layer int) error) { s.layerDone = done }
 
 // LayerGrads is where layer l's parameters (both directions) lie in the
@@ -782,11 +812,17 @@ func (s *stack) NewState(batch int) (*State, error) {
 	return newState(s.dev, s.cfg.DType, s.cell.carriesC(), s.cfg.Layers*s.dirs(), batch, s.cfg.Hidden)
 }
 
-// Close frees the parameters and every buffer the stack holds. The stack
-// must not be used afterwards.
+// Close frees the parameters and every buffer the stack holds, and closes
+// its branch (the CPU device's a goroutine) if Backward opened one. The
+// stack must not be used afterwards.
 func (s *stack) Close() error {
 	s.rec = nil
 	var q queue
+	if s.branch != nil {
+		// After its work queued so far, which the last Backward joined.
+		q.add(s.branch.Close())
+		s.branch = nil
+	}
 	for _, b := range []*scratch{&s.reserve, &s.work, &s.out, &s.grads, &s.dx, &s.idx, &s.idxWork} {
 		q.add(b.free(s.dev))
 	}
@@ -1442,17 +1478,19 @@ func (s *stack) Backward(dy device.Buffer) (device.Buffer, error) {
 	}
 	s.rec, s.spent = nil, true
 	p, err := s.layoutSaved(rec)
+	sd := s.side(rec)
 	var gb gradBufs
 	if err == nil {
-		gb, err = s.gradLayout(rec)
+		gb, err = s.gradLayout(rec, sd.branched())
 	}
 	if err == nil {
 		var q queue
 		if rec.keep == keepBoundaries {
-			s.backwardBoundaries(&q, &p, rec, dy, gb)
+			s.backwardBoundaries(&q, &p, rec, dy, gb, sd)
 		} else {
-			s.backwardLayers(&q, &p, rec, dy, gb)
+			s.backwardLayers(&q, &p, rec, dy, gb, sd)
 		}
+		sd.join(&q)
 		err = q.err
 	}
 	if err != nil {
@@ -1462,8 +1500,10 @@ func (s *stack) Backward(dy device.Buffer) (device.Buffer, error) {
 }
 
 // gradLayout takes Backward's buffers from the stack's scratch: the
-// gradients flowing between layers and the gradient with respect to x.
-func (s *stack) gradLayout(rec *record) (gradBufs, error) {
+// gradients flowing between layers and the gradient with respect to x;
+// branched says the weight gradients run on a branch, which reads one
+// walk's per-step gradients while the next walk writes its own.
+func (s *stack) gradLayout(rec *record, branched bool) (gradBufs, error) {
 	c, dt, sh := s.cfg, s.cfg.DType, &rec.sh
 	T, B, H, LD := sh.T, sh.B, c.Hidden, c.Layers*s.dirs()
 	// dh holds all T steps but with keepBoundaries, which walks back a
@@ -1490,7 +1530,11 @@ func (s *stack) gradLayout(rec *record) (gradBufs, error) {
 				gb.edges = append(gb.edges, g.take(s.cell.edgeSize(B, H)))
 			}
 		}
-		s.cell.planGrads(g, window, B, H, &gb)
+		sets := 1
+		if branched && LD > 1 {
+			sets = 2
+		}
+		s.cell.planGrads(g, window, B, H, sets, &gb)
 		if sh.varlen {
 			for range LD {
 				gb.stH = append(gb.stH, g.take(BH))
@@ -1528,7 +1572,7 @@ func (s *stack) gradLayout(rec *record) (gradBufs, error) {
 // other (keepSteps, keepOutputs): layer by layer from the top, each
 // direction walking back its windows (with keepOutputs recomputing each
 // window's gates and cells first).
-func (s *stack) backwardLayers(q *queue, p *pass, rec *record, dy device.Buffer, gb gradBufs) {
+func (s *stack) backwardLayers(q *queue, p *pass, rec *record, dy device.Buffer, gb gradBufs, sd *side) {
 	c, dt, sh := s.cfg, s.cfg.DType, &rec.sh
 	T, B, H, I, L, D := sh.T, sh.B, c.Hidden, c.Input, c.Layers, s.dirs()
 	k := s.dev.Kernels()
@@ -1574,11 +1618,11 @@ func (s *stack) backwardLayers(q *queue, p *pass, rec *record, dy device.Buffer,
 				}
 				lg.dh = gb.dh[l%2][dir].Elems(dt, w.t0*B*H, (w.t1-w.t0)*B*H)
 				edge = s.backwardWindow(q, lp, &lg, i == 0, i == len(order)-1, edge)
-				s.paramGrads(q, lp, &lg, windowViews(dt, dst, lp.in, w, B), dir > 0)
+				s.paramGrads(q, lp, &lg, windowViews(dt, dst, lp.in, w, B), dir > 0, sd)
 			}
-			s.sharedBiasGrad(q, &lg, l, dir)
+			s.sharedBiasGrad(q, sd.k, &lg, l, dir)
 		}
-		s.notifyLayer(q, l)
+		sd.notify(q, l)
 		if l > 0 {
 			s.dropoutGrads(q, p, rec, l, dst)
 		}
@@ -1630,7 +1674,7 @@ func (s *stack) dropoutGrads(q *queue, p *pass, rec *record, l int, dst []device
 // direction's rows of the state's gradients (sorted with lengths).
 func (s *stack) layerGrads(gb gradBufs, st *State, tied bool, sh *batchShape, l, dir int) layerGrads {
 	i, BH := l*s.dirs()+dir, sh.B*s.cfg.Hidden
-	lg := layerGrads{gradBufs: gb, row: gb.rows[i], tied: tied}
+	lg := layerGrads{gradBufs: gb, row: gb.rows[i], tied: tied, set: i % 2}
 	if gb.edges != nil {
 		lg.edge = gb.edges[i]
 	}
@@ -1772,11 +1816,12 @@ func (s *stack) initialGrads(q *queue, lp *layerPass, lg *layerGrads, t int) {
 
 // paramGrads queues the gradients of a direction's weights and biases over
 // lp's window, added chunk by chunk in the order the walk back reaches
-// them, and the gradient with respect to each part of the window's input
-// into dst (one buffer per part, the window's steps), added to what dst
-// holds with accumulate (the other direction's). With lengths, every
-// product runs on the chunk's running rows packed.
-func (s *stack) paramGrads(q *queue, lp *layerPass, lg *layerGrads, dst []device.Buffer, accumulate bool) {
+// them, on sd (forked after the walk), and the gradient with respect to
+// each part of the window's input into dst (one buffer per part, the
+// window's steps), added to what dst holds with accumulate (the other
+// direction's). With lengths, every product runs on the chunk's running
+// rows packed, on the compute stream (sd is then never a branch).
+func (s *stack) paramGrads(q *queue, lp *layerPass, lg *layerGrads, dst []device.Buffer, accumulate bool, sd *side) {
 	var chunks []span
 	for a, c := lp.t0, s.chunkSteps(lp.B); a < min(lp.t1, lp.sh.maxLen); a += c {
 		chunks = append(chunks, span{a, min(a+c, lp.t1)})
@@ -1795,56 +1840,57 @@ func (s *stack) paramGrads(q *queue, lp *layerPass, lg *layerGrads, dst []device
 		}
 		return
 	}
+	sd.fork(q)
 	for _, ch := range chunks {
-		s.weightGrads(q, lp, lg, ch)
+		s.weightGrads(q, sd.k, lp, lg, ch)
 	}
 	s.inputGrads(q, lp, lg, dst, accumulate)
 }
 
-// weightGrads queues the gradients of a direction's weights and biases
-// over the steps of chunk ch: a few products and two row sums, added into
-// the gradient buffers.
-func (s *stack) weightGrads(q *queue, lp *layerPass, lg *layerGrads, ch span) {
+// weightGrads queues on k the gradients of a direction's weights and
+// biases over the steps of chunk ch: a few products and two row sums,
+// added into the gradient buffers.
+func (s *stack) weightGrads(q *queue, k device.Kernels, lp *layerPass, lg *layerGrads, ch span) {
 	GH, rows, dt, w := s.cell.gates()*lp.H, (ch.t1-ch.t0)*lp.B, lp.dt, lp.w
 	dPre, dHPre := lp.steps(lg.dPre, ch.t0, ch.t1, GH), lp.steps(lg.dHPre, ch.t0, ch.t1, GH)
 	for _, part := range lp.in {
-		q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: part.width, K: rows, Alpha: 1, Beta: 1, A: dPre,
+		q.add(k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: part.width, K: rows, Alpha: 1, Beta: 1, A: dPre,
 			B: lp.steps(part.buf, ch.t0, ch.t1, part.width), C: weightCols(dt, w.gwih, part.off), LdC: w.in}))
 	}
 	hIns := lp.steps(lp.b.hseq, ch.t0+lp.dir, ch.t1+lp.dir, lp.H)
-	q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: lp.H, K: rows, Alpha: 1, Beta: 1, A: dHPre, B: hIns, C: w.gwhh}))
-	s.biasGrads(q, lp, lg, rows, dPre, dHPre)
+	q.add(k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: lp.H, K: rows, Alpha: 1, Beta: 1, A: dHPre, B: hIns, C: w.gwhh}))
+	s.biasGrads(q, k, lp, lg, rows, dPre, dHPre)
 }
 
-// biasGrads queues the biases' gradients over rows rows of dPre and
+// biasGrads queues on k the biases' gradients over rows rows of dPre and
 // dHPre, added into the gradient buffers. An LSTM's two biases enter every
 // gate alike (dHPre is dPre), so their gradients are equal: zeroed
 // together, then added the same sums. Only the input-side one is summed
 // here; sharedBiasGrad copies it over once the walk has added every chunk.
-func (s *stack) biasGrads(q *queue, lp *layerPass, lg *layerGrads, rows int, dPre, dHPre device.Buffer) {
+func (s *stack) biasGrads(q *queue, k device.Kernels, lp *layerPass, lg *layerGrads, rows int, dPre, dHPre device.Buffer) {
 	if s.cfg.NoBias {
 		return
 	}
 	GH, dt, w := s.cell.gates()*lp.H, lp.dt, lp.w
-	q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dPre, Out: w.gbih, Accumulate: true}))
+	q.add(k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dPre, Out: w.gbih, Accumulate: true}))
 	if lg.dHPre != lg.dPre {
-		q.add(lp.k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dHPre, Out: w.gbhh, Accumulate: true}))
+		q.add(k.SumRows(device.SumRows{DType: dt, Rows: rows, Cols: GH, X: dHPre, Out: w.gbhh, Accumulate: true}))
 	}
 }
 
-// sharedBiasGrad queues, after the last chunk of the walk back of layer
-// l's direction dir (lg its gradients), copying the input-side bias
+// sharedBiasGrad queues on k, after the last chunk of the walk back of
+// layer l's direction dir (lg its gradients), copying the input-side bias
 // gradient into the recurrent one when the two are the same sums (an
 // LSTM's, biasGrads): one copy a Backward, not one a chunk. The two hold
 // the same values before Backward (Params.ZeroGrad zeroes both, and every
 // Backward adds both the same sums), so copying the whole accumulated
 // gradient once gives the values two row sums would.
-func (s *stack) sharedBiasGrad(q *queue, lg *layerGrads, l, dir int) {
+func (s *stack) sharedBiasGrad(q *queue, k device.Kernels, lg *layerGrads, l, dir int) {
 	if s.cfg.NoBias || lg.dHPre != lg.dPre {
 		return
 	}
 	w, GH := &s.layers[l*s.dirs()+dir], s.cell.gates()*s.cfg.Hidden
-	q.add(s.dev.Kernels().Copy(device.Copy{Src: w.gbih.Elems(s.cfg.DType, 0, GH), Dst: w.gbhh}))
+	q.add(k.Copy(device.Copy{Src: w.gbih.Elems(s.cfg.DType, 0, GH), Dst: w.gbhh}))
 }
 
 // inputGrads queues the gradient with respect to each part of a
@@ -1899,7 +1945,7 @@ func (s *stack) packedGrads(q *queue, lp *layerPass, lg *layerGrads, ch span, ds
 		s.pack(q, lp, ch, dst[j], pDst, part.width, false)
 	}
 	q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: lp.H, K: n, Alpha: 1, Beta: 1, A: dHPre, B: gb.pH, C: w.gwhh}))
-	s.biasGrads(q, lp, lg, n, dPre, dHPre)
+	s.biasGrads(q, lp.k, lp, lg, n, dPre, dHPre)
 }
 
 // pack queues copying the running rows of the steps of chunk ch of seq, a

@@ -79,12 +79,12 @@ func stoppedAt(t *testing.T, d device.Device, step int64) []byte {
 // ends when ctx is cancelled, with an error matching context.Canceled, in
 // the state the last step completed left, saved as a run stopped between
 // steps there saves it, byte for byte; once the read returns and the
-// loader and the trainer are closed, no goroutine is left. The trainer
-// stops at step 3 and runs again with the second half of the text stalled
-// (the streams of each step's second micro-batch): the cancellation comes
-// in step 4's first micro-batch, whose update is then rolled back while
-// the loader waits for the second. Before, the trainer hid ctx from the
-// loader, which waited for the data for ever.
+// loader, the trainer and the model are closed, no goroutine is left. The
+// trainer stops at step 3 and runs again with the second half of the text
+// stalled (the streams of each step's second micro-batch): the
+// cancellation comes in step 4's first micro-batch, whose update is then
+// rolled back while the loader waits for the second. Before, the trainer
+// hid ctx from the loader, which waited for the data for ever.
 func TestCancelBlockedLoader(t *testing.T) {
 	d := testdevice.Open(t)
 	want := stoppedAt(t, d, 3) // and starts what the device starts on its first steps (its GEMM workers)
@@ -124,7 +124,11 @@ func TestCancelBlockedLoader(t *testing.T) {
 	r.Release()
 	check(t, tr.Close())
 	check(t, l.Close())
-	leak.Expect(t, before, "after the loader and the trainer closed")
+	// The model's stack holds a stream of its own since its first
+	// Backward, the branch its weight gradients run on (on the CPU
+	// device a goroutine), until it closes.
+	check(t, m.lm.lstm.Close())
+	leak.Expect(t, before, "after the loader, the trainer and the model closed")
 	got, err := os.ReadFile(path)
 	check(t, err)
 	if !bytes.Equal(got, want) {

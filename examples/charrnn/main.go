@@ -43,6 +43,17 @@ func main() {
 		}
 		env.CUDA.FuseCellsUpTo = n
 	}
+	// GOCURRENT_BRANCHES=off keeps the bench's recurrent weight gradients
+	// on the compute stream (charrnn.Env.NoBranches), so that a GPU run can
+	// compare them with the branch they run on by default.
+	switch v := os.Getenv("GOCURRENT_BRANCHES"); v {
+	case "", "on":
+	case "off":
+		env.NoBranches = true
+	default:
+		fmt.Fprintf(os.Stderr, "charrnn: GOCURRENT_BRANCHES=%q, want on or off\n", v)
+		os.Exit(2)
+	}
 	err := charrnn.Run(ctx, os.Args[1:], env)
 	status := cli.ExitStatus(err, got())
 	if err != nil {

@@ -48,6 +48,12 @@ type Env struct {
 	// libraries (main fills them from GOCURRENT_MPI and GOCURRENT_NCCL);
 	// -dist-timeout sets its Timeout.
 	Dist dist.Config
+	// NoBranches makes bench's model keep its recurrent stack's weight
+	// gradients on the compute stream (models.CharRNNConfig.NoBranches),
+	// where by default a device with branches (device.Brancher) runs
+	// them beside the walk back of the layer below: to compare the two
+	// on a GPU. main sets it from GOCURRENT_BRANCHES=off.
+	NoBranches bool
 }
 
 // withDefaults discards the output of writers left nil.

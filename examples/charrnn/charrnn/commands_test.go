@@ -1,13 +1,16 @@
 package charrnn_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"math"
 	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
 	"github.com/gocurrent/gocurrent/internal/charrnntest"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
 )
@@ -208,12 +211,21 @@ func TestBenchCommand(t *testing.T) {
 	if evs[0]["tf32"] != false {
 		t.Errorf("tf32 = %v without -tf32, want false", evs[0]["tf32"])
 	}
-	out, _, err = run(t, context.Background(), "bench", "-device", dev, "-hidden", "16", "-layers", "1", "-batch", "2", "-seq", "8",
-		"-steps", "1", "-n", "1", "-json", "-tf32")
+	// branches says whether the recurrent weight gradients ran on a
+	// branch: by default on a device with branches, as the CPU device;
+	// with Env.NoBranches (GOCURRENT_BRANCHES=off) on none.
+	if testdevice.IsCPU() && evs[0]["branches"] != true {
+		t.Errorf("branches = %v on the CPU device, want true", evs[0]["branches"])
+	}
+	var o bytes.Buffer
+	env := testEnv(t, &o, io.Discard)
+	env.NoBranches = true
+	err = charrnn.Run(context.Background(), []string{"bench", "-device", dev, "-hidden", "16", "-layers", "1", "-batch", "2", "-seq", "8",
+		"-steps", "1", "-n", "1", "-json", "-tf32"}, env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if evs = events(t, out); len(evs) != 1 || evs[0]["tf32"] != !testdevice.IsCPU() {
-		t.Errorf("events %v with -tf32, want one bench event with tf32 %v", evs, !testdevice.IsCPU())
+	if evs = events(t, o.String()); len(evs) != 1 || evs[0]["tf32"] != !testdevice.IsCPU() || evs[0]["branches"] != false {
+		t.Errorf("events %v with -tf32 and NoBranches, want one bench event with tf32 %v and branches false", evs, !testdevice.IsCPU())
 	}
 }

@@ -1,0 +1,355 @@
+package rnn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/device/meta"
+	"github.com/gocurrent/gocurrent/internal/testdevice"
+)
+
+// branchCounts are what a countedBranch was asked for: the Forks, Joins
+// and Closes, and the kernels the weight gradients use on it (Gemm,
+// SumRows, Copy). device.Counts cannot tell a branch's calls from the
+// compute stream's.
+type branchCounts struct {
+	forks, joins, closed   int
+	gemms, sumRows, copies int
+}
+
+// countedBranch is a device's branch that counts what it is asked for.
+// (A wrapped device could not count them: the buffers it allocates would
+// belong to the device it wraps, which the layers refuse.)
+type countedBranch struct {
+	device.Branch
+	n branchCounts
+	// unjoined is the number of kernel calls since the last Join.
+	unjoined int
+}
+
+func (b *countedBranch) Kernels() device.Kernels {
+	return countedKernels{Kernels: b.Branch.Kernels(), b: b}
+}
+func (b *countedBranch) Fork() error  { b.n.forks++; return b.Branch.Fork() }
+func (b *countedBranch) Join() error  { b.n.joins++; b.unjoined = 0; return b.Branch.Join() }
+func (b *countedBranch) Close() error { b.n.closed++; return b.Branch.Close() }
+
+type countedKernels struct {
+	device.Kernels
+	b *countedBranch
+}
+
+func (k countedKernels) Gemm(a device.Gemm) error {
+	k.b.n.gemms++
+	k.b.unjoined++
+	return k.Kernels.Gemm(a)
+}
+
+func (k countedKernels) SumRows(a device.SumRows) error {
+	k.b.n.sumRows++
+	k.b.unjoined++
+	return k.Kernels.SumRows(a)
+}
+
+func (k countedKernels) Copy(a device.Copy) error {
+	k.b.n.copies++
+	k.b.unjoined++
+	return k.Kernels.Copy(a)
+}
+
+// branchCase is one stack and batch of TestBranchSameBits.
+type branchCase struct {
+	layers    int
+	dropout   float64
+	noBias    bool
+	bidir     bool
+	lengths   []int32
+	recompute int
+	tied      bool
+	// branched says the case's Backward runs its weight gradients on the
+	// branch (branch.go: not with lengths, nor bidirectional Recompute).
+	branched bool
+}
+
+// The shapes of TestBranchSameBits: the stack's chunk is lowered to one
+// row, so every step is a chunk of the weight gradients (several calls a
+// walk on the branch) and Recompute 2 means segments of 2 steps.
+const brT, brB, brI, brH = 5, 3, 3, 4
+
+// TestBranchSameBits checks the stack's weight and bias gradients on a
+// branch (branch.go) against the same stack with Config.NoBranches: two
+// training steps (the state and the dropout offsets carried from the
+// first to the second) give the same bits of the output, final state,
+// input gradient, every parameter's gradient and value and the initial
+// state's gradients, for LSTM and GRU stacks of 1 to 3 layers, with and
+// without dropout, bias, a tied state, bidirectional, with lengths and
+// with Recompute. The branch is the device's, counting what it is asked
+// for: where the Backward branches, the Gemms, row sums and shared-bias
+// copies of the weight gradients, one Fork and one Join per walk (a
+// layer's direction over a segment); where it does not (lengths,
+// bidirectional Recompute), nothing; it is closed with the stack; and
+// with NoBranches none is opened. NotifyLayers's notices come top first,
+// and the gradients a notice reads after a synchronisation are the final
+// ones: a notice before the Join of its layer's gradients reads them half
+// done (or races, under -race). On the CPU device the branch is a stream
+// with its own worker, so a missing Fork or Join is a race under go test
+// -race, or wrong bits.
+func TestBranchSameBits(t *testing.T) {
+	cases := []branchCase{
+		{layers: 1, branched: true},
+		{layers: 2, dropout: 0.3, tied: true, branched: true},
+		{layers: 3, noBias: true, branched: true},
+		{layers: 2, bidir: true, tied: true, branched: true},
+		{layers: 3, dropout: 0.3, recompute: 2, tied: true, branched: true},
+		{layers: 2, bidir: true, dropout: 0.3, recompute: 2, tied: true},
+		{layers: 2, lengths: []int32{3, 5, 1}, tied: true},
+	}
+	d := testdevice.Open(t)
+	if _, ok := d.(device.Brancher); !ok {
+		t.Skipf("%s has no branches (device.Brancher)", d.Name())
+	}
+	for _, lstm := range []bool{true, false} {
+		for _, c := range cases {
+			name := fmt.Sprintf("lstm=%v/layers%d/dropout%v/bias=%v/bidirectional=%v/lengths=%v/recompute%d/tied=%v",
+				lstm, c.layers, c.dropout, !c.noBias, c.bidir, c.lengths, c.recompute, c.tied)
+			t.Run(name, func(t *testing.T) {
+				want, _ := branchSteps(t, d, lstm, c, true)
+				got, n := branchSteps(t, d, lstm, c, false)
+				sameBits(t, got, want)
+				if w := expectedBranch(lstm, c); n != w {
+					t.Errorf("the branch was asked for %+v, want %+v", n, w)
+				}
+			})
+		}
+	}
+}
+
+// TestBranchRefused: a device that fails to open a branch (a meta device
+// whose branch's workspace does not fit) leaves the stack without one,
+// asked once (one out-of-memory failure over two Backwards), and its
+// Backwards succeed.
+func TestBranchRefused(t *testing.T) {
+	const ws = 600 << 20 // the device's own workspace fits, a branch's next to it not
+	d, err := meta.Open(meta.Config{Name: "meta", Capacity: 1 << 30, Workspace: ws})
+	must(t, err)
+	defer d.Close()
+	s, err := newStack(d, Config{Input: brI, Hidden: brH, Layers: 2}, lstmCell{})
+	must(t, err)
+	defer s.Close()
+	x, err := d.Alloc(brT*brB*brI*4, device.Activations)
+	must(t, err)
+	dy, err := d.Alloc(brT*brB*brH*4, device.Activations)
+	must(t, err)
+	for range 2 {
+		_, err := s.Forward(Train, x, brT, brB, nil)
+		must(t, err)
+		_, err = s.Backward(dy)
+		must(t, err)
+	}
+	if s.branch != nil || !s.branchTried {
+		t.Errorf("branch %v, tried %v: want none, tried", s.branch, s.branchTried)
+	}
+	if n := d.MemStats().OOMs; n != 1 {
+		t.Errorf("%d out-of-memory failures, want 1 (the branch's workspace, asked for once)", n)
+	}
+}
+
+// expectedBranch is what two training steps of case c ask of the
+// branch: per walk of a layer's direction over a window (all steps, or
+// with Recompute each segment), a Fork and a Join, and per step (one
+// chunk: brT steps, all running without lengths) the input weight's
+// products (one per part of the layer's input), the recurrent one and
+// the bias row sums (the LSTM's input-side one; the GRU's two); and per
+// Backward the LSTM's shared-bias copies, one per layer and direction.
+func expectedBranch(lstm bool, c branchCase) branchCounts {
+	if !c.branched {
+		return branchCounts{closed: 1}
+	}
+	D := 1
+	if c.bidir {
+		D = 2
+	}
+	windows := []int{brT}
+	if c.recompute > 0 {
+		windows = nil
+		for t0 := 0; t0 < brT; t0 += c.recompute {
+			windows = append(windows, min(c.recompute, brT-t0))
+		}
+	}
+	var n branchCounts
+	for _, steps := range windows {
+		for l := range c.layers {
+			parts := 1
+			if l > 0 {
+				parts = D
+			}
+			for range D {
+				n.forks++
+				n.joins++
+				n.gemms += steps * (parts + 1)
+				switch {
+				case c.noBias:
+				case lstm:
+					n.sumRows += steps
+				default:
+					n.sumRows += 2 * steps
+				}
+			}
+		}
+	}
+	if lstm && !c.noBias {
+		n.copies = c.layers * D
+	}
+	const backwards = 2
+	n.forks, n.joins, n.gemms, n.sumRows, n.copies = backwards*n.forks, backwards*n.joins, backwards*n.gemms, backwards*n.sumRows, backwards*n.copies
+	n.closed = 1
+	return n
+}
+
+// branchResult is what branchSteps gives back: named float64 values.
+type branchResult struct {
+	names []string
+	vals  [][]float64
+}
+
+func (r *branchResult) add(name string, v []float64) {
+	r.names = append(r.names, name)
+	r.vals = append(r.vals, v)
+}
+
+// branchSteps runs two training steps of a new float64 stack of case c on
+// d (with NoBranches as given), the state carried (detached) from the
+// first to the second, and returns what they gave back, and what its
+// branch was asked for; every input comes from one seed. Each Backward's
+// notices are checked: top layer first, and the layer's gradient range
+// read in the notice (after a synchronisation) is the one Backward
+// returns. The stack's branch is opened here, wrapped to count, as the
+// stack would open it at its first Backward.
+func branchSteps(t *testing.T, d device.Device, lstm bool, c branchCase, noBranches bool) (_ branchResult, n branchCounts) {
+	t.Helper()
+	s, err := newStack(d, Config{Input: brI, Hidden: brH, Layers: c.layers, Dropout: c.dropout, NoBias: c.noBias,
+		Bidirectional: c.bidir, DType: device.Float64, Seed: 5, Recompute: c.recompute, NoBranches: noBranches}, cellFor(lstm))
+	must(t, err)
+	s.chunkRows = 1
+	counted := &countedBranch{}
+	if !noBranches {
+		b, err := device.NewBranch(d)
+		must(t, err)
+		counted.Branch = b
+		s.branch, s.branchTried = counted, true
+	}
+	defer func() {
+		if noBranches && (s.branch != nil || s.branchTried) {
+			t.Errorf("with NoBranches the stack opened a branch (%v) or tried to (%v)", s.branch, s.branchTried)
+		}
+		must(t, s.Close())
+		n = counted.n
+	}()
+	D := s.dirs()
+	LD, T, B, H := c.layers*D, brT, brB, brH
+	r := rand.New(rand.NewPCG(5, 6))
+	var st *State
+	if c.tied {
+		st, err = s.NewState(B)
+		must(t, err)
+		defer st.Free()
+		up(t, d, st.H(), randoms(r, LD*B*H))
+		if lstm {
+			up(t, d, st.C(), randoms(r, LD*B*H))
+		}
+	}
+	_, flat := s.params.Flat()
+	var res branchResult
+	for range 2 {
+		x := newBuf(t, d, randoms(r, T*B*brI))
+		dy := newBuf(t, d, randoms(r, T*B*D*H))
+		must(t, s.params.ZeroGrad())
+		if st != nil {
+			st.Detach()
+		}
+		y, err := s.ForwardLengths(Train, x, T, B, c.lengths, st)
+		must(t, err)
+		res.add("output", down(t, d, y, T*B*D*H))
+		if st != nil {
+			res.add("h_n", down(t, d, st.H(), LD*B*H))
+			up(t, d, st.GradH(), randoms(r, LD*B*H))
+			if lstm {
+				res.add("c_n", down(t, d, st.C(), LD*B*H))
+				up(t, d, st.GradC(), randoms(r, LD*B*H))
+			}
+		}
+		var order []int
+		atNotice := map[int][]float64{}
+		s.NotifyLayers(func(l int) error {
+			order = append(order, l)
+			if counted.unjoined > 0 {
+				t.Errorf("layer %d's notice came with %d calls on the branch not joined", l, counted.unjoined)
+			}
+			// Download waits for the compute stream only (Synchronize
+			// would wait for the branch too).
+			off, n := s.LayerGrads(l)
+			atNotice[l] = down(t, d, flat.Elems(device.Float64, off, n), n)
+			return nil
+		})
+		dx, err := s.Backward(dy)
+		must(t, err)
+		s.NotifyLayers(nil)
+		res.add("dx", down(t, d, dx, T*B*brI))
+		for p := range s.params.All() {
+			res.add("grad "+p.Name, down(t, d, p.Grad, p.Len()))
+			res.add("value "+p.Name, down(t, d, p.Value, p.Len()))
+		}
+		if st != nil {
+			res.add("dh_0", down(t, d, st.GradH(), LD*B*H))
+			if lstm {
+				res.add("dc_0", down(t, d, st.GradC(), LD*B*H))
+			}
+		}
+		var want []int
+		for l := c.layers - 1; l >= 0; l-- {
+			want = append(want, l)
+			off, n := s.LayerGrads(l)
+			final := down(t, d, flat.Elems(device.Float64, off, n), n)
+			if i := firstDiff(atNotice[l], final); i >= 0 {
+				t.Errorf("layer %d's gradient read at its notice differs from Backward's at element %d: its notice came before its gradients were complete", l, i)
+			}
+		}
+		if !slices.Equal(order, want) {
+			t.Errorf("notices for layers %v, want %v", order, want)
+		}
+		must(t, d.Free(x))
+		must(t, d.Free(dy))
+	}
+	return res, n
+}
+
+// sameBits fails t where got and want differ in any bit.
+func sameBits(t *testing.T, got, want branchResult) {
+	t.Helper()
+	if !slices.Equal(got.names, want.names) {
+		t.Fatalf("values %v, want %v", got.names, want.names)
+	}
+	for i, name := range want.names {
+		if j := firstDiff(got.vals[i], want.vals[i]); j >= 0 {
+			t.Errorf("%s (value %d): [%d] = %v with the branch, want %v (NoBranches)", name, i, j, got.vals[i][j], want.vals[i][j])
+		}
+	}
+}
+
+// firstDiff is the first index where a and b differ in their bits, -1
+// for none (a length mismatch differs at the shorter length).
+func firstDiff(a, b []float64) int {
+	for i := range min(len(a), len(b)) {
+		if math.Float64bits(a[i]) != math.Float64bits(b[i]) {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
+}
