@@ -38,7 +38,9 @@ import (
 // that use. Each branch holds what its kernels need of their own: a
 // stream and, on CUDA, a cuBLAS handle and workspace.
 type Brancher interface {
-	// Branch opens a branch of the compute stream.
+	// Branch opens a branch of the compute stream. While the compute
+	// stream is being captured it may be refused with ErrNotCapturable
+	// (CUDA makes no stream inside a capture): open branches beforehand.
 	Branch() (Branch, error)
 }
 

@@ -1,6 +1,10 @@
 package rnn
 
-import "github.com/gocurrent/gocurrent/device"
+import (
+	"errors"
+
+	"github.com/gocurrent/gocurrent/device"
+)
 
 // Layer l's weight and bias gradients on a branch (issue 21 item 3, the
 // first form of "two layers' independent work as parallel branches").
@@ -81,8 +85,12 @@ func (s *stack) side(rec *record) *side {
 		return sd
 	}
 	if !s.branchTried {
-		s.branchTried = true
-		if b, err := device.NewBranch(s.dev); err == nil {
+		b, err := device.NewBranch(s.dev)
+		// A Backward recorded into a graph may not open one (CUDA makes
+		// no stream inside a capture): it goes without, and a later
+		// Backward asks again.
+		s.branchTried = !errors.Is(err, device.ErrNotCapturable)
+		if err == nil {
 			s.branch = b
 		}
 	}

@@ -158,6 +158,40 @@ func TestBranchRefused(t *testing.T) {
 	}
 }
 
+// TestBranchOpenedAfterCapture: a first Backward recorded into a graph,
+// where a device may refuse to open a branch (CUDA and the meta device
+// do: device.ErrNotCapturable), runs without one and leaves the next
+// Backward to open it, rather than doing without for good.
+func TestBranchOpenedAfterCapture(t *testing.T) {
+	d, err := meta.Open(meta.Config{Name: "meta"})
+	must(t, err)
+	defer d.Close()
+	s, err := newStack(d, Config{Input: brI, Hidden: brH, Layers: 2}, lstmCell{})
+	must(t, err)
+	defer s.Close()
+	x, err := d.Alloc(brT*brB*brI*4, device.Activations)
+	must(t, err)
+	dy, err := d.Alloc(brT*brB*brH*4, device.Activations)
+	must(t, err)
+	step := func() error {
+		if _, err := s.Forward(Train, x, brT, brB, nil); err != nil {
+			return err
+		}
+		_, err := s.Backward(dy)
+		return err
+	}
+	g, err := d.Capture(step)
+	must(t, err)
+	defer g.Close()
+	if s.branch != nil || s.branchTried {
+		t.Errorf("after a captured Backward: branch %v, tried %v; want none, not tried", s.branch, s.branchTried)
+	}
+	must(t, step())
+	if s.branch == nil {
+		t.Error("the Backward after the capture opened no branch")
+	}
+}
+
 // expectedBranch is what two training steps of case c ask of the
 // branch: per walk of a layer's direction over a window (all steps, or
 // with Recompute each segment), a Fork and a Join, and per step (one

@@ -34,6 +34,9 @@ func (d *Device) Branch() (device.Branch, error) {
 	if err := d.checkOpen("Branch"); err != nil {
 		return nil, err
 	}
+	if err := d.inCapture("Branch"); err != nil {
+		return nil, err // as CUDA, which makes no stream inside a capture
+	}
 	b := &branch{d: d}
 	if d.cfg.Workspace > 0 {
 		p, err := d.mem.AllocCategory(d.cfg.Workspace, 0, alloc.Workspace)
