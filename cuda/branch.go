@@ -166,6 +166,9 @@ func (b *branch) Fork() error {
 	}
 	if id := l.graphs.id.Load(); id != 0 {
 		b.forkedIn.Store(id)
+		if t := l.graphs.tally.Load(); t != nil {
+			d.captures.add(b.q.on, b.q.blas, t)
+		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -29,16 +30,91 @@ var _ device.Counter = (*Device)(nil)
 
 // countingAPI is the driver with the work it queues counted in n: the
 // device's api. The synchronisations are counted where the device waits
-// (a wait may take several driver calls).
+// (a wait may take several driver calls). Work queued on a stream being
+// captured (or with the cuBLAS handle bound to one) is counted in its
+// capture's tally instead (captures): it does not run now, but at each
+// launch of the graph, which counts it then.
 type countingAPI struct {
 	api
-	n *counts
+	n   *counts
+	cap *captures
+}
+
+// on returns where the work queued on stream s counts.
+func (a countingAPI) on(s cuStream) *counts {
+	if a.cap.active.Load() == 0 {
+		return a.n
+	}
+	a.cap.mu.Lock()
+	defer a.cap.mu.Unlock()
+	if t := a.cap.streams[s]; t != nil {
+		return t
+	}
+	return a.n
+}
+
+// with returns where a GEMM with handle h counts.
+func (a countingAPI) with(h blasHandle) *counts {
+	if a.cap.active.Load() == 0 {
+		return a.n
+	}
+	a.cap.mu.Lock()
+	defer a.cap.mu.Unlock()
+	if t := a.cap.handles[h]; t != nil {
+		return t
+	}
+	return a.n
+}
+
+// captures are the streams being captured and the cuBLAS handles bound to
+// them, each with its capture's tally: a lane's compute stream from the
+// start of its Capture, a branch's from its Fork into it, until the
+// capture ends. Other streams' work meanwhile (the loader's copies, from
+// its producers) is the device's, counted as it runs.
+type captures struct {
+	active  atomic.Int32 // entries, so that a call outside any capture takes no lock
+	mu      sync.Mutex
+	streams map[cuStream]*counts
+	handles map[blasHandle]*counts
+}
+
+// add counts the work on s and with h in t.
+func (c *captures) add(s cuStream, h blasHandle, t *counts) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.streams == nil {
+		c.streams, c.handles = map[cuStream]*counts{}, map[blasHandle]*counts{}
+	}
+	if _, ok := c.streams[s]; !ok {
+		c.active.Add(1)
+	}
+	c.streams[s] = t
+	if h != 0 {
+		c.handles[h] = t
+	}
+}
+
+// end removes every stream and handle counted in t.
+func (c *captures) end(t *counts) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for s, x := range c.streams {
+		if x == t {
+			delete(c.streams, s)
+			c.active.Add(-1)
+		}
+	}
+	for h, x := range c.handles {
+		if x == t {
+			delete(c.handles, h)
+		}
+	}
 }
 
 func (a countingAPI) Launch(c cuContext, f cuFunction, grid, block [3]uint32, sharedBytes uint32, s cuStream, args []uint64) error {
 	err := a.api.Launch(c, f, grid, block, sharedBytes, s, args)
 	if err == nil {
-		a.n.launches.Add(1)
+		a.on(s).launches.Add(1)
 	}
 	return err
 }
@@ -46,7 +122,7 @@ func (a countingAPI) Launch(c cuContext, f cuFunction, grid, block [3]uint32, sh
 func (a countingAPI) MemsetD32Async(c cuContext, dst alloc.Ptr, v uint32, n int64, s cuStream) error {
 	err := a.api.MemsetD32Async(c, dst, v, n, s)
 	if err == nil {
-		a.n.launches.Add(1)
+		a.on(s).launches.Add(1)
 	}
 	return err
 }
@@ -54,7 +130,7 @@ func (a countingAPI) MemsetD32Async(c cuContext, dst alloc.Ptr, v uint32, n int6
 func (a countingAPI) BLASGemm(c cuContext, h blasHandle, g blasGemm) error {
 	err := a.api.BLASGemm(c, h, g)
 	if err == nil {
-		a.n.gemms.Add(1)
+		a.with(h).gemms.Add(1)
 	}
 	return err
 }
@@ -62,7 +138,7 @@ func (a countingAPI) BLASGemm(c cuContext, h blasHandle, g blasGemm) error {
 func (a countingAPI) MemcpyHtoDAsync(c cuContext, dst alloc.Ptr, src unsafe.Pointer, n int64, s cuStream) error {
 	err := a.api.MemcpyHtoDAsync(c, dst, src, n, s)
 	if err == nil {
-		a.n.copies.Add(1)
+		a.on(s).copies.Add(1)
 	}
 	return err
 }
@@ -70,7 +146,7 @@ func (a countingAPI) MemcpyHtoDAsync(c cuContext, dst alloc.Ptr, src unsafe.Poin
 func (a countingAPI) MemcpyDtoHAsync(c cuContext, dst unsafe.Pointer, src alloc.Ptr, n int64, s cuStream) error {
 	err := a.api.MemcpyDtoHAsync(c, dst, src, n, s)
 	if err == nil {
-		a.n.copies.Add(1)
+		a.on(s).copies.Add(1)
 	}
 	return err
 }
@@ -78,7 +154,7 @@ func (a countingAPI) MemcpyDtoHAsync(c cuContext, dst unsafe.Pointer, src alloc.
 func (a countingAPI) MemcpyDtoDAsync(c cuContext, dst, src alloc.Ptr, n int64, s cuStream) error {
 	err := a.api.MemcpyDtoDAsync(c, dst, src, n, s)
 	if err == nil {
-		a.n.copies.Add(1)
+		a.on(s).copies.Add(1)
 	}
 	return err
 }

@@ -62,6 +62,8 @@ type Device struct {
 	advance     cuFunction
 
 	closed atomic.Bool
+	// captures route the counts of captured work to its graph's (counts.go).
+	captures captures
 	// settled says Close synchronised the context: every event recorded
 	// completed (event.Done and Wait say so after the device closed).
 	settled atomic.Bool
@@ -128,7 +130,7 @@ func open(a api, cfg Config) (*Device, error) {
 		return nil, unavailable(ord, fmt.Sprintf("this machine has %d GPU(s)", n), nil)
 	}
 	d := &Device{cfg: cfg, raw: a, name: fmt.Sprintf("cuda:%d", ord), streams: map[alloc.Stream]*stream{}, scopes: map[alloc.Scope]*Scope{}}
-	d.api = countingAPI{api: a, n: &d.counts}
+	d.api = countingAPI{api: a, n: &d.counts, cap: &d.captures}
 	d.lane.d, d.lane.owner, d.lane.name, d.lane.label = d, d, d.name, "the device"
 	if d.dev, err = a.DeviceGet(ord); err != nil {
 		return nil, unavailable(ord, "getting the GPU", err)

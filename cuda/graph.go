@@ -20,6 +20,9 @@ type graphs struct {
 	// none: the branches forked during it keep it (branch.forkedIn).
 	id   atomic.Uint64
 	last uint64 // the last capture's id; only Capture, one at a time, uses it
+	// tally counts the work the capture going on records (countingAPI):
+	// its compute stream's, and its branches' from their Fork.
+	tally atomic.Pointer[counts]
 
 	mu   sync.Mutex
 	live map[*graph]struct{}
@@ -76,9 +79,12 @@ func (l *lane) Capture(record func() error) (device.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	before := d.Counts()
 	l.graphs.last++
 	id := l.graphs.last
+	tally := &counts{}
+	l.graphs.tally.Store(tally)
+	d.captures.add(l.compute.s, l.blas, tally)
+	defer d.captures.end(tally)
 	l.graphs.id.Store(id)
 	if err := d.api.StreamBeginCapture(d.ctx, l.compute.s); err != nil {
 		l.graphs.id.Store(0)
@@ -95,10 +101,8 @@ func (l *lane) Capture(record func() error) (device.Graph, error) {
 	rerr = errors.Join(rerr, berr)
 	// What record queued did not run: it runs, and is counted, at each
 	// Launch.
-	n := d.Counts().Sub(before)
-	d.counts.launches.Add(-n.Launches)
-	d.counts.gemms.Add(-n.GEMMs)
-	d.counts.copies.Add(-n.Copies)
+	d.captures.end(tally)
+	n := device.Counts{Launches: tally.launches.Load(), GEMMs: tally.gemms.Load(), Copies: tally.copies.Load()}
 	var exec cuExec
 	if rerr == nil && eerr == nil {
 		exec, eerr = d.api.GraphInstantiate(d.ctx, g)

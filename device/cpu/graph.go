@@ -29,6 +29,10 @@ type graph struct {
 	cmds   []cmd
 	blocks *driver.GraphBlocks
 	counts device.Counts // what one replay queues, counted as the calls were
+	// tally counts the calls recorded into the graph as they are made
+	// (kernels.launchAs), apart from the device's counts, which other
+	// streams' work meanwhile adds to.
+	tally counts
 
 	mu     sync.Mutex
 	closed bool
@@ -51,8 +55,6 @@ func (l *lane) Capture(record func() error) (device.Graph, error) {
 	}
 	g := &graph{l: l, blocks: blocks}
 	s := l.compute
-	d := l.d
-	before := d.Counts()
 	s.mu.Lock()
 	l.graphs.rec = g
 	s.mu.Unlock()
@@ -64,14 +66,11 @@ func (l *lane) Capture(record func() error) (device.Graph, error) {
 		rerr = fmt.Errorf("%s: Capture: a branch forked during the capture was not joined: %w", l.owner.Name(), device.ErrNotCapturable)
 	}
 	l.graphs.mem.End()
-	n := d.Counts().Sub(before)
-	d.counts.launches.Add(-n.Launches)
-	d.counts.gemms.Add(-n.GEMMs)
-	d.counts.copies.Add(-n.Copies)
 	if rerr != nil {
 		return nil, errors.Join(rerr, l.freeBlocks(blocks))
 	}
-	g.counts = device.Counts{Launches: n.Launches, GEMMs: n.GEMMs, Copies: n.Copies}
+	t := &g.tally
+	g.counts = device.Counts{Launches: t.launches.Load(), GEMMs: t.gemms.Load(), Copies: t.copies.Load()}
 	return g, nil
 }
 

@@ -147,7 +147,12 @@ func (k kernels) launchAs(counter *atomic.Int64, n int, err error, fill func(c *
 	if n == 0 {
 		return k.l.checkOpen("kernel")
 	}
-	if _, err = k.stream().enqueue(fill); err == nil {
+	rec, err := k.stream().enqueueIn(fill)
+	if err == nil {
+		if rec != nil {
+			// Recorded, not run: the graph's, counted at each Launch.
+			counter = rec.tally.like(counter, &k.l.d.counts)
+		}
 		counter.Add(1)
 	}
 	return err

@@ -56,19 +56,32 @@ func newStream(l *lane, compute bool) *stream {
 var _ device.Stream = (*stream)(nil)
 
 // enqueue reserves the next slot, lets fill write the command into it and
-// hands it to the worker. It returns the command's sequence number.
+// hands it to the worker. It returns the command's sequence number (0 for
+// a command recorded into a graph).
 func (s *stream) enqueue(fill func(c *cmd)) (uint64, error) {
+	seq, _, err := s.enqueueAt(fill)
+	return seq, err
+}
+
+// enqueueIn is enqueue that returns the graph the command was recorded
+// into instead of run, nil when it was queued.
+func (s *stream) enqueueIn(fill func(c *cmd)) (*graph, error) {
+	_, rec, err := s.enqueueAt(fill)
+	return rec, err
+}
+
+func (s *stream) enqueueAt(fill func(c *cmd)) (uint64, *graph, error) {
 	s.mu.Lock()
 	for !s.closing && s.queued.Load()-s.done.Load() >= queueDepth {
 		s.notFull.Wait()
 	}
 	if s.closing {
 		s.mu.Unlock()
-		return 0, s.closedErr()
+		return 0, nil, s.closedErr()
 	}
 	if err := s.branchCheck(); err != nil {
 		s.mu.Unlock()
-		return 0, err
+		return 0, nil, err
 	}
 	if rec := s.recording(); rec != nil {
 		// Recorded for a graph, not run (lane.Capture).
@@ -76,7 +89,7 @@ func (s *stream) enqueue(fill func(c *cmd)) (uint64, error) {
 		fill(&c)
 		rec.cmds = append(rec.cmds, c)
 		s.mu.Unlock()
-		return 0, nil
+		return 0, rec, nil
 	}
 	seq := s.queued.Load() + 1
 	c := &s.ring[(seq-1)%queueDepth]
@@ -84,7 +97,7 @@ func (s *stream) enqueue(fill func(c *cmd)) (uint64, error) {
 	s.queued.Store(seq)
 	s.notEmpty.Signal()
 	s.mu.Unlock()
-	return seq, nil
+	return seq, nil, nil
 }
 
 func (s *stream) closedErr() error {

@@ -92,6 +92,46 @@ func testGraphs(t *testing.T, open opener) {
 		}
 	})
 
+	// Work queued on another stream while the compute stream records (the
+	// loader's copies, from its producers) runs at once and is the
+	// device's, not the graph's: a replay counts the recorded work only,
+	// and the copy is counted once, as it ran.
+	e.run("OtherStream", func(e *env) {
+		if _, ok := e.dev.(device.Counter); !ok {
+			e.t.Skipf("%s counts nothing", e.dev.Name())
+		}
+		s, err := e.dev.NewStream()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		defer s.Close()
+		host, err := e.dev.Staging(4 * n)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		defer func() { _ = e.dev.FreeStaging(host) }()
+		dst := e.alloc(device.Float32, n)
+		got := newSet(e)
+		before := counts(e.dev)
+		var ev device.Event
+		g := capture(e, func() error {
+			var err error
+			ev, err = e.dev.CopyToDevice(dst, host, s)
+			return errors.Join(err, step(e, got))
+		})
+		if err := ev.Wait(); err != nil {
+			e.t.Fatal(err)
+		}
+		if c := counts(e.dev).Sub(before); c.Copies != 1 || c.Calls != 1 || c.Launches != 0 || c.GEMMs != 0 {
+			e.t.Errorf("counts over a capture with a copy on another stream: %+v, want the copy alone (1 copy, 1 call)", c)
+		}
+		before = counts(e.dev)
+		launch(e, g)
+		if c := counts(e.dev).Sub(before); (c != device.Counts{Launches: 1, GEMMs: 1, Copies: 1, Graphs: 1, Calls: 1}) {
+			e.t.Errorf("a replay counted %+v, want the recorded calls' (1 launch, 1 GEMM, 1 copy) and 1 graph launch, 1 call", c)
+		}
+	})
+
 	// What changes from replay to replay lives in device memory: a count
 	// that Advance moves, read by the work recorded after it (Dropout's
 	// StateAt), draws new masks at each replay.
