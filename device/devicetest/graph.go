@@ -78,7 +78,7 @@ func testGraphs(t *testing.T, open opener) {
 			if err := step(e, want); err != nil {
 				e.t.Fatal(err)
 			}
-			if _, ok := e.dev.(device.Counter); ok {
+			if counterOf(e.dev) != nil {
 				c := counts(e.dev).Sub(before)
 				if (c != device.Counts{Launches: 2, GEMMs: 2, Copies: 2, Graphs: 1, Calls: 4}) {
 					e.t.Errorf("round %d: counts %+v, want the recorded calls' (1 launch, 1 GEMM, 1 copy) twice and 1 graph, "+
@@ -97,7 +97,7 @@ func testGraphs(t *testing.T, open opener) {
 	// device's, not the graph's: a replay counts the recorded work only,
 	// and the copy is counted once, as it ran.
 	e.run("OtherStream", func(e *env) {
-		if _, ok := e.dev.(device.Counter); !ok {
+		if counterOf(e.dev) == nil {
 			e.t.Skipf("%s counts nothing", e.dev.Name())
 		}
 		s, err := e.dev.NewStream()
@@ -309,8 +309,21 @@ func testGraphs(t *testing.T, open opener) {
 
 // counts is d's device.Counts, zero for a device that does not count.
 func counts(d device.Device) device.Counts {
-	if c, ok := d.(device.Counter); ok {
+	if c := counterOf(d); c != nil {
 		return c.Counts()
 	}
 	return device.Counts{}
+}
+
+// counterOf is what counts d's work: d, or for a scope its device (which
+// counts its scopes' work with its own), nil when neither counts.
+func counterOf(d device.Device) device.Counter {
+	if c, ok := d.(device.Counter); ok {
+		return c
+	}
+	if s, ok := d.(device.Scope); ok {
+		c, _ := s.Parent().(device.Counter)
+		return c
+	}
+	return nil
 }
