@@ -88,48 +88,23 @@ func BenchmarkCopyOverlap(b *testing.B) {
 		}
 	}
 	timed := func(queue func()) float64 {
-		start, err := d.api.EventCreate(d.ctx, true)
-		if err != nil {
-			b.Fatal(err)
-		}
-		end, err := d.api.EventCreate(d.ctx, true)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer d.api.EventDestroy(d.ctx, start)
-		defer d.api.EventDestroy(d.ctx, end)
-		if err := d.Synchronize(); err != nil {
-			b.Fatal(err)
-		}
-		if err := d.api.EventRecord(d.ctx, start, d.compute.s); err != nil {
-			b.Fatal(err)
-		}
-		startEv, err := d.compute.Record()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := copyStream.Wait(startEv); err != nil {
-			b.Fatal(err)
-		}
-		queue()
-		copied, err := copyStream.Record()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := d.compute.Wait(copied); err != nil {
-			b.Fatal(err)
-		}
-		if err := d.api.EventRecord(d.ctx, end, d.compute.s); err != nil {
-			b.Fatal(err)
-		}
-		if err := d.api.EventSynchronize(d.ctx, end); err != nil {
-			b.Fatal(err)
-		}
-		ms, err := d.api.EventElapsed(d.ctx, start, end)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return float64(ms)
+		return gpuTime(b, d, func() {
+			startEv, err := d.compute.Record()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := copyStream.Wait(startEv); err != nil {
+				b.Fatal(err)
+			}
+			queue()
+			copied, err := copyStream.Record()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := d.compute.Wait(copied); err != nil {
+				b.Fatal(err)
+			}
+		})
 	}
 	var compute, cp, both float64
 	for b.Loop() {
@@ -182,36 +157,7 @@ func BenchmarkBranchOverlap(b *testing.B) {
 			}
 		}
 	}
-	timed := func(queue func()) float64 {
-		start, err := d.api.EventCreate(d.ctx, true)
-		if err != nil {
-			b.Fatal(err)
-		}
-		end, err := d.api.EventCreate(d.ctx, true)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer d.api.EventDestroy(d.ctx, start)
-		defer d.api.EventDestroy(d.ctx, end)
-		if err := d.Synchronize(); err != nil {
-			b.Fatal(err)
-		}
-		if err := d.api.EventRecord(d.ctx, start, d.compute.s); err != nil {
-			b.Fatal(err)
-		}
-		queue()
-		if err := d.api.EventRecord(d.ctx, end, d.compute.s); err != nil {
-			b.Fatal(err)
-		}
-		if err := d.api.EventSynchronize(d.ctx, end); err != nil {
-			b.Fatal(err)
-		}
-		ms, err := d.api.EventElapsed(d.ctx, start, end)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return float64(ms)
-	}
+	timed := func(queue func()) float64 { return gpuTime(b, d, queue) }
 	var one, two float64
 	for b.Loop() {
 		one = timed(func() { chain(d.Kernels(), 0); chain(d.Kernels(), 1) })
@@ -389,4 +335,39 @@ func launchChunks(b *testing.B, d *Device, call func()) (hostNS, gpuNS float64, 
 	}
 	b.ReportMetric(float64(blockers), "blockers")
 	return hostNS, gpuNS, calls
+}
+
+// gpuTime returns the milliseconds the GPU took for the work queue queues
+// on d (and the streams it makes the compute stream wait for), timed with
+// CUDA events on the compute stream, after the device's earlier work.
+func gpuTime(b *testing.B, d *Device, queue func()) float64 {
+	b.Helper()
+	start, err := d.api.EventCreate(d.ctx, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	end, err := d.api.EventCreate(d.ctx, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.api.EventDestroy(d.ctx, start)
+	defer d.api.EventDestroy(d.ctx, end)
+	if err := d.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	if err := d.api.EventRecord(d.ctx, start, d.compute.s); err != nil {
+		b.Fatal(err)
+	}
+	queue()
+	if err := d.api.EventRecord(d.ctx, end, d.compute.s); err != nil {
+		b.Fatal(err)
+	}
+	if err := d.api.EventSynchronize(d.ctx, end); err != nil {
+		b.Fatal(err)
+	}
+	ms, err := d.api.EventElapsed(d.ctx, start, end)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return float64(ms)
 }

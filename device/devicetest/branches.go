@@ -119,11 +119,7 @@ func testBranches(t *testing.T, open opener) {
 	})
 
 	e.run("Capture", func(e *env) {
-		gr, ok := e.dev.(device.Grapher)
-		if !ok {
-			e.t.Skipf("%s does not implement device.Grapher", e.dev.Name())
-		}
-		skipNoGraphs(e, gr)
+		gr := grapher(e)
 		b := branch(e)
 		s := newSet(e)
 		before := counts(e.dev)
@@ -147,11 +143,7 @@ func testBranches(t *testing.T, open opener) {
 	})
 
 	e.run("Unjoined", func(e *env) {
-		gr, ok := e.dev.(device.Grapher)
-		if !ok {
-			e.t.Skipf("%s does not implement device.Grapher", e.dev.Name())
-		}
-		skipNoGraphs(e, gr)
+		gr := grapher(e)
 		b := branch(e)
 		y := e.filled(n, -1)
 		_, err := gr.Capture(func() error {
@@ -177,11 +169,7 @@ func testBranches(t *testing.T, open opener) {
 	})
 
 	e.run("NotForked", func(e *env) {
-		gr, ok := e.dev.(device.Grapher)
-		if !ok {
-			e.t.Skipf("%s does not implement device.Grapher", e.dev.Name())
-		}
-		skipNoGraphs(e, gr)
+		gr := grapher(e)
 		b := branch(e)
 		y := e.filled(n, -1)
 		var kerr error
@@ -281,10 +269,15 @@ func testBranches(t *testing.T, open opener) {
 	})
 }
 
-// skipNoGraphs skips a test of graphs on a device that may lack them at
-// run time (a CUDA driver before 11.4): Capture of nothing says so.
-func skipNoGraphs(e *env, gr device.Grapher) {
+// grapher is e's device as a device.Grapher, or skips the test on a
+// device without graphs, or one that may lack them at run time (a CUDA
+// driver before 11.4): Capture of nothing says so.
+func grapher(e *env) device.Grapher {
 	e.t.Helper()
+	gr, ok := e.dev.(device.Grapher)
+	if !ok {
+		e.t.Skipf("%s does not implement device.Grapher", e.dev.Name())
+	}
 	g, err := gr.Capture(func() error { return nil })
 	if errors.Is(err, device.ErrNotCapturable) {
 		e.t.Skipf("%s captures no graphs: %v", e.dev.Name(), err)
@@ -293,4 +286,5 @@ func skipNoGraphs(e *env, gr device.Grapher) {
 		e.t.Fatalf("Capture of nothing: %v", err)
 	}
 	_ = g.Close()
+	return gr
 }
