@@ -128,27 +128,37 @@ func TestBranchSameBits(t *testing.T) {
 	}
 }
 
+// metaStep returns a two-layer LSTM stack on a meta device of cfg and a
+// training step of it (a Forward and a Backward), closed with the test.
+func metaStep(t *testing.T, cfg meta.Config) (*meta.Device, *stack, func() error) {
+	d, err := meta.Open(cfg)
+	must(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	s, err := newStack(d, Config{Input: brI, Hidden: brH, Layers: 2}, lstmCell{})
+	must(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	x, err := d.Alloc(brT*brB*brI*4, device.Activations)
+	must(t, err)
+	dy, err := d.Alloc(brT*brB*brH*4, device.Activations)
+	must(t, err)
+	return d, s, func() error {
+		if _, err := s.Forward(Train, x, brT, brB, nil); err != nil {
+			return err
+		}
+		_, err := s.Backward(dy)
+		return err
+	}
+}
+
 // TestBranchRefused: a device that fails to open a branch (a meta device
 // whose branch's workspace does not fit) leaves the stack without one,
 // asked once (one out-of-memory failure over two Backwards), and its
 // Backwards succeed.
 func TestBranchRefused(t *testing.T) {
 	const ws = 600 << 20 // the device's own workspace fits, a branch's next to it not
-	d, err := meta.Open(meta.Config{Name: "meta", Capacity: 1 << 30, Workspace: ws})
-	must(t, err)
-	defer d.Close()
-	s, err := newStack(d, Config{Input: brI, Hidden: brH, Layers: 2}, lstmCell{})
-	must(t, err)
-	defer s.Close()
-	x, err := d.Alloc(brT*brB*brI*4, device.Activations)
-	must(t, err)
-	dy, err := d.Alloc(brT*brB*brH*4, device.Activations)
-	must(t, err)
+	d, s, step := metaStep(t, meta.Config{Name: "meta", Capacity: 1 << 30, Workspace: ws})
 	for range 2 {
-		_, err := s.Forward(Train, x, brT, brB, nil)
-		must(t, err)
-		_, err = s.Backward(dy)
-		must(t, err)
+		must(t, step())
 	}
 	if s.branch != nil || !s.branchTried {
 		t.Errorf("branch %v, tried %v: want none, tried", s.branch, s.branchTried)
@@ -163,23 +173,7 @@ func TestBranchRefused(t *testing.T) {
 // do: device.ErrNotCapturable), runs without one and leaves the next
 // Backward to open it, rather than doing without for good.
 func TestBranchOpenedAfterCapture(t *testing.T) {
-	d, err := meta.Open(meta.Config{Name: "meta"})
-	must(t, err)
-	defer d.Close()
-	s, err := newStack(d, Config{Input: brI, Hidden: brH, Layers: 2}, lstmCell{})
-	must(t, err)
-	defer s.Close()
-	x, err := d.Alloc(brT*brB*brI*4, device.Activations)
-	must(t, err)
-	dy, err := d.Alloc(brT*brB*brH*4, device.Activations)
-	must(t, err)
-	step := func() error {
-		if _, err := s.Forward(Train, x, brT, brB, nil); err != nil {
-			return err
-		}
-		_, err := s.Backward(dy)
-		return err
-	}
+	d, s, step := metaStep(t, meta.Config{Name: "meta"})
 	g, err := d.Capture(step)
 	must(t, err)
 	defer g.Close()
