@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/devices"
 	"github.com/gocurrent/gocurrent/examples/charrnn/charrnn"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
@@ -86,16 +87,24 @@ func bigCorpus(t *testing.T) string {
 }
 
 // memoryLimit is a -memory-limit of room bytes on top of what the test
-// device reserves for itself when it opens (the CUDA device's 32 MiB of
-// cuBLAS workspace; nothing on the CPU), and that limit in bytes.
+// device reserves for itself when it opens and for the branch the model's
+// stack opens (the CUDA device's 32 MiB of cuBLAS workspace, and as much
+// for the branch's handle; nothing on the CPU), and that limit in bytes.
+// (Without the branch's, the limit left no room for it: every trial step
+// of the batch search failed to open it, an out-of-memory error each, and
+// the search ran twice as long over the emulator.)
 func memoryLimit(t *testing.T, room int64) (string, float64) {
 	t.Helper()
 	d, err := devices.Open(testdevice.Spec(t), devices.Config{CUDA: testdevice.CUDAConfig(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	b, err := device.NewBranch(d)
+	if err != nil {
+		t.Fatal(err)
+	}
 	base := d.MemStats().ReservedBytes[alloc.AllPools].Current
-	if err := d.Close(); err != nil {
+	if err := errors.Join(b.Close(), d.Close()); err != nil {
 		t.Fatal(err)
 	}
 	return strconv.FormatInt(base+room, 10), float64(base + room)
