@@ -87,24 +87,30 @@ func bigCorpus(t *testing.T) string {
 }
 
 // memoryLimit is a -memory-limit of room bytes on top of what the test
-// device reserves for itself when it opens and for the branch the model's
-// stack opens (the CUDA device's 32 MiB of cuBLAS workspace, and as much
-// for the branch's handle; nothing on the CPU), and that limit in bytes.
-// (Without the branch's, the limit left no room for it: every trial step
-// of the batch search failed to open it, an out-of-memory error each, and
-// the search ran twice as long over the emulator.)
-func memoryLimit(t *testing.T, room int64) (string, float64) {
+// device reserves for itself when it opens (the CUDA device's 32 MiB of
+// cuBLAS workspace; nothing on the CPU) and, with branch, for the branch
+// the model's stack opens (as much again for the branch's handle), and
+// that limit in bytes. (A search of the batch that fits wants the
+// branch's room: without it every trial step failed to open the branch,
+// an out-of-memory error each, and the search ran twice as long over the
+// emulator.)
+func memoryLimit(t *testing.T, room int64, branch bool) (string, float64) {
 	t.Helper()
 	d, err := devices.Open(testdevice.Spec(t), devices.Config{CUDA: testdevice.CUDAConfig(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := device.NewBranch(d)
-	if err != nil {
-		t.Fatal(err)
+	var b device.Branch
+	if branch {
+		if b, err = device.NewBranch(d); err != nil {
+			t.Fatal(err)
+		}
 	}
 	base := d.MemStats().ReservedBytes[alloc.AllPools].Current
-	if err := errors.Join(b.Close(), d.Close()); err != nil {
+	if b != nil {
+		err = b.Close()
+	}
+	if err := errors.Join(err, d.Close()); err != nil {
 		t.Fatal(err)
 	}
 	return strconv.FormatInt(base+room, 10), float64(base + room)
@@ -113,7 +119,7 @@ func memoryLimit(t *testing.T, room int64) (string, float64) {
 // TestBatchAuto trains with the largest batch that fits a memory limit,
 // found by trial steps; the run then stays within the limit.
 func TestBatchAuto(t *testing.T) {
-	flag, limit := memoryLimit(t, 24<<20)
+	flag, limit := memoryLimit(t, 24<<20, true)
 	ckpt := filepath.Join(t.TempDir(), "run.safetensors")
 	data := bigCorpus(t)
 	out, _, err := run(t, context.Background(), smallTrain(t, ckpt, "-data", data, "-batch", "auto", "-memory-limit", flag, "-seq", "64",
@@ -161,7 +167,7 @@ func TestBatchAuto(t *testing.T) {
 // the planner's advice.
 func TestOutOfMemoryAdvice(t *testing.T) {
 	ckpt := filepath.Join(t.TempDir(), "run.safetensors")
-	flag, _ := memoryLimit(t, 24<<20)
+	flag, _ := memoryLimit(t, 24<<20, false)
 	_, _, err := run(t, context.Background(), smallTrain(t, ckpt, "-data", bigCorpus(t), "-batch", "200", "-seq", "64", "-hidden", "64",
 		"-memory-limit", flag, "-steps", "1")...)
 	if err == nil {
