@@ -57,8 +57,9 @@ type Branch interface {
 	// Join makes the compute stream's work queued after it wait for the
 	// branch's work queued so far, and take its errors.
 	Join() error
-	// Close releases the branch once its work queued so far completed (it
-	// does not wait for it): its stream and what its kernels held. A
+	// Close releases the branch once its work queued so far completed (on
+	// CUDA it does not wait for it; the CPU device's stops the branch's
+	// worker after it): its stream and what its kernels held. A
 	// branch whose work was not joined loses its errors. Later calls
 	// return an error matching ErrClosed; Close is idempotent. Closing the
 	// device closes its branches.

@@ -67,6 +67,7 @@ type recurrent interface {
 	DropoutState() (seed, offset uint64)
 	SetDropoutState(seed, offset uint64) error
 	Replayed(mode rnn.Mode, seq, batch int)
+	Branched() bool
 	SetRecompute(k int) error
 	NotifyLayers(done func(layer int) error)
 	LayerGrads(l int) (off, n int)
@@ -183,6 +184,12 @@ func (m *CharRNN) Replayable(rnn.Mode) bool { return true }
 // Replayed implements train.ReplayTracker: the stack's dropout state
 // (RandomState) moves as the replayed forward's would.
 func (m *CharRNN) Replayed(mode rnn.Mode, seq, rows int) { m.rnn.Replayed(mode, seq, rows) }
+
+// Branched reports whether the recurrent stack's Backwards queue their
+// weight gradients on a branch of the compute stream (rnn's Branched):
+// false before the first Backward, with NoBranches, or on a device that
+// has none or could not open one.
+func (m *CharRNN) Branched() bool { return m.rnn.Branched() }
 
 var (
 	_ train.Replayable    = (*CharRNN)(nil)

@@ -100,6 +100,13 @@ func (s *stack) side(rec *record) *side {
 	return sd
 }
 
+// Branched reports whether the stack has a branch to queue its Backwards'
+// weight and bias gradients on: opened at the first Backward that could
+// use one (not with Config.NoBranches, nor on a device without branches
+// or that failed to open one). Its Backwards use it where the comment
+// above allows (not with lengths, nor with a bidirectional Recompute).
+func (s *stack) Branched() bool { return s.branch != nil }
+
 // branched reports whether the side is a branch.
 func (sd *side) branched() bool { return sd.b != nil }
 

@@ -160,8 +160,8 @@ func TestBranchRefused(t *testing.T) {
 	for range 2 {
 		must(t, step())
 	}
-	if s.branch != nil || !s.branchTried {
-		t.Errorf("branch %v, tried %v: want none, tried", s.branch, s.branchTried)
+	if s.branch != nil || !s.branchTried || s.Branched() {
+		t.Errorf("branch %v, tried %v, Branched %v: want none, tried, false", s.branch, s.branchTried, s.Branched())
 	}
 	if n := d.MemStats().OOMs; n != 1 {
 		t.Errorf("%d out-of-memory failures, want 1 (the branch's workspace, asked for once)", n)
@@ -180,9 +180,12 @@ func TestBranchOpenedAfterCapture(t *testing.T) {
 	if s.branch != nil || s.branchTried {
 		t.Errorf("after a captured Backward: branch %v, tried %v; want none, not tried", s.branch, s.branchTried)
 	}
+	if s.Branched() {
+		t.Error("Branched after a captured Backward that opened none")
+	}
 	must(t, step())
-	if s.branch == nil {
-		t.Error("the Backward after the capture opened no branch")
+	if s.branch == nil || !s.Branched() {
+		t.Errorf("the Backward after the capture opened no branch (Branched %v)", s.Branched())
 	}
 }
 

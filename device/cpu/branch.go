@@ -8,8 +8,9 @@ import (
 
 // branch is a second stream of a lane's kernels (device.Branch): a stream
 // with a worker of its own, so that its work runs beside the compute
-// stream's (both share the thread pool) and a missing Fork or Join shows
-// as a race, as on a GPU. While the lane records a graph, a branch forked
+// stream's (both share the thread pool) and a missing Fork or Join gives
+// wrong results, as on a GPU (not a report of the race detector: the
+// pool's channel orders the two streams for it). While the lane records a graph, a branch forked
 // during the recording queues its commands into the recording, in the
 // order the host queues them, which is an order every Fork and Join
 // allows: the replay runs them on the compute stream, one after another.

@@ -424,11 +424,10 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	if g, ok := d.(*cuda.Device); ok {
 		tf32, where, fuse = g.Info().TF32, d.Name()+" ("+g.Info().Name+")", g.Info().FuseCellsUpTo
 	}
-	// Whether the stack's weight gradients ran on a branch: asked for, on
-	// a device that has them (one that failed to open its branch, which
-	// the stack survives without it, would say true).
-	_, brancher := d.(device.Brancher)
-	branches := brancher && !env.NoBranches
+	// Whether the stack's weight gradients ran on a branch: the model's
+	// word after its runs, false where the device has none, could not
+	// open one, or NoBranches.
+	branches := m.Branched()
 	p := &printer{W: env.Stdout, JSON: f.JSON}
 	p.Emit(map[string]any{"event": "bench", "impl": "gocurrent", "device": d.Name(), "device_name": where, "cell": f.Cell,
 		"hidden": f.Hidden, "layers": f.Layers, "batch": f.Batch, "seq": f.Seq, "tf32": tf32, "graphs": useGraphs(f.Graphs, d),
