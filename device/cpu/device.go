@@ -69,19 +69,6 @@ var (
 // not the host's calls (device.Counts.Calls).
 type counts struct{ syncs, launches, gemms, copies, graphs, replayed atomic.Int64 }
 
-// like returns c's counter that p is of o: c.gemms for &o.gemms.
-func (c *counts) like(p *atomic.Int64, o *counts) *atomic.Int64 {
-	switch p {
-	case &o.launches:
-		return &c.launches
-	case &o.gemms:
-		return &c.gemms
-	case &o.copies:
-		return &c.copies
-	}
-	panic("cpu: counts.like: not a kernel's counter")
-}
-
 // Counts returns what the device was asked for since it opened, its
 // scopes' work included (device.Counter).
 func (d *Device) Counts() device.Counts {

@@ -135,31 +135,37 @@ func (k kernels) launch(err error, fill func(c *cmd)) error {
 // nothing to queue, but bad arguments and a closed device are still
 // reported.
 func (k kernels) launchN(n int, err error, fill func(c *cmd)) error {
-	return k.launchAs(&k.l.d.counts.launches, n, err, fill)
+	return k.launchAs(launchesOf, n, err, fill)
 }
 
-// launchAs is launchN counted in counter (GEMMs and copies are counted
-// apart from the other kernels).
-func (k kernels) launchAs(counter *atomic.Int64, n int, err error, fill func(c *cmd)) error {
+// The counters a command counts in (GEMMs and copies apart from the
+// other kernels), of the device's counts or a recording graph's.
+func launchesOf(c *counts) *atomic.Int64 { return &c.launches }
+func gemmsOf(c *counts) *atomic.Int64    { return &c.gemms }
+func copiesOf(c *counts) *atomic.Int64   { return &c.copies }
+
+// launchAs is launchN counted in counter's: the device's counts, or the
+// graph's that the command was recorded into.
+func (k kernels) launchAs(counter func(*counts) *atomic.Int64, n int, err error, fill func(c *cmd)) error {
 	if err != nil {
 		return err
 	}
 	if n == 0 {
 		return k.l.checkOpen("kernel")
 	}
-	rec, err := k.stream().enqueueIn(fill)
+	_, rec, err := k.stream().enqueueAt(fill)
 	if err == nil {
+		c := &k.l.d.counts
 		if rec != nil {
-			// Recorded, not run: the graph's, counted at each Launch.
-			counter = rec.tally.like(counter, &k.l.d.counts)
+			c = &rec.tally // recorded, not run: counted at each Launch
 		}
-		counter.Add(1)
+		counter(c).Add(1)
 	}
 	return err
 }
 
 func (k kernels) Gemm(a device.Gemm) error {
-	return k.launchAs(&k.l.d.counts.gemms, 1, a.Check(k.l.owner), func(c *cmd) { c.op, c.gemm = opGemm, a.WithDefaults() })
+	return k.launchAs(gemmsOf, 1, a.Check(k.l.owner), func(c *cmd) { c.op, c.gemm = opGemm, a.WithDefaults() })
 }
 
 // LSTMCell runs the fused form (device.LSTMCell.Fused) as the two calls
@@ -259,7 +265,7 @@ func (k kernels) Fill(a device.Fill) error {
 }
 
 func (k kernels) Copy(a device.Copy) error {
-	return k.launchAs(&k.l.d.counts.copies, int(a.Src.Len()), a.Check(k.l.owner), func(c *cmd) {
+	return k.launchAs(copiesOf, int(a.Src.Len()), a.Check(k.l.owner), func(c *cmd) {
 		c.op, c.copy = opCopy, copyCmd{dst: driver.HostPointer(a.Dst), src: driver.HostPointer(a.Src), n: a.Src.Len()}
 	})
 }

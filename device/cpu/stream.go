@@ -63,13 +63,8 @@ func (s *stream) enqueue(fill func(c *cmd)) (uint64, error) {
 	return seq, err
 }
 
-// enqueueIn is enqueue that returns the graph the command was recorded
-// into instead of run, nil when it was queued.
-func (s *stream) enqueueIn(fill func(c *cmd)) (*graph, error) {
-	_, rec, err := s.enqueueAt(fill)
-	return rec, err
-}
-
+// enqueueAt is enqueue that also returns the graph the command was
+// recorded into instead of run, nil when it was queued.
 func (s *stream) enqueueAt(fill func(c *cmd)) (uint64, *graph, error) {
 	s.mu.Lock()
 	for !s.closing && s.queued.Load()-s.done.Load() >= queueDepth {
