@@ -43,6 +43,10 @@ type CharRNNConfig struct {
 	// to compare (the gradients are the same bits either way). A way of
 	// running, not of the model: not recorded.
 	NoBranches bool `json:"-"`
+	// WaveWindows is the recurrent stack's rnn.Config.WaveWindows: the
+	// windows its forwards' wavefront cuts the steps into (0: 4; 1: the
+	// layers one after the other), to compare. Not recorded either.
+	WaveWindows int `json:"-"`
 }
 
 func (c CharRNNConfig) validate() error {
@@ -68,6 +72,7 @@ type recurrent interface {
 	SetDropoutState(seed, offset uint64) error
 	Replayed(mode rnn.Mode, seq, batch int)
 	Branched() bool
+	WaveWindows() int
 	SetRecompute(k int) error
 	NotifyLayers(done func(layer int) error)
 	LayerGrads(l int) (off, n int)
@@ -120,7 +125,7 @@ func NewCharRNN(d device.Device, cfg CharRNNConfig, vocab *loader.Vocab, seed ui
 		}
 	}()
 	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout, Recompute: cfg.Recompute,
-		NoBranches: cfg.NoBranches}
+		NoBranches: cfg.NoBranches, WaveWindows: cfg.WaveWindows}
 	if err := m.build(d, "char-RNN", cfg.Cell, vocab.Len(), vocab.Len(), rc, seed); err != nil {
 		return nil, err
 	}
@@ -185,11 +190,17 @@ func (m *CharRNN) Replayable(rnn.Mode) bool { return true }
 // (RandomState) moves as the replayed forward's would.
 func (m *CharRNN) Replayed(mode rnn.Mode, seq, rows int) { m.rnn.Replayed(mode, seq, rows) }
 
-// Branched reports whether the recurrent stack's Backwards queue their
-// weight gradients on a branch of the compute stream (rnn's Branched):
-// false before the first Backward, with NoBranches, or on a device that
-// has none or could not open one.
+// Branched reports whether the recurrent stack has a branch of the
+// compute stream for its Backwards' weight gradients and its forwards'
+// wavefront (rnn's Branched): false before the first Forward or Backward
+// that could use one, with NoBranches, or on a device that has none or
+// could not open one.
 func (m *CharRNN) Branched() bool { return m.rnn.Branched() }
+
+// WaveWindows is how many windows the recurrent stack's last training
+// forward was cut into (rnn's WaveWindows): 1 when it ran its layers one
+// after the other, 0 before the first.
+func (m *CharRNN) WaveWindows() int { return m.rnn.WaveWindows() }
 
 var (
 	_ train.Replayable    = (*CharRNN)(nil)

@@ -106,7 +106,7 @@ func ExampleLoadCharRNN() {
 		}
 	}
 	// Output:
-	// {Cell:gru Embed:8 Hidden:16 Layers:2 Dropout:0 Recompute:0 NoBranches:false}, vocabulary of 40, resumable: false
+	// {Cell:gru Embed:8 Hidden:16 Layers:2 Dropout:0 Recompute:0 NoBranches:false WaveWindows:0}, vocabulary of 40, resumable: false
 	// emb.weight [40 8]
 	// rnn.weight_ih_l0 [48 8]
 	// rnn.weight_hh_l0 [48 16]

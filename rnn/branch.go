@@ -35,7 +35,9 @@ import (
 // covers its gradients: one walk later than without a branch (the top
 // layer's after the walk of the layer below has been queued).
 //
-// Which Backwards branch:
+// Which Backwards branch (after a forward that ran as a wavefront,
+// Backward is one too, wave.go, which places the weight gradients
+// itself; these are the others):
 //   - keepSteps (no Recompute): yes. What the weight gradients read (the
 //     layer's input, its states and pre-activation gradients) lies in the
 //     saved forward, one region per layer and direction, which Backward
@@ -76,35 +78,46 @@ type side struct {
 }
 
 // side returns where rec's Backward queues its weight and bias gradients:
-// on the stack's branch, opened at the first Backward that can use one,
-// unless Config.NoBranches, the device has none, opening it failed (the
-// stack then does without), or rec's Backward cannot use it (above).
+// on the stack's branch (openBranch), unless rec's Backward cannot use it
+// (above).
 func (s *stack) side(rec *record) *side {
 	sd := &side{s: s, k: s.dev.Kernels()}
-	if s.cfg.NoBranches || rec.sh.varlen || rec.keep == keepOutputs {
+	if rec.sh.varlen || rec.keep == keepOutputs {
 		return sd
+	}
+	if b := s.openBranch(); b != nil {
+		sd.b, sd.k = b, b.Kernels()
+	}
+	return sd
+}
+
+// openBranch returns the stack's branch, opened at the first call, nil
+// with Config.NoBranches, on a device without branches, or when opening
+// it failed (the stack then does without).
+func (s *stack) openBranch() device.Branch {
+	if s.cfg.NoBranches {
+		return nil
 	}
 	if !s.branchTried {
 		b, err := device.NewBranch(s.dev)
-		// A Backward recorded into a graph may not open one (CUDA makes
-		// no stream inside a capture): it goes without, and a later
-		// Backward asks again.
+		// A forward or Backward recorded into a graph may not open one
+		// (CUDA makes no stream inside a capture): it goes without, and a
+		// later one asks again.
 		s.branchTried = !errors.Is(err, device.ErrNotCapturable)
 		if err == nil {
 			s.branch = b
 		}
 	}
-	if s.branch != nil {
-		sd.b, sd.k = s.branch, s.branch.Kernels()
-	}
-	return sd
+	return s.branch
 }
 
 // Branched reports whether the stack has a branch to queue its Backwards'
-// weight and bias gradients on: opened at the first Backward that could
-// use one (not with Config.NoBranches, nor on a device without branches
-// or that failed to open one). Its Backwards use it where the comment
-// above allows (not with lengths, nor with a bidirectional Recompute).
+// weight and bias gradients and its forwards' wavefront on: opened at the
+// first Forward or Backward that could use one (not with
+// Config.NoBranches, nor on a device without branches or that failed to
+// open one). Its Backwards use it where the comment above allows (not
+// with lengths, nor with a bidirectional Recompute), its forwards where
+// wave.go's does.
 func (s *stack) Branched() bool { return s.branch != nil }
 
 // branched reports whether the side is a branch.

@@ -73,6 +73,12 @@ type branchCase struct {
 	// branched says the case's Backward runs its weight gradients on the
 	// branch (branch.go: not with lengths, nor bidirectional Recompute).
 	branched bool
+	// wave is the stack's WaveWindows (0: 4), and eval adds a NoGrad
+	// forward after the training steps (TestWaveSameBits).
+	wave int
+	eval bool
+	// chunk is the steps of a chunk of the products over steps (0: 1).
+	chunk int
 }
 
 // The shapes of TestBranchSameBits: the stack's chunk is lowered to one
@@ -189,14 +195,119 @@ func TestBranchOpenedAfterCapture(t *testing.T) {
 	}
 }
 
-// expectedBranch is what two training steps of case c ask of the
-// branch: per walk of a layer's direction over a window (all steps, or
-// with Recompute each segment), a Fork and a Join, and per step (one
-// chunk: brT steps, all running without lengths) the input weight's
-// products (one per part of the layer's input), the recurrent one and
-// the bias row sums (the LSTM's input-side one; the GRU's two); and per
-// Backward the LSTM's shared-bias copies, one per layer and direction.
+// expectedBranch is what two training steps of case c (and its NoGrad
+// forward) ask of the branch: with the wavefront, waveForward's and
+// waveBackwards'; else in each Backward, per walk of a layer's
+// direction over a window (all steps, or with Recompute each segment), a
+// Fork and a Join, and per step (one chunk: brT steps, all running without
+// lengths) the input weight's products (one per part of the layer's
+// input), the recurrent one and the bias row sums (the LSTM's input-side
+// one; the GRU's two); and per Backward the LSTM's shared-bias copies, one
+// per layer and direction. Each forward that runs as a wavefront adds its
+// own (waveForward).
 func expectedBranch(lstm bool, c branchCase) branchCounts {
+	n := expectedBackwards(lstm, c)
+	if waveForward(lstm, c, true) != (branchCounts{}) {
+		n = waveBackwards(lstm, c)
+	}
+	for train := range 2 {
+		if train == 0 && !c.eval {
+			continue
+		}
+		f := waveForward(lstm, c, train == 1)
+		copies := 1
+		if train == 1 {
+			copies = 2 // training steps
+		}
+		n.forks += copies * f.forks
+		n.joins += copies * f.joins
+		n.gemms += copies * f.gemms
+		n.copies += copies * f.copies
+	}
+	return n
+}
+
+// waveForward is what one forward of case c (a training one with train)
+// asks of the branch, when it runs as a wavefront (wave.go: a
+// unidirectional stack of two layers or more, without lengths nor
+// Recompute, and WaveWindows not 1): for each pair of layers with an
+// upper one, a Fork before each of the upper layer's windows (⌈brT/W⌉ of
+// W = ⌈brT/n⌉ steps, chunks being one step), one Join after them, and on
+// the branch the upper layer's input projection, one product per step;
+// with a state, copying the state into the walk's initial state and the
+// final one out (h, and c for the LSTM) in training, the final h alone
+// without grad (which reads and writes the state in place).
+func waveForward(lstm bool, c branchCase, train bool) branchCounts {
+	if c.layers < 2 || c.bidir || c.lengths != nil || (train && c.recompute > 0) || c.wave == 1 {
+		return branchCounts{}
+	}
+	n := c.wave
+	if n == 0 {
+		n = 4
+	}
+	W := (brT + n - 1) / n
+	var f branchCounts
+	for range c.layers / 2 {
+		f.forks += (brT + W - 1) / W
+		f.joins++
+		f.gemms += brT
+		switch {
+		case !c.tied:
+		case !train:
+			f.copies++
+		case lstm:
+			f.copies += 4
+		default:
+			f.copies += 2
+		}
+	}
+	return f
+}
+
+// waveBackwards is what the Backwards of two training steps of case c ask
+// of the branch when they run as a wavefront (after a training forward
+// that did, wave.go), and its Close: per pair of layers, a Fork before
+// each of the lower layer's windows (K of them, as waveForward), and on
+// the branch the lower layer's input gradient over each window and its
+// product into the initial state's gradient with a state; one Join per
+// pair, then a Fork and the lower layer's weight gradients over every
+// step (two products and the bias row sums a step, the LSTM's shared-bias
+// copy); and one Join as Backward returns. The edges between windows are
+// the steps' own buffers, not copies.
+func waveBackwards(lstm bool, c branchCase) branchCounts {
+	n := c.wave
+	if n == 0 {
+		n = 4
+	}
+	W := (brT + n - 1) / n
+	K := (brT + W - 1) / W
+	var b branchCounts
+	for range c.layers / 2 {
+		b.forks += K + 1
+		b.joins++
+		b.gemms += K + 2*brT
+		if c.tied {
+			b.gemms++
+		}
+		switch {
+		case c.noBias:
+		case lstm:
+			b.sumRows += brT
+			b.copies++
+		default:
+			b.sumRows += 2 * brT
+		}
+	}
+	b.joins++
+	const backwards = 2
+	b.forks, b.joins, b.gemms, b.sumRows, b.copies = backwards*b.forks, backwards*b.joins, backwards*b.gemms, backwards*b.sumRows, backwards*b.copies
+	b.closed = 1
+	return b
+}
+
+// expectedBackwards is what the Backwards of two training steps of case c
+// ask of the branch (expectedBranch), and its Close.
+func expectedBackwards(lstm bool, c branchCase) branchCounts {
 	if !c.branched {
 		return branchCounts{closed: 1}
 	}
@@ -263,9 +374,9 @@ func (r *branchResult) add(name string, v []float64) {
 func branchSteps(t *testing.T, d device.Device, lstm bool, c branchCase, noBranches bool) (_ branchResult, n branchCounts) {
 	t.Helper()
 	s, err := newStack(d, Config{Input: brI, Hidden: brH, Layers: c.layers, Dropout: c.dropout, NoBias: c.noBias,
-		Bidirectional: c.bidir, DType: device.Float64, Seed: 5, Recompute: c.recompute, NoBranches: noBranches}, cellFor(lstm))
+		Bidirectional: c.bidir, DType: device.Float64, Seed: 5, Recompute: c.recompute, NoBranches: noBranches, WaveWindows: c.wave}, cellFor(lstm))
 	must(t, err)
-	s.chunkRows = 1
+	s.chunkRows = max(c.chunk*brB, 1)
 	counted := &countedBranch{}
 	if !noBranches {
 		b, err := device.NewBranch(d)
@@ -354,6 +465,19 @@ func branchSteps(t *testing.T, d device.Device, lstm bool, c branchCase, noBranc
 		}
 		must(t, d.Free(x))
 		must(t, d.Free(dy))
+	}
+	if c.eval {
+		x := newBuf(t, d, randoms(r, T*B*brI))
+		y, err := s.ForwardLengths(NoGrad, x, T, B, c.lengths, st)
+		must(t, err)
+		res.add("NoGrad output", down(t, d, y, T*B*D*H))
+		if st != nil {
+			res.add("NoGrad h_n", down(t, d, st.H(), LD*B*H))
+			if lstm {
+				res.add("NoGrad c_n", down(t, d, st.C(), LD*B*H))
+			}
+		}
+		must(t, d.Free(x))
 	}
 	return res, n
 }

@@ -118,16 +118,26 @@ func (lstmCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int, in 
 // The edge is the step's pre-activation gradients, whose product with the
 // recurrent weights is the step's part of the gradient with respect to h
 // entering it (dc went on in lg.row already).
+// With lg.kept the step's own gradients in the layer's gates serve.
 func (lstmCell) edgeSize(B, H int) int { return 4 * B * H }
+func (lstmCell) edgeReadsDH() bool     { return false }
 
 func (lstmCell) saveEdge(q *queue, lp *layerPass, lg *layerGrads, t int) {
 	n := lp.rows(t) * 4 * lp.H
-	q.add(lp.k.Copy(device.Copy{Dst: lg.edge.Elems(lp.dt, 0, n), Src: lp.step(lp.b.gates, t, 4*lp.H).Elems(lp.dt, 0, n)}))
+	src := lp.step(lp.b.gates, t, 4*lp.H).Elems(lp.dt, 0, n)
+	if lg.kept {
+		lg.own[0] = src
+		return
+	}
+	q.add(lp.k.Copy(device.Copy{Dst: lg.edge.Elems(lp.dt, 0, n), Src: src}))
 }
 
 // applyEdge: the LSTM's cell gradient adds nothing into the gradient with
 // respect to h entering the step but its recurrent product (dc went on in
 // lg.row), so the edge is that product's operand alone.
 func (lstmCell) applyEdge(_ *queue, _ *layerPass, lg *layerGrads, _ int) device.Buffer {
+	if lg.kept {
+		return lg.own[0]
+	}
 	return lg.edge
 }

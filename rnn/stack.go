@@ -52,13 +52,25 @@ type Config struct {
 	// package documentation, "Recomputation", has the details; NoGrad
 	// forwards ignore the field. Values below RecomputeAuto are an error.
 	Recompute int
-	// NoBranches keeps all of Backward's work on the compute stream on a
-	// device with branches (device.Brancher), where by default each
-	// layer's weight and bias gradients run on a branch beside the walk
-	// back of the layer below (branch.go): for comparison, since the
-	// gradients are the same bits either way. A way of running, not of
-	// the model: no checkpoint records it.
+	// NoBranches keeps all the work on the compute stream on a device
+	// with branches (device.Brancher), where by default each layer's
+	// weight and bias gradients run on a branch beside the walk back of
+	// the layer below (branch.go), and the layers of a unidirectional
+	// stack overlap in a wavefront (WaveWindows): for comparison. The
+	// results are the same bits either way but where a wavefront's
+	// windows cut the products over steps otherwise (wave.go: not on the
+	// CPU device in the char-RNN's shapes). A way of running, not of the
+	// model: no checkpoint records it.
 	NoBranches bool
+	// WaveWindows is how many windows of steps the forward and Backward
+	// of a unidirectional stack of two layers or more are cut into on a
+	// device with branches, so that layer l+1's walk over a window runs on
+	// the branch beside layer l's walk over the next one (the wavefront,
+	// wave.go): 0 means 4, 1 runs the layers one after the other (with the
+	// weight gradients on the branch). Not with lengths nor Recompute. A
+	// way of running, not of the model, like NoBranches; negative values
+	// are an error.
+	WaveWindows int
 }
 
 // RecomputeAuto is the Config.Recompute that chooses the segment length
@@ -164,11 +176,14 @@ type stack struct {
 	layerDone func(layer int) error // NotifyLayers's callback; nil: none
 
 	// branch is where Backward queues the weight and bias gradients
-	// (side), opened at the first Backward that can use one, nil without;
-	// branchTried says it was tried, so that a device that failed to open
-	// one is not asked again.
+	// (side) and a forward the layers of odd rank of its wavefront
+	// (wave.go), opened at the first Forward or Backward that can use one,
+	// nil without; branchTried says it was tried, so that a device that
+	// failed to open one is not asked again.
 	branch      device.Branch
 	branchTried bool
+	// waved is the windows of the last training forward (WaveWindows).
+	waved int
 }
 
 // cell is what differs between the LSTM and the GRU: the size of a layer,
@@ -222,7 +237,10 @@ type cell interface {
 	// left to the walk (backwardWindow), and to the edge beyond the
 	// window.
 	backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int, in product)
-	// edgeSize is the number of elements saveEdge keeps for a batch of B.
+	// edgeSize is the number of elements saveEdge keeps for a batch of B
+	// (with lg.kept, the scratch applyEdge needs). edgeReadsDH says the
+	// edge reads the step's gradient with respect to its output, which
+	// must then stay in place with lg.kept.
 	// saveEdge copies into lg.edge what step t of lp's window (whose
 	// predecessor lies in the next window of the walk back) needs to add
 	// its part of the gradient with respect to the state entering it;
@@ -232,6 +250,7 @@ type cell interface {
 	// the step's saved recurrent pre-activation gradient, whose product
 	// the walk then adds as it does within a window.
 	edgeSize(B, H int) int
+	edgeReadsDH() bool
 	saveEdge(q *queue, lp *layerPass, lg *layerGrads, t int)
 	applyEdge(q *queue, lp *layerPass, lg *layerGrads, t int) device.Buffer
 }
@@ -283,6 +302,7 @@ type record struct {
 	state *State
 	keep  keep
 	seg   int
+	wave  int // the steps of the forward's wavefront windows, 0 for none (wave.go)
 	x     device.Buffer
 }
 
@@ -347,6 +367,10 @@ type pass struct {
 	// state is the state a NoGrad forward without lengths reads and
 	// writes in place (layerPass's stateH), nil otherwise.
 	state *State
+	// wave holds a second set of the cell's pass temporaries (pre, xpre,
+	// hpre) for the layers a wavefront runs on the branch (wave.go); nil
+	// without a wavefront.
+	wave *pass
 }
 
 // gradBufs are Backward's buffers, shared by the layers in turn but for
@@ -355,8 +379,9 @@ type gradBufs struct {
 	// dh are two sets of [steps, B, H] sequences (all T steps, or a
 	// segment's with keepBoundaries), one per direction, used in turn: the
 	// gradient with respect to one layer's outputs, then the layer
-	// below's.
-	dh [2][2]device.Buffer
+	// below's. The wavefront's Backward uses three, with a cell whose
+	// edges read dh (wave.go).
+	dh [3][2]device.Buffer
 	// rows are one [B, H] row per layer and direction, rows[l·dirs+dir]:
 	// the LSTM's dc carried from step to step, the GRU's scratch for a
 	// gradient nobody reads.
@@ -523,7 +548,8 @@ func (lp *layerPass) cAt(pos int) device.Buffer {
 		return lp.stateC
 	}
 	if !lp.train {
-		pos %= 2
+		// Two slots in turn, whatever the window.
+		return lp.b.cseq.Elems(lp.dt, pos%2*lp.B*lp.H, lp.B*lp.H)
 	}
 	return lp.step(lp.b.cseq, pos, lp.H)
 }
@@ -559,6 +585,13 @@ type layerGrads struct {
 	// entry and the initial one on return.
 	tied     bool
 	stH, stC device.Buffer
+	// kept says the walk's per-step buffers stay where they are until
+	// the walk and its weight gradients are done (the wavefront's
+	// Backward, wave.go): an edge is then kept as views of the step's own
+	// buffers, own (cell.saveEdge), not copied into edge, which serves as
+	// scratch only.
+	kept bool
+	own  [3]device.Buffer
 }
 
 func newStack(d device.Device, c Config, kind cell) (*stack, error) {
@@ -584,6 +617,8 @@ func newStack(d device.Device, c Config, kind cell) (*stack, error) {
 	case c.Recompute < RecomputeAuto:
 		return nil, fmt.Errorf("rnn: New%s: recompute %d, want 0 (off), a segment length > 0 or RecomputeAuto (%d)",
 			name, c.Recompute, RecomputeAuto)
+	case c.WaveWindows < 0:
+		return nil, fmt.Errorf("rnn: New%s: wave windows %d, want 0 (the default, 4), 1 (off) or more", name, c.WaveWindows)
 	}
 	s.cfg = c
 	if s.params, err = newParams(d, dt, c.Seed, s.paramSpecs()); err != nil {
@@ -838,15 +873,19 @@ func (s *stack) Close() error {
 }
 
 // plan lays out a forward of shape sh that keeps kp, with segments of seg
-// steps: what Backward needs from res, the output of a forward with
-// Recompute from out, temporaries from tmp (res is tmp without grad).
-func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg int) pass {
+// steps and wavefront windows of wave steps (0: none): what Backward needs
+// from res, the output of a forward with Recompute from out, temporaries
+// from tmp (res is tmp without grad).
+func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg, wave int) pass {
 	T, B, H, L, D := sh.T, sh.B, s.cfg.Hidden, s.cfg.Layers, s.dirs()
 	train := kp != keepNothing
 	// steps is how many steps a window's per-step temporaries hold.
 	steps := T
-	if kp == keepOutputs || kp == keepBoundaries {
+	switch {
+	case kp == keepOutputs || kp == keepBoundaries:
 		steps = seg
+	case wave > 0:
+		steps = wave
 	}
 	var p pass
 	switch {
@@ -856,6 +895,10 @@ func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg int) pas
 		p.x = tmp.take(T * B * s.cfg.Input)
 	}
 	s.cell.planPass(tmp, train, steps, B, H, &p)
+	if wave > 0 {
+		p.wave = &pass{}
+		s.cell.planPass(tmp, train, steps, B, H, p.wave)
+	}
 	switch {
 	case kp == keepBoundaries || kp == keepOutputs:
 		// Backward recomputes from what it keeps, not from the output.
@@ -936,8 +979,8 @@ func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg int) pas
 // layout sizes the arenas for a forward, takes their memory from the
 // stack's scratch buffers and lays the pass out in it; with lengths it
 // also puts their order on the device.
-func (s *stack) layout(kp keep, sh *batchShape, seg int) (pass, error) {
-	res, tmp, out, err := s.arenas(kp, sh, seg)
+func (s *stack) layout(kp keep, sh *batchShape, seg, wave int) (pass, error) {
+	res, tmp, out, err := s.arenas(kp, sh, seg, wave)
 	if err != nil {
 		return pass{}, err
 	}
@@ -958,17 +1001,17 @@ func (s *stack) layout(kp keep, sh *batchShape, seg int) (pass, error) {
 			return pass{}, err
 		}
 	}
-	return s.plan(res, tmp, out, kp, sh, seg), nil
+	return s.plan(res, tmp, out, kp, sh, seg, wave), nil
 }
 
 // layoutSaved lays out the saved training forward rec again, in the memory
 // that holds it.
 func (s *stack) layoutSaved(rec *record) (pass, error) {
-	res, tmp, out, err := s.arenas(rec.keep, &rec.sh, rec.seg)
+	res, tmp, out, err := s.arenas(rec.keep, &rec.sh, rec.seg, rec.wave)
 	if err != nil {
 		return pass{}, err
 	}
-	p := s.plan(res, tmp, out, rec.keep, &rec.sh, rec.seg)
+	p := s.plan(res, tmp, out, rec.keep, &rec.sh, rec.seg, rec.wave)
 	if !rec.sh.varlen {
 		p.x = rec.x
 	}
@@ -977,13 +1020,13 @@ func (s *stack) layoutSaved(rec *record) (pass, error) {
 
 // arenas sizes the arenas of a pass and gives them the memory of the
 // stack's scratch buffers, ready to be laid out from their start.
-func (s *stack) arenas(kp keep, sh *batchShape, seg int) (res, tmp, out *arena, err error) {
+func (s *stack) arenas(kp keep, sh *batchShape, seg, wave int) (res, tmp, out *arena, err error) {
 	dt := s.cfg.DType
 	res, tmp, out = &arena{dt: dt}, &arena{dt: dt}, &arena{dt: dt}
 	if kp == keepNothing {
 		res = tmp
 	}
-	s.plan(res, tmp, out, kp, sh, seg)
+	s.plan(res, tmp, out, kp, sh, seg, wave)
 	if kp != keepNothing {
 		if res.buf, err = s.reserve.get(s.dev, device.Activations, int64(res.off)*dt.Size()); err != nil {
 			return nil, nil, nil, err
@@ -1036,14 +1079,18 @@ func (s *stack) layerPass(p *pass, sh *batchShape, kp keep, seg, l, dir int, w s
 		}
 		fallthrough
 	default:
-		lp.h0 = lp.step(all, dir*sh.T, lp.H)
+		lp.h0 = all.Elems(dt, dir*sh.T*BH, BH)
 		switch {
 		case lp.b.cseq.IsZero():
-		case kp == keepNothing && dir == 1:
-			lp.c0 = lp.b.cseq.Elems(dt, 2*BH, BH)
+		case kp == keepNothing:
+			// The first slot, or the reverse direction's third.
+			lp.c0 = lp.b.cseq.Elems(dt, 2*dir*BH, BH)
 		default:
-			lp.c0 = lp.cAt(dir * sh.T)
+			lp.c0 = lp.b.cseq.Elems(dt, dir*sh.T*BH, BH)
 		}
+	}
+	if (kp == keepSteps || kp == keepNothing) && (w.t0 > 0 || w.t1 < sh.T) {
+		lp.b = windowBufs(lp.b, dt, w, BH, lp.train)
 	}
 	return lp
 }
@@ -1126,7 +1173,8 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 		// The reserve is about to be overwritten.
 		s.rec, s.spent = nil, false
 	}
-	p, err := s.layout(kp, &sh, seg)
+	wave := s.waveSteps(kp, &sh)
+	p, err := s.layout(kp, &sh, seg, wave)
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
 	}
@@ -1145,16 +1193,23 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 		s.drawn += s.draws(sh.T, sh.B)
 	}
 	var out device.Buffer
-	if kp == keepBoundaries {
+	switch {
+	case kp == keepBoundaries:
 		out = s.forwardBoundaries(&q, &p, &sh, seg, x, st)
-	} else {
+	case wave > 0:
+		out = s.forwardWave(&q, &p, &sh, kp, wave, x, st)
+	default:
 		out = s.forwardLayers(&q, &p, &sh, kp, seg, x, st)
 	}
 	if q.err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, q.err)
 	}
 	if kp != keepNothing {
-		rec := &record{sh: sh, state: st, keep: kp, seg: seg}
+		rec := &record{sh: sh, state: st, keep: kp, seg: seg, wave: wave}
+		s.waved = 1
+		if wave > 0 {
+			s.waved = (sh.T + wave - 1) / wave
+		}
 		if !sh.varlen {
 			rec.x = p.x
 		}
@@ -1485,9 +1540,12 @@ func (s *stack) Backward(dy device.Buffer) (device.Buffer, error) {
 	}
 	if err == nil {
 		var q queue
-		if rec.keep == keepBoundaries {
+		switch {
+		case rec.keep == keepBoundaries:
 			s.backwardBoundaries(&q, &p, rec, dy, gb, sd)
-		} else {
+		case rec.wave > 0:
+			s.backwardWave(&q, &p, rec, dy, gb, sd)
+		default:
 			s.backwardLayers(&q, &p, rec, dy, gb, sd)
 		}
 		sd.join(&q)
@@ -1519,14 +1577,18 @@ func (s *stack) gradLayout(rec *record, branched bool) (gradBufs, error) {
 	g := &arena{dt: dt}
 	take := func() (gb gradBufs) {
 		BH := B * H
-		for slot := range 2 {
+		slots := 2
+		if rec.wave > 0 && s.cell.edgeReadsDH() {
+			slots = 3
+		}
+		for slot := range slots {
 			for dir := range s.dirs() {
 				gb.dh[slot][dir] = g.take(steps * BH)
 			}
 		}
 		for range LD {
 			gb.rows = append(gb.rows, g.take(BH))
-			if rec.keep != keepSteps {
+			if rec.keep != keepSteps || rec.wave > 0 {
 				gb.edges = append(gb.edges, g.take(s.cell.edgeSize(B, H)))
 			}
 		}
@@ -1822,13 +1884,7 @@ func (s *stack) initialGrads(q *queue, lp *layerPass, lg *layerGrads, t int) {
 // direction's). With lengths, every product runs on the chunk's running
 // rows packed, on the compute stream (sd is then never a branch).
 func (s *stack) paramGrads(q *queue, lp *layerPass, lg *layerGrads, dst []device.Buffer, accumulate bool, sd *side) {
-	var chunks []span
-	for a, c := lp.t0, s.chunkSteps(lp.B); a < min(lp.t1, lp.sh.maxLen); a += c {
-		chunks = append(chunks, span{a, min(a+c, lp.t1)})
-	}
-	if lp.dir == 0 {
-		chunks = reversed(chunks)
-	}
+	chunks := s.gradChunks(lp)
 	if lp.sh.varlen {
 		if !accumulate {
 			for j, part := range lp.in {
@@ -1845,6 +1901,19 @@ func (s *stack) paramGrads(q *queue, lp *layerPass, lg *layerGrads, dst []device
 		s.weightGrads(q, sd.k, lp, lg, ch)
 	}
 	s.inputGrads(q, lp, lg, dst, accumulate)
+}
+
+// gradChunks are the chunks of lp's window in the order its walk back
+// reaches them: the order paramGrads adds their weight gradients in.
+func (s *stack) gradChunks(lp *layerPass) []span {
+	var chunks []span
+	for a, c := lp.t0, s.chunkSteps(lp.B); a < min(lp.t1, lp.sh.maxLen); a += c {
+		chunks = append(chunks, span{a, min(a+c, lp.t1)})
+	}
+	if lp.dir == 0 {
+		chunks = reversed(chunks)
+	}
+	return chunks
 }
 
 // weightGrads queues on k the gradients of a direction's weights and

@@ -54,6 +54,17 @@ func main() {
 		fmt.Fprintf(os.Stderr, "charrnn: GOCURRENT_BRANCHES=%q, want on or off\n", v)
 		os.Exit(2)
 	}
+	// GOCURRENT_WAVE_WINDOWS sets the windows of the bench's forward
+	// wavefront (charrnn.Env.WaveWindows; 1 runs the layers one after the
+	// other), so that a GPU run can compare them.
+	if v := os.Getenv("GOCURRENT_WAVE_WINDOWS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "charrnn: GOCURRENT_WAVE_WINDOWS=%q, want a whole number of windows, 1 or more\n", v)
+			os.Exit(2)
+		}
+		env.WaveWindows = n
+	}
 	err := charrnn.Run(ctx, os.Args[1:], env)
 	status := cli.ExitStatus(err, got())
 	if err != nil {

@@ -54,6 +54,12 @@ type Env struct {
 	// them beside the walk back of the layer below: to compare the two
 	// on a GPU. main sets it from GOCURRENT_BRANCHES=off.
 	NoBranches bool
+	// WaveWindows is bench's model's models.CharRNNConfig.WaveWindows:
+	// the windows its recurrent stack's forwards are cut into for their
+	// wavefront (0: the stack's default, 4; 1: the layers one after the
+	// other), to compare on a GPU. main sets it from
+	// GOCURRENT_WAVE_WINDOWS.
+	WaveWindows int
 }
 
 // withDefaults discards the output of writers left nil.

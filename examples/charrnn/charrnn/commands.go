@@ -351,7 +351,8 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	if err != nil {
 		return res, err
 	}
-	m, err := models.NewCharRNN(d, models.CharRNNConfig{Cell: f.Cell, Embed: 64, Hidden: f.Hidden, Layers: f.Layers, NoBranches: env.NoBranches}, vocab, 0)
+	m, err := models.NewCharRNN(d, models.CharRNNConfig{Cell: f.Cell, Embed: 64, Hidden: f.Hidden, Layers: f.Layers, NoBranches: env.NoBranches,
+		WaveWindows: env.WaveWindows}, vocab, 0)
 	if err != nil {
 		return res, err
 	}
@@ -427,19 +428,19 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	// Whether the stack's weight gradients ran on a branch: the model's
 	// word after its runs, false where the device has none, could not
 	// open one, or NoBranches.
-	branches := m.Branched()
+	branches, windows := m.Branched(), m.WaveWindows()
 	p := &printer{W: env.Stdout, JSON: f.JSON}
 	p.Emit(map[string]any{"event": "bench", "impl": "gocurrent", "device": d.Name(), "device_name": where, "cell": f.Cell,
 		"hidden": f.Hidden, "layers": f.Layers, "batch": f.Batch, "seq": f.Seq, "tf32": tf32, "graphs": useGraphs(f.Graphs, d),
-		"fuse_cells_up_to": fuse, "branches": branches,
+		"fuse_cells_up_to": fuse, "branches": branches, "wave_windows": windows,
 		"train_tokens_per_s": res.TrainTokensPerSecond, "sample_tokens_per_s": res.SampleTokensPerSecond,
 		"segment_allocs": res.SegmentAllocs, "data_wait": res.DataWait,
 		"step_syncs": res.Step.Syncs, "step_launches": res.Step.Launches, "step_gemms": res.Step.GEMMs, "step_copies": res.Step.Copies,
 		"step_graphs": res.Step.Graphs, "step_calls": res.Step.Calls, "token_syncs": res.Token.Syncs, "token_launches": res.Token.Launches,
 		"token_gemms": res.Token.GEMMs, "token_copies": res.Token.Copies, "token_graphs": res.Token.Graphs, "token_calls": res.Token.Calls},
-		fmt.Sprintf("%s %dx%d batch %d seq %d on %s, TF32 %v, branches %v: train_tokens_per_s %.0f  sample_tokens_per_s %.0f  segment_allocs %d  data_wait %.1f%%\n"+
+		fmt.Sprintf("%s %dx%d batch %d seq %d on %s, TF32 %v, branches %v, wave windows %d: train_tokens_per_s %.0f  sample_tokens_per_s %.0f  segment_allocs %d  data_wait %.1f%%\n"+
 			"  per training step: %.1f syncs, %.1f launches, %.1f GEMMs, %.1f copies, %.2f graphs, %.1f host calls; per sampled token: %.1f syncs, %.1f launches, %.1f GEMMs, %.1f copies, %.3f graphs, %.2f host calls\n",
-			f.Cell, f.Layers, f.Hidden, f.Batch, f.Seq, where, tf32, branches, res.TrainTokensPerSecond, res.SampleTokensPerSecond,
+			f.Cell, f.Layers, f.Hidden, f.Batch, f.Seq, where, tf32, branches, windows, res.TrainTokensPerSecond, res.SampleTokensPerSecond,
 			res.SegmentAllocs, 100*res.DataWait,
 			res.Step.Syncs, res.Step.Launches, res.Step.GEMMs, res.Step.Copies, res.Step.Graphs, res.Step.Calls,
 			res.Token.Syncs, res.Token.Launches, res.Token.GEMMs, res.Token.Copies, res.Token.Graphs, res.Token.Calls))

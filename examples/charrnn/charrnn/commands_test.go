@@ -217,15 +217,35 @@ func TestBenchCommand(t *testing.T) {
 	if testdevice.IsCPU() && evs[0]["branches"] != true {
 		t.Errorf("branches = %v on the CPU device, want true", evs[0]["branches"])
 	}
-	var o bytes.Buffer
-	env := testEnv(t, &o, io.Discard)
-	env.NoBranches = true
-	err = charrnn.Run(context.Background(), []string{"bench", "-device", dev, "-hidden", "16", "-layers", "1", "-batch", "2", "-seq", "8",
-		"-steps", "1", "-n", "1", "-json", "-tf32"}, env)
-	if err != nil {
-		t.Fatal(err)
+	// wave_windows is the windows of the training forwards' wavefront:
+	// 1 for one layer, which has none.
+	if evs[0]["wave_windows"] != 1.0 {
+		t.Errorf("wave_windows = %v for one layer, want 1", evs[0]["wave_windows"])
 	}
-	if evs = events(t, o.String()); len(evs) != 1 || evs[0]["tf32"] != !testdevice.IsCPU() || evs[0]["branches"] != false {
-		t.Errorf("events %v with -tf32 and NoBranches, want one bench event with tf32 %v and branches false", evs, !testdevice.IsCPU())
+	// Two layers with Env.WaveWindows 2 (GOCURRENT_WAVE_WINDOWS=2): two
+	// windows where the stack has a branch, and with NoBranches too
+	// (GOCURRENT_BRANCHES=off) no branch and one window.
+	for _, noBranches := range []bool{false, true} {
+		var o bytes.Buffer
+		env := testEnv(t, &o, io.Discard)
+		env.NoBranches, env.WaveWindows = noBranches, 2
+		err = charrnn.Run(context.Background(), []string{"bench", "-device", dev, "-hidden", "16", "-layers", "2", "-batch", "2", "-seq", "8",
+			"-steps", "1", "-n", "1", "-json", "-tf32"}, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = events(t, o.String())
+		if len(evs) != 1 || evs[0]["tf32"] != !testdevice.IsCPU() {
+			t.Fatalf("events %v with -tf32, want one bench event with tf32 %v", evs, !testdevice.IsCPU())
+		}
+		branches, windows := evs[0]["branches"], evs[0]["wave_windows"]
+		switch {
+		case noBranches && (branches != false || windows != 1.0):
+			t.Errorf("with NoBranches: branches %v, wave_windows %v; want false, 1", branches, windows)
+		case !noBranches && testdevice.IsCPU() && (branches != true || windows != 2.0):
+			t.Errorf("with WaveWindows 2 on the CPU device: branches %v, wave_windows %v; want true, 2", branches, windows)
+		case !noBranches && branches == true && windows != 2.0:
+			t.Errorf("with WaveWindows 2 and a branch: wave_windows %v, want 2", windows)
+		}
 	}
 }

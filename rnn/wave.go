@@ -1,0 +1,296 @@
+package rnn
+
+import "github.com/gocurrent/gocurrent/device"
+
+// The wavefront (issue 21 item 3, the second form of "two layers'
+// independent work as parallel branches"): the forward's, and Backward's
+// after a forward that ran as one (backwardWave).
+//
+// A forward runs layer after layer: layer l's walk over T steps, a chain
+// of T skinny cell steps that leaves most of a GPU idle, then layer l+1's.
+// But layer l+1's step t needs only layer l's steps up to t. So on a
+// device with branches (device.Brancher), a forward of a unidirectional
+// stack of two layers or more cuts the steps into windows (Config's
+// WaveWindows n, 4 by default: windows of ⌈T/n⌉ steps, rounded up to whole
+// chunks of the products over steps where a chunk is shorter) and runs
+// the layers
+// in pairs, (0, 1), (2, 3) and so on: the lower layer of a pair on the
+// compute stream, window after window, and the upper one on the stack's
+// branch, forked after each of the lower layer's windows, so that the
+// upper layer's walk over window c runs beside the lower layer's over
+// window c+1. The pair ends with a Join, before the next pair (whose lower
+// layer reads the upper one's output); so at most two layers are in
+// flight, one on each stream. cuDNN's standard algorithm runs its layers
+// so (research/cuda-review.md §4).
+//
+// Each window of a layer queues what the whole layer queued, over the
+// window's steps: the input projection (per chunk of the window's steps),
+// the cell steps, and in training the dropout of the window's outputs,
+// whose masks are drawn at the window's offset from the layer's, the same
+// elements. Every step's cell runs the same call on the same values.
+// Where a window is whole chunks, the input projection makes the same
+// products too, so the results are the same bits as without the
+// wavefront (TestWaveSameBits). Where a chunk is longer than a window (on
+// a GPU, whose chunks are ⌈2048/B⌉ steps, a char-RNN step is one chunk),
+// the projection's products cover a window's rows: the same bits on a
+// device whose products do not depend on how many rows a call has (the
+// emulator), within rounding elsewhere (the CPU device's product takes
+// another path for 64 rows or fewer; cuBLAS picks its algorithm by shape).
+// Either way a given stack and shape always makes the same calls, so
+// replays, resumes and accumulation are exact as before.
+//
+// Buffers. In training every layer has its own (what Backward reads), so
+// the two streams share nothing they write but the pass temporaries of
+// the cell, the GRU's input projection and recurrent product: the layers
+// on the branch use a second set of them (pass.wave), and both sets hold
+// a window's steps, not T (less memory than one set of T, from 2 windows
+// on). Without grad, the LSTM's input projection is such a temporary too,
+// and the layers' sequences, which layer l shares with layer l-2, are
+// written by the pair after the Join.
+//
+// Which forwards: training ones without Recompute (keepSteps) and NoGrad
+// ones of two steps or more (a sampled step, one step long, has nothing
+// to overlap). Not a bidirectional stack (a layer's reverse walk needs the
+// layer below's every step), nor with lengths (the final states of the
+// sequences ending in a window are kept in one row the layers share), nor
+// with Recompute (its segments are already time-major, every layer of a
+// segment in turn, in one set of buffers).
+
+// waveSteps returns the steps of a window of the wavefront of a forward of
+// shape sh that keeps kp, opening the stack's branch if it has none yet;
+// 0 for a forward that runs its layers one after the other (above).
+func (s *stack) waveSteps(kp keep, sh *batchShape) int {
+	n := s.cfg.WaveWindows
+	if n == 0 {
+		n = 4
+	}
+	if n < 2 || sh.T < 2 || s.cfg.Layers < 2 || s.dirs() == 2 || sh.varlen || (kp != keepSteps && kp != keepNothing) {
+		return 0
+	}
+	// Whole chunks where a chunk is shorter than a window, so that the
+	// input projection makes the calls it makes without the wavefront.
+	W, c := (sh.T+n-1)/n, s.chunkSteps(sh.B)
+	if c <= W {
+		W = (W + c - 1) / c * c
+	}
+	if W >= sh.T || s.openBranch() == nil {
+		return 0
+	}
+	return W
+}
+
+// WaveWindows reports how many windows the stack's last training forward
+// was cut into: 1 when it ran its layers one after the other (one layer,
+// bidirectional, lengths, Recompute, no branch, Config.WaveWindows 1), 0
+// before the first.
+func (s *stack) WaveWindows() int { return s.waved }
+
+// windowBufs returns the view of a layer's buffers b (of a keepSteps or
+// NoGrad forward, which hold all T steps) that window w sees: step t of a
+// per-step buffer, and position p of hseq and, in training, cseq, at
+// t-w.t0 (layerPass.step). Without grad cseq's slots are used in turn by
+// every window, and stay as they are.
+func windowBufs(b layerBufs, dt device.DType, w span, BH int, train bool) layerBufs {
+	steps := w.t1 - w.t0
+	view := func(buf device.Buffer, width, n int) device.Buffer {
+		if buf.IsZero() {
+			return buf
+		}
+		return buf.Elems(dt, w.t0*width, n*width)
+	}
+	b.hseq = view(b.hseq, BH, steps+1)
+	if train {
+		b.cseq = view(b.cseq, BH, steps+1)
+		b.gates = view(b.gates, 4*BH, steps)
+		b.mask, b.drop = view(b.mask, BH, steps), view(b.drop, BH, steps)
+	}
+	return b
+}
+
+// twin is the pass the wavefront's layers on the branch see: p, with the
+// second set of the cell's temporaries.
+func (p *pass) twin() *pass {
+	t := *p
+	t.pre, t.xpre, t.hpre = p.wave.pre, p.wave.xpre, p.wave.hpre
+	return &t
+}
+
+// forwardWave queues the layers' forwards over x, [T, B, Input], as a
+// wavefront of windows of W steps (above), and returns the top layer's
+// output.
+func (s *stack) forwardWave(q *queue, p *pass, sh *batchShape, kp keep, W int, x device.Buffer, st *State) device.Buffer {
+	T, L := sh.T, s.cfg.Layers
+	in := s.input(q, p, sh, kp != keepNothing, x)
+	twin := p.twin()
+	wins := waveWins(T, W)
+	for l0 := 0; l0 < L; l0 += 2 {
+		for i, w := range wins {
+			for l := l0; l < min(l0+2, L); l++ {
+				lp := s.layerPass(p, sh, kp, T, l, 0, w)
+				if l > l0 {
+					// After the lower layer's window, on the branch.
+					q.add(s.branch.Fork())
+					lp.k, lp.p = s.branch.Kernels(), twin
+				}
+				lp.in = s.windowInputs(q, p, sh, kp, T, l, w, in)
+				if i == 0 {
+					s.initial(q, lp, st, l)
+				}
+				s.forwardWindow(q, lp, false)
+				if i == len(wins)-1 {
+					s.final(q, lp, st, l)
+				}
+				if kp == keepSteps {
+					s.dropWindow(q, lp, s.maskOffset(l, 0, T, sh.B), lp.output(), lp.b.drop, lp.b.mask)
+				}
+			}
+		}
+		if l0+1 < L {
+			// Queued even after an error: the branch's work must not
+			// outlive the forward unjoined.
+			q.add(s.branch.Join())
+		}
+	}
+	return s.layerPass(p, sh, kp, T, L-1, 0, span{0, T}).output()
+}
+
+// waveWins are the windows of W steps of T.
+func waveWins(T, W int) []span {
+	var wins []span
+	for t0 := 0; t0 < T; t0 += W {
+		wins = append(wins, span{t0, min(t0+W, T)})
+	}
+	return wins
+}
+
+// backwardWave differentiates a forward that ran as a wavefront (rec.wave
+// > 0), itself a wavefront, the forward's mirror: layers in pairs from the
+// top, (L-1, L-2), (L-3, L-4) and so on, the last alone when L is odd,
+// each pair over the forward's windows from the last. The upper layer of
+// a pair walks back its window c on the compute stream, then queues its
+// input gradient over the window (the lower layer's dh there) and the
+// window's dropout; the lower layer, forked after that, walks back its
+// window c on the branch and queues its own input gradient, beside the
+// upper layer's walk over window c-1. Each walk hands the gradient
+// crossing into the window before it on as an edge (cell.saveEdge,
+// applyEdge, as with Recompute, but views of the step's own buffers,
+// layerGrads.kept: no copy), applied once the layer above has written that
+// window's dh: no walk writes outside its window. The GRU's edge reads the
+// step's dh, so its layers' dh take three slots in turn, not two: the
+// lower layer's input gradient, written beside the upper layer's walk,
+// goes to the slot of neither.
+//
+// The weight and bias gradients run after the layer's walk, over all its
+// steps, in the chunks and the order a Backward without the wavefront
+// adds them in (the same calls): the upper layer's on the compute stream,
+// beside the lower layer's last window; then the pair's Join (the next
+// pair's upper layer reads the lower one's input gradient); then, forked
+// again, the lower layer's on the branch, beside the next pair's first
+// window (or the layers' callers' work after Backward, the char-RNN's
+// embedding gradient). A
+// layer's notice comes after the Join that covers its gradients (the
+// side's notices). The GRU's pre-activation gradients of the two layers
+// are the two sets (by layer parity), so the next pair's writes follow
+// the reads in stream order.
+//
+// The bits: each step's cell gradient is the same call on the same
+// values, the edges add what the walk adds within a window in the same
+// order (TestRecomputeMatchesPlain's point), the weight gradients are
+// the same calls, and the input gradient's products over a window are
+// row-stable on the CPU device and the emulator, so the gradients are
+// those of a Backward without the wavefront (TestWaveSameBits; on cuBLAS
+// within rounding, the input gradient's products being cut at the
+// windows).
+//
+// Memory: the edges (cell.edgeSize per layer: 4·B·H for the LSTM, unused
+// but allocated; 14·B·H for the GRU, whose second cell gradient writes
+// 6·B·H of it) and the GRU's third dh slot, T·B·H; the GRU's two sets of
+// pre-activation gradients, which a branched Backward has already.
+func (s *stack) backwardWave(q *queue, p *pass, rec *record, dy device.Buffer, gb gradBufs, sd *side) {
+	dt, sh := s.cfg.DType, &rec.sh
+	T, B, H, L := sh.T, sh.B, s.cfg.Hidden, s.cfg.Layers
+	k := s.dev.Kernels()
+	st := rec.state
+	tied := st != nil && st.tie == rec
+	// The layers' dh slots: two in turn, three where an edge reads dh
+	// (the GRU's), so that the layer two below's input gradient, which
+	// the lower layer writes beside the upper one's walk, goes elsewhere.
+	slots := 2
+	if s.cell.edgeReadsDH() {
+		slots = 3
+	}
+	q.add(k.Copy(device.Copy{Dst: gb.dh[(L-1)%slots][0], Src: dy.Slice(0, int64(T*B*H)*dt.Size())}))
+	wins := reversed(waveWins(T, rec.wave))
+	all := span{0, T}
+	for top := L - 1; top >= 0; top -= 2 {
+		group := []int{top}
+		if top > 0 {
+			group = append(group, top-1)
+		}
+		lgs := make([]layerGrads, len(group))
+		edges := make([]int, len(group))
+		for j, l := range group {
+			lgs[j], edges[j] = s.layerGrads(gb, st, tied, sh, l, 0), -1
+			lgs[j].kept = true
+		}
+		for i, w := range wins {
+			for j, l := range group {
+				lp := s.layerPass(p, sh, keepSteps, T, l, 0, w)
+				if j == 1 {
+					// After the upper layer's input gradient over the window.
+					q.add(s.branch.Fork())
+					sd.forked = true
+					lp.k = s.branch.Kernels()
+				}
+				lp.in = s.windowInputs(q, p, sh, keepSteps, T, l, w, p.x)
+				lg := &lgs[j]
+				lg.dh = gb.dh[l%slots][0].Elems(dt, w.t0*B*H, (w.t1-w.t0)*B*H)
+				lg.dxp[lg.set], lg.dhp[lg.set] = windowGrads(gb.dxp[lg.set], dt, w, B*H), windowGrads(gb.dhp[lg.set], dt, w, B*H)
+				edges[j] = s.backwardWindow(q, lp, lg, i == 0, i == len(wins)-1, edges[j])
+				dst := s.dx.buf
+				if l > 0 {
+					dst = gb.dh[(l-1)%slots][0]
+				}
+				dst = windowViews(dt, []device.Buffer{dst}, lp.in, w, B)[0]
+				s.inputGrads(q, lp, lg, []device.Buffer{dst}, false)
+				if m := s.lay[max(l-1, 0)].mask; l > 0 && !m.IsZero() {
+					n := (w.t1 - w.t0) * B * H
+					q.add(lp.k.Mul(device.Mul{DType: dt, N: n, X: dst, Y: m.Elems(dt, w.t0*B*H, n), Z: dst}))
+				}
+			}
+		}
+		for j, l := range group {
+			if j == 1 {
+				// The lower layer's input gradient is the next pair's;
+				// the notices of the layers the Join covers follow it.
+				sd.join(q)
+			}
+			lp := s.layerPass(p, sh, keepSteps, T, l, 0, all)
+			lp.in = s.windowInputs(q, p, sh, keepSteps, T, l, all, p.x)
+			lg := &lgs[j]
+			lg.dxp, lg.dhp = gb.dxp, gb.dhp
+			s.cell.gradViews(lp, lg)
+			wk := k
+			if j == 1 {
+				// Forked again: a capture takes a branch's work between a
+				// Fork and a Join only.
+				q.add(s.branch.Fork())
+				wk, sd.forked = s.branch.Kernels(), true
+			}
+			for _, ch := range s.gradChunks(lp) {
+				s.weightGrads(q, wk, lp, lg, ch)
+			}
+			s.sharedBiasGrad(q, wk, lg, l, 0)
+			sd.notify(q, l)
+		}
+	}
+}
+
+// windowGrads is window w's steps of a GRU's per-step gradients of all
+// the steps (3·BH elements a step), none without.
+func windowGrads(g device.Buffer, dt device.DType, w span, BH int) device.Buffer {
+	if g.IsZero() {
+		return g
+	}
+	return g.Elems(dt, w.t0*3*BH, (w.t1-w.t0)*3*BH)
+}

@@ -1,0 +1,62 @@
+package rnn
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/testdevice"
+)
+
+// TestWaveSameBits checks the forward's wavefront (wave.go) against the
+// same stack with Config.NoBranches, which runs its layers one after the
+// other: two training steps and a NoGrad forward give the same bits of
+// every output, final state, gradient and parameter (branchSteps), for
+// LSTM and GRU stacks of 2 layers (one pair), 3 (a pair and a layer
+// alone) and 4 (two pairs), with and without dropout (whose masks each
+// window draws at its offset), bias and a state (read and written in
+// place without grad), in windows of 2 steps (the default 4 windows of
+// the 5 steps), 3 (WaveWindows 2) and 1 (WaveWindows 5); and with
+// WaveWindows 1, layer after layer. The branch counts what it is asked
+// for (expectedBranch): one Fork per window of each pair's upper layer,
+// one Join per pair, the upper layer's projections and state copies.
+//
+// The last case cuts the 5 steps in one chunk of the products over
+// steps, longer than a window: the windows' projections then cover fewer
+// rows than the chunk, which the CPU device's float64 product computes
+// alike (its counts are not checked: expectedBranch counts chunks of one
+// step).
+//
+// A Fork left out would let the upper layer read the lower one's window
+// before it is written (on the CPU device its branch is a stream with a
+// worker of its own), and a Join left out the next pair, or the caller,
+// read the upper layer's before it is: wrong bits, or a failed count.
+func TestWaveSameBits(t *testing.T) {
+	cases := []branchCase{
+		{layers: 2, dropout: 0.3, tied: true, eval: true, branched: true},
+		{layers: 3, noBias: true, wave: 2, eval: true, branched: true},
+		{layers: 4, dropout: 0.3, tied: true, wave: 5, eval: true, branched: true},
+		{layers: 2, tied: true, wave: 1, eval: true, branched: true},
+		{layers: 3, dropout: 0.3, tied: true, eval: true, branched: true, chunk: brT},
+	}
+	d := testdevice.Open(t)
+	if _, ok := d.(device.Brancher); !ok {
+		t.Skipf("%s has no branches (device.Brancher)", d.Name())
+	}
+	for _, lstm := range []bool{true, false} {
+		for _, c := range cases {
+			name := fmt.Sprintf("lstm=%v/layers%d/dropout%v/bias=%v/tied=%v/wave%d/chunk%d", lstm, c.layers, c.dropout, !c.noBias, c.tied, c.wave, c.chunk)
+			t.Run(name, func(t *testing.T) {
+				want, _ := branchSteps(t, d, lstm, c, true)
+				got, n := branchSteps(t, d, lstm, c, false)
+				sameBits(t, got, want)
+				if w := expectedBranch(lstm, c); c.chunk == 0 && n != w {
+					t.Errorf("the branch was asked for %+v, want %+v", n, w)
+				}
+				if c.wave != 1 && n.forks == 0 {
+					t.Error("no Fork: the forwards ran layer after layer")
+				}
+			})
+		}
+	}
+}
