@@ -88,8 +88,10 @@ func (l *lane) Branch() (device.Branch, error) {
 }
 
 // start makes the branch's stream, events, cuBLAS handle and workspace;
-// on error, release undoes whatever it made.
-func (b *branch) start() error {
+// on error, release undoes whatever it made, and the allocator stream id
+// it took goes back to the idle ones as it was (nothing ran under it), for
+// the next branch opened.
+func (b *branch) start() (err error) {
 	l := b.q.ln
 	d := l.d
 	s, err := d.api.StreamCreate(d.ctx)
@@ -106,14 +108,26 @@ func (b *branch) start() error {
 		idle.id = d.newStreamID()
 	}
 	d.mu.Unlock()
+	defer func() {
+		if err != nil {
+			d.mu.Lock()
+			l.idle = append(l.idle, idle)
+			d.mu.Unlock()
+		}
+	}()
 	b.q.temps = idle.id
 	b.st = &stream{ln: l, s: s, id: idle.id}
 	if idle.done != 0 {
-		err := d.api.StreamWaitEvent(d.ctx, s, idle.done)
-		d.events.put(idle.done)
-		if err != nil {
+		if err := d.api.StreamWaitEvent(d.ctx, s, idle.done); err != nil {
 			return err
 		}
+		// Its wait is queued: the event may be recorded again, but stays
+		// the id's until the branch has started.
+		defer func() {
+			if err == nil {
+				d.events.put(idle.done)
+			}
+		}()
 	}
 	if b.fork, err = d.events.get(d.api, d.ctx); err != nil {
 		return err

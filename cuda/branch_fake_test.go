@@ -211,6 +211,60 @@ func TestFakeBranchReusesIDs(t *testing.T) {
 	}
 }
 
+// TestFakeBranchFailedOpenKeepsID: a branch that fails to open (its
+// cuBLAS handle refused) gives back the allocator stream id it took, a
+// closed branch's or a new one, with the closed branch's wait: the next
+// branch opened takes that id, and no id is made in vain.
+func TestFakeBranchFailedOpenKeepsID(t *testing.T) {
+	f := newFakeAPI()
+	d := openFake(t, f, Config{})
+	fail := func() {
+		t.Helper()
+		f.mu.Lock()
+		f.blasCreateErr = errors.New("no handle")
+		f.mu.Unlock()
+		b, err := d.Branch()
+		f.mu.Lock()
+		f.blasCreateErr = nil
+		f.mu.Unlock()
+		if err == nil {
+			b.Close()
+			t.Fatal("Branch with cublasCreate failing: no error")
+		}
+	}
+	fail()
+	a := openBranch(t, d)
+	id, old := a.q.temps, a.q.on
+	log0 := len(f.eventLog)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fail()
+	b := openBranch(t, d)
+	if b.q.temps != id {
+		t.Errorf("after a failed open, the next branch's allocator stream %d, want the closed one's %d", b.q.temps, id)
+	}
+	// The closed branch's wait still comes first: the new stream waits
+	// for the event recorded on the closed one's after its work.
+	recordedOn := map[cuEvent]cuStream{}
+	found := false
+	for _, l := range f.eventsSince(log0) {
+		var e cuEvent
+		var s cuStream
+		if _, err := fmt.Sscanf(l, "record %d on %d", &e, &s); err == nil {
+			recordedOn[e] = s
+		} else if _, err := fmt.Sscanf(l, "%d waits for %d", &s, &e); err == nil && s == b.q.on && recordedOn[e] == old {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("closing a branch, a failed open and the next queued %q; want the next's stream %d waiting for an event recorded on the closed one's %d", f.eventsSince(log0), b.q.on, old)
+	}
+	if d.nextID != id {
+		t.Errorf("the device made stream ids up to %d, want %d (the failed opens made none of their own)", d.nextID, id)
+	}
+}
+
 // TestFakeBranchCapture checks a branch in a capture of the compute
 // stream, over the fake driver's cross-stream capture: forked during the
 // capture, its work is recorded with the compute stream's, not run, and

@@ -135,10 +135,15 @@
 // Layers and states are not safe for concurrent use. All work is queued on
 // the device's compute stream in call order; a nil error means the work was
 // queued, and device errors surface at the next synchronisation. On a
-// device with branches (device.Brancher) a stack's Backward queues each
-// layer's weight and bias gradients on a branch of the compute stream,
-// which runs them beside the walk back of the layer below; the compute
-// stream waits for them before Backward returns (and before a
-// NotifyLayers notice), so to the caller it is all one stream, and the
-// gradients are the same bits as on one (Config.NoBranches).
+// device with branches (device.Brancher) a stack queues part of its work
+// on a branch of the compute stream: a unidirectional stack of two layers
+// or more runs its forward and Backward as a wavefront (each pair's upper
+// layer on the branch, one window of steps behind the lower one:
+// Config.WaveWindows), and otherwise Backward runs each layer's weight and
+// bias gradients there, beside the walk back of the layer below. The
+// compute stream waits for the branch before Forward and Backward return
+// (and before a NotifyLayers notice), so to the caller it is all one
+// stream, and the results are the same bits as on one
+// (Config.NoBranches) wherever the windows cut no product differently
+// (on the CPU device, windows of whole chunks).
 package rnn

@@ -238,17 +238,17 @@ type cell interface {
 	// window.
 	backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int, in product)
 	// edgeSize is the number of elements saveEdge keeps for a batch of B
-	// (with lg.kept, the scratch applyEdge needs). edgeReadsDH says the
-	// edge reads the step's gradient with respect to its output, which
-	// must then stay in place with lg.kept.
-	// saveEdge copies into lg.edge what step t of lp's window (whose
-	// predecessor lies in the next window of the walk back) needs to add
-	// its part of the gradient with respect to the state entering it;
-	// applyEdge, lp now being that next window, once the gradient in
-	// lg.dh's step lp.prev(t) holds what flows from above, adds what the
-	// step's cell gradient adds there (the GRU's direct part) and returns
-	// the step's saved recurrent pre-activation gradient, whose product
-	// the walk then adds as it does within a window.
+	// (with lg.kept, the scratch applyEdge needs). saveEdge copies into
+	// lg.edge (with lg.kept, keeps in lg.own views of) what step t of lp's
+	// window (whose predecessor lies in the next window of the walk back)
+	// needs to add its part of the gradient with respect to the state
+	// entering it; applyEdge, lp now being that next window, once the
+	// gradient in lg.dh's step lp.prev(t) holds what flows from above,
+	// adds what the step's cell gradient adds there (the GRU's direct
+	// part) and returns the step's saved recurrent pre-activation
+	// gradient, whose product the walk then adds as it does within a
+	// window. edgeReadsDH says the edge reads the step's gradient with
+	// respect to its output, which must then stay in place with lg.kept.
 	edgeSize(B, H int) int
 	edgeReadsDH() bool
 	saveEdge(q *queue, lp *layerPass, lg *layerGrads, t int)
