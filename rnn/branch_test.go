@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/meta"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
@@ -29,6 +30,9 @@ type countedBranch struct {
 	n branchCounts
 	// unjoined is the number of kernel calls since the last Join.
 	unjoined int
+	// products are the outputs of the Gemms queued on it since the last
+	// clearing, for checkTwin.
+	products []device.Buffer
 }
 
 func (b *countedBranch) Kernels() device.Kernels {
@@ -46,6 +50,7 @@ type countedKernels struct {
 func (k countedKernels) Gemm(a device.Gemm) error {
 	k.b.n.gemms++
 	k.b.unjoined++
+	k.b.products = append(k.b.products, a.C)
 	return k.Kernels.Gemm(a)
 }
 
@@ -203,18 +208,23 @@ func TestBranchOpenedAfterCapture(t *testing.T) {
 // lengths) the input weight's products (one per part of the layer's
 // input), the recurrent one and the bias row sums (the LSTM's input-side
 // one; the GRU's two); and per Backward the LSTM's shared-bias copies, one
-// per layer and direction. Each forward that runs as a wavefront adds its
-// own (waveForward).
+// per layer and direction. Each forward that runs as a wavefront, or with
+// a bidirectional layer's reverse direction on the branch, adds its own
+// (waveForward, dirsForward).
 func expectedBranch(lstm bool, c branchCase) branchCounts {
 	n := expectedBackwards(lstm, c)
 	if waveForward(lstm, c, true) != (branchCounts{}) {
 		n = waveBackwards(lstm, c)
 	}
+	forward := waveForward
+	if c.bidir {
+		forward = dirsForward
+	}
 	for train := range 2 {
 		if train == 0 && !c.eval {
 			continue
 		}
-		f := waveForward(lstm, c, train == 1)
+		f := forward(lstm, c, train == 1)
 		copies := 1
 		if train == 1 {
 			copies = 2 // training steps
@@ -259,6 +269,68 @@ func waveForward(lstm bool, c branchCase, train bool) branchCounts {
 			f.copies += 4
 		default:
 			f.copies += 2
+		}
+	}
+	return f
+}
+
+// dirsForward is what one forward of a bidirectional case c (a training
+// one with train) asks of the branch (stack.forwardLayers: without
+// Recompute, keepSteps or NoGrad): per layer a Fork and a Join, and on the
+// branch the reverse direction's input projection, one product per step
+// and part of the layer's input (one, or the two directions of the layer
+// below), and its copies: with a state and no lengths, the state into the
+// walk's initial state and the final one out (h, and c for the LSTM) in
+// training, the final h alone without grad (which works in the state in
+// place); with lengths, the initial states of the sequences that start at
+// each step but the last, copied in where the step reads them (the
+// state's own are gathered, not copied); and without grad, the LSTM's
+// initial c into the slot the first step reads, unless that is the
+// state's row.
+func dirsForward(lstm bool, c branchCase, train bool) branchCounts {
+	if train && c.recompute > 0 {
+		return branchCounts{}
+	}
+	states := 1
+	if lstm {
+		states = 2
+	}
+	running := func(t int) int {
+		if c.lengths == nil {
+			return brB
+		}
+		n := 0
+		for _, L := range c.lengths {
+			if int(L) > t {
+				n++
+			}
+		}
+		return n
+	}
+	inPlace := !train && c.lengths == nil && c.tied
+	var f branchCounts
+	for l := range c.layers {
+		f.forks++
+		f.joins++
+		parts := 1
+		if l > 0 {
+			parts = 2
+		}
+		f.gemms += brT * parts
+		for t := range brT - 1 {
+			if running(t) > running(t+1) {
+				f.copies += states
+			}
+		}
+		if lstm && !train && !inPlace && running(brT-1) > 0 {
+			f.copies++
+		}
+		switch {
+		case c.lengths != nil || !c.tied:
+		case !train:
+			f.copies++
+		default:
+			f.copies += 2 * states
 		}
 	}
 	return f
@@ -413,8 +485,10 @@ func branchSteps(t *testing.T, d device.Device, lstm bool, c branchCase, noBranc
 		if st != nil {
 			st.Detach()
 		}
+		counted.products = nil
 		y, err := s.ForwardLengths(Train, x, T, B, c.lengths, st)
 		must(t, err)
+		checkTwin(t, s, counted, lstm, c, true)
 		res.add("output", down(t, d, y, T*B*D*H))
 		if st != nil {
 			res.add("h_n", down(t, d, st.H(), LD*B*H))
@@ -468,8 +542,10 @@ func branchSteps(t *testing.T, d device.Device, lstm bool, c branchCase, noBranc
 	}
 	if c.eval {
 		x := newBuf(t, d, randoms(r, T*B*brI))
+		counted.products = nil
 		y, err := s.ForwardLengths(NoGrad, x, T, B, c.lengths, st)
 		must(t, err)
+		checkTwin(t, s, counted, lstm, c, false)
 		res.add("NoGrad output", down(t, d, y, T*B*D*H))
 		if st != nil {
 			res.add("NoGrad h_n", down(t, d, st.H(), LD*B*H))
@@ -480,6 +556,49 @@ func branchSteps(t *testing.T, d device.Device, lstm bool, c branchCase, noBranc
 		must(t, d.Free(x))
 	}
 	return res, n
+}
+
+// checkTwin fails t where a product the forward (a training one with
+// train) of case c queued on the stack's branch wrote into the first set
+// of the pass temporaries, the compute stream's: the input projection
+// (and the GRU's recurrent product) of the layers that run on the
+// compute stream meanwhile. The walks on the branch have their own set
+// (pass.twin); sharing the compute stream's gives wrong bits only when
+// the two streams' steps happen to interleave, which the bits of
+// TestWaveSameBits may miss, so the products' place is checked. The
+// first set lies at the start of the stack's work buffer (stack.plan:
+// without lengths, the pass temporaries come first), for windows of the
+// wavefront's steps, or all of them with a bidirectional layer's
+// directions on two streams; an LSTM's training forward has none (its
+// projections go to each layer's saved gates).
+func checkTwin(t *testing.T, s *stack, b *countedBranch, lstm bool, c branchCase, train bool) {
+	t.Helper()
+	if (lstm && train) || c.lengths != nil || len(b.products) == 0 {
+		return
+	}
+	steps := brT
+	if !c.bidir {
+		n := c.wave
+		if n == 0 {
+			n = 4
+		}
+		steps = (brT + n - 1) / n
+	}
+	// The GRU's projection, then its recurrent product of one step; the
+	// LSTM's projection.
+	n := steps*brB*3*brH + brB*3*brH
+	if lstm {
+		n = steps * brB * 4 * brH
+	}
+	first := s.work.buf.Elems(device.Float64, 0, n)
+	lo, hi := first.Addr(), first.Addr()+alloc.Ptr(first.Len())
+	for _, p := range b.products {
+		if p.Addr() < hi && p.Addr()+alloc.Ptr(p.Len()) > lo {
+			t.Errorf("a product on the branch wrote [%#x, %#x), inside the compute stream's pass temporaries [%#x, %#x)",
+				p.Addr(), p.Addr()+alloc.Ptr(p.Len()), lo, hi)
+			return
+		}
+	}
 }
 
 // sameBits fails t where got and want differ in any bit.

@@ -302,7 +302,7 @@ type record struct {
 	state *State
 	keep  keep
 	seg   int
-	wave  int // the steps of the forward's wavefront windows, 0 for none (wave.go)
+	br    branching // how the forward used the stack's branch
 	x     device.Buffer
 }
 
@@ -368,8 +368,8 @@ type pass struct {
 	// writes in place (layerPass's stateH), nil otherwise.
 	state *State
 	// wave holds a second set of the cell's pass temporaries (pre, xpre,
-	// hpre) for the layers a wavefront runs on the branch (wave.go); nil
-	// without a wavefront.
+	// hpre) for the walks the forward runs on the branch (wave.go); nil
+	// without.
 	wave *pass
 }
 
@@ -873,10 +873,10 @@ func (s *stack) Close() error {
 }
 
 // plan lays out a forward of shape sh that keeps kp, with segments of seg
-// steps and wavefront windows of wave steps (0: none): what Backward needs
-// from res, the output of a forward with Recompute from out, temporaries
-// from tmp (res is tmp without grad).
-func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg, wave int) pass {
+// steps, using the stack's branch as br says: what Backward needs from res,
+// the output of a forward with Recompute from out, temporaries from tmp
+// (res is tmp without grad).
+func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg int, br branching) pass {
 	T, B, H, L, D := sh.T, sh.B, s.cfg.Hidden, s.cfg.Layers, s.dirs()
 	train := kp != keepNothing
 	// steps is how many steps a window's per-step temporaries hold.
@@ -884,8 +884,8 @@ func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg, wave in
 	switch {
 	case kp == keepOutputs || kp == keepBoundaries:
 		steps = seg
-	case wave > 0:
-		steps = wave
+	case br.wave > 0:
+		steps = br.wave
 	}
 	var p pass
 	switch {
@@ -895,7 +895,7 @@ func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg, wave in
 		p.x = tmp.take(T * B * s.cfg.Input)
 	}
 	s.cell.planPass(tmp, train, steps, B, H, &p)
-	if wave > 0 {
+	if br.wave > 0 || br.dirs {
 		p.wave = &pass{}
 		s.cell.planPass(tmp, train, steps, B, H, p.wave)
 	}
@@ -979,8 +979,8 @@ func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg, wave in
 // layout sizes the arenas for a forward, takes their memory from the
 // stack's scratch buffers and lays the pass out in it; with lengths it
 // also puts their order on the device.
-func (s *stack) layout(kp keep, sh *batchShape, seg, wave int) (pass, error) {
-	res, tmp, out, err := s.arenas(kp, sh, seg, wave)
+func (s *stack) layout(kp keep, sh *batchShape, seg int, br branching) (pass, error) {
+	res, tmp, out, err := s.arenas(kp, sh, seg, br)
 	if err != nil {
 		return pass{}, err
 	}
@@ -1001,17 +1001,17 @@ func (s *stack) layout(kp keep, sh *batchShape, seg, wave int) (pass, error) {
 			return pass{}, err
 		}
 	}
-	return s.plan(res, tmp, out, kp, sh, seg, wave), nil
+	return s.plan(res, tmp, out, kp, sh, seg, br), nil
 }
 
 // layoutSaved lays out the saved training forward rec again, in the memory
 // that holds it.
 func (s *stack) layoutSaved(rec *record) (pass, error) {
-	res, tmp, out, err := s.arenas(rec.keep, &rec.sh, rec.seg, rec.wave)
+	res, tmp, out, err := s.arenas(rec.keep, &rec.sh, rec.seg, rec.br)
 	if err != nil {
 		return pass{}, err
 	}
-	p := s.plan(res, tmp, out, rec.keep, &rec.sh, rec.seg, rec.wave)
+	p := s.plan(res, tmp, out, rec.keep, &rec.sh, rec.seg, rec.br)
 	if !rec.sh.varlen {
 		p.x = rec.x
 	}
@@ -1020,13 +1020,13 @@ func (s *stack) layoutSaved(rec *record) (pass, error) {
 
 // arenas sizes the arenas of a pass and gives them the memory of the
 // stack's scratch buffers, ready to be laid out from their start.
-func (s *stack) arenas(kp keep, sh *batchShape, seg, wave int) (res, tmp, out *arena, err error) {
+func (s *stack) arenas(kp keep, sh *batchShape, seg int, br branching) (res, tmp, out *arena, err error) {
 	dt := s.cfg.DType
 	res, tmp, out = &arena{dt: dt}, &arena{dt: dt}, &arena{dt: dt}
 	if kp == keepNothing {
 		res = tmp
 	}
-	s.plan(res, tmp, out, kp, sh, seg, wave)
+	s.plan(res, tmp, out, kp, sh, seg, br)
 	if kp != keepNothing {
 		if res.buf, err = s.reserve.get(s.dev, device.Activations, int64(res.off)*dt.Size()); err != nil {
 			return nil, nil, nil, err
@@ -1173,8 +1173,8 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 		// The reserve is about to be overwritten.
 		s.rec, s.spent = nil, false
 	}
-	wave := s.waveSteps(kp, &sh)
-	p, err := s.layout(kp, &sh, seg, wave)
+	br := s.branching(kp, &sh)
+	p, err := s.layout(kp, &sh, seg, br)
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
 	}
@@ -1196,19 +1196,19 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 	switch {
 	case kp == keepBoundaries:
 		out = s.forwardBoundaries(&q, &p, &sh, seg, x, st)
-	case wave > 0:
-		out = s.forwardWave(&q, &p, &sh, kp, wave, x, st)
+	case br.wave > 0:
+		out = s.forwardWave(&q, &p, &sh, kp, br.wave, x, st)
 	default:
-		out = s.forwardLayers(&q, &p, &sh, kp, seg, x, st)
+		out = s.forwardLayers(&q, &p, &sh, kp, seg, br.dirs, x, st)
 	}
 	if q.err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, q.err)
 	}
 	if kp != keepNothing {
-		rec := &record{sh: sh, state: st, keep: kp, seg: seg, wave: wave}
+		rec := &record{sh: sh, state: st, keep: kp, seg: seg, br: br}
 		s.waved = 1
-		if wave > 0 {
-			s.waved = (sh.T + wave - 1) / wave
+		if br.wave > 0 {
+			s.waved = (sh.T + br.wave - 1) / br.wave
 		}
 		if !sh.varlen {
 			rec.x = p.x
@@ -1268,12 +1268,24 @@ func (s *stack) input(q *queue, p *pass, sh *batchShape, train bool, x device.Bu
 // forwardLayers queues the layers' forwards over x, [T, B, Input], one
 // layer after the other (every kept but keepBoundaries), and returns the
 // output: the top layer's (which has no dropout), in the caller's order
-// and with both directions interleaved.
-func (s *stack) forwardLayers(q *queue, p *pass, sh *batchShape, kp keep, seg int, x device.Buffer, st *State) device.Buffer {
+// and with both directions interleaved. With dirs, the reverse direction
+// of each (bidirectional) layer runs on the stack's branch, forked when
+// the layer begins and joined when it ends, beside the forward direction
+// (the two read the layer's input and write their own buffers, the
+// reverse one with the second set of the pass temporaries): the same
+// calls, so the same bits.
+func (s *stack) forwardLayers(q *queue, p *pass, sh *batchShape, kp keep, seg int, dirs bool, x device.Buffer, st *State) device.Buffer {
 	dt, T, B, H, L, D := s.cfg.DType, sh.T, sh.B, s.cfg.Hidden, s.cfg.Layers, s.dirs()
 	k := s.dev.Kernels()
 	in := s.input(q, p, sh, kp != keepNothing, x)
+	var twin *pass
+	if dirs {
+		twin = p.twin()
+	}
 	for l := range L {
+		if dirs {
+			q.add(s.branch.Fork())
+		}
 		for dir := range D {
 			wins := s.windows(sh, kp, seg)
 			if dir == 1 {
@@ -1281,6 +1293,9 @@ func (s *stack) forwardLayers(q *queue, p *pass, sh *batchShape, kp keep, seg in
 			}
 			for i, w := range wins {
 				lp := s.layerPass(p, sh, kp, seg, l, dir, w)
+				if dirs && dir == 1 {
+					lp.k, lp.p = s.branch.Kernels(), twin
+				}
 				lp.in = s.windowInputs(q, p, sh, kp, seg, l, w, in)
 				if i == 0 {
 					s.initial(q, lp, st, l)
@@ -1295,6 +1310,11 @@ func (s *stack) forwardLayers(q *queue, p *pass, sh *batchShape, kp keep, seg in
 					s.dropWindow(q, lp, s.maskOffset(l, dir, T, B), lp.output(), lp.b.drop, lp.b.mask)
 				}
 			}
+		}
+		if dirs {
+			// Queued even after an error: the branch's work must not
+			// outlive the forward unjoined.
+			q.add(s.branch.Join())
 		}
 	}
 	top := make([]device.Buffer, D)
@@ -1543,7 +1563,7 @@ func (s *stack) Backward(dy device.Buffer) (device.Buffer, error) {
 		switch {
 		case rec.keep == keepBoundaries:
 			s.backwardBoundaries(&q, &p, rec, dy, gb, sd)
-		case rec.wave > 0:
+		case rec.br.wave > 0:
 			s.backwardWave(&q, &p, rec, dy, gb, sd)
 		default:
 			s.backwardLayers(&q, &p, rec, dy, gb, sd)
@@ -1578,7 +1598,7 @@ func (s *stack) gradLayout(rec *record, branched bool) (gradBufs, error) {
 	take := func() (gb gradBufs) {
 		BH := B * H
 		slots := 2
-		if rec.wave > 0 && s.cell.edgeReadsDH() {
+		if rec.br.wave > 0 && s.cell.edgeReadsDH() {
 			slots = 3
 		}
 		for slot := range slots {
@@ -1588,7 +1608,7 @@ func (s *stack) gradLayout(rec *record, branched bool) (gradBufs, error) {
 		}
 		for range LD {
 			gb.rows = append(gb.rows, g.take(BH))
-			if rec.keep != keepSteps || rec.wave > 0 {
+			if rec.keep != keepSteps || rec.br.wave > 0 {
 				gb.edges = append(gb.edges, g.take(s.cell.edgeSize(B, H)))
 			}
 		}

@@ -51,10 +51,30 @@ import "github.com/gocurrent/gocurrent/device"
 // Which forwards: training ones without Recompute (keepSteps) and NoGrad
 // ones of two steps or more (a sampled step, one step long, has nothing
 // to overlap). Not a bidirectional stack (a layer's reverse walk needs the
-// layer below's every step), nor with lengths (the final states of the
+// layer below's every step; its two directions run side by side instead,
+// the reverse one on the branch: stack.forwardLayers), nor with lengths (the final states of the
 // sequences ending in a window are kept in one row the layers share), nor
 // with Recompute (its segments are already time-major, every layer of a
 // segment in turn, in one set of buffers).
+
+// branching is how a forward uses the stack's branch: as a wavefront of
+// windows of wave steps (0: not), or with the reverse direction of each
+// bidirectional layer on it, beside the forward one (dirs).
+type branching struct {
+	wave int
+	dirs bool
+}
+
+// branching returns how a forward of shape sh that keeps kp uses the
+// stack's branch, opening it if it has none yet: a bidirectional layer's
+// two directions side by side (without Recompute: keepSteps or NoGrad),
+// or the wavefront.
+func (s *stack) branching(kp keep, sh *batchShape) branching {
+	if s.dirs() == 2 {
+		return branching{dirs: (kp == keepSteps || kp == keepNothing) && s.openBranch() != nil}
+	}
+	return branching{wave: s.waveSteps(kp, sh)}
+}
 
 // waveSteps returns the steps of a window of the wavefront of a forward of
 // shape sh that keeps kp, opening the stack's branch if it has none yet;
@@ -220,7 +240,7 @@ func (s *stack) backwardWave(q *queue, p *pass, rec *record, dy device.Buffer, g
 		slots = 3
 	}
 	q.add(k.Copy(device.Copy{Dst: gb.dh[(L-1)%slots][0], Src: dy.Slice(0, int64(T*B*H)*dt.Size())}))
-	wins := reversed(waveWins(T, rec.wave))
+	wins := reversed(waveWins(T, rec.br.wave))
 	all := span{0, T}
 	for top := L - 1; top >= 0; top -= 2 {
 		group := []int{top}

@@ -17,9 +17,15 @@ import (
 // window draws at its offset), bias and a state (read and written in
 // place without grad), in windows of 2 steps (the default 4 windows of
 // the 5 steps), 3 (WaveWindows 2) and 1 (WaveWindows 5); and with
-// WaveWindows 1, layer after layer. The branch counts what it is asked
-// for (expectedBranch): one Fork per window of each pair's upper layer,
-// one Join per pair, the upper layer's projections and state copies.
+// WaveWindows 1, layer after layer. And a bidirectional stack's forwards,
+// whose layers run their reverse direction on the branch beside the
+// forward one (2 and 3 layers, with and without lengths). The branch
+// counts what it is asked for (expectedBranch): one Fork per window of
+// each pair's upper layer, one Join per pair, the upper layer's
+// projections and state copies (or per bidirectional layer a Fork and a
+// Join, the reverse direction's projections and copies), and Backward's
+// (waveBackwards); and no product it runs writes into the compute
+// stream's pass temporaries (checkTwin).
 //
 // The last case cuts the 5 steps in one chunk of the products over
 // steps, longer than a window: the windows' projections then cover fewer
@@ -31,6 +37,9 @@ import (
 // before it is written (on the CPU device its branch is a stream with a
 // worker of its own), and a Join left out the next pair, or the caller,
 // read the upper layer's before it is: wrong bits, or a failed count.
+// Leaving out the Forks, the Joins, the branch's own pass temporaries,
+// the edges or the GRU's third dh slot, in the forward or Backward, each
+// failed it.
 func TestWaveSameBits(t *testing.T) {
 	cases := []branchCase{
 		{layers: 2, dropout: 0.3, tied: true, eval: true, branched: true},
@@ -38,6 +47,11 @@ func TestWaveSameBits(t *testing.T) {
 		{layers: 4, dropout: 0.3, tied: true, wave: 5, eval: true, branched: true},
 		{layers: 2, tied: true, wave: 1, eval: true, branched: true},
 		{layers: 3, dropout: 0.3, tied: true, eval: true, branched: true, chunk: brT},
+		// A bidirectional layer's reverse direction on the branch, beside
+		// the forward one (stack.forwardLayers).
+		{layers: 2, bidir: true, dropout: 0.3, tied: true, eval: true, branched: true},
+		{layers: 3, bidir: true, noBias: true, eval: true, branched: true},
+		{layers: 2, bidir: true, dropout: 0.3, lengths: []int32{3, 5, 1}, tied: true, eval: true},
 	}
 	d := testdevice.Open(t)
 	if _, ok := d.(device.Brancher); !ok {
@@ -45,7 +59,8 @@ func TestWaveSameBits(t *testing.T) {
 	}
 	for _, lstm := range []bool{true, false} {
 		for _, c := range cases {
-			name := fmt.Sprintf("lstm=%v/layers%d/dropout%v/bias=%v/tied=%v/wave%d/chunk%d", lstm, c.layers, c.dropout, !c.noBias, c.tied, c.wave, c.chunk)
+			name := fmt.Sprintf("lstm=%v/layers%d/dropout%v/bias=%v/tied=%v/bidirectional=%v/lengths=%v/wave%d/chunk%d",
+				lstm, c.layers, c.dropout, !c.noBias, c.tied, c.bidir, c.lengths, c.wave, c.chunk)
 			t.Run(name, func(t *testing.T) {
 				want, _ := branchSteps(t, d, lstm, c, true)
 				got, n := branchSteps(t, d, lstm, c, false)
