@@ -219,6 +219,9 @@ func expectedBranch(lstm bool, c branchCase) branchCounts {
 	forward := waveForward
 	if c.bidir {
 		forward = dirsForward
+		if c.branched && c.lengths == nil && c.recompute == 0 {
+			n = dirsBackwards(lstm, c)
+		}
 	}
 	for train := range 2 {
 		if train == 0 && !c.eval {
@@ -334,6 +337,43 @@ func dirsForward(lstm bool, c branchCase, train bool) branchCounts {
 		}
 	}
 	return f
+}
+
+// dirsBackwards is what the Backwards of two training steps of a
+// bidirectional case c ask of the branch when they walk the two
+// directions side by side (stack.backwardDirs: after forwards that ran
+// them so, without lengths), and its Close: per layer a Fork and, on the
+// branch, the reverse direction's walk (its product into the initial
+// state's gradient with a state); then a Join, a Fork and its weight
+// gradients (two products and the bias row sums a step, the LSTM's
+// shared-bias copy); and one Join as Backward returns.
+func dirsBackwards(lstm bool, c branchCase) branchCounts {
+	var b branchCounts
+	for l := range c.layers {
+		parts := 1
+		if l > 0 {
+			parts = 2
+		}
+		b.forks += 2
+		b.joins++
+		b.gemms += brT * (parts + 1)
+		if c.tied {
+			b.gemms++
+		}
+		switch {
+		case c.noBias:
+		case lstm:
+			b.sumRows += brT
+			b.copies++
+		default:
+			b.sumRows += 2 * brT
+		}
+	}
+	b.joins++
+	const backwards = 2
+	b.forks, b.joins, b.gemms, b.sumRows, b.copies = backwards*b.forks, backwards*b.joins, backwards*b.gemms, backwards*b.sumRows, backwards*b.copies
+	b.closed = 1
+	return b
 }
 
 // waveBackwards is what the Backwards of two training steps of case c ask

@@ -139,8 +139,10 @@
 // on a branch of the compute stream: a unidirectional stack of two layers
 // or more runs its forward and Backward as a wavefront (each pair's upper
 // layer on the branch, one window of steps behind the lower one:
-// Config.WaveWindows), and otherwise Backward runs each layer's weight and
-// bias gradients there, beside the walk back of the layer below. The
+// Config.WaveWindows), a bidirectional layer its two directions side by
+// side (the reverse one on the branch), and otherwise Backward runs each
+// layer's weight and bias gradients there, beside the walk back of the
+// layer below. The
 // compute stream waits for the branch before Forward and Backward return
 // (and before a NotifyLayers notice), so to the caller it is all one
 // stream, and the results are the same bits as on one

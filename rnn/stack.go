@@ -1676,6 +1676,10 @@ func (s *stack) backwardLayers(q *queue, p *pass, rec *record, dy device.Buffer,
 		s.sortStateGrads(q, sh, st, gb, true)
 	}
 	wins := s.windows(sh, rec.keep, rec.seg)
+	// A bidirectional forward that ran its directions side by side, whose
+	// Backward has the branch for its weight gradients (not with lengths),
+	// walks them back side by side too (backwardDirs).
+	split := rec.br.dirs && sd.branched()
 	for l := L - 1; l >= 0; l-- {
 		// dst receives the gradient with respect to each part of the input.
 		dst := []device.Buffer{s.dx.buf}
@@ -1685,24 +1689,28 @@ func (s *stack) backwardLayers(q *queue, p *pass, rec *record, dy device.Buffer,
 		if l > 0 {
 			dst = gb.dh[(l-1)%2][:D]
 		}
-		for dir := range D {
-			lg := s.layerGrads(gb, st, tied, sh, l, dir)
-			order := wins
-			if dir == 0 {
-				order = reversed(wins)
-			}
-			edge := -1
-			for i, w := range order {
-				lp := s.layerPass(p, sh, rec.keep, rec.seg, l, dir, w)
-				lp.in = s.windowInputs(q, p, sh, rec.keep, rec.seg, l, w, p.x)
-				if rec.keep == keepOutputs {
-					s.forwardWindow(q, lp, false)
+		if split {
+			s.backwardDirs(q, p, rec, gb, sd, l, dst, tied)
+		} else {
+			for dir := range D {
+				lg := s.layerGrads(gb, st, tied, sh, l, dir)
+				order := wins
+				if dir == 0 {
+					order = reversed(wins)
 				}
-				lg.dh = gb.dh[l%2][dir].Elems(dt, w.t0*B*H, (w.t1-w.t0)*B*H)
-				edge = s.backwardWindow(q, lp, &lg, i == 0, i == len(order)-1, edge)
-				s.paramGrads(q, lp, &lg, windowViews(dt, dst, lp.in, w, B), dir > 0, sd)
+				edge := -1
+				for i, w := range order {
+					lp := s.layerPass(p, sh, rec.keep, rec.seg, l, dir, w)
+					lp.in = s.windowInputs(q, p, sh, rec.keep, rec.seg, l, w, p.x)
+					if rec.keep == keepOutputs {
+						s.forwardWindow(q, lp, false)
+					}
+					lg.dh = gb.dh[l%2][dir].Elems(dt, w.t0*B*H, (w.t1-w.t0)*B*H)
+					edge = s.backwardWindow(q, lp, &lg, i == 0, i == len(order)-1, edge)
+					s.paramGrads(q, lp, &lg, windowViews(dt, dst, lp.in, w, B), dir > 0, sd)
+				}
+				s.sharedBiasGrad(q, sd.k, &lg, l, dir)
 			}
-			s.sharedBiasGrad(q, sd.k, &lg, l, dir)
 		}
 		sd.notify(q, l)
 		if l > 0 {

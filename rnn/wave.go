@@ -314,3 +314,43 @@ func windowGrads(g device.Buffer, dt device.DType, w span, BH int) device.Buffer
 	}
 	return g.Elems(dt, w.t0*3*BH, (w.t1-w.t0)*3*BH)
 }
+
+// backwardDirs walks back layer l of a bidirectional forward that ran its
+// directions side by side (forwardLayers' dirs: keepSteps here, one
+// window of all steps, no lengths), the reverse direction on the branch
+// beside the forward one, then queues their gradients in the order
+// backwardLayers does: the forward direction's weight gradients and input
+// gradient (written into dst) on the compute stream, beside the reverse
+// walk; the join of the reverse walk (sd's, which gives the notices
+// waiting for it); then, forked again, the reverse direction's weight
+// gradients on the branch, and its input gradient, added into dst, on the
+// compute stream. Each buffer is written by the same calls in the same
+// order as one direction after the other (the two walks write their own
+// gradients: the rows, dh and, for the GRU, the gradient sets by parity),
+// so the bits are the same.
+func (s *stack) backwardDirs(q *queue, p *pass, rec *record, gb gradBufs, sd *side, l int, dst []device.Buffer, tied bool) {
+	sh, dt := &rec.sh, s.cfg.DType
+	all := span{0, sh.T}
+	var lps [2]*layerPass
+	var lgs [2]layerGrads
+	q.add(s.branch.Fork())
+	sd.forked = true
+	for dir := range 2 {
+		lp := s.layerPass(p, sh, keepSteps, rec.seg, l, dir, all)
+		lp.in = s.windowInputs(q, p, sh, keepSteps, rec.seg, l, all, p.x)
+		lg := s.layerGrads(gb, rec.state, tied, sh, l, dir)
+		lg.dh = gb.dh[l%2][dir]
+		compute := lp.k
+		if dir == 1 {
+			lp.k = s.branch.Kernels()
+		}
+		s.backwardWindow(q, lp, &lg, true, true, -1)
+		lp.k = compute
+		lps[dir], lgs[dir] = lp, lg
+	}
+	onCompute := &side{s: s, k: lps[0].k}
+	s.paramGrads(q, lps[0], &lgs[0], windowViews(dt, dst, lps[0].in, all, sh.B), false, onCompute)
+	s.sharedBiasGrad(q, onCompute.k, &lgs[0], l, 0)
+	s.paramGrads(q, lps[1], &lgs[1], windowViews(dt, dst, lps[1].in, all, sh.B), true, sd)
+	s.sharedBiasGrad(q, sd.k, &lgs[1], l, 1)
+}

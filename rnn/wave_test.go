@@ -24,8 +24,9 @@ import (
 // each pair's upper layer, one Join per pair, the upper layer's
 // projections and state copies (or per bidirectional layer a Fork and a
 // Join, the reverse direction's projections and copies), and Backward's
-// (waveBackwards); and no product it runs writes into the compute
-// stream's pass temporaries (checkTwin).
+// (waveBackwards, dirsBackwards: without lengths, the reverse direction's
+// walk back on the branch too); and no product it runs writes into the
+// compute stream's pass temporaries (checkTwin).
 //
 // The last case cuts the 5 steps in one chunk of the products over
 // steps, longer than a window: the windows' projections then cover fewer
