@@ -360,16 +360,29 @@ func dirsBackwards(lstm bool, c branchCase) branchCounts {
 		if c.tied {
 			b.gemms++
 		}
-		switch {
-		case c.noBias:
-		case lstm:
-			b.sumRows += brT
-			b.copies++
-		default:
-			b.sumRows += 2 * brT
-		}
+		addBiasGrads(&b, lstm, c)
 	}
 	b.joins++
+	return twoBackwards(b)
+}
+
+// addBiasGrads adds to b what one walk's bias gradients over all brT
+// steps ask of the branch: the row sums, one a step (the LSTM's
+// input-side one; the GRU's two), and the LSTM's shared-bias copy.
+func addBiasGrads(b *branchCounts, lstm bool, c branchCase) {
+	switch {
+	case c.noBias:
+	case lstm:
+		b.sumRows += brT
+		b.copies++
+	default:
+		b.sumRows += 2 * brT
+	}
+}
+
+// twoBackwards is what two Backwards ask of the branch, each b, and its
+// Close.
+func twoBackwards(b branchCounts) branchCounts {
 	const backwards = 2
 	b.forks, b.joins, b.gemms, b.sumRows, b.copies = backwards*b.forks, backwards*b.joins, backwards*b.gemms, backwards*b.sumRows, backwards*b.copies
 	b.closed = 1
@@ -401,20 +414,10 @@ func waveBackwards(lstm bool, c branchCase) branchCounts {
 		if c.tied {
 			b.gemms++
 		}
-		switch {
-		case c.noBias:
-		case lstm:
-			b.sumRows += brT
-			b.copies++
-		default:
-			b.sumRows += 2 * brT
-		}
+		addBiasGrads(&b, lstm, c)
 	}
 	b.joins++
-	const backwards = 2
-	b.forks, b.joins, b.gemms, b.sumRows, b.copies = backwards*b.forks, backwards*b.joins, backwards*b.gemms, backwards*b.sumRows, backwards*b.copies
-	b.closed = 1
-	return b
+	return twoBackwards(b)
 }
 
 // expectedBackwards is what the Backwards of two training steps of case c
@@ -458,10 +461,7 @@ func expectedBackwards(lstm bool, c branchCase) branchCounts {
 	if lstm && !c.noBias {
 		n.copies = c.layers * D
 	}
-	const backwards = 2
-	n.forks, n.joins, n.gemms, n.sumRows, n.copies = backwards*n.forks, backwards*n.joins, backwards*n.gemms, backwards*n.sumRows, backwards*n.copies
-	n.closed = 1
-	return n
+	return twoBackwards(n)
 }
 
 // branchResult is what branchSteps gives back: named float64 values.
@@ -518,6 +518,15 @@ func branchSteps(t *testing.T, d device.Device, lstm bool, c branchCase, noBranc
 	}
 	_, flat := s.params.Flat()
 	var res branchResult
+	// forward runs a forward in mode over x, and checks where its
+	// products on the branch went.
+	forward := func(mode Mode, x device.Buffer) device.Buffer {
+		counted.products = nil
+		y, err := s.ForwardLengths(mode, x, T, B, c.lengths, st)
+		must(t, err)
+		checkTwin(t, s, counted, lstm, c, mode == Train)
+		return y
+	}
 	for range 2 {
 		x := newBuf(t, d, randoms(r, T*B*brI))
 		dy := newBuf(t, d, randoms(r, T*B*D*H))
@@ -525,10 +534,7 @@ func branchSteps(t *testing.T, d device.Device, lstm bool, c branchCase, noBranc
 		if st != nil {
 			st.Detach()
 		}
-		counted.products = nil
-		y, err := s.ForwardLengths(Train, x, T, B, c.lengths, st)
-		must(t, err)
-		checkTwin(t, s, counted, lstm, c, true)
+		y := forward(Train, x)
 		res.add("output", down(t, d, y, T*B*D*H))
 		if st != nil {
 			res.add("h_n", down(t, d, st.H(), LD*B*H))
@@ -582,10 +588,7 @@ func branchSteps(t *testing.T, d device.Device, lstm bool, c branchCase, noBranc
 	}
 	if c.eval {
 		x := newBuf(t, d, randoms(r, T*B*brI))
-		counted.products = nil
-		y, err := s.ForwardLengths(NoGrad, x, T, B, c.lengths, st)
-		must(t, err)
-		checkTwin(t, s, counted, lstm, c, false)
+		y := forward(NoGrad, x)
 		res.add("NoGrad output", down(t, d, y, T*B*D*H))
 		if st != nil {
 			res.add("NoGrad h_n", down(t, d, st.H(), LD*B*H))
