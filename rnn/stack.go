@@ -55,8 +55,9 @@ type Config struct {
 	// NoBranches keeps all the work on the compute stream on a device
 	// with branches (device.Brancher), where by default each layer's
 	// weight and bias gradients run on a branch beside the walk back of
-	// the layer below (branch.go), and the layers of a unidirectional
-	// stack overlap in a wavefront (WaveWindows): for comparison. The
+	// the layer below (branch.go), the layers of a unidirectional stack
+	// overlap in a wavefront (WaveWindows) and a bidirectional layer's two
+	// directions run side by side (wave.go): for comparison. The
 	// results are the same bits either way but where a wavefront's
 	// windows cut the products over steps otherwise (wave.go: not on the
 	// CPU device in the char-RNN's shapes). A way of running, not of the
@@ -176,7 +177,8 @@ type stack struct {
 	layerDone func(layer int) error // NotifyLayers's callback; nil: none
 
 	// branch is where Backward queues the weight and bias gradients
-	// (side) and a forward the layers of odd rank of its wavefront
+	// (side), and where forward and Backward queue the upper layers of
+	// their wavefront and a bidirectional layer's reverse direction
 	// (wave.go), opened at the first Forward or Backward that can use one,
 	// nil without; branchTried says it was tried, so that a device that
 	// failed to open one is not asked again.
@@ -367,10 +369,10 @@ type pass struct {
 	// state is the state a NoGrad forward without lengths reads and
 	// writes in place (layerPass's stateH), nil otherwise.
 	state *State
-	// wave holds a second set of the cell's pass temporaries (pre, xpre,
-	// hpre) for the walks the forward runs on the branch (wave.go); nil
-	// without.
-	wave *pass
+	// second holds a second set of the cell's pass temporaries (pre,
+	// xpre, hpre) for the walks the forward runs on the branch (wave.go:
+	// pass.twin); nil without.
+	second *pass
 }
 
 // gradBufs are Backward's buffers, shared by the layers in turn but for
@@ -896,8 +898,8 @@ func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg int, br 
 	}
 	s.cell.planPass(tmp, train, steps, B, H, &p)
 	if br.wave > 0 || br.dirs {
-		p.wave = &pass{}
-		s.cell.planPass(tmp, train, steps, B, H, p.wave)
+		p.second = &pass{}
+		s.cell.planPass(tmp, train, steps, B, H, p.second)
 	}
 	switch {
 	case kp == keepBoundaries || kp == keepOutputs:

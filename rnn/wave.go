@@ -13,10 +13,10 @@ import "github.com/gocurrent/gocurrent/device"
 // stack of two layers or more cuts the steps into windows (Config's
 // WaveWindows n, 4 by default: windows of ⌈T/n⌉ steps, rounded up to whole
 // chunks of the products over steps where a chunk is shorter) and runs
-// the layers
-// in pairs, (0, 1), (2, 3) and so on: the lower layer of a pair on the
-// compute stream, window after window, and the upper one on the stack's
-// branch, forked after each of the lower layer's windows, so that the
+// the layers in pairs, (0, 1), (2, 3) and so on: the lower layer of a
+// pair on the compute stream, window after window, and the upper one on
+// the stack's branch, forked after each of the lower layer's windows, so
+// that the
 // upper layer's walk over window c runs beside the lower layer's over
 // window c+1. The pair ends with a Join, before the next pair (whose lower
 // layer reads the upper one's output); so at most two layers are in
@@ -42,9 +42,9 @@ import "github.com/gocurrent/gocurrent/device"
 // Buffers. In training every layer has its own (what Backward reads), so
 // the two streams share nothing they write but the pass temporaries of
 // the cell, the GRU's input projection and recurrent product: the layers
-// on the branch use a second set of them (pass.wave), and both sets hold
-// a window's steps, not T (less memory than one set of T, from 2 windows
-// on). Without grad, the LSTM's input projection is such a temporary too,
+// on the branch use a second set of them (pass.second, pass.twin), and
+// both sets hold a window's steps, not T (less memory than one set of T,
+// from 2 windows on). Without grad, the LSTM's input projection is such a temporary too,
 // and the layers' sequences, which layer l shares with layer l-2, are
 // written by the pair after the Join.
 //
@@ -52,10 +52,11 @@ import "github.com/gocurrent/gocurrent/device"
 // ones of two steps or more (a sampled step, one step long, has nothing
 // to overlap). Not a bidirectional stack (a layer's reverse walk needs the
 // layer below's every step; its two directions run side by side instead,
-// the reverse one on the branch: stack.forwardLayers), nor with lengths (the final states of the
-// sequences ending in a window are kept in one row the layers share), nor
-// with Recompute (its segments are already time-major, every layer of a
-// segment in turn, in one set of buffers).
+// the reverse one on the branch: stack.forwardLayers, backwardDirs), nor
+// with lengths (the final states of the sequences ending in a window are
+// kept in one row the layers share), nor with Recompute (its segments are
+// already time-major, every layer of a segment in turn, in one set of
+// buffers).
 
 // branching is how a forward uses the stack's branch: as a wavefront of
 // windows of wave steps (0: not), or with the reverse direction of each
@@ -77,14 +78,15 @@ func (s *stack) branching(kp keep, sh *batchShape) branching {
 }
 
 // waveSteps returns the steps of a window of the wavefront of a forward of
-// shape sh that keeps kp, opening the stack's branch if it has none yet;
-// 0 for a forward that runs its layers one after the other (above).
+// a unidirectional stack of shape sh that keeps kp, opening the stack's
+// branch if it has none yet; 0 for a forward that runs its layers one
+// after the other (above).
 func (s *stack) waveSteps(kp keep, sh *batchShape) int {
 	n := s.cfg.WaveWindows
 	if n == 0 {
 		n = 4
 	}
-	if n < 2 || sh.T < 2 || s.cfg.Layers < 2 || s.dirs() == 2 || sh.varlen || (kp != keepSteps && kp != keepNothing) {
+	if n < 2 || sh.T < 2 || s.cfg.Layers < 2 || sh.varlen || (kp != keepSteps && kp != keepNothing) {
 		return 0
 	}
 	// Whole chunks where a chunk is shorter than a window, so that the
@@ -127,11 +129,12 @@ func windowBufs(b layerBufs, dt device.DType, w span, BH int, train bool) layerB
 	return b
 }
 
-// twin is the pass the wavefront's layers on the branch see: p, with the
-// second set of the cell's temporaries.
+// twin is the pass the walks on the branch see (the wavefront's upper
+// layers, a bidirectional layer's reverse direction): p, with the second
+// set of the cell's temporaries.
 func (p *pass) twin() *pass {
 	t := *p
-	t.pre, t.xpre, t.hpre = p.wave.pre, p.wave.xpre, p.wave.hpre
+	t.pre, t.xpre, t.hpre = p.second.pre, p.second.xpre, p.second.hpre
 	return &t
 }
 
@@ -183,8 +186,8 @@ func waveWins(T, W int) []span {
 	return wins
 }
 
-// backwardWave differentiates a forward that ran as a wavefront (rec.wave
-// > 0), itself a wavefront, the forward's mirror: layers in pairs from the
+// backwardWave differentiates a forward that ran as a wavefront
+// (rec.br.wave > 0), itself a wavefront, the forward's mirror: layers in pairs from the
 // top, (L-1, L-2), (L-3, L-4) and so on, the last alone when L is odd,
 // each pair over the forward's windows from the last. The upper layer of
 // a pair walks back its window c on the compute stream, then queues its
@@ -207,9 +210,8 @@ func waveWins(T, W int) []span {
 // pair's upper layer reads the lower one's input gradient); then, forked
 // again, the lower layer's on the branch, beside the next pair's first
 // window (or the layers' callers' work after Backward, the char-RNN's
-// embedding gradient). A
-// layer's notice comes after the Join that covers its gradients (the
-// side's notices). The GRU's pre-activation gradients of the two layers
+// embedding gradient). A layer's notice comes after the Join that covers
+// its gradients (the side's notices). The GRU's pre-activation gradients of the two layers
 // are the two sets (by layer parity), so the next pair's writes follow
 // the reads in stream order.
 //
@@ -273,9 +275,10 @@ func (s *stack) backwardWave(q *queue, p *pass, rec *record, dy device.Buffer, g
 				}
 				dst = windowViews(dt, []device.Buffer{dst}, lp.in, w, B)[0]
 				s.inputGrads(q, lp, lg, []device.Buffer{dst}, false)
-				if m := s.lay[max(l-1, 0)].mask; l > 0 && !m.IsZero() {
+				if l > 0 && !s.lay[l-1].mask.IsZero() {
+					// The window's dropout between the layers.
 					n := (w.t1 - w.t0) * B * H
-					q.add(lp.k.Mul(device.Mul{DType: dt, N: n, X: dst, Y: m.Elems(dt, w.t0*B*H, n), Z: dst}))
+					q.add(lp.k.Mul(device.Mul{DType: dt, N: n, X: dst, Y: s.lay[l-1].mask.Elems(dt, w.t0*B*H, n), Z: dst}))
 				}
 			}
 		}
