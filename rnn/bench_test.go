@@ -283,6 +283,11 @@ func benchSequences(b *testing.B, T int, lengths []int32, backward bool) {
 	if backward {
 		mode = rnn.Train
 	}
+	counter, _ := d.(device.Counter)
+	var before device.Counts
+	if counter != nil {
+		before = counter.Counts()
+	}
 	b.ReportAllocs()
 	for b.Loop() {
 		_, err := m.ForwardLengths(mode, x, T, B, lengths, nil)
@@ -294,6 +299,14 @@ func benchSequences(b *testing.B, T int, lengths []int32, backward bool) {
 		ok(b, d.Synchronize())
 	}
 	b.ReportMetric(float64(b.N*tokens)/b.Elapsed().Seconds(), "tokens/s")
+	if counter != nil {
+		// What the device was asked for per batch: on a GPU each is a call
+		// to the driver or cuBLAS.
+		got := counter.Counts()
+		b.ReportMetric(float64(got.Launches-before.Launches)/float64(b.N), "launches/op")
+		b.ReportMetric(float64(got.GEMMs-before.GEMMs)/float64(b.N), "gemms/op")
+		b.ReportMetric(float64(got.Copies-before.Copies)/float64(b.N), "copies/op")
+	}
 }
 
 // BenchmarkRecompute times a training step (forward and backward) of a

@@ -29,9 +29,11 @@ type batchShape struct {
 	// [0, T]; maxLen is active's first zero, the longest length.
 	active []int
 	maxLen int
-	// idx is perm, inv, sorted and lengths on the device, B Int32 each
+	// idx is perm, inv, sorted and lengths on the device, B Int32 each,
+	// and the maps packing chunks of chunk steps from element packAt on
 	// (set by upload).
-	idx device.Buffer
+	idx           device.Buffer
+	chunk, packAt int
 }
 
 // uniformShape is the shape of a forward without lengths.
@@ -87,33 +89,85 @@ func (sh *batchShape) rows(t int) int {
 
 // idxBytes is the size of the device copy of the permutation and lengths,
 // with the lengths past the start of each of segs segments after the
-// first.
-func (sh *batchShape) idxBytes(segs int) int64 { return int64((4 + 2*max(segs-1, 0)) * sh.B * 4) }
+// first, and the maps of every chunk of c steps up to the longest sequence
+// (packMaps).
+func (sh *batchShape) idxBytes(segs, c int) int64 {
+	return int64((4+2*max(segs-1, 0))*sh.B+sh.packChunks(c)*4*c*sh.B) * 4
+}
+
+// packChunks is the number of chunks of c steps, from step 0, of T steps
+// (those past the longest length have no running rows: their maps serve
+// nobody, but the pass's layout then depends on T and B alone).
+func (sh *batchShape) packChunks(c int) int { return (sh.T + c - 1) / c }
 
 // upload copies perm, inv, sorted and lengths into buf, which becomes
 // sh.idx, and for each segment i of seg steps after the first (i < segs)
 // the steps past its start of every sequence, max(0, length - i·seg),
-// sorted and in the caller's order, for the gathers of that segment alone.
-// It returns when the copy is done (device.Device.Upload).
-func (sh *batchShape) upload(d device.Device, buf device.Buffer, seg, segs int) error {
-	parts := [][]int32{sh.perm, sh.inv, sh.sorted, sh.lengths}
+// sorted and in the caller's order, for the gathers of that segment alone;
+// then the maps that pack each chunk of c steps (packMaps). It returns
+// when the copy is done (device.Device.Upload).
+func (sh *batchShape) upload(d device.Device, buf device.Buffer, seg, segs, c int) error {
+	v := make([]int32, 0, sh.idxBytes(segs, c)/4)
+	v = append(append(append(append(v, sh.perm...), sh.inv...), sh.sorted...), sh.lengths...)
 	for i := 1; i < segs; i++ {
 		for _, ls := range [][]int32{sh.sorted, sh.lengths} {
-			past := make([]int32, len(ls))
-			for j, n := range ls {
-				past[j] = max(n-int32(i*seg), 0)
+			for _, n := range ls {
+				v = append(v, max(n-int32(i*seg), 0))
 			}
-			parts = append(parts, past)
 		}
 	}
-	b := make([]byte, 0, sh.idxBytes(segs))
-	for _, part := range parts {
-		for _, v := range part {
-			b = binary.LittleEndian.AppendUint32(b, uint32(v))
-		}
+	sh.chunk, sh.packAt = c, len(v)
+	for k := range sh.packChunks(c) {
+		v = sh.packMaps(v, k*c, c)
+	}
+	b := make([]byte, 0, 4*len(v))
+	for _, x := range v {
+		b = binary.LittleEndian.AppendUint32(b, uint32(x))
 	}
 	sh.idx = buf
 	return d.Upload(buf, b)
+}
+
+// packMaps appends to v the four index vectors, c·B Int32 each, that pack
+// the c steps from step a of a per-step buffer (rows r = (t-a)·B + i,
+// i < B) into the running rows of those steps one step after the other
+// (packed row j, PyTorch's PackedSequence data) and back, as GatherSeq
+// over one step of c·B rows (packSeq): packed row j's row, and whether j
+// is one (1 below the chunk's running rows, 0 past them); row r's packed
+// row (0 for a padded row), and whether r runs.
+func (sh *batchShape) packMaps(v []int32, a, c int) []int32 {
+	n := c * sh.B
+	at := len(v)
+	v = append(v, make([]int32, 4*n)...)
+	from, fromOK, to, toOK := v[at:at+n], v[at+n:at+2*n], v[at+2*n:at+3*n], v[at+3*n:]
+	j := 0
+	for t := a; t < a+c; t++ {
+		for i := range sh.rows(t) {
+			r := (t-a)*sh.B + i
+			from[j], fromOK[j], to[r], toOK[r] = int32(r), 1, int32(j), 1
+			j++
+		}
+	}
+	return v
+}
+
+// packSeq returns the GatherSeq that packs the running rows of chunk ch's
+// steps of x (a [steps, B, cols] buffer's steps ch.t0 to ch.t1) into y,
+// one step after the other, zeros past them (pack), or back from y into x,
+// zeros at the padded rows (!pack). ch starts at a multiple of the chunk
+// the maps were made for (upload); y holds (ch.t1-ch.t0)·B rows.
+func (sh *batchShape) packSeq(dt device.DType, ch span, cols int, x, y device.Buffer, pack bool) device.GatherSeq {
+	n, c := (ch.t1-ch.t0)*sh.B, sh.chunk
+	if ch.t0%c != 0 || ch.t1-ch.t0 > c {
+		panic(fmt.Sprintf("rnn: steps [%d, %d) are not within one chunk of %d steps", ch.t0, ch.t1, c))
+	}
+	at := sh.packAt + ch.t0/c*4*c*sh.B
+	m := func(i int) device.Buffer { return sh.idx.Elems(device.Int32, at+i*c*sh.B, n) }
+	y = y.Elems(dt, 0, n*cols)
+	if pack {
+		return device.GatherSeq{DType: dt, T: 1, B: n, Cols: cols, Index: m(0), Lengths: m(1), X: x, Y: y}
+	}
+	return device.GatherSeq{DType: dt, T: 1, B: n, Cols: cols, Index: m(2), Lengths: m(3), X: y, Y: x}
 }
 
 // The device copies of the shape's index vectors, B Int32 each.

@@ -154,11 +154,11 @@ type stack struct {
 	// temporaries of one pass (with Recompute, a segment of every layer);
 	// out the output of a forward with Recompute (Backward does not need
 	// it); grads the gradients flowing between layers in Backward; dx the
-	// gradient with respect to the input; idx the device copy of a
-	// training forward's order and lengths, idxWork a no-grad forward's.
-	reserve, work, out, grads, dx, idx, idxWork scratch
-	lay                                         []layerBufs // reused views, as layers
-	chunkRows                                   int         // rows of a chunk of steps: the device's device.ProductRows
+	// gradient with respect to the input. (With lengths the device copy
+	// of the order lies in the reserve, or in work without grad: pass.idx.)
+	reserve, work, out, grads, dx scratch
+	lay                           []layerBufs // reused views, as layers
+	chunkRows                     int         // rows of a chunk of steps: the device's device.ProductRows
 
 	// dropSeed and drawn are the Go side of where the dropout masks come
 	// from (DropoutState): the seed, and the mask elements drawn so far.
@@ -349,7 +349,10 @@ type pass struct {
 	// x is the input [T, B, I] as the stack reads it: with lengths sorted
 	// (padding zeroed); in training without lengths the caller's x itself,
 	// as the record keeps it (Backward's); nil without grad or lengths.
-	x    device.Buffer
+	x device.Buffer
+	// idx holds the device copy of the order and lengths with lengths
+	// (batchShape.idx).
+	idx  device.Buffer
 	xpre device.Buffer // GRU: the input projection [steps, B, 3H]
 	hpre device.Buffer // GRU: one step's recurrent product [B, 3H]
 	pre  device.Buffer // LSTM without grad: the gate pre-activations [T, B, 4H]
@@ -860,7 +863,7 @@ func (s *stack) Close() error {
 		q.add(s.branch.Close())
 		s.branch = nil
 	}
-	for _, b := range []*scratch{&s.reserve, &s.work, &s.out, &s.grads, &s.dx, &s.idx, &s.idxWork} {
+	for _, b := range []*scratch{&s.reserve, &s.work, &s.out, &s.grads, &s.dx} {
 		q.add(b.free(s.dev))
 	}
 	if !s.dropState.IsZero() {
@@ -890,11 +893,13 @@ func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg int, br 
 		steps = br.wave
 	}
 	var p pass
-	switch {
-	case train && sh.varlen:
+	if sh.varlen {
+		// The order, lengths and packing maps (batchShape.upload), Int32s
+		// in elements of dt, and the sorted input; what Backward reads in
+		// res, which is tmp without grad.
+		dt := s.cfg.DType.Size()
+		p.idx = res.take(int((sh.idxBytes(s.idxSegments(kp, sh, seg), s.chunkSteps(B)) + dt - 1) / dt))
 		p.x = res.take(T * B * s.cfg.Input)
-	case sh.varlen:
-		p.x = tmp.take(T * B * s.cfg.Input)
 	}
 	s.cell.planPass(tmp, train, steps, B, H, &p)
 	if br.wave > 0 || br.dirs {
@@ -986,24 +991,23 @@ func (s *stack) layout(kp keep, sh *batchShape, seg int, br branching) (pass, er
 	if err != nil {
 		return pass{}, err
 	}
+	p := s.plan(res, tmp, out, kp, sh, seg, br)
 	if sh.varlen {
-		idx, cat := &s.idxWork, device.Workspace
-		if kp != keepNothing {
-			idx, cat = &s.idx, device.Activations
-		}
-		segs := 0
-		if kp == keepBoundaries {
-			segs = len(s.windows(sh, kp, seg))
-		}
-		buf, err := idx.get(s.dev, cat, sh.idxBytes(segs))
-		if err == nil {
-			err = sh.upload(s.dev, buf, seg, segs)
-		}
-		if err != nil {
+		segs, c := s.idxSegments(kp, sh, seg), s.chunkSteps(sh.B)
+		if err := sh.upload(s.dev, p.idx.Slice(0, sh.idxBytes(segs, c)), seg, segs, c); err != nil {
 			return pass{}, err
 		}
 	}
-	return s.plan(res, tmp, out, kp, sh, seg, br), nil
+	return p, nil
+}
+
+// idxSegments is the number of segments whose lengths past their start a
+// forward that keeps kp puts on the device (batchShape.upload).
+func (s *stack) idxSegments(kp keep, sh *batchShape, seg int) int {
+	if kp != keepBoundaries {
+		return 0
+	}
+	return len(s.windows(sh, kp, seg))
 }
 
 // layoutSaved lays out the saved training forward rec again, in the memory
@@ -1916,9 +1920,15 @@ func (s *stack) initialGrads(q *queue, lp *layerPass, lg *layerGrads, t int) {
 func (s *stack) paramGrads(q *queue, lp *layerPass, lg *layerGrads, dst []device.Buffer, accumulate bool, sd *side) {
 	chunks := s.gradChunks(lp)
 	if lp.sh.varlen {
-		if !accumulate {
+		// The chunks' rows of dst are written whole (zeros at padded
+		// ones): zero those past them.
+		end := lp.t0
+		for _, ch := range chunks {
+			end = max(end, ch.t1)
+		}
+		if !accumulate && end < lp.t1 {
 			for j, part := range lp.in {
-				q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: (lp.t1 - lp.t0) * lp.B * part.width, X: dst[j]}))
+				q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: (lp.t1 - end) * lp.B * part.width, X: lp.steps(dst[j], end, lp.t1, part.width)}))
 			}
 		}
 		for _, ch := range chunks {
@@ -2032,7 +2042,7 @@ func (s *stack) packedGrads(q *queue, lp *layerPass, lg *layerGrads, ch span, ds
 		beta = 1
 	}
 	for j, part := range lp.in {
-		pIn, pDst := gb.pIn.Elems(dt, room*part.off, n*part.width), gb.pDst.Elems(dt, room*part.off, n*part.width)
+		pIn, pDst := gb.pIn.Elems(dt, room*part.off, room*part.width), gb.pDst.Elems(dt, room*part.off, room*part.width)
 		s.pack(q, lp, ch, part.buf, pIn, part.width, true)
 		q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: part.width, K: n, Alpha: 1, Beta: 1, A: dPre, B: pIn,
 			C: weightCols(dt, w.gwih, part.off), LdC: w.in}))
@@ -2047,22 +2057,10 @@ func (s *stack) packedGrads(q *queue, lp *layerPass, lg *layerGrads, ch span, ds
 	s.biasGrads(q, lp.k, lp, lg, n, dPre, dHPre)
 }
 
-// pack queues copying the running rows of the steps of chunk ch of seq, a
+// pack queues packing the running rows of the steps of chunk ch of seq, a
 // per-step buffer of lp's window (width features a row), into packed one
-// step after the other; with pack false, back.
+// step after the other; with pack false, back (zeros at the padded rows).
+// One GatherSeq (batchShape.packSeq), whatever the steps.
 func (s *stack) pack(q *queue, lp *layerPass, ch span, seq, packed device.Buffer, width int, pack bool) {
-	off := 0
-	for t := ch.t0; t < ch.t1; t++ {
-		n := lp.rows(t)
-		if n == 0 {
-			break
-		}
-		a, b := lp.step(seq, t, width).Elems(lp.dt, 0, n*width), packed.Elems(lp.dt, off*width, n*width)
-		if pack {
-			q.add(lp.k.Copy(device.Copy{Dst: b, Src: a}))
-		} else {
-			q.add(lp.k.Copy(device.Copy{Dst: a, Src: b}))
-		}
-		off += n
-	}
+	q.add(lp.k.GatherSeq(lp.sh.packSeq(lp.dt, ch, width, lp.steps(seq, ch.t0, ch.t1, width), packed, pack)))
 }
