@@ -50,17 +50,24 @@ import (
 //     layer recomputes its gates into one buffer that all share, so a
 //     join before each window's recompute would leave the gradients beside
 //     the window's input gradient only: two events a window for little.
-//   - Variable lengths: no. packedGrads packs the operands of the weight
-//     and input gradients of each chunk into buffers they share; a branch
-//     would need a second set of them and pack the pre-activation
-//     gradients twice.
+//   - Variable lengths: yes. The weight gradients read the running rows
+//     of each chunk packed (packedWeightGrads): the branch packs its own
+//     operands into a second set of pack buffers (gradBufs.pk[1]), the
+//     pre-activation gradients included, which the compute stream packs
+//     again for the input gradient (packedInputGrads): one GatherSeq more
+//     a chunk, since the compute stream rewrites its pack buffers at its
+//     next chunk while the branch may still read. Without a branch one
+//     packing serves both.
 //
 // Memory: a branch costs what the device's branch holds (on CUDA a
 // stream, a cuBLAS handle and its workspace; the meta device plans that
 // workspace), plus, for a GRU stack of more than one walk (Layers·dirs >
 // 1), the second set of pre-activation gradients: 6·W·B·H elements, W the
 // steps of a window (T without Recompute, a segment with it). The LSTM's
-// costs nothing more.
+// costs nothing more, but with lengths, where both cells add the branch's
+// pack buffers: R·(G·H + in + H) elements, and G·H more for the GRU's
+// recurrent pre-activation gradients, R a chunk's rows (below
+// device.ProductRows + B), G the gates, in the widest layer input.
 
 // side is where one Backward queues the layers' weight and bias
 // gradients: on the stack's branch, or on the compute stream (b nil).
@@ -82,7 +89,7 @@ type side struct {
 // (above).
 func (s *stack) side(rec *record) *side {
 	sd := &side{s: s, k: s.dev.Kernels()}
-	if rec.sh.varlen || rec.keep == keepOutputs {
+	if rec.keep == keepOutputs {
 		return sd
 	}
 	if b := s.openBranch(); b != nil {
@@ -116,8 +123,7 @@ func (s *stack) openBranch() device.Branch {
 // first Forward or Backward that could use one (not with
 // Config.NoBranches, nor on a device without branches or that failed to
 // open one). Its Backwards use it where the comment above allows (not
-// with lengths, nor with a bidirectional Recompute), its forwards where
-// wave.go's does.
+// with a bidirectional Recompute), its forwards where wave.go's does.
 func (s *stack) Branched() bool { return s.branch != nil }
 
 // branched reports whether the side is a branch.

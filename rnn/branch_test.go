@@ -76,7 +76,7 @@ type branchCase struct {
 	recompute int
 	tied      bool
 	// branched says the case's Backward runs its weight gradients on the
-	// branch (branch.go: not with lengths, nor bidirectional Recompute).
+	// branch (branch.go: not with bidirectional Recompute).
 	branched bool
 	// wave is the stack's WaveWindows (0: 4), and eval adds a NoGrad
 	// forward after the training steps (TestWaveSameBits).
@@ -117,7 +117,8 @@ func TestBranchSameBits(t *testing.T) {
 		{layers: 2, bidir: true, tied: true, branched: true},
 		{layers: 3, dropout: 0.3, recompute: 2, tied: true, branched: true},
 		{layers: 2, bidir: true, dropout: 0.3, recompute: 2, tied: true},
-		{layers: 2, lengths: []int32{3, 5, 1}, tied: true},
+		{layers: 2, lengths: []int32{3, 5, 1}, tied: true, branched: true},
+		{layers: 2, bidir: true, lengths: []int32{3, 5, 1}, tied: true, branched: true},
 	}
 	d := testdevice.Open(t)
 	if _, ok := d.(device.Brancher); !ok {
@@ -219,7 +220,7 @@ func expectedBranch(lstm bool, c branchCase) branchCounts {
 	forward := waveForward
 	if c.bidir {
 		forward = dirsForward
-		if c.branched && c.lengths == nil && c.recompute == 0 {
+		if c.branched && c.recompute == 0 {
 			n = dirsBackwards(lstm, c)
 		}
 	}
@@ -298,18 +299,7 @@ func dirsForward(lstm bool, c branchCase, train bool) branchCounts {
 	if lstm {
 		states = 2
 	}
-	running := func(t int) int {
-		if c.lengths == nil {
-			return brB
-		}
-		n := 0
-		for _, L := range c.lengths {
-			if int(L) > t {
-				n++
-			}
-		}
-		return n
-	}
+	running := func(t int) int { return running(c, t) }
 	inPlace := !train && c.lengths == nil && c.tied
 	var f branchCounts
 	for l := range c.layers {
@@ -339,14 +329,31 @@ func dirsForward(lstm bool, c branchCase, train bool) branchCounts {
 	return f
 }
 
+// running is the number of sequences of case c still running at step t.
+func running(c branchCase, t int) int {
+	if c.lengths == nil {
+		return brB
+	}
+	n := 0
+	for _, L := range c.lengths {
+		if int(L) > t {
+			n++
+		}
+	}
+	return n
+}
+
 // dirsBackwards is what the Backwards of two training steps of a
 // bidirectional case c ask of the branch when they walk the two
 // directions side by side (stack.backwardDirs: after forwards that ran
-// them so, without lengths), and its Close: per layer a Fork and, on the
-// branch, the reverse direction's walk (its product into the initial
-// state's gradient with a state); then a Join, a Fork and its weight
-// gradients (two products and the bias row sums a step, the LSTM's
-// shared-bias copy); and one Join as Backward returns.
+// them so), and its Close: per layer a Fork and, on the branch, the
+// reverse direction's walk (with a state, its product into the initial
+// state's gradient when it walks the last step, and with lengths, the
+// initial states' gradients of the sequences that start at each step but
+// the last, copied out); then a Join, a Fork and its weight gradients
+// (two products and the bias row sums a step or chunk, the LSTM's
+// shared-bias copy; with lengths over the running rows packed, by
+// gathers the branch does not count); and one Join as Backward returns.
 func dirsBackwards(lstm bool, c branchCase) branchCounts {
 	var b branchCounts
 	for l := range c.layers {
@@ -357,8 +364,13 @@ func dirsBackwards(lstm bool, c branchCase) branchCounts {
 		b.forks += 2
 		b.joins++
 		b.gemms += brT * (parts + 1)
-		if c.tied {
+		if c.tied && running(c, brT-1) > 0 {
 			b.gemms++
+		}
+		for t := range brT - 1 {
+			if c.tied && running(c, t) > running(c, t+1) {
+				b.copies++
+			}
 		}
 		addBiasGrads(&b, lstm, c)
 	}

@@ -408,13 +408,21 @@ type gradBufs struct {
 	stH, stC []device.Buffer
 	dxs      device.Buffer
 	// With lengths, one chunk of the operands of the GEMMs over steps
-	// packed (the running rows of every step of the chunk, one step after
-	// the other, PyTorch's PackedSequence data), so that their work is the
-	// sum of the lengths: the pre-activation gradients (pPre, and the
-	// GRU's recurrent ones pHPre), the layer's input (pIn, a part's
-	// width·rows elements at part.off times a chunk's rows), the states
-	// entering the steps (pH), and the input's gradient (pDst, as pIn).
-	pPre, pHPre, pIn, pH, pDst device.Buffer
+	// packed (packBufs): pk[0] for the compute stream, pk[1] for the
+	// weight gradients on the branch (without one, the same as pk[0]).
+	pk [2]packBufs
+}
+
+// packBufs are one chunk of the operands of the GEMMs over steps with
+// lengths, packed (the running rows of every step of the chunk, one step
+// after the other, PyTorch's PackedSequence data), so that their work is
+// the sum of the lengths: the pre-activation gradients (pre, and the
+// GRU's recurrent ones hpre), the layer's input (in, a part's width·rows
+// elements at part.off times a chunk's rows), the states entering the
+// steps (h), and the input's gradient (dst, as in; the compute stream's
+// only).
+type packBufs struct {
+	pre, hpre, in, h, dst device.Buffer
 }
 
 // inPart is one part of a layer's input: width features, read through
@@ -1636,9 +1644,19 @@ func (s *stack) gradLayout(rec *record, branched bool) (gradBufs, error) {
 			// (⌈256/15⌉·15 = 270 rows outgrow 16's 256), so a warm-up on
 			// the batch with the most rows has allocated them for all.
 			rows, GH, in := s.chunkRows+B-1, s.cell.gates()*H, max(c.Input, s.dirs()*H)
-			gb.pPre, gb.pIn, gb.pH, gb.pDst = g.take(rows*GH), g.take(rows*in), g.take(rows*H), g.take(rows*in)
-			if !s.cell.carriesC() {
-				gb.pHPre = g.take(rows * GH)
+			for i := range 2 {
+				if i == 1 && !branched {
+					gb.pk[1] = gb.pk[0]
+					break
+				}
+				pk := &gb.pk[i]
+				pk.pre, pk.in, pk.h = g.take(rows*GH), g.take(rows*in), g.take(rows*H)
+				if i == 0 {
+					pk.dst = g.take(rows * in)
+				}
+				if !s.cell.carriesC() {
+					pk.hpre = g.take(rows * GH)
+				}
 			}
 		}
 		return gb
@@ -1682,9 +1700,9 @@ func (s *stack) backwardLayers(q *queue, p *pass, rec *record, dy device.Buffer,
 		s.sortStateGrads(q, sh, st, gb, true)
 	}
 	wins := s.windows(sh, rec.keep, rec.seg)
-	// A bidirectional forward that ran its directions side by side, whose
-	// Backward has the branch for its weight gradients (not with lengths),
-	// walks them back side by side too (backwardDirs).
+	// A bidirectional forward that ran its directions side by side walks
+	// them back side by side too (backwardDirs), when Backward has the
+	// branch.
 	split := rec.br.dirs && sd.branched()
 	for l := L - 1; l >= 0; l-- {
 		// dst receives the gradient with respect to each part of the input.
@@ -1931,8 +1949,25 @@ func (s *stack) paramGrads(q *queue, lp *layerPass, lg *layerGrads, dst []device
 				q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: (lp.t1 - end) * lp.B * part.width, X: lp.steps(dst[j], end, lp.t1, part.width)}))
 			}
 		}
+		if !sd.branched() {
+			// One packing of the pre-activation gradients serves both.
+			for _, ch := range chunks {
+				pk := &lg.pk[0]
+				s.pack(q, lp.k, lp, ch, lg.dPre, pk.pre, s.cell.gates()*lp.H, true)
+				s.packedWeightGrads(q, lp.k, lp, lg, ch, pk, false)
+				s.packedInputGrads(q, lp, lg, ch, dst, accumulate, pk, false)
+			}
+			return
+		}
+		// The branch packs its own operands (the pre-activation gradients
+		// a second time): the compute stream's pack buffers are rewritten
+		// by its next chunk, and next walk, while the branch still reads.
+		sd.fork(q)
 		for _, ch := range chunks {
-			s.packedGrads(q, lp, lg, ch, dst, accumulate)
+			s.packedWeightGrads(q, sd.k, lp, lg, ch, &lg.pk[1], true)
+		}
+		for _, ch := range chunks {
+			s.packedInputGrads(q, lp, lg, ch, dst, accumulate, &lg.pk[0], true)
 		}
 		return
 	}
@@ -2019,48 +2054,72 @@ func (s *stack) inputGrads(q *queue, lp *layerPass, lg *layerGrads, dst []device
 	}
 }
 
-// packedGrads is weightGrads and inputGrads with lengths, over the running
-// rows of chunk ch packed: the same products, and the input's gradient
-// unpacked into dst (whose padded rows stay as they are: zero).
-func (s *stack) packedGrads(q *queue, lp *layerPass, lg *layerGrads, ch span, dst []device.Buffer, accumulate bool) {
-	GH, dt, w, gb := s.cell.gates()*lp.H, lp.dt, lp.w, &lg.gradBufs
-	n, room := 0, s.chunkSteps(lp.B)*lp.B
-	for t := ch.t0; t < ch.t1; t++ {
-		n += lp.rows(t)
+// packedWeightGrads is weightGrads with lengths, queued on k: over the
+// running rows of chunk ch packed into pk (with packPre, the
+// pre-activation gradients too; else pk.pre holds them), the same
+// products and row sums.
+func (s *stack) packedWeightGrads(q *queue, k device.Kernels, lp *layerPass, lg *layerGrads, ch span, pk *packBufs, packPre bool) {
+	GH, dt, w, n := s.cell.gates()*lp.H, lp.dt, lp.w, packedRows(lp, ch)
+	dPre, dHPre := pk.pre, pk.pre
+	if packPre {
+		s.pack(q, k, lp, ch, lg.dPre, dPre, GH, true)
 	}
-	dPre, dHPre := gb.pPre, gb.pPre
-	s.pack(q, lp, ch, lg.dPre, dPre, GH, true)
 	if lg.dHPre != lg.dPre {
-		dHPre = gb.pHPre
-		s.pack(q, lp, ch, lg.dHPre, dHPre, GH, true)
+		dHPre = pk.hpre
+		s.pack(q, k, lp, ch, lg.dHPre, dHPre, GH, true)
 	}
 	// hIns is the states entering the steps: step t at position t+dir.
 	hIns := lp.steps(lp.b.hseq, lp.t0+lp.dir, lp.t1+lp.dir, lp.H)
-	s.pack(q, lp, ch, hIns, gb.pH, lp.H, true)
-	beta := 0.0
+	s.pack(q, k, lp, ch, hIns, pk.h, lp.H, true)
+	room := s.chunkSteps(lp.B) * lp.B
+	for _, part := range lp.in {
+		pIn := pk.in.Elems(dt, room*part.off, room*part.width)
+		s.pack(q, k, lp, ch, part.buf, pIn, part.width, true)
+		q.add(k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: part.width, K: n, Alpha: 1, Beta: 1, A: dPre, B: pIn,
+			C: weightCols(dt, w.gwih, part.off), LdC: w.in}))
+	}
+	q.add(k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: lp.H, K: n, Alpha: 1, Beta: 1, A: dHPre, B: pk.h, C: w.gwhh}))
+	s.biasGrads(q, k, lp, lg, n, dPre, dHPre)
+}
+
+// packedInputGrads is inputGrads with lengths over chunk ch, on the
+// compute stream: the pre-activation gradients packed into pk.pre (with
+// packPre; else it holds them), the product over the running rows into
+// pk.dst (dst's rows packed there first with accumulate), and put back
+// into dst, whose padded rows are written zeros.
+func (s *stack) packedInputGrads(q *queue, lp *layerPass, lg *layerGrads, ch span, dst []device.Buffer, accumulate bool, pk *packBufs, packPre bool) {
+	GH, dt, w, n := s.cell.gates()*lp.H, lp.dt, lp.w, packedRows(lp, ch)
+	if packPre {
+		s.pack(q, lp.k, lp, ch, lg.dPre, pk.pre, GH, true)
+	}
+	beta, room := 0.0, s.chunkSteps(lp.B)*lp.B
 	if accumulate {
 		beta = 1
 	}
 	for j, part := range lp.in {
-		pIn, pDst := gb.pIn.Elems(dt, room*part.off, room*part.width), gb.pDst.Elems(dt, room*part.off, room*part.width)
-		s.pack(q, lp, ch, part.buf, pIn, part.width, true)
-		q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: part.width, K: n, Alpha: 1, Beta: 1, A: dPre, B: pIn,
-			C: weightCols(dt, w.gwih, part.off), LdC: w.in}))
+		pDst := pk.dst.Elems(dt, room*part.off, room*part.width)
 		if accumulate {
-			s.pack(q, lp, ch, dst[j], pDst, part.width, true)
+			s.pack(q, lp.k, lp, ch, dst[j], pDst, part.width, true)
 		}
-		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: n, N: part.width, K: GH, Alpha: 1, Beta: beta, A: dPre,
+		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: n, N: part.width, K: GH, Alpha: 1, Beta: beta, A: pk.pre,
 			B: weightCols(dt, w.wih, part.off), LdB: w.in, C: pDst}))
-		s.pack(q, lp, ch, dst[j], pDst, part.width, false)
+		s.pack(q, lp.k, lp, ch, dst[j], pDst, part.width, false)
 	}
-	q.add(lp.k.Gemm(device.Gemm{DType: dt, TransA: true, M: GH, N: lp.H, K: n, Alpha: 1, Beta: 1, A: dHPre, B: gb.pH, C: w.gwhh}))
-	s.biasGrads(q, lp.k, lp, lg, n, dPre, dHPre)
 }
 
-// pack queues packing the running rows of the steps of chunk ch of seq, a
+// packedRows is the number of running rows of chunk ch's steps.
+func packedRows(lp *layerPass, ch span) int {
+	n := 0
+	for t := ch.t0; t < ch.t1; t++ {
+		n += lp.rows(t)
+	}
+	return n
+}
+
+// pack queues on k packing the running rows of the steps of chunk ch of seq, a
 // per-step buffer of lp's window (width features a row), into packed one
 // step after the other; with pack false, back (zeros at the padded rows).
 // One GatherSeq (batchShape.packSeq), whatever the steps.
-func (s *stack) pack(q *queue, lp *layerPass, ch span, seq, packed device.Buffer, width int, pack bool) {
-	q.add(lp.k.GatherSeq(lp.sh.packSeq(lp.dt, ch, width, lp.steps(seq, ch.t0, ch.t1, width), packed, pack)))
+func (s *stack) pack(q *queue, k device.Kernels, lp *layerPass, ch span, seq, packed device.Buffer, width int, pack bool) {
+	q.add(k.GatherSeq(lp.sh.packSeq(lp.dt, ch, width, lp.steps(seq, ch.t0, ch.t1, width), packed, pack)))
 }

@@ -24,8 +24,8 @@ import (
 // each pair's upper layer, one Join per pair, the upper layer's
 // projections and state copies (or per bidirectional layer a Fork and a
 // Join, the reverse direction's projections and copies), and Backward's
-// (waveBackwards, dirsBackwards: without lengths, the reverse direction's
-// walk back on the branch too); and no product it runs writes into the
+// (waveBackwards, dirsBackwards: with or without lengths, the reverse
+// direction's walk back on the branch too); and no product it runs writes into the
 // compute stream's pass temporaries (checkTwin).
 //
 // The last case cuts the 5 steps in one chunk of the products over
@@ -52,7 +52,8 @@ func TestWaveSameBits(t *testing.T) {
 		// the forward one (stack.forwardLayers).
 		{layers: 2, bidir: true, dropout: 0.3, tied: true, eval: true, branched: true},
 		{layers: 3, bidir: true, noBias: true, eval: true, branched: true},
-		{layers: 2, bidir: true, dropout: 0.3, lengths: []int32{3, 5, 1}, tied: true, eval: true},
+		{layers: 2, bidir: true, dropout: 0.3, lengths: []int32{3, 5, 1}, tied: true, eval: true, branched: true},
+		{layers: 3, bidir: true, lengths: []int32{2, 5, 4}, eval: true, branched: true},
 	}
 	d := testdevice.Open(t)
 	if _, ok := d.(device.Brancher); !ok {

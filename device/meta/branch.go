@@ -17,6 +17,10 @@ import (
 type branch struct {
 	d  *Device
 	ws alloc.Ptr // its workspace, 0 for none
+	// id is the allocator stream its kernels' temporaries come from: a
+	// closed branch's, or a new one (as a CUDA branch's), so that the
+	// books of the caches per stream are the CUDA device's.
+	id alloc.Stream
 
 	mu     sync.Mutex
 	forked bool // forked during the capture under way, not joined since
@@ -46,12 +50,18 @@ func (d *Device) Branch() (device.Branch, error) {
 		b.ws = p
 	}
 	d.mu.Lock()
+	if n := len(d.idle); n > 0 {
+		b.id, d.idle = d.idle[n-1], d.idle[:n-1]
+	} else {
+		d.nextID++
+		b.id = d.nextID
+	}
 	d.branches = append(d.branches, b)
 	d.mu.Unlock()
 	return b, nil
 }
 
-func (b *branch) Kernels() device.Kernels { return kernels{b.d} }
+func (b *branch) Kernels() device.Kernels { return kernels{d: b.d, temps: b.id} }
 
 func (b *branch) check(what string) error {
 	if err := b.d.checkOpen("Branch." + what); err != nil {
@@ -98,6 +108,7 @@ func (b *branch) Close() error {
 	if i := slices.Index(d.branches, b); i >= 0 {
 		d.branches = slices.Delete(d.branches, i, i+1)
 	}
+	d.idle = append(d.idle, b.id)
 	d.mu.Unlock()
 	if b.ws == 0 || d.closed.Load() {
 		return nil

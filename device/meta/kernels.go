@@ -9,7 +9,12 @@ import (
 
 // kernels is device.Kernels that checks each call's arguments (as every
 // device does, with the same errors) and runs nothing.
-type kernels struct{ d *Device }
+// kernels are a meta device's kernels, on its compute stream or on a
+// branch, whose temporaries come from the allocator stream temps.
+type kernels struct {
+	d     *Device
+	temps alloc.Stream
+}
 
 var _ device.Kernels = kernels{}
 
@@ -30,7 +35,7 @@ func (k kernels) temporary(name string, n int64) error {
 	if !k.d.cfg.KernelTemporaries {
 		return nil
 	}
-	p, err := k.d.mem.AllocCategory(n, 0, alloc.Workspace)
+	p, err := k.d.mem.AllocCategory(n, k.temps, alloc.Workspace)
 	if err == nil {
 		k.d.graphs.Allocated(p)
 	}

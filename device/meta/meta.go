@@ -101,6 +101,11 @@ type Device struct {
 	failAt int // the Alloc call to fail, 0 for none
 
 	branches []*branch // the branches opened (branch.go)
+	// nextID is the last allocator stream id a branch took for its
+	// kernels' temporaries, idle those of closed branches, which the next
+	// branches take again (as the CUDA device's).
+	nextID alloc.Stream
+	idle   []alloc.Stream
 
 	graphs driver.GraphMemory // the blocks graphs keep (graph.go)
 }
@@ -322,7 +327,7 @@ func (d *Device) Synchronize() error {
 func (d *Device) MemStats() alloc.Stats { return d.mem.Stats() }
 
 // Kernels returns kernels that check their arguments and do nothing else.
-func (d *Device) Kernels() device.Kernels { return kernels{d} }
+func (d *Device) Kernels() device.Kernels { return kernels{d: d} }
 
 // Close releases the books; later calls return device.ErrClosed.
 func (d *Device) Close() error {

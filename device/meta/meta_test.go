@@ -315,3 +315,46 @@ func TestBranches(t *testing.T) {
 		t.Errorf("Fork after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestBranchTemporaries: a kernel's temporary on a branch comes from the
+// branch's own allocator stream, as on the CUDA device (whose branch
+// queues take a stream id of their own), so its block is cached apart
+// from the compute stream's: a segment of the small pool each (2 MiB,
+// alloc.SmallBuffer); a branch opened after one closed takes the closed
+// one's stream, and reuses what it left cached. (With the compute
+// stream's, the plan of a tagger's step reserved 2 MiB less than the
+// CUDA device over the emulator did.)
+func TestBranchTemporaries(t *testing.T) {
+	d := open(t, meta.Config{KernelTemporaries: true})
+	reserved := func() int64 { return d.MemStats().ReservedBytes[alloc.AllPools].Current }
+	const rows, cols = 1024, 32 // past one pass (512 rows): a temporary
+	x, err := d.Alloc(rows*cols*4, device.Workspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := d.Alloc(cols*4, device.Workspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := func(k device.Kernels) {
+		t.Helper()
+		if err := k.SumRows(device.SumRows{DType: device.Float32, Rows: rows, Cols: cols, X: x, Out: out}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum(d.Kernels())
+	base := reserved()
+	for i := range 2 {
+		b, err := device.NewBranch(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum(b.Kernels())
+		if got, want := reserved(), base+alloc.SmallBuffer; got != want {
+			t.Errorf("branch %d: reserved %d after a SumRows on it, want %d: the compute stream's segment and one of the branch's stream", i, got, want)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
