@@ -89,8 +89,7 @@ func (sh *batchShape) rows(t int) int {
 
 // idxBytes is the size of the device copy of the permutation and lengths,
 // with the lengths past the start of each of segs segments after the
-// first, and the maps of every chunk of c steps up to the longest sequence
-// (packMaps).
+// first, and the maps of every chunk of c steps of the T (packMaps).
 func (sh *batchShape) idxBytes(segs, c int) int64 {
 	return int64((4+2*max(segs-1, 0))*sh.B+sh.packChunks(c)*4*c*sh.B) * 4
 }

@@ -2116,10 +2116,10 @@ func packedRows(lp *layerPass, ch span) int {
 	return n
 }
 
-// pack queues on k packing the running rows of the steps of chunk ch of seq, a
-// per-step buffer of lp's window (width features a row), into packed one
-// step after the other; with pack false, back (zeros at the padded rows).
-// One GatherSeq (batchShape.packSeq), whatever the steps.
+// pack queues on k packing the running rows of the steps of chunk ch of
+// seq, a per-step buffer of lp's window (width features a row), into
+// packed one step after the other; with pack false, back (zeros at the
+// padded rows). One GatherSeq (batchShape.packSeq), whatever the steps.
 func (s *stack) pack(q *queue, k device.Kernels, lp *layerPass, ch span, seq, packed device.Buffer, width int, pack bool) {
 	q.add(k.GatherSeq(lp.sh.packSeq(lp.dt, ch, width, lp.steps(seq, ch.t0, ch.t1, width), packed, pack)))
 }
