@@ -494,7 +494,7 @@ func TestFakeLaunches(t *testing.T) {
 	}
 	a := f.launches[0].args
 	for i, want := range map[int]float64{5: 0.1 / (1 - 0.81), 6: math.Sqrt(1 - 0.99*0.99), 11: 1 - 0.05} {
-		if got := math.Float64frombits(a[i]); math.Abs(got-want) > 1e-15 {
+		if got := math.Float64frombits(a[i]); !(math.Abs(got-want) <= 1e-15) {
 			t.Errorf("Adam argument %d = %v, want %v", i, got, want)
 		}
 	}
@@ -618,7 +618,7 @@ func TestFakeGemm(t *testing.T) {
 				}
 			}
 			for i := range want {
-				if math.Abs(got[i]-want[i]) > 1e-5*(1+math.Abs(want[i])) {
+				if !(math.Abs(got[i]-want[i]) <= 1e-5*(1+math.Abs(want[i]))) {
 					t.Errorf("%v %+v: C[%d] = %v, want %v", dt, c, i, got[i], want[i])
 					break
 				}

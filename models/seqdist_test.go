@@ -135,13 +135,13 @@ func TestSeqDataParallel(t *testing.T) {
 				t.Fatalf("%d steps on 3 ranks, %d on one process", len(got.Losses), len(want.Losses))
 			}
 			for s := range want.Losses {
-				if math.Abs(got.Losses[s]-want.Losses[s]) > 1e-9 || math.Abs(got.Norms[s]-want.Norms[s]) > 1e-9 || got.Tokens[s] != want.Tokens[s] {
+				if !(math.Abs(got.Losses[s]-want.Losses[s]) <= 1e-9) || !(math.Abs(got.Norms[s]-want.Norms[s]) <= 1e-9) || got.Tokens[s] != want.Tokens[s] {
 					t.Errorf("step %d: loss %v, norm %v, tokens %d on 3 ranks; %v, %v, %d on one process", s+1,
 						got.Losses[s], got.Norms[s], got.Tokens[s], want.Losses[s], want.Norms[s], want.Tokens[s])
 				}
 			}
 			worst := maxDiff(got.Params, want.Params)
-			if worst > 1e-9 {
+			if !(worst <= 1e-9) { // a NaN too
 				t.Errorf("parameters differ by up to %g after 6 steps; want ≤ 1e-9", worst)
 			}
 			t.Logf("%s: 3 ranks within %g of one process after %d steps", kind, worst, len(want.Losses))

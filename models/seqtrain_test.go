@@ -147,11 +147,11 @@ func TestSeqAccumulation(t *testing.T) {
 			}
 			for s := range prog[0] {
 				a, b := prog[0][s], prog[1][s]
-				if math.Abs(a.Loss-b.Loss) > 1e-9 || math.Abs(a.GradNorm-b.GradNorm) > 1e-9 || a.Tokens != b.Tokens {
+				if !(math.Abs(a.Loss-b.Loss) <= 1e-9) || !(math.Abs(a.GradNorm-b.GradNorm) <= 1e-9) || a.Tokens != b.Tokens {
 					t.Errorf("step %d: loss %v, norm %v, tokens %d with batch 32; %v, %v, %d with 8×4", s+1, a.Loss, a.GradNorm, a.Tokens, b.Loss, b.GradNorm, b.Tokens)
 				}
 			}
-			if worst := maxDiff(runs[0], runs[1]); worst > 1e-9 {
+			if worst := maxDiff(runs[0], runs[1]); !(worst <= 1e-9) {
 				t.Errorf("parameters differ by up to %g after 6 steps; want ≤ 1e-9", worst)
 			}
 			if worst := maxDiff(runs[0], nil); worst == 0 {
@@ -204,7 +204,8 @@ func TestSeqPipeline(t *testing.T) {
 	}
 }
 
-// maxDiff is the largest |a[i]-b[i]| (b nil: |a[i]|).
+// maxDiff is the largest |a[i]-b[i]| (b nil: |a[i]|), NaN where one is
+// (the builtin max keeps a NaN): callers test !(worst <= tol).
 func maxDiff(a, b []float64) float64 {
 	worst := 0.0
 	for i := range a {
@@ -276,11 +277,11 @@ func TestSeqResume(t *testing.T) {
 				t.Fatalf("%d steps resumed, %d straight", len(all), len(straight))
 			}
 			for s := range all {
-				if math.Abs(all[s].Loss-straight[s].Loss) > tol || all[s].Position != straight[s].Position {
+				if !(math.Abs(all[s].Loss-straight[s].Loss) <= tol) || all[s].Position != straight[s].Position {
 					t.Errorf("step %d: loss %v at %+v resumed, %v at %+v straight", s+1, all[s].Loss, all[s].Position, straight[s].Loss, straight[s].Position)
 				}
 			}
-			if worst := maxDiff(got, want); worst > tol {
+			if worst := maxDiff(got, want); !(worst <= tol) {
 				t.Errorf("resumed parameters differ from the straight run's by up to %g", worst)
 			}
 			// The record says how the data was cut.
@@ -334,7 +335,7 @@ func TestSeqClassWeights(t *testing.T) {
 		threes[i] = 3
 	}
 	same, sw := run(threes)
-	if worst := maxDiff(pw, sw); worst > 1e-12 || math.Abs(plain[0].Loss-same[0].Loss) > 1e-12 {
+	if worst := maxDiff(pw, sw); !(worst <= 1e-12) || !(math.Abs(plain[0].Loss-same[0].Loss) <= 1e-12) {
 		t.Errorf("weights of 3: loss %v, parameters off by %g; want loss %v, equal parameters", same[0].Loss, worst, plain[0].Loss)
 	}
 	// Only class 0 counts: a different loss.

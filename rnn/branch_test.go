@@ -286,11 +286,11 @@ func waveForward(lstm bool, c branchCase, train bool) branchCounts {
 // below), and its copies: with a state and no lengths, the state into the
 // walk's initial state and the final one out (h, and c for the LSTM) in
 // training, the final h alone without grad (which works in the state in
-// place); with lengths, the initial states of the sequences that start at
-// each step but the last, copied in where the step reads them (the
-// state's own are gathered, not copied); and without grad, the LSTM's
-// initial c into the slot the first step reads, unless that is the
-// state's row.
+// place); with lengths and a state, the initial states of the sequences
+// that start at each step but the last, copied in where the step reads
+// them (the state's own are gathered, not copied), and without grad, the
+// LSTM's initial c into the slot the first step reads, unless that is the
+// state's row (without a state, Fills zero the walk's states instead).
 func dirsForward(lstm bool, c branchCase, train bool) branchCounts {
 	if train && c.recompute > 0 {
 		return branchCounts{}
@@ -310,12 +310,15 @@ func dirsForward(lstm bool, c branchCase, train bool) branchCounts {
 			parts = 2
 		}
 		f.gemms += brT * parts
+		// Without a state the lengths' reverse walk starts from zeroed
+		// states, and copies nothing in (stack.initial).
+		entries := c.lengths == nil || c.tied
 		for t := range brT - 1 {
-			if running(t) > running(t+1) {
+			if entries && running(t) > running(t+1) {
 				f.copies += states
 			}
 		}
-		if lstm && !train && !inPlace && running(brT-1) > 0 {
+		if entries && lstm && !train && !inPlace && running(brT-1) > 0 {
 			f.copies++
 		}
 		switch {

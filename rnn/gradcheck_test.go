@@ -102,7 +102,7 @@ func checkFD(t *testing.T, d device.Device, loss func() float64, vars []variable
 			nonzero = nonzero || math.Abs(num) > 1e-3
 		}
 		up(t, d, v.buf, vals)
-		if worst > fdTol {
+		if !(worst <= fdTol) { // a NaN too
 			t.Errorf("%s[%d]: analytic gradient off by %.3g (> %g)", v.name, at, worst, fdTol)
 		}
 		if !nonzero {

@@ -201,6 +201,60 @@ func TestPackedBackwardCopies(t *testing.T) {
 	}
 }
 
+// TestNilStateIsZeroState: with lengths, a bidirectional stack given no
+// state (whose reverse walk starts from states zeroed whole,
+// stack.initial) gives the bits it gives from a zero state (whose initial
+// rows are copied in where each sequence's reverse walk enters): output,
+// input gradient and every parameter's gradient, in training, and the
+// output without grad, for LSTM and GRU stacks of 2 layers.
+func TestNilStateIsZeroState(t *testing.T) {
+	const T, B, I, H, L = 9, 5, 3, 4, 2
+	lengths := []int32{4, 9, 1, 6, 6}
+	for _, cell := range []string{"lstm", "gru"} {
+		t.Run(cell, func(t *testing.T) {
+			d := testdevice.Open(t)
+			cfg := rnn.Config{Input: I, Hidden: H, Layers: L, Bidirectional: true, DType: device.Float64, Seed: 5}
+			r := rand.New(rand.NewPCG(7, 8))
+			x, dy := upload(t, d, randomsF(r, T*B*I)), upload(t, d, randomsF(r, T*B*2*H))
+			run := func(zero bool) (vals [][]float64) {
+				m := newRecurrent(t, d, cell, cfg)
+				var st *rnn.State
+				if zero {
+					var err error
+					st, err = m.NewState(B)
+					ok(t, err)
+					defer st.Free()
+				}
+				y, err := m.ForwardLengths(rnn.NoGrad, x, T, B, lengths, st)
+				ok(t, err)
+				vals = append(vals, download(t, d, y, T*B*2*H))
+				if st != nil {
+					ok(t, d.Kernels().Fill(device.Fill{DType: device.Float64, N: 2 * L * B * H, X: st.H()}))
+					if cell == "lstm" {
+						ok(t, d.Kernels().Fill(device.Fill{DType: device.Float64, N: 2 * L * B * H, X: st.C()}))
+					}
+				}
+				ok(t, m.Params().ZeroGrad())
+				y, err = m.ForwardLengths(rnn.Train, x, T, B, lengths, st)
+				ok(t, err)
+				vals = append(vals, download(t, d, y, T*B*2*H))
+				dx, err := m.Backward(dy)
+				ok(t, err)
+				vals = append(vals, download(t, d, dx, T*B*I))
+				for q := range m.Params().All() {
+					g, err := m.Params().Grad(q.Name)
+					vals = append(vals, hostData(t, g, err))
+				}
+				return vals
+			}
+			got, want := run(false), run(true)
+			for i := range want {
+				compare(t, fmt.Sprintf("value %d (outputs, input gradient, parameter gradients)", i), got[i], want[i], 0)
+			}
+		})
+	}
+}
+
 // randomsF draws n values uniform in [-1, 1).
 func randomsF(r *rand.Rand, n int) []float64 {
 	v := make([]float64, n)

@@ -459,6 +459,10 @@ type layerPass struct {
 	h0, c0 device.Buffer
 	// hEnd and cEnd are the layer's rows of the pass's.
 	hEnd, cEnd device.Buffer
+	// zeroEntry says the reverse walk's states start zero everywhere
+	// (initial): with lengths and no state, the rows where a sequence's
+	// walk enters then hold its initial state already (enter).
+	zeroEntry bool
 	// stateH and stateC are the direction's rows of the pass's state when
 	// the walk works in place (a NoGrad forward without lengths, given a
 	// state): its first step reads the initial state there, and its last
@@ -1463,7 +1467,7 @@ func weightCols(dt device.DType, w device.Buffer, off int) device.Buffer {
 // unless that is where they are.
 func (s *stack) enter(q *queue, lp *layerPass, t int) {
 	e0, e1 := lp.rows(t+1), lp.rows(t)
-	if e1 <= e0 {
+	if e1 <= e0 || lp.zeroEntry {
 		return
 	}
 	for _, c := range [][2]device.Buffer{{lp.hIn(t), lp.h0}, {lp.cIn(t), lp.c0}} {
@@ -1482,6 +1486,20 @@ func (s *stack) initial(q *queue, lp *layerPass, st *State, l int) {
 		return
 	}
 	n, idx := lp.B*lp.H, l*s.dirs()+lp.dir
+	if st == nil && lp.sh.varlen && lp.dir == 1 && lp.t0 == 0 && lp.t1 == lp.T {
+		// A zero initial state, and the reverse walk over all steps: zero
+		// every position of its states (their initial ones among them),
+		// one Fill each, and no copy into the rows where each sequence's
+		// walk enters (one a length and state, enter). The walk writes
+		// no row before the step that reads it.
+		lp.zeroEntry = true
+		for _, b := range []device.Buffer{lp.b.hseq, lp.b.cseq} {
+			if !b.IsZero() {
+				q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: int(b.Len() / lp.dt.Size()), X: b}))
+			}
+		}
+		return
+	}
 	for _, part := range []struct{ dst, src device.Buffer }{{lp.h0, st.layerH(idx, n)}, {lp.c0, st.layerC(idx, n)}} {
 		switch {
 		case part.dst.IsZero():

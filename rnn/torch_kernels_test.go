@@ -199,7 +199,7 @@ func compare(t *testing.T, what string, got, want []float64, tol float64) {
 			worst, at = e, i
 		}
 	}
-	if worst > tol {
+	if !(worst <= tol) { // a NaN error too
 		t.Errorf("%s[%d] = %v, want %v (error %.3g > %g)", what, at, got[at], want[at], worst, tol)
 	}
 }

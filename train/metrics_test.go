@@ -26,7 +26,7 @@ func TestConfusion(t *testing.T) {
 		t.Fatal(err)
 	}
 	near := func(what string, got, want float64) {
-		if math.Abs(got-want) > 1e-15 {
+		if !(math.Abs(got-want) <= 1e-15) {
 			t.Errorf("%s = %v, want %v", what, got, want)
 		}
 	}

@@ -385,7 +385,7 @@ func TestSchedule(t *testing.T) {
 		{"cosine total from steps", train.Schedule{Decay: "cosine"}, 50, 0.5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := c.s.Rate(1, c.step, 100); math.Abs(got-c.want) > 1e-12 {
+			if got := c.s.Rate(1, c.step, 100); !(math.Abs(got-c.want) <= 1e-12) {
 				t.Errorf("Rate(1, %d) = %v, want %v", c.step, got, c.want)
 			}
 		})

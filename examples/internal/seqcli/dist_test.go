@@ -55,7 +55,7 @@ func TestTrainDataParallel(t *testing.T) {
 	}
 	for i := range a {
 		la, lb := a[i]["loss"].(float64), b[i]["loss"].(float64)
-		if math.Abs(la-lb) > 1e-4*math.Abs(la) {
+		if !(math.Abs(la-lb) <= 1e-4*math.Abs(la)) {
 			t.Errorf("step %d: loss %v on one process, %v on 2 ranks", i+1, la, lb)
 		}
 	}
