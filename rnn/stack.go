@@ -105,7 +105,8 @@ const RecomputeAuto = -1
 // once per forward (batchShape): the rows still running at step t are then
 // a prefix of the step's rows, and every per-step kernel covers that
 // prefix only. A sequence's reverse walk starts at its own last step, with
-// its initial state (copied into the padded position the step reads); its
+// its initial state (copied into the padded position the step reads, or,
+// without a state, zeros there from the start: initial); its
 // forward walk's final state is taken after its own last step. Padded
 // positions of the stack's own sequences are never read: the input
 // projection computes rows nobody reads, Backward's GEMMs over steps run
