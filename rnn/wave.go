@@ -16,10 +16,9 @@ import "github.com/gocurrent/gocurrent/device"
 // the layers in pairs, (0, 1), (2, 3) and so on: the lower layer of a
 // pair on the compute stream, window after window, and the upper one on
 // the stack's branch, forked after each of the lower layer's windows, so
-// that the
-// upper layer's walk over window c runs beside the lower layer's over
-// window c+1. The pair ends with a Join, before the next pair (whose lower
-// layer reads the upper one's output); so at most two layers are in
+// that the upper layer's walk over window c runs beside the lower layer's
+// over window c+1. The pair ends with a Join, before the next pair (whose
+// lower layer reads the upper one's output); so at most two layers are in
 // flight, one on each stream. cuDNN's standard algorithm runs its layers
 // so (research/cuda-review.md §4).
 //
@@ -44,9 +43,9 @@ import "github.com/gocurrent/gocurrent/device"
 // the cell, the GRU's input projection and recurrent product: the layers
 // on the branch use a second set of them (pass.second, pass.twin), and
 // both sets hold a window's steps, not T (less memory than one set of T,
-// from 2 windows on). Without grad, the LSTM's input projection is such a temporary too,
-// and the layers' sequences, which layer l shares with layer l-2, are
-// written by the pair after the Join.
+// from 2 windows on). Without grad, the LSTM's input projection is such a
+// temporary too, and the layers' sequences, which layer l shares with
+// layer l-2, are written by the pair after the Join.
 //
 // Which forwards: training ones without Recompute (keepSteps) and NoGrad
 // ones of two steps or more (a sampled step, one step long, has nothing
@@ -187,42 +186,41 @@ func waveWins(T, W int) []span {
 }
 
 // backwardWave differentiates a forward that ran as a wavefront
-// (rec.br.wave > 0), itself a wavefront, the forward's mirror: layers in pairs from the
-// top, (L-1, L-2), (L-3, L-4) and so on, the last alone when L is odd,
-// each pair over the forward's windows from the last. The upper layer of
-// a pair walks back its window c on the compute stream, then queues its
-// input gradient over the window (the lower layer's dh there) and the
-// window's dropout; the lower layer, forked after that, walks back its
-// window c on the branch and queues its own input gradient, beside the
-// upper layer's walk over window c-1. Each walk hands the gradient
-// crossing into the window before it on as an edge (cell.saveEdge,
-// applyEdge, as with Recompute, but views of the step's own buffers,
-// layerGrads.kept: no copy), applied once the layer above has written that
-// window's dh: no walk writes outside its window. The GRU's edge reads the
-// step's dh, so its layers' dh take three slots in turn, not two: the
-// lower layer's input gradient, written beside the upper layer's walk,
-// goes to the slot of neither.
+// (rec.br.wave > 0), itself a wavefront, the forward's mirror: layers in
+// pairs from the top, (L-1, L-2), (L-3, L-4) and so on, the last alone when
+// L is odd, each pair over the forward's windows from the last. The upper
+// layer of a pair walks back its window c on the compute stream, then
+// queues its input gradient over the window (the lower layer's dh there)
+// and the window's dropout; the lower layer, forked after that, walks back
+// its window c on the branch and queues its own input gradient, beside the
+// upper layer's walk over window c-1. Each walk hands the gradient crossing
+// into the window before it on as an edge (cell.saveEdge, applyEdge, as
+// with Recompute, but views of the step's own buffers, layerGrads.kept: no
+// copy), applied once the layer above has written that window's dh: no walk
+// writes outside its window. The GRU's edge reads the step's dh, so its
+// layers' dh take three slots in turn, not two: the lower layer's input
+// gradient, written beside the upper layer's walk, goes to the slot of
+// neither.
 //
 // The weight and bias gradients run after the layer's walk, over all its
-// steps, in the chunks and the order a Backward without the wavefront
-// adds them in (the same calls): the upper layer's on the compute stream,
-// beside the lower layer's last window; then the pair's Join (the next
-// pair's upper layer reads the lower one's input gradient); then, forked
-// again, the lower layer's on the branch, beside the next pair's first
-// window (or the layers' callers' work after Backward, the char-RNN's
-// embedding gradient). A layer's notice comes after the Join that covers
-// its gradients (the side's notices). The GRU's pre-activation gradients of the two layers
-// are the two sets (by layer parity), so the next pair's writes follow
-// the reads in stream order.
+// steps, in the chunks and the order a Backward without the wavefront adds
+// them in (the same calls): the upper layer's on the compute stream, beside
+// the lower layer's last window; then the pair's Join (the next pair's
+// upper layer reads the lower one's input gradient); then, forked again,
+// the lower layer's on the branch, beside the next pair's first window (or
+// the layers' callers' work after Backward, the char-RNN's embedding
+// gradient). A layer's notice comes after the Join that covers its
+// gradients (the side's notices). The GRU's pre-activation gradients of the
+// two layers are the two sets (by layer parity), so the next pair's writes
+// follow the reads in stream order.
 //
-// The bits: each step's cell gradient is the same call on the same
-// values, the edges add what the walk adds within a window in the same
-// order (TestRecomputeMatchesPlain's point), the weight gradients are
-// the same calls, and the input gradient's products over a window are
-// row-stable on the CPU device and the emulator, so the gradients are
-// those of a Backward without the wavefront (TestWaveSameBits; on cuBLAS
-// within rounding, the input gradient's products being cut at the
-// windows).
+// The bits: each step's cell gradient is the same call on the same values,
+// the edges add what the walk adds within a window in the same order
+// (TestRecomputeMatchesPlain's point), the weight gradients are the same
+// calls, and the input gradient's products over a window are row-stable on
+// the CPU device and the emulator, so the gradients are those of a Backward
+// without the wavefront (TestWaveSameBits; on cuBLAS within rounding, the
+// input gradient's products being cut at the windows).
 //
 // Memory: the edges (cell.edgeSize per layer: 4·B·H for the LSTM, unused
 // but allocated; 14·B·H for the GRU, whose second cell gradient writes
@@ -319,18 +317,18 @@ func windowGrads(g device.Buffer, dt device.DType, w span, BH int) device.Buffer
 }
 
 // backwardDirs walks back layer l of a bidirectional forward that ran its
-// directions side by side (forwardLayers' dirs: keepSteps here, one
-// window of all steps, no lengths), the reverse direction on the branch
-// beside the forward one, then queues their gradients in the order
+// directions side by side (forwardLayers' dirs: keepSteps here, one window
+// of all steps, with or without lengths), the reverse direction on the
+// branch beside the forward one, then queues their gradients in the order
 // backwardLayers does: the forward direction's weight gradients and input
 // gradient (written into dst) on the compute stream, beside the reverse
-// walk; the join of the reverse walk (sd's, which gives the notices
-// waiting for it); then, forked again, the reverse direction's weight
-// gradients on the branch, and its input gradient, added into dst, on the
-// compute stream. Each buffer is written by the same calls in the same
-// order as one direction after the other (the two walks write their own
-// gradients: the rows, dh and, for the GRU, the gradient sets by parity),
-// so the bits are the same.
+// walk; the join of the reverse walk (sd's, which gives the notices waiting
+// for it); then, forked again, the reverse direction's weight gradients on
+// the branch, and its input gradient, added into dst, on the compute
+// stream. Each buffer is written by the same calls in the same order as one
+// direction after the other (the two walks write their own gradients: the
+// rows, dh and, for the GRU, the gradient sets by parity), so the bits are
+// the same.
 func (s *stack) backwardDirs(q *queue, p *pass, rec *record, gb gradBufs, sd *side, l int, dst []device.Buffer, tied bool) {
 	sh, dt := &rec.sh, s.cfg.DType
 	all := span{0, sh.T}
