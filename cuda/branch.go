@@ -48,6 +48,7 @@ type branch struct {
 type idleID struct {
 	id   alloc.Stream
 	done cuEvent
+	bar  alloc.Ptr // the id's walk barrier (lane.barrier)
 }
 
 var (
@@ -106,6 +107,7 @@ func (b *branch) start() (err error) {
 		l.idle = l.idle[:n-1]
 	} else {
 		idle.id = d.newStreamID()
+		idle.bar = l.barrier()
 	}
 	d.mu.Unlock()
 	defer func() {
@@ -115,7 +117,7 @@ func (b *branch) start() (err error) {
 			d.mu.Unlock()
 		}
 	}()
-	b.q.temps = idle.id
+	b.q.temps, b.q.bar = idle.id, idle.bar
 	b.st = &stream{ln: l, s: s, id: idle.id}
 	if idle.done != 0 {
 		if err := d.api.StreamWaitEvent(d.ctx, s, idle.done); err != nil {
@@ -283,7 +285,7 @@ func (b *branch) release(reuse bool) error {
 			b.q.workspace = 0
 		} else {
 			d.mu.Lock()
-			l.idle = append(l.idle, idleID{id: b.st.id, done: done})
+			l.idle = append(l.idle, idleID{id: b.st.id, done: done, bar: b.q.bar})
 			d.mu.Unlock()
 		}
 	}

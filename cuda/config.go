@@ -51,6 +51,19 @@ type Config struct {
 	// (ARCHITECTURE's performance model), so one launch beats two; a
 	// negative value never fuses, to compare the two on a GPU.
 	FuseCellsUpTo int
+	// WalkCellsUpTo is the largest hidden size at which a layer's walk
+	// over its steps (device.LSTMWalk and GRUWalk, which package rnn
+	// queues for every window of steps without lengths) runs as one
+	// persistent kernel: every step's fused cell kernel in one launch,
+	// its blocks all resident and meeting at a grid-wide barrier between
+	// two steps, instead of a launch per step. It runs only where the
+	// steps would run as the fused kernel (FuseCellsUpTo, whose results it
+	// gives to the bit) and the tiles of hidden units fit the GPU's
+	// multiprocessors; elsewhere the walk is its per-step calls. 0 (the
+	// default) never uses it: it has not yet been measured on a GPU
+	// (issue 21), and a GPU run compares it with the per-step launches by
+	// setting it (the char-RNN command reads GOCURRENT_WALK_CELLS_UP_TO).
+	WalkCellsUpTo int
 }
 
 const defaultFuseCellsUpTo = 256
@@ -65,6 +78,16 @@ func (c Config) fuseCellsUpTo() int {
 		return defaultFuseCellsUpTo
 	}
 	return c.FuseCellsUpTo
+}
+
+// walkCellsUpTo is WalkCellsUpTo resolved: the largest hidden size the
+// persistent walk runs at, capped by the fused kernels' (whose results it
+// must give), -1 for none.
+func (c Config) walkCellsUpTo() int {
+	if c.WalkCellsUpTo <= 0 {
+		return -1
+	}
+	return min(c.WalkCellsUpTo, c.fuseCellsUpTo())
 }
 
 // defaultBLASLibraries are the cuBLAS sonames tried in order: CUDA 13, 12

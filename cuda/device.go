@@ -26,6 +26,9 @@ type Info struct {
 	// FuseCellsUpTo is Config.FuseCellsUpTo resolved: the largest hidden
 	// size the fused cell kernels run at, -1 for none.
 	FuseCellsUpTo int
+	// WalkCellsUpTo is Config.WalkCellsUpTo resolved: the largest hidden
+	// size the persistent walks run at, -1 for none.
+	WalkCellsUpTo int
 }
 
 // Device is the CUDA device: device.Device on one GPU, in the GPU's primary
@@ -158,7 +161,7 @@ func open(a api, cfg Config) (*Device, error) {
 func (d *Device) readInfo() error {
 	a, ord := d.api, d.cfg.Ordinal
 	var err error
-	info := Info{Ordinal: ord, TF32: d.cfg.TF32, FuseCellsUpTo: d.cfg.fuseCellsUpTo()}
+	info := Info{Ordinal: ord, TF32: d.cfg.TF32, FuseCellsUpTo: d.cfg.fuseCellsUpTo(), WalkCellsUpTo: d.cfg.walkCellsUpTo()}
 	if info.Name, err = a.DeviceName(d.dev); err != nil {
 		return unavailable(ord, "reading the GPU's name", err)
 	}

@@ -70,7 +70,7 @@ func TestEmulatedConformanceSmallGrids(t *testing.T) {
 	openEmulated(t, Config{}).Close()
 	defer func(old int) { gridCap = old }(gridCap)
 	gridCap = 2
-	unchanged := []string{"SumRows", "Streams", "Concurrency", "Copies", "Staging", "MemStats", "Misuse", "Scopes", "Branches"}
+	unchanged := []string{"SumRows", "Streams", "Concurrency", "Copies", "Staging", "MemStats", "Misuse", "Scopes", "Branches", "Walks"}
 	devicetest.RunGroups(t, func(t testing.TB) device.Device { return openEmulated(t, Config{}) },
 		func(group string) bool { return !slices.Contains(unchanged, group) })
 }
@@ -86,6 +86,7 @@ func TestEmulatedDriver(t *testing.T) {
 			Name: "gocurrent CUDA emulator (CPU)", ComputeCapability: [2]int{9, 0}, Multiprocessors: 132,
 			TotalMemory: 4 << 30, DriverVersion: 13000, BLASVersion: 130000, BLASLibrary: info.BLASLibrary,
 			PTX: "compute_80", FuseCellsUpTo: 256, // Config.FuseCellsUpTo's default
+			WalkCellsUpTo: -1, // Config.WalkCellsUpTo's default: none
 		}
 		if info != want {
 			t.Errorf("Info() = %+v, want %+v", info, want)

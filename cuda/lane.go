@@ -42,6 +42,11 @@ type lane struct {
 	// statusHost, pinned, queued before the wait (see readStatus). Device
 	// memory rather than mapped host memory, because atomics from the GPU
 	// into host memory over PCIe are not something every platform offers.
+	//
+	// After the word, in the same allocation, come the grid barriers of
+	// the lane's persistent walks (walkSlots of them, two words each): one
+	// for each stream that may run a walk while another does, the compute
+	// stream's first (barrier).
 	statusDev    alloc.Ptr
 	statusHost   unsafe.Pointer
 	statusStream cuStream   // reads the word without waiting for the compute stream
@@ -58,7 +63,10 @@ type lane struct {
 	// the staging buffers it still holds, which its Close gives back.
 	streams  map[alloc.Stream]*stream
 	branches map[*branch]struct{}
-	staging  map[alloc.Ptr]struct{}
+	// bars is how many of the walks' barriers the compute stream and the
+	// branches' allocator stream ids have taken (barrier).
+	bars    int
+	staging map[alloc.Ptr]struct{}
 	// idle are the allocator stream ids of closed branches, for the next
 	// branch to take, each with an event recorded after the closed
 	// branch's work (guarded by d.mu).
@@ -77,6 +85,7 @@ type queue struct {
 	on    cuStream     // the stream it queues on
 	temps alloc.Stream // the allocator stream its temporaries come from
 	br    *branch      // the branch it queues for, nil for the compute stream
+	bar   alloc.Ptr    // its persistent walks' grid barrier, 0 for none (barrier)
 
 	blasMu    sync.Mutex // a cuBLAS handle must not be used by two threads at once
 	blas      blasHandle
@@ -481,7 +490,7 @@ const (
 func (l *lane) startStatus() error {
 	a, c := l.d.api, l.d.ctx
 	var err error
-	if l.statusDev, err = a.MemAlloc(c, 4); err != nil {
+	if l.statusDev, err = a.MemAlloc(c, 4*statusWords); err != nil {
 		return fmt.Errorf("allocating the status word: %w", err)
 	}
 	if l.statusHost, err = a.MemHostAlloc(c, 4); err != nil {
@@ -490,10 +499,36 @@ func (l *lane) startStatus() error {
 	if l.statusStream, err = a.StreamCreate(c); err != nil {
 		return fmt.Errorf("creating the status stream: %w", err)
 	}
-	if err := a.MemsetD32Async(c, l.statusDev, 0, 1, l.compute.s); err != nil {
+	if err := a.MemsetD32Async(c, l.statusDev, 0, statusWords, l.compute.s); err != nil {
 		return fmt.Errorf("zeroing the status word: %w", err)
 	}
+	l.queue.bar = l.barrier()
 	return a.StreamSynchronize(c, l.compute.s)
+}
+
+// walkSlots is how many of its streams' persistent walks a lane can run
+// at once (its compute stream's and its branches'); statusWords the words
+// of its status allocation: the status word, a word of padding, and two
+// per barrier.
+const (
+	walkSlots   = 64
+	statusWords = 2 + 2*walkSlots
+)
+
+// barrier takes the next of the lane's walk barriers, for the compute
+// stream or a new allocator stream id of a branch (which keeps it while
+// closed and idle, for the next branch that takes the id: the barrier is
+// used by one stream at a time, in order), or 0 when all are taken (the
+// stream's walks then run step by step). Each is two zero words that a
+// walk leaves zero: the barrier's count of arrivals and its generation
+// (cuda/kernels/common.cuh's gc_grid_sync; only the count must start
+// zero). Under d.mu, or before the lane is shared.
+func (l *lane) barrier() alloc.Ptr {
+	if l.bars >= walkSlots {
+		return 0
+	}
+	l.bars++
+	return l.statusDev + alloc.Ptr(4*(2*l.bars))
 }
 
 // releaseStatus frees what startStatus made, tolerating a partial start.

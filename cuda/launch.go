@@ -46,6 +46,8 @@ const (
 	kGRUCellFused
 	kLSTMCellGradFused
 	kGRUCellGradFused
+	kLSTMWalk
+	kGRUWalk
 	numKernels
 )
 
@@ -82,6 +84,8 @@ var kernelNames = [numKernels]string{
 	kGRUCellFused:      "gru_cell_fused",
 	kLSTMCellGradFused: "lstm_cell_grad_fused",
 	kGRUCellGradFused:  "gru_cell_grad_fused",
+	kLSTMWalk:          "lstm_walk",
+	kGRUWalk:           "gru_walk",
 }
 
 // Launch shapes (ABI.md).
@@ -372,6 +376,64 @@ func (k kernels) GRUCell(a device.GRUCell) error {
 	}
 	return k.q.launch(kGRUCell, a.DType, grid1(a.Batch*a.Hidden), block1,
 		ptr(a.XPre), ptr(a.HPre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.HPrev), ptr(a.H), ptr(a.Act), i64(a.Batch), i64(a.Hidden))
+}
+
+var _ device.Walker = kernels{}
+
+// LSTMWalk is one launch of the persistent walk where walkShape allows
+// (Config.WalkCellsUpTo), else the per-step calls it stands for
+// (device.LSTMWalk.Queue), each a fused cell kernel or a GEMM and the cell.
+func (k kernels) LSTMWalk(a device.LSTMWalk) error {
+	if err := check(k, "LSTMWalk", a); err != nil {
+		return err
+	}
+	grid, block, ok := k.walkShape(a.Batch, a.Hidden)
+	if !ok {
+		return a.Queue(k)
+	}
+	return k.q.launch(kLSTMWalk, a.DType, grid, block,
+		ptr(a.H0), ptr(a.C0), ptr(a.W), ptr(a.Pre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.H), ptr(a.C), ptr(a.CLast), ptr(a.Act),
+		i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
+}
+
+// GRUWalk is LSTMWalk's counterpart.
+func (k kernels) GRUWalk(a device.GRUWalk) error {
+	if err := check(k, "GRUWalk", a); err != nil {
+		return err
+	}
+	grid, block, ok := k.walkShape(a.Batch, a.Hidden)
+	if !ok {
+		return a.Queue(k)
+	}
+	return k.q.launch(kGRUWalk, a.DType, grid, block,
+		ptr(a.H0), ptr(a.W), ptr(a.XPre), ptr(a.HPre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.H), ptr(a.Act),
+		i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
+}
+
+// walkShape is the persistent walk's grid and block for a layer of batch
+// rows and hidden units, ok false where the walk runs step by step: above
+// Config.WalkCellsUpTo (which the fused kernels' bound caps, so that every
+// step it stands for would be the fused kernel, whose arithmetic it
+// repeats: an h never written over the previous one, by the walk's
+// contract), with no barrier left for the queue's stream, or with more
+// tiles of units than the GPU has multiprocessors. The block is the fused
+// kernels' (fuseTile), the grid's x their tiles of units; its y, the
+// tiles of rows, is cut so that the grid has at most a block per
+// multiprocessor, a block then taking several tiles of rows in turn. Every
+// block must be resident at once (gc_grid_sync): a block of 128 threads
+// and the fused kernels. shared memory (19 KiB in float32, 37 in float64)
+// fits on a
+// multiprocessor beside another, so two walks on two streams (the
+// wavefront's layers) are resident together too.
+func (k kernels) walkShape(batch, hidden int) (grid, block [3]uint32, ok bool) {
+	d := k.q.ln.d
+	tj, tb := fuseTile(hidden)
+	units, rows := (hidden+tj-1)/tj, (batch+tb-1)/tb
+	sms := d.info.Multiprocessors
+	if hidden > d.cfg.walkCellsUpTo() || k.q.bar == 0 || units > sms || rows > maxGridY {
+		return grid, block, false
+	}
+	return [3]uint32{uint32(units), uint32(min(rows, max(1, sms/units))), 1}, [3]uint32{uint32(tj), uint32(tb), 1}, true
 }
 
 // GRUCellGrad is LSTMCellGrad's counterpart.

@@ -67,6 +67,21 @@ func (gruCell) forwardStep(q *queue, lp *layerPass, t int) {
 		BiasIH: w.bih, BiasHH: w.bhh, HPrev: lp.hIn(t), H: lp.hOut(t), Act: act, W: w.whh}))
 }
 
+// forwardWalk: forwardStep's calls as one device.GRUWalk.
+func (gruCell) forwardWalk(q *queue, lp *layerPass, k device.Walker) {
+	H, w, first := lp.H, lp.w, lp.t0
+	if lp.dir == 1 {
+		first = lp.t1 - 1
+	}
+	a := device.GRUWalk{DType: lp.dt, Steps: lp.t1 - lp.t0, Batch: lp.B, Hidden: H, Reverse: lp.dir == 1,
+		XPre: lp.steps(lp.pre, lp.t0, lp.t1, 3*H), HPre: lp.p.hpre, W: w.whh, BiasIH: w.bih, BiasHH: w.bhh,
+		H0: lp.hIn(first), H: lp.output()}
+	if lp.train {
+		a.Act = lp.steps(lp.b.gates, lp.t0, lp.t1, 4*H)
+	}
+	q.add(k.GRUWalk(a))
+}
+
 // gradViews: the walk's set of the pre-activation gradients.
 func (gruCell) gradViews(_ *layerPass, lg *layerGrads) {
 	lg.dPre, lg.dHPre = lg.dxp[lg.set], lg.dhp[lg.set]

@@ -72,6 +72,26 @@ func (lstmCell) forwardStep(q *queue, lp *layerPass, t int) {
 		CPrev: lp.cIn(t), C: lp.cOut(t), H: lp.hOut(t), Act: act, HPrev: lp.hIn(t), W: w.whh}))
 }
 
+// forwardWalk: forwardStep's calls as one device.LSTMWalk. In training
+// every step's c goes to its position of cseq; without grad the walk
+// carries c in the slot the last step leaves it in (cOut), which the
+// steps would have reached through the two slots in turn.
+func (lstmCell) forwardWalk(q *queue, lp *layerPass, k device.Walker) {
+	H, w, first, last := lp.H, lp.w, lp.t0, lp.t1-1
+	if lp.dir == 1 {
+		first, last = last, first
+	}
+	a := device.LSTMWalk{DType: lp.dt, Steps: lp.t1 - lp.t0, Batch: lp.B, Hidden: H, Reverse: lp.dir == 1,
+		Pre: lp.steps(lp.pre, lp.t0, lp.t1, 4*H), W: w.whh, BiasIH: w.bih, BiasHH: w.bhh,
+		H0: lp.hIn(first), C0: lp.cIn(first), H: lp.output()}
+	if lp.train {
+		a.C, a.Act = lp.steps(lp.b.cseq, lp.t0+1-lp.dir, lp.t1+1-lp.dir, H), a.Pre
+	} else {
+		a.CLast = lp.cOut(last)
+	}
+	q.add(k.LSTMWalk(a))
+}
+
 // gradViews: the gradients replace the activations in the saved gates,
 // and serve as both dPre and dHPre.
 func (lstmCell) gradViews(lp *layerPass, lg *layerGrads) {

@@ -219,6 +219,11 @@ type cell interface {
 	// it (hOut, cOut) out, plus the activations Backward needs in
 	// training.
 	forwardStep(q *queue, lp *layerPass, t int)
+	// forwardWalk queues the window's whole walk, every one of its steps
+	// over all lp.B rows (no lengths), as one call on kernels that take
+	// walks: what forwardStep queues step by step, in one device.LSTMWalk
+	// or GRUWalk.
+	forwardWalk(q *queue, lp *layerPass, w device.Walker)
 
 	// gradViews sets lg.dPre and lg.dHPre to the window's pre-activation
 	// gradients. beginBackward starts any gradient the cell carries from
@@ -1407,7 +1412,18 @@ func (s *stack) forwardWindow(q *queue, lp *layerPass, ends bool) {
 	lp.pre = s.cell.projection(lp)
 	s.project(q, lp)
 	ends = ends && lp.dir == 0 && lp.sh.varlen
-	for _, t := range lp.walk() {
+	ts := lp.walk()
+	if w, ok := lp.k.(device.Walker); ok && !lp.sh.varlen && len(ts) > 1 {
+		// One call for the window's steps: without lengths every step
+		// covers all rows, and nothing enters or ends between two steps
+		// (the reverse walk's initial state enters before its first).
+		if lp.dir == 1 {
+			s.enter(q, lp, ts[0])
+		}
+		s.cell.forwardWalk(q, lp, w)
+		return
+	}
+	for _, t := range ts {
 		if lp.dir == 1 {
 			s.enter(q, lp, t)
 		}

@@ -164,15 +164,18 @@ __device__ void gru_cell_grad(const T* act, const T* hprev, const T* dh, T* dxpr
 #define GC_FUSE_K 32
 
 // rec_product sets acc[g] to Σ_k hprev[b·hidden + k]·w[(g·hidden + j)·hidden + k]
-// for the calling thread's element (b, j); every thread of the block calls it.
+// for the calling thread's element (b, j) of tile (bx, by) (a launch's
+// block, or one of the tiles a walk's block takes in turn); every thread
+// of the block calls it. hprev is read from L2 (gc_ld_l2): in a walk other
+// blocks wrote it, since the block last read that memory.
 template <typename T, int G>
 __device__ void rec_product(const T* hprev, const T* w, long long batch, long long hidden,
-                            T* acc) {
+                            T* acc, long long bx, long long by) {
   GC_SHARED(T, hs, GC_FUSE_BMAX * GC_FUSE_K);
   GC_SHARED(T, ws, G * GC_FUSE_JMAX * (GC_FUSE_K + 1));
   const int tj = blockDim.x, tb = blockDim.y, threads = tj * tb;
   int tx = threadIdx.x, ty = threadIdx.y, tid = ty * tj + tx;
-  long long j0 = (long long)blockIdx.x * tj, b0 = (long long)blockIdx.y * tb;
+  long long j0 = bx * tj, b0 = by * tb;
   for (int g = 0; g < G; g++) acc[g] = T(0);
   // The block's units past hidden, and a last chunk's k past it, are
   // neither staged nor summed: they would add zeros (acc starts at +0, so
@@ -186,7 +189,7 @@ __device__ void rec_product(const T* hprev, const T* w, long long batch, long lo
     for (int i = tid; i < tb * kn; i += threads) {
       long long b = b0 + i / kn;
       int kk = i % kn;
-      hs[(i / kn) * GC_FUSE_K + kk] = b < batch ? hprev[b * hidden + k0 + kk] : T(0);
+      hs[(i / kn) * GC_FUSE_K + kk] = b < batch ? gc_ld_l2(hprev + b * hidden + k0 + kk) : T(0);
     }
     for (int i = tid; i < G * jn * kn; i += threads) {
       int row = i / kn, kk = i % kn, g = row / jn, jj = row % jn;
@@ -213,11 +216,12 @@ __device__ void rec_product(const T* hprev, const T* w, long long batch, long lo
 template <typename T>
 __device__ void lstm_cell_fused(const T* hprev, const T* w, T* pre, const T* bih,
                                 const T* bhh, const T* cprev, T* c, T* h, T* act,
-                                long long batch, long long hidden, long long cell) {
+                                long long batch, long long hidden, long long cell, long long bx,
+                                long long by) {
   T acc[4];
-  rec_product<T, 4>(hprev, w, batch, hidden, acc);
-  long long b = (long long)blockIdx.y * blockDim.y + threadIdx.y;
-  long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  rec_product<T, 4>(hprev, w, batch, hidden, acc, bx, by);
+  long long b = by * blockDim.y + threadIdx.y;
+  long long j = bx * blockDim.x + threadIdx.x;
   if (b >= batch || j >= hidden) return;
   long long e = b * hidden + j, o = b * 4 * hidden + j;
   T p[4], u[4];
@@ -241,17 +245,67 @@ __device__ void lstm_cell_fused(const T* hprev, const T* w, T* pre, const T* bih
 template <typename T>
 __device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpre,
                                const T* bih, const T* bhh, T* h, T* act, long long batch,
-                               long long hidden, long long cell) {
+                               long long hidden, long long cell, long long bx, long long by) {
   T acc[3];
-  rec_product<T, 3>(hprev, w, batch, hidden, acc);
-  long long b = (long long)blockIdx.y * blockDim.y + threadIdx.y;
-  long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  rec_product<T, 3>(hprev, w, batch, hidden, acc, bx, by);
+  long long b = by * blockDim.y + threadIdx.y;
+  long long j = bx * blockDim.x + threadIdx.x;
   if (b >= batch || j >= hidden) return;
   long long e = b * hidden + j, o = b * 3 * hidden + j;
   for (int g = 0; g < 3; g++) hpre[o + g * hidden] = acc[g];
   if (!cell) return;
   gru_point(xpre[o], xpre[o + hidden], xpre[o + 2 * hidden], acc[0], acc[1], acc[2], bih, bhh, j,
             hidden, hprev[e], h, act, e, b * 4 * hidden + j);
+}
+
+// The persistent walks (device.LSTMWalk and GRUWalk, cuda.Config.
+// WalkCellsUpTo): a layer's whole walk over its steps in one launch, each
+// step the fused step above on the step's slices, with a grid-wide
+// barrier (gc_grid_sync) between two steps, where the next step's
+// products need every block's h. The block is the fused kernels' (fuseTile)
+// and so is the grid's x (the tiles of units); the grid's y may be fewer
+// than the tiles of rows, a block then taking tiles by, by + gridDim.y, ...
+// in turn: every block must be resident at once (the launcher sizes the
+// grid so), or the barrier never opens. Each step computes what the fused
+// kernel's launch for it would, the same operations on the same values:
+// the walk's results are the per-step launches' to the bit. c goes from
+// step to step in cs (every step's, in time order) or, without it, in
+// clast, each element written and read again by the thread that owns it;
+// h in hs, read by every block after the barrier, from L2.
+template <typename T>
+__device__ void lstm_walk(const T* h0, const T* c0, const T* w, T* pre, const T* bih,
+                          const T* bhh, T* hs, T* cs, T* clast, T* act, long long steps,
+                          long long batch, long long hidden, long long reverse, unsigned* bar) {
+  const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
+  for (long long i = 0; i < steps; i++) {
+    long long t = reverse ? steps - 1 - i : i, prev = reverse ? t + 1 : t - 1;
+    const T* hp = i == 0 ? h0 : hs + prev * bh;
+    const T* cp = i == 0 ? c0 : cs ? cs + prev * bh : clast;
+    T* cn = cs ? cs + t * bh : clast;
+    T* at = act ? act + t * 4 * bh : nullptr;
+    for (long long by = blockIdx.y; by < tiles; by += gridDim.y)
+      lstm_cell_fused(hp, w, pre + t * 4 * bh, bih, bhh, cp, cn, hs + t * bh, at, batch, hidden,
+                      1LL, (long long)blockIdx.x, by);
+    if (i + 1 < steps) gc_grid_sync(bar);
+  }
+}
+
+// gru_walk is lstm_walk for the GRU: hpre takes each step's recurrent
+// product (the last step's stays there), h goes from step to step in hs.
+template <typename T>
+__device__ void gru_walk(const T* h0, const T* w, const T* xpre, T* hpre, const T* bih,
+                         const T* bhh, T* hs, T* act, long long steps, long long batch,
+                         long long hidden, long long reverse, unsigned* bar) {
+  const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
+  for (long long i = 0; i < steps; i++) {
+    long long t = reverse ? steps - 1 - i : i, prev = reverse ? t + 1 : t - 1;
+    const T* hp = i == 0 ? h0 : hs + prev * bh;
+    T* at = act ? act + t * 4 * bh : nullptr;
+    for (long long by = blockIdx.y; by < tiles; by += gridDim.y)
+      gru_cell_fused(hp, w, xpre + t * 3 * bh, hpre, bih, bhh, hs + t * bh, at, batch, hidden,
+                     1LL, (long long)blockIdx.x, by);
+    if (i + 1 < steps) gc_grid_sync(bar);
+  }
 }
 
 // The fused recurrent step of the backward (device.LSTMCellGrad and
@@ -391,12 +445,14 @@ __device__ void gru_cell_grad_fused(const T* dnext, const T* w, const T* act, co
   extern "C" __global__ void gc_lstm_cell_fused_##S(                                          \
       const T* hprev, const T* w, T* pre, const T* bih, const T* bhh, const T* cprev, T* c,   \
       T* h, T* act, long long batch, long long hidden, long long cell) {                      \
-    lstm_cell_fused(hprev, w, pre, bih, bhh, cprev, c, h, act, batch, hidden, cell);          \
+    lstm_cell_fused(hprev, w, pre, bih, bhh, cprev, c, h, act, batch, hidden, cell,           \
+                    (long long)blockIdx.x, (long long)blockIdx.y);                            \
   }                                                                                           \
   extern "C" __global__ void gc_gru_cell_fused_##S(                                           \
       const T* hprev, const T* w, const T* xpre, T* hpre, const T* bih, const T* bhh, T* h,   \
       T* act, long long batch, long long hidden, long long cell) {                            \
-    gru_cell_fused(hprev, w, xpre, hpre, bih, bhh, h, act, batch, hidden, cell);              \
+    gru_cell_fused(hprev, w, xpre, hpre, bih, bhh, h, act, batch, hidden, cell,               \
+                   (long long)blockIdx.x, (long long)blockIdx.y);                             \
   }                                                                                           \
   extern "C" __global__ void gc_lstm_cell_grad_fused_##S(                                     \
       const T* dnext, const T* w, const T* act, const T* cprev, const T* c, T* dh,            \
@@ -411,6 +467,19 @@ __device__ void gru_cell_grad_fused(const T* dnext, const T* w, const T* act, co
       long long cell) {                                                                       \
     gru_cell_grad_fused(dnext, w, act, hprev, dh, dxpre, dhpre, dhprev, accumulate, batch,    \
                         nbatch, hidden, cell);                                                \
+  }                                                                                           \
+  extern "C" __global__ void gc_lstm_walk_##S(                                                \
+      const T* h0, const T* c0, const T* w, T* pre, const T* bih, const T* bhh, T* hs, T* cs, \
+      T* clast, T* act, long long steps, long long batch, long long hidden, long long reverse, \
+      unsigned* bar) {                                                                        \
+    lstm_walk(h0, c0, w, pre, bih, bhh, hs, cs, clast, act, steps, batch, hidden, reverse,    \
+              bar);                                                                           \
+  }                                                                                           \
+  extern "C" __global__ void gc_gru_walk_##S(                                                 \
+      const T* h0, const T* w, const T* xpre, T* hpre, const T* bih, const T* bhh, T* hs,     \
+      T* act, long long steps, long long batch, long long hidden, long long reverse,          \
+      unsigned* bar) {                                                                        \
+    gru_walk(h0, w, xpre, hpre, bih, bhh, hs, act, steps, batch, hidden, reverse, bar);       \
   }
 
 GC_CELLS(float, f32)

@@ -18,6 +18,13 @@
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;        \
        i < (n); i += (long long)gridDim.x * blockDim.x)
 
+// gc_ld_l2 loads *p from L2, past the SM's L1, which another block's
+// write does not update: for data other blocks of the same launch wrote
+// (the persistent walks' h, after gc_grid_sync).
+#ifndef GC_LD_L2
+template <typename T> __device__ __forceinline__ T gc_ld_l2(const T* p) { return __ldcg(p); }
+#endif
+
 __device__ __forceinline__ float gc_exp(float x) { return expf(x); }
 __device__ __forceinline__ double gc_exp(double x) { return exp(x); }
 __device__ __forceinline__ float gc_tanh(float x) { return tanhf(x); }
@@ -70,3 +77,38 @@ __device__ __forceinline__ double gc_block_sum256(double v, double* s) {
   }
   return s[0];
 }
+
+// gc_grid_sync is a barrier of the whole grid, for a kernel whose blocks
+// are all resident at once (the persistent walks: their launcher sizes the
+// grid so): each block's writes before it are seen by every block after
+// it. bar is two words of the launching stream's own, zero before the
+// first launch and left zero: the blocks' count of arrivals, which the
+// last to arrive resets, and the generation, which it then advances and
+// the others wait for. A block that waits more than about 8·10⁹ cycles
+// (seconds: the grid is not resident after all) traps, which fails the
+// launch, rather than hanging the stream.
+#ifndef GC_GRID_SYNC
+#define GC_GRID_SYNC_CYCLES 8000000000LL
+__device__ __forceinline__ void gc_grid_sync(unsigned* bar) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    volatile unsigned* gen = bar + 1;
+    unsigned g = *gen;
+    unsigned n = gridDim.x * gridDim.y * gridDim.z;
+    __threadfence();
+    if (atomicAdd(bar, 1u) == n - 1) {
+      atomicExch(bar, 0u);
+      __threadfence();
+      atomicAdd(bar + 1, 1u);
+    } else {
+      long long start = clock64();
+      while (*gen == g) {
+        if (clock64() - start > GC_GRID_SYNC_CYCLES) __trap();
+      }
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+#endif

@@ -123,7 +123,10 @@ func (k kernels) stream() *stream {
 	return k.l.compute
 }
 
-var _ device.Kernels = kernels{}
+var (
+	_ device.Kernels = kernels{}
+	_ device.Walker  = kernels{}
+)
 
 // launch queues the command fill writes, unless the arguments were
 // invalid (err).
@@ -178,6 +181,23 @@ func (k kernels) LSTMCell(a device.LSTMCell) error {
 		a.HPrev, a.W = device.Buffer{}, device.Buffer{}
 	}
 	return k.launch(err, func(c *cmd) { c.op, c.lstm = opLSTMCell, a })
+}
+
+// LSTMWalk queues the per-step calls the walk stands for
+// (device.LSTMWalk.Queue): the CPU device has no cost per call to save.
+func (k kernels) LSTMWalk(a device.LSTMWalk) error {
+	if err := a.Check(k.l.owner); err != nil {
+		return err
+	}
+	return a.Queue(k)
+}
+
+// GRUWalk queues the per-step calls, as LSTMWalk.
+func (k kernels) GRUWalk(a device.GRUWalk) error {
+	if err := a.Check(k.l.owner); err != nil {
+		return err
+	}
+	return a.Queue(k)
 }
 
 // LSTMCellGrad runs the fused form (device.LSTMCellGrad.Fused) as the two

@@ -76,6 +76,7 @@ func RunGroups(t *testing.T, open func(t testing.TB) device.Device, keep func(gr
 		{"GRUCellFused", testGRUCellFused},
 		{"LSTMCellGradFused", testLSTMCellGradFused},
 		{"GRUCellGradFused", testGRUCellGradFused},
+		{"Walks", testWalks},
 		{"GatherSeq", testGatherSeq},
 		{"SeqPool", testSeqPool},
 		{"Embedding", testEmbedding},

@@ -16,7 +16,10 @@ type kernels struct {
 	temps alloc.Stream
 }
 
-var _ device.Kernels = kernels{}
+var (
+	_ device.Kernels = kernels{}
+	_ device.Walker  = kernels{}
+)
 
 // check is every kernel: an open device and valid arguments.
 func (k kernels) check(name string, a interface{ Check(device.Device) error }) error {
@@ -48,11 +51,17 @@ func (k kernels) temporary(name string, n int64) error {
 	return k.d.mem.Free(p)
 }
 
-func (k kernels) Gemm(a device.Gemm) error                   { return k.check("Gemm", a) }
-func (k kernels) LSTMCell(a device.LSTMCell) error           { return k.check("LSTMCell", a) }
-func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error   { return k.check("LSTMCellGrad", a) }
-func (k kernels) GRUCell(a device.GRUCell) error             { return k.check("GRUCell", a) }
-func (k kernels) GRUCellGrad(a device.GRUCellGrad) error     { return k.check("GRUCellGrad", a) }
+func (k kernels) Gemm(a device.Gemm) error                 { return k.check("Gemm", a) }
+func (k kernels) LSTMCell(a device.LSTMCell) error         { return k.check("LSTMCell", a) }
+func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error { return k.check("LSTMCellGrad", a) }
+func (k kernels) GRUCell(a device.GRUCell) error           { return k.check("GRUCell", a) }
+func (k kernels) GRUCellGrad(a device.GRUCellGrad) error   { return k.check("GRUCellGrad", a) }
+
+// LSTMWalk and GRUWalk check their arguments: a walk takes no temporary
+// on any device (the CUDA device's persistent walk synchronises its
+// blocks through words of its own, outside the allocator).
+func (k kernels) LSTMWalk(a device.LSTMWalk) error           { return k.check("LSTMWalk", a) }
+func (k kernels) GRUWalk(a device.GRUWalk) error             { return k.check("GRUWalk", a) }
 func (k kernels) GatherSeq(a device.GatherSeq) error         { return k.check("GatherSeq", a) }
 func (k kernels) SeqPool(a device.SeqPool) error             { return k.check("SeqPool", a) }
 func (k kernels) SeqPoolGrad(a device.SeqPoolGrad) error     { return k.check("SeqPoolGrad", a) }

@@ -43,6 +43,16 @@ func main() {
 		}
 		env.CUDA.FuseCellsUpTo = n
 	}
+	// GOCURRENT_WALK_CELLS_UP_TO sets cuda.Config.WalkCellsUpTo, so that a
+	// GPU run can compare the persistent walks with the per-step launches.
+	if v := os.Getenv("GOCURRENT_WALK_CELLS_UP_TO"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "charrnn: GOCURRENT_WALK_CELLS_UP_TO=%q is not a whole number\n", v)
+			os.Exit(2)
+		}
+		env.CUDA.WalkCellsUpTo = n
+	}
 	// GOCURRENT_BRANCHES=off keeps the bench's recurrent weight gradients
 	// on the compute stream (charrnn.Env.NoBranches), so that a GPU run can
 	// compare them with the branch they run on by default.

@@ -50,13 +50,22 @@ func TestMissingBarrier(t *testing.T) {
 		{"cells.cu", 3, gruGradFused},   // rec_grad_product: the chunk read before the next overwrites it
 	}
 	// Every barrier of the kernels is in the table: a new one needs a case.
+	// Those of the GPU's grid barrier (common.cuh's gc_grid_sync, last in
+	// the file) are not: the emulator compiles its own barrier instead
+	// (emu.h.in), which TestMissingGridBarrier checks.
 	count := 0
 	for _, f := range kernels {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		count += strings.Count(string(b), "__syncthreads();")
+		src := string(b)
+		if i := strings.Index(src, "#ifndef GC_GRID_SYNC"); i >= 0 {
+			gpu := src[i:]
+			gpu = gpu[:strings.Index(gpu, "#endif")]
+			count -= strings.Count(gpu, "__syncthreads();")
+		}
+		count += strings.Count(src, "__syncthreads();")
 	}
 	if count != len(cases) {
 		t.Errorf("cuda/kernels has %d barriers, the table %d: add a case for each", count, len(cases))
@@ -88,6 +97,161 @@ func TestMissingBarrier(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMissingGridBarrier is TestMissingBarrier for the persistent walks'
+// grid barrier: with either of cells.cu's gc_grid_sync calls deleted (the
+// LSTM walk's, the GRU walk's), the walk over several blocks must compute
+// another result than the per-step fused launches it stands for, which it
+// gives to the bit over the real sources. What makes it wrong is how the
+// emulator runs such a kernel: every thread of the grid a fiber, in rounds
+// drawn afresh, so a block that does not wait for the others reads a step's
+// h before they wrote it (the poison of new memory, or an older step's).
+func TestMissingGridBarrier(t *testing.T) {
+	orig := ForTest(t)
+	kernels, err := kernelSources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, run := range []func(l *Lib) (got, want []float64, err error){lstmWalk, gruWalk} {
+		t.Run([]string{"LSTM", "GRU"}[i], func(t *testing.T) {
+			t.Parallel()
+			got, want, err := run(orig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equal(got, want) {
+				t.Fatalf("over the real kernels: got %v, want %v", got[:4], want[:4])
+			}
+			dir := t.TempDir()
+			if err := copyWithoutCall(kernels, dir, "cells.cu", "gc_grid_sync(bar);", i); err != nil {
+				t.Fatal(err)
+			}
+			mutated, err := Build(dir, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want, err = run(mutated); err != nil {
+				t.Fatal(err)
+			}
+			if equal(got, want) {
+				t.Errorf("with the %s walk's grid barrier deleted the walk still gave the per-step launches' result: the emulator missed it", []string{"LSTM", "GRU"}[i])
+			}
+		})
+	}
+}
+
+// walkShape is the walks' test shape: 3 steps of 8 rows of 64 units, a
+// grid of 2 by 2 blocks of 32 units by 4 rows (cuda/launch.go's fuseTile).
+const walkSteps, walkBatch, walkHidden = 3, 8, 64
+
+var walkGrid, walkBlock = [3]uint32{2, 2, 1}, [3]uint32{32, 4, 1}
+
+// walkInputs are a walk's inputs: G gates' input products for every step,
+// h0 and c0, W_hh scaled as PyTorch initialises it.
+func walkInputs(gates int) (pre, h0, c0, w []float64) {
+	const T, B, H = walkSteps, walkBatch, walkHidden
+	pre, h0, c0, w = make([]float64, T*B*gates*H), make([]float64, B*H), make([]float64, B*H), make([]float64, gates*H*H)
+	for i := range pre {
+		pre[i] = float64(i%13)/6 - 1
+	}
+	for i := range h0 {
+		h0[i], c0[i] = float64(i%7)/7-0.5, float64(i%5)/5-0.5
+	}
+	for i := range w {
+		w[i] = (float64(i%11)/11 - 0.5) / 8
+	}
+	return pre, h0, c0, w
+}
+
+// lstmWalk runs gc_lstm_walk_f64 forward over the walk's shape, and the
+// per-step gc_lstm_cell_fused_f64 launches it stands for; it returns the
+// walk's h of every step and the launches'.
+func lstmWalk(l *Lib) (got, want []float64, err error) {
+	const T, B, H = walkSteps, walkBatch, walkHidden
+	pre, h0, c0, w := walkInputs(4)
+	pre2 := append([]float64(nil), pre...)
+	got, want = make([]float64, T*B*H), make([]float64, T*B*H)
+	cs, cs2 := make([]float64, T*B*H), make([]float64, T*B*H)
+	for i := range got {
+		got[i], want[i] = math.NaN(), math.NaN()
+	}
+	bar := make([]uint32, 2)
+	if err = launch(l, "gc_lstm_walk_f64", walkGrid, walkBlock,
+		[]uint64{ptr(h0), ptr(c0), ptr(w), ptr(pre), 0, 0, ptr(got), ptr(cs), 0, ptr(pre), T, B, H, 0, ptr(bar)},
+		h0, c0, w, pre, got, cs, bar); err != nil {
+		return nil, nil, err
+	}
+	for t := range T {
+		hp, cp := ptr(h0), ptr(c0)
+		if t > 0 {
+			hp, cp = ptr(want[(t-1)*B*H:]), ptr(cs2[(t-1)*B*H:])
+		}
+		if err = launch(l, "gc_lstm_cell_fused_f64", walkGrid, walkBlock,
+			[]uint64{hp, ptr(w), ptr(pre2[t*4*B*H:]), 0, 0, cp, ptr(cs2[t*B*H:]), ptr(want[t*B*H:]), ptr(pre2[t*4*B*H:]), B, H, 1},
+			h0, c0, w, pre2, want, cs2); err != nil {
+			return nil, nil, err
+		}
+	}
+	return got, want, nil
+}
+
+// gruWalk is lstmWalk for gc_gru_walk_f64, reverse, against the per-step
+// gc_gru_cell_fused_f64 launches.
+func gruWalk(l *Lib) (got, want []float64, err error) {
+	const T, B, H = walkSteps, walkBatch, walkHidden
+	xpre, h0, _, w := walkInputs(3)
+	got, want = make([]float64, T*B*H), make([]float64, T*B*H)
+	hpre, hpre2 := make([]float64, B*3*H), make([]float64, B*3*H)
+	for i := range got {
+		got[i], want[i] = math.NaN(), math.NaN()
+	}
+	bar := make([]uint32, 2)
+	if err = launch(l, "gc_gru_walk_f64", walkGrid, walkBlock,
+		[]uint64{ptr(h0), ptr(w), ptr(xpre), ptr(hpre), 0, 0, ptr(got), 0, T, B, H, 1, ptr(bar)},
+		h0, w, xpre, hpre, got, bar); err != nil {
+		return nil, nil, err
+	}
+	for t := T - 1; t >= 0; t-- {
+		hp := ptr(h0)
+		if t < T-1 {
+			hp = ptr(want[(t+1)*B*H:])
+		}
+		if err = launch(l, "gc_gru_cell_fused_f64", walkGrid, walkBlock,
+			[]uint64{hp, ptr(w), ptr(xpre[t*3*B*H:]), ptr(hpre2), 0, 0, ptr(want[t*B*H:]), 0, B, H, 1},
+			h0, w, xpre, hpre2, want); err != nil {
+			return nil, nil, err
+		}
+	}
+	return got, want, nil
+}
+
+// copyWithoutCall copies the sources into dir, deleting the nth occurrence
+// of call in the file named name.
+func copyWithoutCall(sources []string, dir, name, call string, nth int) error {
+	found := false
+	for _, src := range sources {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		s := string(b)
+		if filepath.Base(src) == name {
+			parts := strings.Split(s, call)
+			if nth+1 >= len(parts) {
+				return errors.New(name + " has fewer calls of " + call + " than the case says")
+			}
+			s = strings.Join(parts[:nth+1], call) + ";/* call deleted */" + strings.Join(parts[nth+1:], call)
+			found = true
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(src)), []byte(s), 0o644); err != nil {
+			return err
+		}
+	}
+	if !found {
+		return errors.New("no kernel source " + name)
+	}
+	return nil
 }
 
 // kernelSources are the .cu and .cuh files of cuda/kernels.

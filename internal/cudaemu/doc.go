@@ -28,13 +28,23 @@
 // 0xff bytes (NaN as a double), so a kernel that misses a barrier reads a
 // word before or after another thread writes it, or reads the poison, and
 // gets a wrong result: TestMissingBarrier deletes each barrier of
-// cuda/kernels in turn and checks the emulator catches it. On x86-64 a
+// cuda/kernels in turn and checks the emulator catches it. A kernel with a
+// grid-wide barrier (the persistent walks' gc_grid_sync) runs the threads
+// of all its blocks as fibers of one round-robin instead, each block with
+// its own shared memory, and the barrier holds a fiber until every thread
+// of the grid has reached it; a launch of such a kernel with more blocks
+// than the device's multiprocessors fails (a GPU could not keep them all
+// resident, and would wait for ever), and so does one whose barrier some
+// threads finish without. On x86-64 a
 // fiber switch is a few instructions (no system call, unlike swapcontext).
 // It is the one CUDA emulator: the conformance suite runs on it through
 // package cuda's real launch code (cuda.TestEmulatedConformance). The driver and cuBLAS (driver.cc.in) are one device named
 // "gocurrent CUDA emulator (CPU)" (so a test can tell it from a GPU), of
-// compute capability 9.0, whose memory is host memory with a capacity of
-// GOCURRENT_EMU_MEMORY bytes (read at each cuInit; 4 GiB by default).
+// compute capability 9.0, with 132 multiprocessors (GOCURRENT_EMU_MULTIPROCESSORS
+// sets another number, read at each cuInit, so that a test can run a kernel
+// sized to the GPU on a small one), whose memory is host memory with a
+// capacity of GOCURRENT_EMU_MEMORY bytes (read at each cuInit; 4 GiB by
+// default).
 // Everything runs under one lock when it is enqueued, so it is slow, safe
 // for concurrent use, and blind to a missing wait between streams run
 // eagerly (only a GPU shows those; a graph's replay shows some, below). What it does check is what a GPU would show later,

@@ -7,7 +7,9 @@
 // GOCURRENT_TEST_DEVICE names the device: "cpu" (the default), "cuda" or
 // "cuda:N". For the CUDA device, GOCURRENT_CUDA_DRIVER and GOCURRENT_CUBLAS
 // give the driver's and cuBLAS's paths where the dynamic loader would not
-// find them (.ci/gpu-run sets them from the libraries PyTorch loaded).
+// find them (.ci/gpu-run sets them from the libraries PyTorch loaded), and
+// GOCURRENT_WALK_CELLS_UP_TO sets cuda.Config.WalkCellsUpTo, so that the
+// layers' tests run their walks as the persistent kernel.
 //
 // A device that was asked for and cannot be opened fails the test that
 // asked, saying why; it never runs on the CPU instead. Under
@@ -39,6 +41,7 @@ const (
 	EnvRequireGPU = "GOCURRENT_REQUIRE_GPU"
 	EnvCUBLAS     = "GOCURRENT_CUBLAS"
 	EnvDriver     = "GOCURRENT_CUDA_DRIVER"
+	EnvWalkCells  = "GOCURRENT_WALK_CELLS_UP_TO"
 )
 
 // Name is the device the tests run on, as GOCURRENT_TEST_DEVICE names it:
@@ -76,7 +79,8 @@ func Spec(t testing.TB) string {
 }
 
 // CUDAConfig is the cuda.Config the CUDA device is opened with: the
-// ordinal the name gives and the libraries the environment gives.
+// ordinal the name gives, the libraries and the walks' bound the
+// environment gives.
 func CUDAConfig(t testing.TB) cuda.Config {
 	t.Helper()
 	_, cfg, err := parse(Name())
@@ -89,6 +93,11 @@ func CUDAConfig(t testing.TB) cuda.Config {
 // parse turns a device name into the -device spec and CUDA configuration.
 func parse(name string) (spec string, cfg cuda.Config, err error) {
 	cfg = cuda.Config{DriverLibrary: os.Getenv(EnvDriver), BLASLibrary: os.Getenv(EnvCUBLAS)}
+	if v := os.Getenv(EnvWalkCells); v != "" {
+		if cfg.WalkCellsUpTo, err = strconv.Atoi(v); err != nil {
+			return "", cfg, fmt.Errorf("testdevice: %s=%q is not a whole number", EnvWalkCells, v)
+		}
+	}
 	switch {
 	case name == "cpu", name == "cuda":
 		return name, cfg, nil

@@ -421,9 +421,9 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	// What the GEMMs ran in: TF32 only on a GPU opened with it (the CPU
 	// device's float32 GEMMs are IEEE float32), printed beside the PyTorch
 	// script's settings so a comparison says what it compares.
-	tf32, where, fuse := false, d.Name(), 0
+	tf32, where, fuse, walk := false, d.Name(), 0, 0
 	if g, ok := d.(*cuda.Device); ok {
-		tf32, where, fuse = g.Info().TF32, d.Name()+" ("+g.Info().Name+")", g.Info().FuseCellsUpTo
+		tf32, where, fuse, walk = g.Info().TF32, d.Name()+" ("+g.Info().Name+")", g.Info().FuseCellsUpTo, g.Info().WalkCellsUpTo
 	}
 	// Whether the stack's weight gradients ran on a branch: the model's
 	// word after its runs, false where the device has none, could not
@@ -432,7 +432,7 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	p := &printer{W: env.Stdout, JSON: f.JSON}
 	p.Emit(map[string]any{"event": "bench", "impl": "gocurrent", "device": d.Name(), "device_name": where, "cell": f.Cell,
 		"hidden": f.Hidden, "layers": f.Layers, "batch": f.Batch, "seq": f.Seq, "tf32": tf32, "graphs": useGraphs(f.Graphs, d),
-		"fuse_cells_up_to": fuse, "branches": branches, "wave_windows": windows,
+		"fuse_cells_up_to": fuse, "walk_cells_up_to": walk, "branches": branches, "wave_windows": windows,
 		"train_tokens_per_s": res.TrainTokensPerSecond, "sample_tokens_per_s": res.SampleTokensPerSecond,
 		"segment_allocs": res.SegmentAllocs, "data_wait": res.DataWait,
 		"step_syncs": res.Step.Syncs, "step_launches": res.Step.Launches, "step_gemms": res.Step.GEMMs, "step_copies": res.Step.Copies,
