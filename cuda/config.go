@@ -52,11 +52,12 @@ type Config struct {
 	// negative value never fuses, to compare the two on a GPU.
 	FuseCellsUpTo int
 	// WalkCellsUpTo is the largest hidden size at which a layer's walk
-	// over its steps (device.LSTMWalk and GRUWalk, which package rnn
-	// queues for every window of steps without lengths) runs as one
-	// persistent kernel: every step's fused cell kernel in one launch,
-	// its blocks all resident and meeting at a grid-wide barrier between
-	// two steps, instead of a launch per step. It runs only where the
+	// over its steps and its walk back (device.LSTMWalk, GRUWalk,
+	// LSTMGradWalk and GRUGradWalk, which package rnn queues for every
+	// window of steps without lengths) run as one persistent kernel each:
+	// every step's fused cell (or cell gradient) kernel in one launch, its
+	// blocks all resident and meeting at a grid-wide barrier between two
+	// steps, instead of a launch per step. It runs only where the
 	// steps would run as the fused kernel (FuseCellsUpTo, whose results it
 	// gives to the bit) and the tiles of hidden units fit the GPU's
 	// multiprocessors; elsewhere the walk is its per-step calls. 0 (the

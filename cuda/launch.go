@@ -48,6 +48,8 @@ const (
 	kGRUCellGradFused
 	kLSTMWalk
 	kGRUWalk
+	kLSTMGradWalk
+	kGRUGradWalk
 	numKernels
 )
 
@@ -86,6 +88,8 @@ var kernelNames = [numKernels]string{
 	kGRUCellGradFused:  "gru_cell_grad_fused",
 	kLSTMWalk:          "lstm_walk",
 	kGRUWalk:           "gru_walk",
+	kLSTMGradWalk:      "lstm_grad_walk",
+	kGRUGradWalk:       "gru_grad_walk",
 }
 
 // Launch shapes (ABI.md).
@@ -407,6 +411,37 @@ func (k kernels) GRUWalk(a device.GRUWalk) error {
 	}
 	return k.q.launch(kGRUWalk, a.DType, grid, block,
 		ptr(a.H0), ptr(a.W), ptr(a.XPre), ptr(a.HPre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.H), ptr(a.Act),
+		i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
+}
+
+// LSTMGradWalk is one launch of the persistent walk back where walkShape
+// allows, else the per-step calls it stands for, each a fused cell
+// gradient kernel (or a GEMM and the cell gradient, or the plain cell
+// gradient for a first step given no product).
+func (k kernels) LSTMGradWalk(a device.LSTMGradWalk) error {
+	if err := check(k, "LSTMGradWalk", a); err != nil {
+		return err
+	}
+	grid, block, ok := k.walkShape(a.Batch, a.Hidden)
+	if !ok {
+		return a.Queue(k)
+	}
+	return k.q.launch(kLSTMGradWalk, a.DType, grid, block,
+		ptr(a.Act), ptr(a.C), ptr(a.C0), ptr(a.DH), ptr(a.DC), ptr(a.DPre), ptr(a.W), ptr(a.DPreIn),
+		i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
+}
+
+// GRUGradWalk is LSTMGradWalk's counterpart.
+func (k kernels) GRUGradWalk(a device.GRUGradWalk) error {
+	if err := check(k, "GRUGradWalk", a); err != nil {
+		return err
+	}
+	grid, block, ok := k.walkShape(a.Batch, a.Hidden)
+	if !ok {
+		return a.Queue(k)
+	}
+	return k.q.launch(kGRUGradWalk, a.DType, grid, block,
+		ptr(a.Act), ptr(a.H), ptr(a.H0), ptr(a.DH), ptr(a.DH0), ptr(a.DXPre), ptr(a.DHPre), ptr(a.W), ptr(a.DHPreIn),
 		i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
 }
 

@@ -36,7 +36,9 @@ func TestEmulatedWalkConformance(t *testing.T) {
 // stream and on a branch (each with a barrier of its own); the per-step
 // calls otherwise: without the setting, above the fused kernels' bound
 // (a GEMM and the cell a step), and with more tiles of units (32 units
-// each) than multiprocessors.
+// each) than multiprocessors. The walks back as the walks, but for a
+// first step walked back given no product, which is the plain cell
+// gradient, no GEMM.
 func TestEmulatedWalkLaunches(t *testing.T) {
 	const B, T = 3, 5
 	for _, c := range []struct {
@@ -72,6 +74,12 @@ func TestEmulatedWalkLaunches(t *testing.T) {
 				H0: buf(B * H), C0: buf(B * H), H: buf(T * B * H), CLast: buf(B * H)}
 			gru := device.GRUWalk{DType: device.Float32, Steps: T, Batch: B, Hidden: H, Reverse: true, XPre: buf(3 * T * B * H),
 				HPre: buf(3 * B * H), W: w3, H0: buf(B * H), H: buf(T * B * H)}
+			act := buf(4 * T * B * H)
+			lstmBack := device.LSTMGradWalk{DType: device.Float32, Steps: T, Batch: B, Hidden: H, Act: act, C: buf(T * B * H),
+				C0: buf(B * H), DH: buf(T * B * H), DC: buf(B * H), DPre: act, W: w4, DPreIn: buf(4 * B * H)}
+			gruBack := device.GRUGradWalk{DType: device.Float32, Steps: T, Batch: B, Hidden: H, Reverse: true, Act: buf(4 * T * B * H),
+				H: buf(T * B * H), H0: buf(B * H), DH: buf(T * B * H), DH0: buf(B * H), DXPre: buf(3 * T * B * H),
+				DHPre: buf(3 * T * B * H), W: w3}
 			br, err := d.Branch()
 			if err != nil {
 				t.Fatal(err)
@@ -93,13 +101,21 @@ func TestEmulatedWalkLaunches(t *testing.T) {
 				}{
 					{"LSTMWalk", func() error { return w.LSTMWalk(lstm) }},
 					{"GRUWalk", func() error { return w.GRUWalk(gru) }},
+					{"LSTMGradWalk", func() error { return w.LSTMGradWalk(lstmBack) }},
+					{"GRUGradWalk", func() error { return w.GRUGradWalk(gruBack) }},
 				} {
+					want := c.want
+					if call.name == "GRUGradWalk" && want.Launches == T && want.GEMMs > 0 {
+						// Its first step walked back has no product (no
+						// DHPreIn): the plain cell gradient, no GEMM.
+						want.GEMMs, want.Calls = T-1, 2*T-1
+					}
 					before := d.Counts()
 					if err := call.do(); err != nil {
 						t.Fatalf("%s on the %s: %v", call.name, on.name, err)
 					}
-					if got := d.Counts().Sub(before); got != c.want {
-						t.Errorf("%s on the %s counted %+v, want %+v", call.name, on.name, got, c.want)
+					if got := d.Counts().Sub(before); got != want {
+						t.Errorf("%s on the %s counted %+v, want %+v", call.name, on.name, got, want)
 					}
 				}
 				if on.name == "branch" {

@@ -9,17 +9,22 @@ import "github.com/gocurrent/gocurrent/alloc"
 // it left, queued as one call, so that a device can run the whole
 // recurrence as one kernel that stays on the GPU from the first step to
 // the last (the CUDA device's persistent walk, cuda.Config.WalkCellsUpTo)
-// instead of a launch or two per step. Its results are those of the
+// instead of a launch or two per step; a walk back is the fused cell
+// gradient calls of the same steps in the opposite order, each given the
+// product of the one walked back before it. Its results are those of the
 // per-step calls it stands for (Queue), to the bit: a device either runs
 // those calls or computes exactly what they would.
 
 // Walker is implemented by Kernels that take a layer's walk as one call
-// (the CPU, CUDA and meta devices'). Callers discover it by type assertion
-// on a Kernels value; Kernels without it take the per-step calls, which
-// LSTMWalk.Queue and GRUWalk.Queue queue.
+// (the CPU, CUDA and meta devices'): forward (LSTMWalk, GRUWalk) and back
+// (LSTMGradWalk, GRUGradWalk). Callers discover it by type assertion on a
+// Kernels value; Kernels without it take the per-step calls, which the
+// argument's Queue queues.
 type Walker interface {
 	LSTMWalk(a LSTMWalk) error
 	GRUWalk(a GRUWalk) error
+	LSTMGradWalk(a LSTMGradWalk) error
+	GRUGradWalk(a GRUGradWalk) error
 }
 
 // LSTMWalk is an LSTM layer's walk over Steps time steps: for each step t
@@ -186,6 +191,211 @@ func (a GRUWalk) Check(d Device) error {
 	c.opt("Act", a.Act, a.DType, 4*n)
 	c.apart("H0", a.H0, a.DType, bh, "H", a.H, n)
 	return c.err
+}
+
+// LSTMGradWalk is the walk back over an LSTM layer's walk of Steps steps
+// (LSTMWalk, whose Reverse it has): its steps in the opposite order, each
+// the fused LSTMCellGrad of the step, given the recurrent product of the
+// step walked back before it (DPreIn's, or none, for the first).
+type LSTMGradWalk struct {
+	DType                DType
+	Steps, Batch, Hidden int
+	// Reverse is the forward walk's: the walk back visits Steps-1, ..., 0
+	// without it, 0, ..., Steps-1 with it.
+	Reverse bool
+	// Act is [Steps, Batch, 4·Hidden], the forward's activated gates; C
+	// is [Steps, Batch, Hidden], the c each step left, and C0 [Batch,
+	// Hidden] the c entering the forward's first step: each step's CPrev
+	// is C at the step the forward visited before it, C0 for its first.
+	Act, C, C0 Buffer
+	// DH is [Steps, Batch, Hidden], the gradient with respect to each
+	// step's h from above; each step's call adds the recurrent product of
+	// the step walked back before it into its slice.
+	DH Buffer
+	// DC is [Batch, Hidden]: the gradient with respect to the last
+	// step's c at first, carried from step to step in place (each call's
+	// DC and DCPrev), and with respect to C0 at the end.
+	DC Buffer
+	// DPre is [Steps, Batch, 4·Hidden], the pre-activation gradients. It
+	// may be Act.
+	DPre Buffer
+	// W is [4·Hidden, Hidden], W_hh.
+	W Buffer
+	// DPreIn is [Batch, 4·Hidden], the pre-activation gradient of the
+	// step the forward visited after the walk's steps (the first walked
+	// back's DPreNext), or none: the first step walked back then gets no
+	// product (its call is not the fused form). It must not overlap the
+	// walk's outputs (DH, DC, DPre). DH must not overlap DC or DPre.
+	DPreIn Buffer
+}
+
+// Step is the LSTMCellGrad call of the walk back's i-th step (i in [0,
+// Steps)).
+func (a LSTMGradWalk) Step(i int) LSTMCellGrad {
+	bh := a.Batch * a.Hidden
+	t, next, fprev := gradWalkStep(a.Steps, a.Reverse, i)
+	g := LSTMCellGrad{DType: a.DType, Batch: a.Batch, Hidden: a.Hidden, Act: a.Act.Elems(a.DType, t*4*bh, 4*bh), CPrev: a.C0,
+		C: a.C.Elems(a.DType, t*bh, bh), DH: a.DH.Elems(a.DType, t*bh, bh), DC: a.DC, DPre: a.DPre.Elems(a.DType, t*4*bh, 4*bh),
+		DCPrev: a.DC}
+	if fprev >= 0 {
+		g.CPrev = a.C.Elems(a.DType, fprev*bh, bh)
+	}
+	switch {
+	case next >= 0:
+		g.DPreNext, g.W = a.DPre.Elems(a.DType, next*4*bh, 4*bh), a.W
+	case !a.DPreIn.IsZero():
+		g.DPreNext, g.W = a.DPreIn, a.W
+	}
+	return g
+}
+
+// Queue queues the walk back as the per-step calls it stands for, on k.
+func (a LSTMGradWalk) Queue(k Kernels) error {
+	for i := range a.Steps {
+		if err := k.LSTMCellGrad(a.Step(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Check reports whether the arguments are valid for d.
+func (a LSTMGradWalk) Check(d Device) error {
+	c := checker{d: d, kernel: "LSTMGradWalk"}
+	if !c.cell(a.DType, a.Batch, a.Hidden) {
+		return c.err
+	}
+	c.positive("Steps", a.Steps)
+	bh, n := a.Batch*a.Hidden, a.Steps*a.Batch*a.Hidden
+	c.buf("Act", a.Act, a.DType, 4*n)
+	c.buf("C", a.C, a.DType, n)
+	c.buf("C0", a.C0, a.DType, bh)
+	c.buf("DH", a.DH, a.DType, n)
+	c.buf("DC", a.DC, a.DType, bh)
+	c.buf("DPre", a.DPre, a.DType, 4*n)
+	c.buf("W", a.W, a.DType, 4*a.Hidden*a.Hidden)
+	c.opt("DPreIn", a.DPreIn, a.DType, 4*bh)
+	c.apart("DH", a.DH, a.DType, n, "DPre", a.DPre, 4*n)
+	c.apart("DH", a.DH, a.DType, n, "DC", a.DC, bh)
+	if !a.DPreIn.IsZero() {
+		c.apart("DPreIn", a.DPreIn, a.DType, 4*bh, "DPre", a.DPre, 4*n)
+		c.apart("DPreIn", a.DPreIn, a.DType, 4*bh, "DC", a.DC, bh)
+		c.apart("DPreIn", a.DPreIn, a.DType, 4*bh, "DH", a.DH, n)
+	}
+	return c.err
+}
+
+// GRUGradWalk is LSTMGradWalk's counterpart for a GRU layer's walk
+// (GRUWalk): its steps in the opposite order, each the fused GRUCellGrad
+// of the step, given the recurrent product of the step walked back before
+// it (DHPreIn's, or none, for the first), adding the direct part of the
+// gradient with respect to the h entering the step into DH at the step
+// the forward visited before it (DH0, written, for its first).
+type GRUGradWalk struct {
+	DType                DType
+	Steps, Batch, Hidden int
+	Reverse              bool // the forward walk's
+	// Act is [Steps, Batch, 4·Hidden], the forward's; H [Steps, Batch,
+	// Hidden] the h each step left and H0 [Batch, Hidden] the h entering
+	// the forward's first step: each step's HPrev.
+	Act, H, H0 Buffer
+	// DH is [Steps, Batch, Hidden], the gradient with respect to each
+	// step's h from above; each step's call adds into its slice the
+	// recurrent product of the step walked back before it, and into the
+	// slice of the step the forward visited before it its direct part.
+	DH Buffer
+	// DH0 is [Batch, Hidden]: where the direct part of the gradient with
+	// respect to H0 is written (the forward's first step's DHPrev).
+	DH0 Buffer
+	// DXPre and DHPre are [Steps, Batch, 3·Hidden], the gradients with
+	// respect to the input and recurrent products.
+	DXPre, DHPre Buffer
+	// W is [3·Hidden, Hidden], W_hh; DHPreIn is [Batch, 3·Hidden], the
+	// DHPre of the step the forward visited after the walk's steps, or
+	// none, as LSTMGradWalk's DPreIn; it must not overlap the outputs (DH,
+	// DH0, DXPre, DHPre), nor DH the others.
+	W, DHPreIn Buffer
+}
+
+// Step is the GRUCellGrad call of the walk back's i-th step.
+func (a GRUGradWalk) Step(i int) GRUCellGrad {
+	bh := a.Batch * a.Hidden
+	t, next, fprev := gradWalkStep(a.Steps, a.Reverse, i)
+	g := GRUCellGrad{DType: a.DType, Batch: a.Batch, Hidden: a.Hidden, Act: a.Act.Elems(a.DType, t*4*bh, 4*bh), HPrev: a.H0,
+		DH: a.DH.Elems(a.DType, t*bh, bh), DXPre: a.DXPre.Elems(a.DType, t*3*bh, 3*bh), DHPre: a.DHPre.Elems(a.DType, t*3*bh, 3*bh),
+		DHPrev: a.DH0}
+	if fprev >= 0 {
+		g.HPrev = a.H.Elems(a.DType, fprev*bh, bh)
+		g.DHPrev, g.Accumulate = a.DH.Elems(a.DType, fprev*bh, bh), true
+	}
+	switch {
+	case next >= 0:
+		g.DHPreNext, g.W = a.DHPre.Elems(a.DType, next*3*bh, 3*bh), a.W
+	case !a.DHPreIn.IsZero():
+		g.DHPreNext, g.W = a.DHPreIn, a.W
+	}
+	return g
+}
+
+// Queue queues the walk back as the per-step calls it stands for, on k.
+func (a GRUGradWalk) Queue(k Kernels) error {
+	for i := range a.Steps {
+		if err := k.GRUCellGrad(a.Step(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Check reports whether the arguments are valid for d.
+func (a GRUGradWalk) Check(d Device) error {
+	c := checker{d: d, kernel: "GRUGradWalk"}
+	if !c.cell(a.DType, a.Batch, a.Hidden) {
+		return c.err
+	}
+	c.positive("Steps", a.Steps)
+	bh, n := a.Batch*a.Hidden, a.Steps*a.Batch*a.Hidden
+	c.buf("Act", a.Act, a.DType, 4*n)
+	c.buf("H", a.H, a.DType, n)
+	c.buf("H0", a.H0, a.DType, bh)
+	c.buf("DH", a.DH, a.DType, n)
+	c.buf("DH0", a.DH0, a.DType, bh)
+	c.buf("DXPre", a.DXPre, a.DType, 3*n)
+	c.buf("DHPre", a.DHPre, a.DType, 3*n)
+	c.buf("W", a.W, a.DType, 3*a.Hidden*a.Hidden)
+	c.opt("DHPreIn", a.DHPreIn, a.DType, 3*bh)
+	c.apart("DH", a.DH, a.DType, n, "DH0", a.DH0, bh)
+	c.apart("DH", a.DH, a.DType, n, "DXPre", a.DXPre, 3*n)
+	c.apart("DH", a.DH, a.DType, n, "DHPre", a.DHPre, 3*n)
+	if !a.DHPreIn.IsZero() {
+		for _, o := range []struct {
+			name string
+			b    Buffer
+			n    int
+		}{{"DH", a.DH, n}, {"DH0", a.DH0, bh}, {"DXPre", a.DXPre, 3 * n}, {"DHPre", a.DHPre, 3 * n}} {
+			c.apart("DHPreIn", a.DHPreIn, a.DType, 3*bh, o.name, o.b, o.n)
+		}
+	}
+	return c.err
+}
+
+// gradWalkStep is the time step t of a walk back's i-th step, the step
+// walked back before it (next, the one the forward visited after t; -1
+// for none) and the step the forward visited before t (fprev; -1 for
+// none).
+func gradWalkStep(steps int, reverse bool, i int) (t, next, fprev int) {
+	if reverse {
+		t, next, fprev = i, i-1, i+1
+		if fprev == steps {
+			fprev = -1
+		}
+	} else {
+		t, next, fprev = steps-1-i, steps-i, steps-2-i
+	}
+	if i == 0 {
+		next = -1
+	}
+	return t, next, fprev
 }
 
 // walkStep is the time step t of a walk's i-th step visited, and prev

@@ -118,6 +118,32 @@ func (gruCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int, in p
 	}
 }
 
+// backwardWalk: backwardStep's calls as one device.GRUGradWalk, the
+// forward's first step's direct part into the scratch row, or, for a
+// tied walk's first step, into the state's gradient, then its recurrent
+// product there too.
+func (gruCell) backwardWalk(q *queue, lp *layerPass, lg *layerGrads, k device.Walker, in product) {
+	H, dt, first := lp.H, lp.dt, lp.t0
+	if lp.dir == 1 {
+		first = lp.t1 - 1
+	}
+	toState := lp.prev(first) < 0 && lg.tied
+	a := device.GRUGradWalk{DType: dt, Steps: lp.t1 - lp.t0, Batch: lp.B, Hidden: H, Reverse: lp.dir == 1,
+		Act: lp.steps(lp.b.gates, lp.t0, lp.t1, 4*H), H: lp.output(), H0: lp.hIn(first), DH: lp.steps(lg.dh, lp.t0, lp.t1, H),
+		DH0: lg.row, DXPre: lp.steps(lg.dPre, lp.t0, lp.t1, 3*H), DHPre: lp.steps(lg.dHPre, lp.t0, lp.t1, 3*H), W: lp.w.whh}
+	if toState {
+		a.DH0 = lg.stH
+	}
+	if in.from >= 0 {
+		a.DHPreIn = in.dHPre
+	}
+	q.add(k.GRUGradWalk(a))
+	if toState {
+		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: lp.B, N: H, K: 3 * H, Alpha: 1, Beta: 1, A: lp.step(lg.dHPre, first, 3*H),
+			B: lp.w.whh, C: lg.stH}))
+	}
+}
+
 // The edge is what the step's cell gradient reads (activations, the
 // gradient with respect to its output) and its recurrent pre-activation
 // gradients: applyEdge runs the cell gradient again to add its direct part

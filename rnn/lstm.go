@@ -135,6 +135,27 @@ func (lstmCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int, in 
 	}
 }
 
+// backwardWalk: backwardStep's calls as one device.LSTMGradWalk, then the
+// tied walk's product into the initial state's gradient after the
+// forward's first step.
+func (lstmCell) backwardWalk(q *queue, lp *layerPass, lg *layerGrads, k device.Walker, in product) {
+	H, dt, first := lp.H, lp.dt, lp.t0
+	if lp.dir == 1 {
+		first = lp.t1 - 1
+	}
+	act := lp.steps(lp.b.gates, lp.t0, lp.t1, 4*H)
+	a := device.LSTMGradWalk{DType: dt, Steps: lp.t1 - lp.t0, Batch: lp.B, Hidden: H, Reverse: lp.dir == 1, Act: act,
+		C: lp.steps(lp.b.cseq, lp.t0+1-lp.dir, lp.t1+1-lp.dir, H), C0: lp.cIn(first), DH: lp.steps(lg.dh, lp.t0, lp.t1, H),
+		DC: lg.row, DPre: act, W: lp.w.whh}
+	if in.from >= 0 {
+		a.DPreIn = in.dHPre
+	}
+	q.add(k.LSTMGradWalk(a))
+	if lp.prev(first) < 0 && lg.tied {
+		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: lp.B, N: H, K: 4 * H, Alpha: 1, A: lp.step(lp.b.gates, first, 4*H), B: lp.w.whh, C: lg.stH}))
+	}
+}
+
 // The edge is the step's pre-activation gradients, whose product with the
 // recurrent weights is the step's part of the gradient with respect to h
 // entering it (dc went on in lg.row already).

@@ -224,6 +224,12 @@ type cell interface {
 	// walks: what forwardStep queues step by step, in one device.LSTMWalk
 	// or GRUWalk.
 	forwardWalk(q *queue, lp *layerPass, w device.Walker)
+	// backwardWalk queues the window's whole walk back as one call, what
+	// backwardStep queues step by step (in for the first step walked back,
+	// as the walk back hands the others theirs), in one
+	// device.LSTMGradWalk or GRUGradWalk, and then what backwardStep
+	// queues after the forward's first step of a tied walk.
+	backwardWalk(q *queue, lp *layerPass, lg *layerGrads, w device.Walker, in product)
 
 	// gradViews sets lg.dPre and lg.dHPre to the window's pre-activation
 	// gradients. beginBackward starts any gradient the cell carries from
@@ -1884,6 +1890,38 @@ func (s *stack) backwardWindow(q *queue, lp *layerPass, lg *layerGrads, first, l
 		pending = product{from: edgeIn, dHPre: s.cell.applyEdge(q, lp, lg, edgeIn), rows: lp.rows(edgeIn)}
 	}
 	walk := lp.walk()
+	if w, ok := lp.k.(device.Walker); ok && !lp.sh.varlen && len(walk) > 1 && !(lg.tied && lp.dir == 1) {
+		// One call for the window's steps, as forwardWindow's: without
+		// lengths each step walked back takes the product of the one
+		// before it, and the last (whose forward predecessor is outside
+		// the window) leaves none pending. (A tied reverse walk copies
+		// the initial state's gradient between steps: initialGrads.)
+		in := noProduct
+		if t := walk[len(walk)-1]; pending.from >= 0 && lp.prev(pending.from) == t {
+			in = pending
+		} else {
+			s.addProduct(q, lp, lg, pending)
+		}
+		s.cell.backwardWalk(q, lp, lg, w, in)
+	} else {
+		s.walkBack(q, lp, lg, walk, pending)
+	}
+	edge := -1
+	if len(walk) > 0 {
+		if t := walk[0]; lp.prev(t) >= 0 && !lp.holds(lp.prev(t)) {
+			s.cell.saveEdge(q, lp, lg, t)
+			edge = t
+		}
+	}
+	if last {
+		s.cell.endBackward(q, lp, lg)
+	}
+	return edge
+}
+
+// walkBack queues the walk back over lp's window step by step, pending
+// the product the first step walked back takes, when it is its.
+func (s *stack) walkBack(q *queue, lp *layerPass, lg *layerGrads, walk []int, pending product) {
 	GH := s.cell.gates() * lp.H
 	for i := len(walk) - 1; i >= 0; i-- {
 		t := walk[i]
@@ -1903,17 +1941,6 @@ func (s *stack) backwardWindow(q *queue, lp *layerPass, lg *layerGrads, first, l
 		}
 	}
 	s.addProduct(q, lp, lg, pending)
-	edge := -1
-	if len(walk) > 0 {
-		if t := walk[0]; lp.prev(t) >= 0 && !lp.holds(lp.prev(t)) {
-			s.cell.saveEdge(q, lp, lg, t)
-			edge = t
-		}
-	}
-	if last {
-		s.cell.endBackward(q, lp, lg)
-	}
-	return edge
 }
 
 // addProduct queues adding pr, when it is one, into lg.dh's step

@@ -330,18 +330,20 @@ __device__ void gru_walk(const T* h0, const T* w, const T* xpre, T* hpre, const 
 #define GC_FUSE_GRAD_K 64
 
 // rec_grad_product returns Σ_k dnext[b·nk + k]·w[k·hidden + j], nk =
-// G·hidden, for the calling thread's element (b, j), or 0 for b past
-// nbatch or j past hidden; every thread of the block calls it. Units past
-// hidden and rows past nbatch are neither staged nor summed, and a block
-// wholly past nbatch stages nothing (nb and jn are block-uniform, so the
-// barriers are too).
+// G·hidden, for the calling thread's element (b, j) of tile (bx, by), or
+// 0 for b past nbatch or j past hidden; every thread of the block calls
+// it. Units past hidden and rows past nbatch are neither staged nor
+// summed, and a block wholly past nbatch stages nothing (nb and jn are
+// block-uniform, so the barriers are too). dnext is read from L2, as
+// rec_product's hprev.
 template <typename T, int G>
-__device__ T rec_grad_product(const T* dnext, const T* w, long long nbatch, long long hidden) {
+__device__ T rec_grad_product(const T* dnext, const T* w, long long nbatch, long long hidden,
+                              long long bx, long long by) {
   GC_SHARED(T, ds, GC_FUSE_BMAX * (GC_FUSE_GRAD_K + 1));
   GC_SHARED(T, ws, GC_FUSE_GRAD_K * GC_FUSE_JMAX);
   const int tj = blockDim.x, tb = blockDim.y, threads = tj * tb;
   int tx = threadIdx.x, ty = threadIdx.y, tid = ty * tj + tx;
-  long long j0 = (long long)blockIdx.x * tj, b0 = (long long)blockIdx.y * tb;
+  long long j0 = bx * tj, b0 = by * tb;
   const long long nk = G * hidden;
   const int jn = (int)(hidden - j0 < tj ? hidden - j0 : tj);
   const int nb = (int)(nbatch - b0 <= 0 ? 0 : nbatch - b0 < tb ? nbatch - b0 : tb);
@@ -353,7 +355,7 @@ __device__ T rec_grad_product(const T* dnext, const T* w, long long nbatch, long
     // consecutive j of a row of W: coalesced.
     for (int i = tid; i < nb * kn; i += threads) {
       int r = i / kn, kk = i % kn;
-      ds[r * (GC_FUSE_GRAD_K + 1) + kk] = dnext[(b0 + r) * nk + k0 + kk];
+      ds[r * (GC_FUSE_GRAD_K + 1) + kk] = gc_ld_l2(dnext + (b0 + r) * nk + k0 + kk);
     }
     for (int i = tid; i < kn * jn; i += threads) {
       int kk = i / jn, jj = i % jn;
@@ -396,10 +398,10 @@ template <typename T>
 __device__ void lstm_cell_grad_fused(const T* dnext, const T* w, const T* act, const T* cprev,
                                      const T* c, T* dh, const T* dc, T* dpre, T* dcprev,
                                      long long batch, long long nbatch, long long hidden,
-                                     long long cell) {
-  T acc = rec_grad_product<T, 4>(dnext, w, nbatch, hidden);
-  long long b = (long long)blockIdx.y * blockDim.y + threadIdx.y;
-  long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+                                     long long cell, long long bx, long long by) {
+  T acc = rec_grad_product<T, 4>(dnext, w, nbatch, hidden, bx, by);
+  long long b = by * blockDim.y + threadIdx.y;
+  long long j = bx * blockDim.x + threadIdx.x;
   T d;
   if (!fused_grad_dh(acc, dh, b, j, batch, nbatch, hidden, cell, &d)) return;
   lstm_grad_point(act, cprev, c, d, dc, dpre, dcprev, b * hidden + j, b * 4 * hidden + j, hidden);
@@ -409,14 +411,95 @@ template <typename T>
 __device__ void gru_cell_grad_fused(const T* dnext, const T* w, const T* act, const T* hprev,
                                     T* dh, T* dxpre, T* dhpre, T* dhprev, long long accumulate,
                                     long long batch, long long nbatch, long long hidden,
-                                    long long cell) {
-  T acc = rec_grad_product<T, 3>(dnext, w, nbatch, hidden);
-  long long b = (long long)blockIdx.y * blockDim.y + threadIdx.y;
-  long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+                                    long long cell, long long bx, long long by) {
+  T acc = rec_grad_product<T, 3>(dnext, w, nbatch, hidden, bx, by);
+  long long b = by * blockDim.y + threadIdx.y;
+  long long j = bx * blockDim.x + threadIdx.x;
   T d;
   if (!fused_grad_dh(acc, dh, b, j, batch, nbatch, hidden, cell, &d)) return;
   gru_grad_point(act, hprev, d, dxpre, dhpre, dhprev, accumulate, b * hidden + j,
                  b * 4 * hidden + j, b * 3 * hidden + j, hidden);
+}
+
+// The persistent walks back (device.LSTMGradWalk and GRUGradWalk): the
+// walks' counterparts for the backward, launched as the walks are. Step
+// i walked back is step t of the forward's walk, visited in the opposite
+// order; next is the step walked back before it (whose pre-activation
+// gradient's product the step adds into its dh), fprev the step the
+// forward visited before t (whose c or h the step read). Each step is the
+// fused cell gradient kernel's block on each of the block's tiles, or,
+// for a first step given no product (dnext NULL), the plain kernel's
+// element: the per-step launches' results to the bit. Between two steps
+// the grid barrier: the next step's product reads every block's
+// pre-activation gradients (from L2). dc (LSTM) goes from step to step in
+// place, each element read and written by the thread that owns it, and so
+// does the GRU's direct part of dh, added into the slice of the step
+// walked back next.
+__device__ __forceinline__ void grad_walk_step(long long steps, long long reverse, long long i,
+                                               long long* t, long long* next, long long* fprev) {
+  if (reverse) {
+    *t = i, *next = i - 1, *fprev = i + 1 < steps ? i + 1 : -1;
+  } else {
+    *t = steps - 1 - i, *next = steps - i, *fprev = steps - 2 - i;
+  }
+  if (i == 0) *next = -1;
+}
+
+template <typename T>
+__device__ void lstm_grad_walk(T* act, const T* cs, const T* c0, T* dh, T* dc, T* dpre, const T* w,
+                               const T* dpre_in, long long steps, long long batch,
+                               long long hidden, long long reverse, unsigned* bar) {
+  const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
+  const long long bx = blockIdx.x;
+  for (long long i = 0; i < steps; i++) {
+    long long t, next, fprev;
+    grad_walk_step(steps, reverse, i, &t, &next, &fprev);
+    const T* dnext = next >= 0 ? dpre + next * 4 * bh : dpre_in;
+    const T* cp = fprev >= 0 ? cs + fprev * bh : c0;
+    const T* at = act + t * 4 * bh;
+    for (long long by = blockIdx.y; by < tiles; by += gridDim.y) {
+      if (dnext) {
+        lstm_cell_grad_fused(dnext, w, at, cp, cs + t * bh, dh + t * bh, dc, dpre + t * 4 * bh, dc,
+                             batch, batch, hidden, 1LL, bx, by);
+        continue;
+      }
+      long long b = by * blockDim.y + threadIdx.y, j = bx * blockDim.x + threadIdx.x;
+      if (b < batch && j < hidden)
+        lstm_grad_point(at, cp, cs + t * bh, dh[t * bh + b * hidden + j], dc, dpre + t * 4 * bh, dc,
+                        b * hidden + j, b * 4 * hidden + j, hidden);
+    }
+    if (i + 1 < steps) gc_grid_sync(bar);
+  }
+}
+
+template <typename T>
+__device__ void gru_grad_walk(const T* act, const T* hs, const T* h0, T* dh, T* dh0, T* dxpre,
+                              T* dhpre, const T* w, const T* dhpre_in, long long steps,
+                              long long batch, long long hidden, long long reverse,
+                              unsigned* bar) {
+  const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
+  const long long bx = blockIdx.x;
+  for (long long i = 0; i < steps; i++) {
+    long long t, next, fprev;
+    grad_walk_step(steps, reverse, i, &t, &next, &fprev);
+    const T* dnext = next >= 0 ? dhpre + next * 3 * bh : dhpre_in;
+    const T* hp = fprev >= 0 ? hs + fprev * bh : h0;
+    T* dhp = fprev >= 0 ? dh + fprev * bh : dh0;
+    const long long acc = fprev >= 0;
+    const T* at = act + t * 4 * bh;
+    for (long long by = blockIdx.y; by < tiles; by += gridDim.y) {
+      if (dnext) {
+        gru_cell_grad_fused(dnext, w, at, hp, dh + t * bh, dxpre + t * 3 * bh, dhpre + t * 3 * bh,
+                            dhp, acc, batch, batch, hidden, 1LL, bx, by);
+        continue;
+      }
+      long long b = by * blockDim.y + threadIdx.y, j = bx * blockDim.x + threadIdx.x;
+      if (b < batch && j < hidden)
+        gru_grad_point(at, hp, dh[t * bh + b * hidden + j], dxpre + t * 3 * bh, dhpre + t * 3 * bh,
+                       dhp, acc, b * hidden + j, b * 4 * hidden + j, b * 3 * hidden + j, hidden);
+    }
+    if (i + 1 < steps) gc_grid_sync(bar);
+  }
 }
 
 #define GC_CELLS(T, S)                                                                        \
@@ -459,14 +542,14 @@ __device__ void gru_cell_grad_fused(const T* dnext, const T* w, const T* act, co
       const T* dc, T* dpre, T* dcprev, long long batch, long long nbatch, long long hidden,   \
       long long cell) {                                                                       \
     lstm_cell_grad_fused(dnext, w, act, cprev, c, dh, dc, dpre, dcprev, batch, nbatch, hidden, \
-                         cell);                                                               \
+                         cell, (long long)blockIdx.x, (long long)blockIdx.y);                 \
   }                                                                                           \
   extern "C" __global__ void gc_gru_cell_grad_fused_##S(                                      \
       const T* dnext, const T* w, const T* act, const T* hprev, T* dh, T* dxpre, T* dhpre,    \
       T* dhprev, long long accumulate, long long batch, long long nbatch, long long hidden,   \
       long long cell) {                                                                       \
     gru_cell_grad_fused(dnext, w, act, hprev, dh, dxpre, dhpre, dhprev, accumulate, batch,    \
-                        nbatch, hidden, cell);                                                \
+                        nbatch, hidden, cell, (long long)blockIdx.x, (long long)blockIdx.y);  \
   }                                                                                           \
   extern "C" __global__ void gc_lstm_walk_##S(                                                \
       const T* h0, const T* c0, const T* w, T* pre, const T* bih, const T* bhh, T* hs, T* cs, \
@@ -480,6 +563,18 @@ __device__ void gru_cell_grad_fused(const T* dnext, const T* w, const T* act, co
       T* act, long long steps, long long batch, long long hidden, long long reverse,          \
       unsigned* bar) {                                                                        \
     gru_walk(h0, w, xpre, hpre, bih, bhh, hs, act, steps, batch, hidden, reverse, bar);       \
+  }                                                                                           \
+  extern "C" __global__ void gc_lstm_grad_walk_##S(                                           \
+      T* act, const T* cs, const T* c0, T* dh, T* dc, T* dpre, const T* w, const T* dpre_in,  \
+      long long steps, long long batch, long long hidden, long long reverse, unsigned* bar) { \
+    lstm_grad_walk(act, cs, c0, dh, dc, dpre, w, dpre_in, steps, batch, hidden, reverse, bar); \
+  }                                                                                           \
+  extern "C" __global__ void gc_gru_grad_walk_##S(                                            \
+      const T* act, const T* hs, const T* h0, T* dh, T* dh0, T* dxpre, T* dhpre, const T* w,  \
+      const T* dhpre_in, long long steps, long long batch, long long hidden,                  \
+      long long reverse, unsigned* bar) {                                                     \
+    gru_grad_walk(act, hs, h0, dh, dh0, dxpre, dhpre, w, dhpre_in, steps, batch, hidden,      \
+                  reverse, bar);                                                              \
   }
 
 GC_CELLS(float, f32)

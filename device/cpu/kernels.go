@@ -200,6 +200,22 @@ func (k kernels) GRUWalk(a device.GRUWalk) error {
 	return a.Queue(k)
 }
 
+// LSTMGradWalk queues the per-step calls, as LSTMWalk.
+func (k kernels) LSTMGradWalk(a device.LSTMGradWalk) error {
+	if err := a.Check(k.l.owner); err != nil {
+		return err
+	}
+	return a.Queue(k)
+}
+
+// GRUGradWalk queues the per-step calls, as LSTMWalk.
+func (k kernels) GRUGradWalk(a device.GRUGradWalk) error {
+	if err := a.Check(k.l.owner); err != nil {
+		return err
+	}
+	return a.Queue(k)
+}
+
 // LSTMCellGrad runs the fused form (device.LSTMCellGrad.Fused) as the two
 // calls it stands for, as LSTMCell does: the recurrent Gemm into DH, then
 // the cell gradient.

@@ -89,6 +89,15 @@ func testWalks(t *testing.T, open opener) {
 				}
 			})
 		}
+		// The walks back: each shape both ways, with and without the
+		// product of a step beyond the walk for the first walked back.
+		for _, sz := range walkSizes {
+			b, h, n := sz[0], sz[1], sz[2]
+			for _, c := range []gradWalkCase{{b, h, n, false, true}, {b, h, n, true, false}} {
+				e.run("LSTMGrad/"+c.String(), func(e *env) { e.checkLSTMGradWalk(w, c) })
+				e.run("GRUGrad/"+c.String(), func(e *env) { e.checkGRUGradWalk(w, c) })
+			}
+		}
 		e.run("Misuse", func(e *env) { e.checkWalkMisuse(w) })
 	})
 }
@@ -296,4 +305,217 @@ func (e *env) checkWalkMisuse(w device.Walker) {
 		}
 	}
 	e.sync()
+}
+
+// gradWalkCase is one walk back to check: its shape, the forward's
+// direction, and whether the first step walked back gets a product.
+type gradWalkCase struct {
+	batch, hidden, steps int
+	reverse, in          bool
+}
+
+func (c gradWalkCase) String() string {
+	s := fmt.Sprintf("%dx%dx%d", c.batch, c.hidden, c.steps)
+	if c.reverse {
+		s += "/Reverse"
+	}
+	if c.in {
+		s += "/In"
+	}
+	return s
+}
+
+// gates returns n gate activations for G gates of [rows, H] blocks: σ of
+// uniforms, but tanh for the LSTM's g (gate 2 of 4) and the GRU's n (gate
+// 2 of 4), and the GRU's h_n + bh_n (gate 3 of 4) uniform in ±2.
+func (e *env) gates(rows, hidden int, gru bool) []float64 {
+	x := e.uniform(rows*4*hidden, -3, 3)
+	for i := range x {
+		switch g := i / hidden % 4; {
+		case g == 2:
+			x[i] = math.Tanh(x[i])
+		case g == 3 && gru:
+			x[i] = x[i] * 2 / 3
+		default:
+			x[i] = sigmoid(x[i])
+		}
+	}
+	roundAll(e.dt, x)
+	return x
+}
+
+// gradWalkOrder lists the steps of a walk back in the order it visits
+// them, with the step walked back before each (-1 for none) and the step
+// the forward visited before each (-1 for none): the seam's definition,
+// restated.
+func gradWalkOrder(steps int, reverse bool) (ts, next, fprev []int) {
+	for i := range steps {
+		t, n, p := steps-1-i, steps-i, steps-2-i
+		if reverse {
+			t, n, p = i, i-1, i+1
+			if p == steps {
+				p = -1
+			}
+		}
+		if i == 0 {
+			n = -1
+		}
+		ts, next, fprev = append(ts, t), append(next, n), append(fprev, p)
+	}
+	return ts, next, fprev
+}
+
+func (e *env) checkLSTMGradWalk(w device.Walker, c gradWalkCase) {
+	B, H, T := c.batch, c.hidden, c.steps
+	bh := B * H
+	s := 1 / math.Sqrt(float64(H))
+	act := e.gates(T*B, H, false)
+	cs, c0 := e.uniform(T*bh, -2, 2), e.uniform(bh, -2, 2)
+	dh, dc := e.uniform(T*bh, -1, 1), e.uniform(bh, -1, 1)
+	wts := e.uniform(4*H*H, -s, s)
+	var in []float64
+	if c.in {
+		in = e.uniform(4*bh, -1, 1)
+	}
+	type run struct {
+		a                          device.LSTMGradWalk
+		act, dh, dc, dpre, cs, wIn vec
+	}
+	mk := func(separate bool) *run {
+		r := &run{act: e.vec(act), dh: e.vec(dh), dc: e.vec(dc), cs: e.vec(cs), wIn: e.vec(wts)}
+		r.dpre = r.act
+		if separate {
+			r.dpre = e.vec(nans(4 * T * bh))
+		}
+		r.a = device.LSTMGradWalk{DType: e.dt, Steps: T, Batch: B, Hidden: H, Reverse: c.reverse, Act: r.act.buf, C: r.cs.buf,
+			C0: e.vec(c0).buf, DH: r.dh.buf, DC: r.dc.buf, DPre: r.dpre.buf, W: r.wIn.buf}
+		if c.in {
+			r.a.DPreIn = e.vec(in).buf
+		}
+		return r
+	}
+	// The walk's DPre over its Act (as the layers run it), its steps' in a
+	// buffer of their own: the same values either way.
+	walk, steps := mk(false), mk(true)
+	if err := call(e.t, "LSTMGradWalk", func() error { return w.LSTMGradWalk(walk.a) }); err != nil {
+		e.t.Fatalf("LSTMGradWalk: %v", err)
+	}
+	if err := call(e.t, "LSTMGradWalk.Queue", func() error { return steps.a.Queue(e.k) }); err != nil {
+		e.t.Fatalf("LSTMGradWalk.Queue: %v", err)
+	}
+	checkExact(e.t, "DPre (walk against its steps)", e.get("DPre", walk.dpre), e.get("DPre", steps.dpre))
+	checkExact(e.t, "DH (walk against its steps)", e.get("DH", walk.dh), e.get("DH", steps.dh))
+	checkExact(e.t, "DC (walk against its steps)", e.get("DC", walk.dc), e.get("DC", steps.dc))
+	// The reference walk back in float64.
+	ts, next, fprev := gradWalkOrder(T, c.reverse)
+	wantDPre, wantDH, d := make([]float64, 4*T*bh), clone(dh), clone(dc)
+	gotDPre := e.get("DPre", walk.dpre)
+	var mags []float64
+	for i, t := range ts {
+		dnext := in
+		if next[i] >= 0 {
+			dnext = wantDPre[4*next[i]*bh : 4*(next[i]+1)*bh]
+		}
+		full, mag := clone(dh[t*bh:(t+1)*bh]), make([]float64, bh)
+		if dnext != nil {
+			full, mag = gradProduct(B, H, 4, full, dnext, wts)
+		}
+		cp := c0
+		if fprev[i] >= 0 {
+			cp = cs[fprev[i]*bh : (fprev[i]+1)*bh]
+		}
+		dp, dcp := refLSTMCellGrad(B, H, act[4*t*bh:4*(t+1)*bh], cp, cs[t*bh:(t+1)*bh], full, d)
+		mags = append(mags, mag...)
+		tol := fusedGradTolerance(e.dt, 4*H, mags)
+		tol.Abs *= math.Pow(4, float64(i))
+		checkClose(e.t, fmt.Sprintf("DPre at step %d (walked back %d)", t, i), gotDPre[4*t*bh:4*(t+1)*bh], dp, nil, tol)
+		copy(wantDPre[4*t*bh:], dp)
+		copy(wantDH[t*bh:], full)
+		d = dcp
+	}
+	tol := fusedGradTolerance(e.dt, 4*H, mags)
+	tol.Abs *= math.Pow(4, float64(T))
+	checkClose(e.t, "DH", e.get("DH", walk.dh), wantDH, nil, tol)
+	checkClose(e.t, "DC", e.get("DC", walk.dc), d, nil, tol)
+	checkExact(e.t, "C (an input)", e.get("C", walk.cs), cs)
+	checkExact(e.t, "W (an input)", e.get("W", walk.wIn), wts)
+}
+
+func (e *env) checkGRUGradWalk(w device.Walker, c gradWalkCase) {
+	B, H, T := c.batch, c.hidden, c.steps
+	bh := B * H
+	s := 1 / math.Sqrt(float64(H))
+	act := e.gates(T*B, H, true)
+	hs, h0 := e.uniform(T*bh, -1, 1), e.uniform(bh, -1, 1)
+	dh := e.uniform(T*bh, -1, 1)
+	wts := e.uniform(3*H*H, -s, s)
+	var in []float64
+	if c.in {
+		in = e.uniform(3*bh, -1, 1)
+	}
+	type run struct {
+		a                     device.GRUGradWalk
+		dh, dh0, dxpre, dhpre vec
+	}
+	mk := func() *run {
+		r := &run{dh: e.vec(dh), dh0: e.vec(nans(bh)), dxpre: e.vec(nans(3 * T * bh)), dhpre: e.vec(nans(3 * T * bh))}
+		r.a = device.GRUGradWalk{DType: e.dt, Steps: T, Batch: B, Hidden: H, Reverse: c.reverse, Act: e.vec(act).buf,
+			H: e.vec(hs).buf, H0: e.vec(h0).buf, DH: r.dh.buf, DH0: r.dh0.buf, DXPre: r.dxpre.buf, DHPre: r.dhpre.buf,
+			W: e.vec(wts).buf}
+		if c.in {
+			r.a.DHPreIn = e.vec(in).buf
+		}
+		return r
+	}
+	walk, steps := mk(), mk()
+	if err := call(e.t, "GRUGradWalk", func() error { return w.GRUGradWalk(walk.a) }); err != nil {
+		e.t.Fatalf("GRUGradWalk: %v", err)
+	}
+	if err := call(e.t, "GRUGradWalk.Queue", func() error { return steps.a.Queue(e.k) }); err != nil {
+		e.t.Fatalf("GRUGradWalk.Queue: %v", err)
+	}
+	for _, o := range []struct {
+		name        string
+		walk, steps vec
+	}{{"DH", walk.dh, steps.dh}, {"DH0", walk.dh0, steps.dh0}, {"DXPre", walk.dxpre, steps.dxpre}, {"DHPre", walk.dhpre, steps.dhpre}} {
+		checkExact(e.t, o.name+" (walk against its steps)", e.get(o.name, o.walk), e.get(o.name, o.steps))
+	}
+	ts, next, fprev := gradWalkOrder(T, c.reverse)
+	wantDH, wantDH0 := clone(dh), make([]float64, bh)
+	wantDHPre := make([]float64, 3*T*bh)
+	gotDXPre := e.get("DXPre", walk.dxpre)
+	var mags []float64
+	for i, t := range ts {
+		dnext := in
+		if next[i] >= 0 {
+			dnext = wantDHPre[3*next[i]*bh : 3*(next[i]+1)*bh]
+		}
+		full, mag := clone(wantDH[t*bh:(t+1)*bh]), make([]float64, bh)
+		if dnext != nil {
+			full, mag = gradProduct(B, H, 3, full, dnext, wts)
+		}
+		hp := h0
+		if fprev[i] >= 0 {
+			hp = hs[fprev[i]*bh : (fprev[i]+1)*bh]
+		}
+		dx, dhp, direct := refGRUCellGrad(B, H, act[4*t*bh:4*(t+1)*bh], hp, full)
+		mags = append(mags, mag...)
+		tol := fusedGradTolerance(e.dt, 3*H, mags)
+		tol.Abs *= math.Pow(4, float64(i))
+		checkClose(e.t, fmt.Sprintf("DXPre at step %d (walked back %d)", t, i), gotDXPre[3*t*bh:3*(t+1)*bh], dx, nil, tol)
+		copy(wantDH[t*bh:], full)
+		copy(wantDHPre[3*t*bh:], dhp)
+		if fprev[i] >= 0 {
+			for k, v := range direct {
+				wantDH[fprev[i]*bh+k] += v
+			}
+		} else {
+			copy(wantDH0, direct)
+		}
+	}
+	tol := fusedGradTolerance(e.dt, 3*H, mags)
+	tol.Abs *= math.Pow(4, float64(T))
+	checkClose(e.t, "DH", e.get("DH", walk.dh), wantDH, nil, tol)
+	checkClose(e.t, "DH0", e.get("DH0", walk.dh0), wantDH0, nil, tol)
+	checkClose(e.t, "DHPre", e.get("DHPre", walk.dhpre), wantDHPre, nil, tol)
 }

@@ -57,11 +57,13 @@ func (k kernels) LSTMCellGrad(a device.LSTMCellGrad) error { return k.check("LST
 func (k kernels) GRUCell(a device.GRUCell) error           { return k.check("GRUCell", a) }
 func (k kernels) GRUCellGrad(a device.GRUCellGrad) error   { return k.check("GRUCellGrad", a) }
 
-// LSTMWalk and GRUWalk check their arguments: a walk takes no temporary
+// The walks check their arguments: a walk takes no temporary
 // on any device (the CUDA device's persistent walk synchronises its
 // blocks through words of its own, outside the allocator).
 func (k kernels) LSTMWalk(a device.LSTMWalk) error           { return k.check("LSTMWalk", a) }
 func (k kernels) GRUWalk(a device.GRUWalk) error             { return k.check("GRUWalk", a) }
+func (k kernels) LSTMGradWalk(a device.LSTMGradWalk) error   { return k.check("LSTMGradWalk", a) }
+func (k kernels) GRUGradWalk(a device.GRUGradWalk) error     { return k.check("GRUGradWalk", a) }
 func (k kernels) GatherSeq(a device.GatherSeq) error         { return k.check("GatherSeq", a) }
 func (k kernels) SeqPool(a device.SeqPool) error             { return k.check("SeqPool", a) }
 func (k kernels) SeqPoolGrad(a device.SeqPoolGrad) error     { return k.check("SeqPoolGrad", a) }

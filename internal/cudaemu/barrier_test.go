@@ -100,10 +100,10 @@ func TestMissingBarrier(t *testing.T) {
 }
 
 // TestMissingGridBarrier is TestMissingBarrier for the persistent walks'
-// grid barrier: with either of cells.cu's gc_grid_sync calls deleted (the
-// LSTM walk's, the GRU walk's), the walk over several blocks must compute
-// another result than the per-step fused launches it stands for, which it
-// gives to the bit over the real sources. What makes it wrong is how the
+// grid barrier: with any of cells.cu's gc_grid_sync calls deleted (the
+// LSTM walk's, the GRU walk's, and their walks back's), the walk over
+// several blocks must compute another result than the per-step fused
+// launches it stands for, which it gives to the bit over the real sources. What makes it wrong is how the
 // emulator runs such a kernel: every thread of the grid a fiber, in rounds
 // drawn afresh, so a block that does not wait for the others reads a step's
 // h before they wrote it (the poison of new memory, or an older step's).
@@ -113,8 +113,17 @@ func TestMissingGridBarrier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, run := range []func(l *Lib) (got, want []float64, err error){lstmWalk, gruWalk} {
-		t.Run([]string{"LSTM", "GRU"}[i], func(t *testing.T) {
+	names := []string{"LSTM", "GRU", "LSTMGrad", "GRUGrad"}
+	runs := []func(l *Lib) (got, want []float64, err error){lstmWalk, gruWalk, lstmGradWalk, gruGradWalk}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(kernels[0]), "cells.cu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "gc_grid_sync(bar);"); n != len(runs) {
+		t.Errorf("cells.cu has %d grid barriers, the test %d: add a case for each", n, len(runs))
+	}
+	for i, run := range runs {
+		t.Run(names[i], func(t *testing.T) {
 			t.Parallel()
 			got, want, err := run(orig)
 			if err != nil {
@@ -135,7 +144,7 @@ func TestMissingGridBarrier(t *testing.T) {
 				t.Fatal(err)
 			}
 			if equal(got, want) {
-				t.Errorf("with the %s walk's grid barrier deleted the walk still gave the per-step launches' result: the emulator missed it", []string{"LSTM", "GRU"}[i])
+				t.Errorf("with the %s walk's grid barrier deleted the walk still gave the per-step launches' result: the emulator missed it", names[i])
 			}
 		})
 	}
@@ -220,6 +229,103 @@ func gruWalk(l *Lib) (got, want []float64, err error) {
 		if err = launch(l, "gc_gru_cell_fused_f64", walkGrid, walkBlock,
 			[]uint64{hp, ptr(w), ptr(xpre[t*3*B*H:]), ptr(hpre2), 0, 0, ptr(want[t*B*H:]), 0, B, H, 1},
 			h0, w, xpre, hpre2, want); err != nil {
+			return nil, nil, err
+		}
+	}
+	return got, want, nil
+}
+
+// lstmGradWalk runs gc_lstm_grad_walk_f64 back over a forward walk of
+// the walks' shape, given the product of a step beyond it, and the
+// per-step gc_lstm_cell_grad_fused_f64 launches it stands for; it returns
+// the pre-activation gradients of every step, the walk's and the
+// launches'.
+func lstmGradWalk(l *Lib) (got, want []float64, err error) {
+	const T, B, H = walkSteps, walkBatch, walkHidden
+	pre, h0, c0, w := walkInputs(4)
+	act := make([]float64, len(pre))
+	for i, v := range pre {
+		act[i] = 1 / (1 + math.Exp(-v))
+	}
+	cs := make([]float64, T*B*H)
+	for i := range cs {
+		cs[i] = float64(i%9)/9 - 0.5
+	}
+	dh, dc, in := make([]float64, T*B*H), make([]float64, B*H), make([]float64, B*4*H)
+	for i := range dh {
+		dh[i] = float64(i%5)/5 - 0.4
+	}
+	for i := range in {
+		in[i] = float64(i%3)/3 - 0.3
+	}
+	copy(dc, h0)
+	dh2, dc2 := append([]float64(nil), dh...), append([]float64(nil), dc...)
+	got, want = make([]float64, len(act)), make([]float64, len(act))
+	bar := make([]uint32, 2)
+	if err = launch(l, "gc_lstm_grad_walk_f64", walkGrid, walkBlock,
+		[]uint64{ptr(act), ptr(cs), ptr(c0), ptr(dh), ptr(dc), ptr(got), ptr(w), ptr(in), T, B, H, 0, ptr(bar)},
+		act, cs, c0, dh, dc, got, w, in, bar); err != nil {
+		return nil, nil, err
+	}
+	for t := T - 1; t >= 0; t-- {
+		next, cp := ptr(in), ptr(c0)
+		if t < T-1 {
+			next = ptr(want[(t+1)*4*B*H:])
+		}
+		if t > 0 {
+			cp = ptr(cs[(t-1)*B*H:])
+		}
+		if err = launch(l, "gc_lstm_cell_grad_fused_f64", walkGrid, walkBlock,
+			[]uint64{next, ptr(w), ptr(act[t*4*B*H:]), cp, ptr(cs[t*B*H:]), ptr(dh2[t*B*H:]), ptr(dc2), ptr(want[t*4*B*H:]), ptr(dc2), B, B, H, 1},
+			in, w, act, c0, cs, dh2, dc2, want); err != nil {
+			return nil, nil, err
+		}
+	}
+	return got, want, nil
+}
+
+// gruGradWalk is lstmGradWalk for gc_gru_grad_walk_f64 back over a
+// reverse walk, against the per-step gc_gru_cell_grad_fused_f64 launches;
+// it returns the recurrent pre-activation gradients of every step.
+func gruGradWalk(l *Lib) (got, want []float64, err error) {
+	const T, B, H = walkSteps, walkBatch, walkHidden
+	pre, h0, _, w := walkInputs(3)
+	act := make([]float64, T*B*4*H)
+	for i := range act {
+		act[i] = 1 / (1 + math.Exp(-pre[i%len(pre)]))
+	}
+	hs := make([]float64, T*B*H)
+	for i := range hs {
+		hs[i] = float64(i%9)/9 - 0.5
+	}
+	dh, in := make([]float64, T*B*H), make([]float64, B*3*H)
+	for i := range dh {
+		dh[i] = float64(i%5)/5 - 0.4
+	}
+	for i := range in {
+		in[i] = float64(i%3)/3 - 0.3
+	}
+	dh2 := append([]float64(nil), dh...)
+	dh0, dh02 := make([]float64, B*H), make([]float64, B*H)
+	dx, dx2 := make([]float64, T*B*3*H), make([]float64, T*B*3*H)
+	got, want = make([]float64, T*B*3*H), make([]float64, T*B*3*H)
+	bar := make([]uint32, 2)
+	if err = launch(l, "gc_gru_grad_walk_f64", walkGrid, walkBlock,
+		[]uint64{ptr(act), ptr(hs), ptr(h0), ptr(dh), ptr(dh0), ptr(dx), ptr(got), ptr(w), ptr(in), T, B, H, 1, ptr(bar)},
+		act, hs, h0, dh, dh0, dx, got, w, in, bar); err != nil {
+		return nil, nil, err
+	}
+	for t := range T {
+		next, hp, dhp, acc := ptr(in), ptr(h0), ptr(dh02), uint64(0)
+		if t > 0 {
+			next = ptr(want[(t-1)*3*B*H:])
+		}
+		if t < T-1 {
+			hp, dhp, acc = ptr(hs[(t+1)*B*H:]), ptr(dh2[(t+1)*B*H:]), 1
+		}
+		if err = launch(l, "gc_gru_cell_grad_fused_f64", walkGrid, walkBlock,
+			[]uint64{next, ptr(w), ptr(act[t*4*B*H:]), hp, ptr(dh2[t*B*H:]), ptr(dx2[t*3*B*H:]), ptr(want[t*3*B*H:]), dhp, acc, B, B, H, 1},
+			in, w, act, h0, hs, dh2, dx2, want, dh02); err != nil {
 			return nil, nil, err
 		}
 	}
