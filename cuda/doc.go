@@ -166,6 +166,16 @@
 // product into the gradient with respect to h and runs the cell gradient
 // on it in one launch, up to the same bound.
 //
+// A whole walk of such steps (device.Walker's LSTMWalk and GRUWalk, and
+// the walks back, LSTMGradWalk and GRUGradWalk, which rnn queues for each
+// window of steps without lengths) is the per-step calls, or, up to
+// Config.WalkCellsUpTo hidden units (none by default, until a GPU run has
+// measured it), one launch of a persistent kernel: each step the fused
+// kernel's arithmetic on each of its blocks' tiles, the blocks all resident
+// (at most one a multiprocessor) and meeting at a grid-wide barrier between
+// two steps, on two words of the launching stream's own after the lane's
+// status word. Its results are the per-step launches' to the bit.
+//
 // # Graphs
 //
 // The device and its scopes are device.Graphers: Capture records a compute

@@ -80,24 +80,6 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestWalkConformance runs the conformance suite's walks with every walk
-// it can as the persistent kernel (Config.WalkCellsUpTo): its blocks
-// resident together and meeting at the grid barrier between steps, which
-// only a GPU runs as it is (the emulator's barrier is its scheduler's),
-// against the per-step launches to the bit.
-func TestWalkConformance(t *testing.T) {
-	cfg := gpuConfig()
-	cfg.WalkCellsUpTo = 1 << 20
-	openGPU(t, cfg)
-	devicetest.RunGroups(t, func(t testing.TB) device.Device {
-		d, err := Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}, func(group string) bool { return group == "Walks" })
-}
-
 // TestConformanceInScope runs the conformance suite on a scope of the GPU
 // device, but for the groups that do not apply to a scope (Scopes, which
 // makes scopes of the device; Counts, which a scope does not keep) and

@@ -130,3 +130,24 @@ func TestEmulatedWalkLaunches(t *testing.T) {
 		})
 	}
 }
+
+// TestWalkConformance runs the conformance suite's walks with every walk
+// it can as the persistent kernel (Config.WalkCellsUpTo): its blocks
+// resident together and meeting at the grid barrier between steps, which
+// only a GPU runs as it is (the emulator's barrier is its scheduler's),
+// against the per-step launches to the bit. It is the package's last
+// test (this file sorts last), so that a walk that faults or traps on a
+// GPU, which kills the context, fails no other test of the GPU kit's
+// tests stage.
+func TestWalkConformance(t *testing.T) {
+	cfg := gpuConfig()
+	cfg.WalkCellsUpTo = 1 << 20
+	openGPU(t, cfg)
+	devicetest.RunGroups(t, func(t testing.TB) device.Device {
+		d, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}, func(group string) bool { return group == "Walks" })
+}
