@@ -189,7 +189,7 @@ func TestParamsMatchPyTorch(t *testing.T) {
 		sq += x * x / float64(len(v))
 	}
 	// N(0, 1) over 5,000 draws: the mean's standard error is 0.014.
-	if math.Abs(mean) > 0.06 || math.Abs(math.Sqrt(sq-mean*mean)-1) > 0.06 {
+	if !(math.Abs(mean) <= 0.06) || !(math.Abs(math.Sqrt(sq-mean*mean)-1) <= 0.06) {
 		t.Errorf("embedding: mean %v, std %v, want N(0, 1)", mean, math.Sqrt(sq-mean*mean))
 	}
 }
@@ -274,7 +274,7 @@ func TestGradientsAccumulate(t *testing.T) {
 		pass()
 		twice := download(t, d, g, m.Params().Len())
 		for i := range once {
-			if math.Abs(twice[i]-2*once[i]) > accumTol*math.Max(1, math.Abs(once[i])) {
+			if !(math.Abs(twice[i]-2*once[i]) <= accumTol*math.Max(1, math.Abs(once[i]))) {
 				t.Fatalf("%s: gradient %d after two passes %v, want 2·%v (within %g)", cell, i, twice[i], once[i], accumTol)
 			}
 		}

@@ -257,7 +257,7 @@ func TestDataParallel(t *testing.T) {
 			t.Fatalf("%d ranks reported %d losses, one process %d", n, len(losses), len(single))
 		}
 		for i := range losses {
-			if math.Abs(losses[i]-single[i]) > dpTol {
+			if !(math.Abs(losses[i]-single[i]) <= dpTol) {
 				t.Errorf("%d ranks: step %d loss %v, one process %v", n, i+1, losses[i], single[i])
 			}
 		}

@@ -78,7 +78,7 @@ func TestAccumulation(t *testing.T) {
 		t.Errorf("weights after 5 steps differ by %g, want < %g", diff, accumTol)
 	}
 	for i := range l1 {
-		if math.Abs(l1[i]-l4[i]) > accumTol {
+		if !(math.Abs(l1[i]-l4[i]) <= accumTol) {
 			t.Errorf("step %d: loss/norm %v with batch 32, %v with 8 x 4", i/2+1, l1[i], l4[i])
 		}
 	}
@@ -344,24 +344,24 @@ func sgdDelta(t *testing.T, clipNorm, clipValue float64) (l2, linf, reported flo
 func TestClipping(t *testing.T) {
 	const clipTol, linfTol = 1e-9, 1e-12
 	norm, _, reported := sgdDelta(t, 0, 0)
-	if math.Abs(norm-reported) > clipTol*norm {
+	if !(math.Abs(norm-reported) <= clipTol*norm) {
 		t.Fatalf("reported gradient norm %v, the update's norm is %v", reported, norm)
 	}
 	// clip_grad_norm_: scale by max/(norm+1e-6) when that is below 1.
 	c := norm / 3
 	clipped, _, reported := sgdDelta(t, c, 0)
-	if want := norm * c / (norm + 1e-6); math.Abs(clipped-want) > clipTol*want {
+	if want := norm * c / (norm + 1e-6); !(math.Abs(clipped-want) <= clipTol*want) {
 		t.Errorf("clipped to norm %v: update norm %v, want %v", c, clipped, want)
 	}
-	if math.Abs(reported-norm) > clipTol*norm {
+	if !(math.Abs(reported-norm) <= clipTol*norm) {
 		t.Errorf("reported norm %v with clipping, want the norm before clipping %v", reported, norm)
 	}
 	unclipped, _, _ := sgdDelta(t, norm*2, 0)
-	if math.Abs(unclipped-norm) > clipTol*norm {
+	if !(math.Abs(unclipped-norm) <= clipTol*norm) {
 		t.Errorf("clip above the norm changed the update: %v, want %v", unclipped, norm)
 	}
 	_, linf, _ := sgdDelta(t, 0, 1e-3)
-	if math.Abs(linf-1e-3) > linfTol {
+	if !(math.Abs(linf-1e-3) <= linfTol) {
 		t.Errorf("element-wise clipping at 1e-3: largest update %v", linf)
 	}
 }
@@ -444,7 +444,7 @@ func TestEvaluate(t *testing.T) {
 	check(t, err)
 	ev2, err := train.Evaluate(context.Background(), d, m, newLoader(t, d, txt, loader.Config{Batch: 3, Accum: 2, Seq: 10}))
 	check(t, err)
-	if math.Abs(ev.Loss-ev2.Loss) > evalTol || ev.Tokens != ev2.Tokens {
+	if !(math.Abs(ev.Loss-ev2.Loss) <= evalTol) || ev.Tokens != ev2.Tokens {
 		t.Errorf("batch 6: %v over %d tokens; 3 x 2: %v over %d", ev.Loss, ev.Tokens, ev2.Loss, ev2.Tokens)
 	}
 	// 6 streams of 500 tokens, 49 windows of 10.

@@ -45,7 +45,7 @@ func checkFD(t *testing.T, what string, f func() float64, x, grad []float64) {
 	t.Helper()
 	for i := range x {
 		want := fd(f, x, i)
-		if math.Abs(grad[i]-want) > 1e-6*(1+math.Abs(want)) {
+		if !(math.Abs(grad[i]-want) <= 1e-6*(1+math.Abs(want))) {
 			t.Errorf("%s[%d]: reference gradient %v, finite difference %v", what, i, grad[i], want)
 		}
 	}
@@ -117,13 +117,13 @@ func TestSoftmaxCrossEntropyReference(t *testing.T) {
 	// Shifting every logit changes nothing; 1000 is as good as 0.
 	l0, _, _ := ceRow([]float64{1, 2, 3}, 0)
 	l1, _, _ := ceRow([]float64{1001, 1002, 1003}, 0)
-	if want := math.Log(math.Exp(1)+math.Exp(2)+math.Exp(3)) - 1; math.Abs(l0-want) > 1e-15 || math.Abs(l1-want) > 1e-12 {
+	if want := math.Log(math.Exp(1)+math.Exp(2)+math.Exp(3)) - 1; !(math.Abs(l0-want) <= 1e-15) || !(math.Abs(l1-want) <= 1e-12) {
 		t.Errorf("cross-entropy of [1 2 3] and [1001 1002 1003] at 0 = %v, %v; want %v", l0, l1, want)
 	}
 	p := refSoftmax(1, 3, []float64{0, math.Log(2), math.Log(4)}, 0.5)
 	// Temperature 0.5 squares the odds 1:2:4 to 1:4:16.
 	for i, want := range []float64{1.0 / 21, 4.0 / 21, 16.0 / 21} {
-		if math.Abs(p[i]-want) > 1e-15 {
+		if !(math.Abs(p[i]-want) <= 1e-15) {
 			t.Errorf("softmax at T=0.5 [%d] = %v, want %v", i, p[i], want)
 		}
 	}
@@ -139,31 +139,31 @@ func TestOptimizerReferences(t *testing.T) {
 	refSGD(a, s, []float64{1})
 	a.Step = 2
 	refSGD(a, s, []float64{2})
-	if math.Abs(s.param[0]-0.71) > 1e-15 || math.Abs(s.velocity[0]-1.9) > 1e-15 {
+	if !(math.Abs(s.param[0]-0.71) <= 1e-15) || !(math.Abs(s.velocity[0]-1.9) <= 1e-15) {
 		t.Errorf("SGD reference: param %v, velocity %v; want 0.71, 1.9", s.param[0], s.velocity[0])
 	}
 	s = newSGDState([]float64{1})
 	refSGD(device.SGD{LR: 0.1, Momentum: 0.9, Nesterov: true, Step: 1}, s, []float64{1})
-	if math.Abs(s.param[0]-0.81) > 1e-15 {
+	if !(math.Abs(s.param[0]-0.81) <= 1e-15) {
 		t.Errorf("Nesterov SGD reference: param %v, want 0.81", s.param[0])
 	}
 	// Adam's first step moves every parameter by lr·sign(g) when Eps is
 	// negligible; AdamW first shrinks it by 1 - lr·wd.
 	as := newAdamState([]float64{1, 1})
 	refAdam(device.Adam{LR: 0.01, Beta1: 0.9, Beta2: 0.999, Eps: 1e-12, WeightDecay: 0.5, Decoupled: true, Step: 1}, as, []float64{3, -0.2})
-	if want := []float64{0.995 - 0.01, 0.995 + 0.01}; math.Abs(as.param[0]-want[0]) > 1e-12 || math.Abs(as.param[1]-want[1]) > 1e-12 {
+	if want := []float64{0.995 - 0.01, 0.995 + 0.01}; !(math.Abs(as.param[0]-want[0]) <= 1e-12) || !(math.Abs(as.param[1]-want[1]) <= 1e-12) {
 		t.Errorf("AdamW reference: params %v, want %v", as.param, want)
 	}
 	// RMSprop's first step divides g by sqrt(1-alpha)·|g| + eps.
 	rs := newRMSpropState([]float64{1})
 	refRMSprop(device.RMSprop{LR: 0.01, Alpha: 0.99, Eps: 0.1}, rs, []float64{2})
-	if want := 1 - 0.01*2/(0.1*2+0.1); math.Abs(rs.param[0]-want) > 1e-15 {
+	if want := 1 - 0.01*2/(0.1*2+0.1); !(math.Abs(rs.param[0]-want) <= 1e-15) {
 		t.Errorf("RMSprop reference: param %v, want %v", rs.param[0], want)
 	}
 	// Centered: sqrt(0.01·4 - 0.02²) = sqrt(0.0396).
 	rs = newRMSpropState([]float64{1})
 	refRMSprop(device.RMSprop{LR: 0.01, Alpha: 0.99, Eps: 0.1, Centered: true}, rs, []float64{2})
-	if want := 1 - 0.01*2/(math.Sqrt(0.0396)+0.1); math.Abs(rs.param[0]-want) > 1e-15 {
+	if want := 1 - 0.01*2/(math.Sqrt(0.0396)+0.1); !(math.Abs(rs.param[0]-want) <= 1e-15) {
 		t.Errorf("centered RMSprop reference: param %v, want %v", rs.param[0], want)
 	}
 }

@@ -496,7 +496,7 @@ func TestNiceTicksProperties(t *testing.T) {
 			t.Fatalf("niceTicks(%g, %g): ticks %v miss a multiple of %g at an end", lo, hi, tk.values, step)
 		}
 		for i, v := range tk.values {
-			if q := v / step; math.Abs(q-math.Round(q)) > 1e-6 {
+			if q := v / step; !(math.Abs(q-math.Round(q)) <= 1e-6) {
 				t.Fatalf("niceTicks(%g, %g): tick %g is not a multiple of %g", lo, hi, v, step)
 			}
 			if i > 0 && !closeTo(v-tk.values[i-1], step) {

@@ -31,7 +31,7 @@ func TestStepRate(t *testing.T) {
 		}
 		rates = append(rates, e.TokensPerSec)
 	}
-	if len(rates) != 2 || rates[0] != 1000 || math.Abs(rates[1]-4500) > 1 {
+	if len(rates) != 2 || rates[0] != 1000 || !(math.Abs(rates[1]-4500) <= 1) {
 		t.Errorf("printed rates %v, want [1000 4500] (the interval's, not the cumulative 3333)", rates)
 	}
 }
