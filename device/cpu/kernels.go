@@ -183,33 +183,18 @@ func (k kernels) LSTMCell(a device.LSTMCell) error {
 	return k.launch(err, func(c *cmd) { c.op, c.lstm = opLSTMCell, a })
 }
 
-// LSTMWalk queues the per-step calls the walk stands for
-// (device.LSTMWalk.Queue): the CPU device has no cost per call to save.
-func (k kernels) LSTMWalk(a device.LSTMWalk) error {
-	if err := a.Check(k.l.owner); err != nil {
-		return err
-	}
-	return a.Queue(k)
-}
+// The walks queue the per-step calls they stand for (their Queue): the
+// CPU device has no cost per call to save.
+func (k kernels) LSTMWalk(a device.LSTMWalk) error         { return queueWalk(k, a) }
+func (k kernels) GRUWalk(a device.GRUWalk) error           { return queueWalk(k, a) }
+func (k kernels) LSTMGradWalk(a device.LSTMGradWalk) error { return queueWalk(k, a) }
+func (k kernels) GRUGradWalk(a device.GRUGradWalk) error   { return queueWalk(k, a) }
 
-// GRUWalk queues the per-step calls, as LSTMWalk.
-func (k kernels) GRUWalk(a device.GRUWalk) error {
-	if err := a.Check(k.l.owner); err != nil {
-		return err
-	}
-	return a.Queue(k)
-}
-
-// LSTMGradWalk queues the per-step calls, as LSTMWalk.
-func (k kernels) LSTMGradWalk(a device.LSTMGradWalk) error {
-	if err := a.Check(k.l.owner); err != nil {
-		return err
-	}
-	return a.Queue(k)
-}
-
-// GRUGradWalk queues the per-step calls, as LSTMWalk.
-func (k kernels) GRUGradWalk(a device.GRUGradWalk) error {
+// queueWalk checks a walk's arguments and queues its per-step calls on k.
+func queueWalk[A interface {
+	Check(device.Device) error
+	Queue(device.Kernels) error
+}](k kernels, a A) error {
 	if err := a.Check(k.l.owner); err != nil {
 		return err
 	}

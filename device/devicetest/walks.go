@@ -30,6 +30,14 @@ func walkTolerance(dt device.DType, hidden, i int, mag []float64) Tolerance {
 	return tol
 }
 
+// gradWalkTolerance is walkTolerance for a walk back's i-th step, from
+// the fused cell gradients' tolerance of a product of terms terms.
+func gradWalkTolerance(dt device.DType, terms, i int, mag []float64) Tolerance {
+	tol := fusedGradTolerance(dt, terms, mag)
+	tol.Abs *= math.Pow(4, float64(i))
+	return tol
+}
+
 // walkCase is one walk to check: LSTM or GRU, its shape and direction,
 // where its activations go and (LSTM) its cell states.
 type walkCase struct {
@@ -107,34 +115,27 @@ func testWalks(t *testing.T, open opener) {
 type lstmWalkRun struct {
 	a                                device.LSTMWalk
 	pre, h0, c0, h, c, cLast, act, w vec
-	preIn, h0In, c0In, wIn, bih, bhh []float64
-	biasIH, biasHH                   vec
-	nPre, nState, nSeq               int
 }
 
 func (e *env) lstmWalkRun(c walkCase, pre, h0, c0, w, bih, bhh []float64) *lstmWalkRun {
 	B, H, T := c.batch, c.hidden, c.steps
-	r := &lstmWalkRun{preIn: pre, h0In: h0, c0In: c0, wIn: w, bih: bih, bhh: bhh,
-		nPre: 4 * T * B * H, nState: B * H, nSeq: T * B * H}
-	r.pre, r.h0, r.c0, r.w = e.vec(pre), e.vec(h0), e.vec(c0), e.vec(w)
-	r.biasIH, r.biasHH = e.vec(bih), e.vec(bhh)
-	r.h = e.vec(nans(r.nSeq))
+	r := &lstmWalkRun{pre: e.vec(pre), h0: e.vec(h0), c0: e.vec(c0), w: e.vec(w), h: e.vec(nans(T * B * H))}
 	r.a = device.LSTMWalk{DType: e.dt, Steps: T, Batch: B, Hidden: H, Reverse: c.reverse, Pre: r.pre.buf, W: r.w.buf,
-		BiasIH: r.biasIH.buf, BiasHH: r.biasHH.buf, H0: r.h0.buf, C0: r.c0.buf, H: r.h.buf}
+		BiasIH: e.vec(bih).buf, BiasHH: e.vec(bhh).buf, H0: r.h0.buf, C0: r.c0.buf, H: r.h.buf}
 	switch {
 	case c.cLastIsC0:
 		r.cLast = r.c0
 		r.a.CLast = r.c0.buf
 	case c.cLast:
-		r.cLast = e.vec(nans(r.nState))
+		r.cLast = e.vec(nans(B * H))
 		r.a.CLast = r.cLast.buf
 	default:
-		r.c = e.vec(nans(r.nSeq))
+		r.c = e.vec(nans(T * B * H))
 		r.a.C = r.c.buf
 	}
 	switch c.act {
 	case separateAct:
-		r.act = e.vec(nans(r.nPre))
+		r.act = e.vec(nans(4 * T * B * H))
 		r.a.Act = r.act.buf
 	case actIsInput:
 		r.act, r.a.Act = r.pre, r.pre.buf
@@ -162,6 +163,7 @@ func (e *env) checkLSTMWalk(w device.Walker, c walkCase) {
 	refC := make([]float64, T*bh)
 	refAct, refPre := make([]float64, 4*T*bh), make([]float64, 4*T*bh)
 	hp, cp := h0, c0
+	gotH := e.get("H", walk.h)
 	var last, mags []float64
 	for i := range T {
 		t := i
@@ -171,8 +173,7 @@ func (e *env) checkLSTMWalk(w device.Walker, c walkCase) {
 		full, mag := recProduct(B, H, 4, pre[4*t*bh:4*(t+1)*bh], hp, wts)
 		act, cn, hn := refLSTMCell(B, H, full, bih, bhh, cp)
 		tol := walkTolerance(e.dt, H, i, mag)
-		got := e.get("H", walk.h)[t*bh : (t+1)*bh]
-		checkClose(e.t, fmt.Sprintf("H at step %d (visited %d)", t, i), got, hn, nil, tol)
+		checkClose(e.t, fmt.Sprintf("H at step %d (visited %d)", t, i), gotH[t*bh:(t+1)*bh], hn, nil, tol)
 		copy(refC[t*bh:], cn)
 		copy(refAct[4*t*bh:], act)
 		copy(refPre[4*t*bh:], full)
@@ -181,7 +182,7 @@ func (e *env) checkLSTMWalk(w device.Walker, c walkCase) {
 	// Whole outputs: the last step's tolerance, the largest.
 	tol := walkTolerance(e.dt, H, T-1, mags)
 	// The walk against its per-step calls: every output, to the bit.
-	checkExact(e.t, "H (walk against its steps)", e.get("H", walk.h), e.get("H", steps.h))
+	checkExact(e.t, "H (walk against its steps)", gotH, e.get("H", steps.h))
 	if c.cLast {
 		checkExact(e.t, "CLast (walk against its steps)", e.get("CLast", walk.cLast), e.get("CLast", steps.cLast))
 		checkClose(e.t, "CLast", e.get("CLast", walk.cLast), last, nil, tol)
@@ -238,6 +239,7 @@ func (e *env) checkGRUWalk(w device.Walker, c walkCase) {
 	}
 	refAct := make([]float64, 4*T*bh)
 	hp := h0
+	gotH := e.get("H", walk.h)
 	var lastHPre, mags []float64
 	for i := range T {
 		t := i
@@ -246,13 +248,12 @@ func (e *env) checkGRUWalk(w device.Walker, c walkCase) {
 		}
 		hpre, mag := recProduct(B, H, 3, nil, hp, wts)
 		act, hn := refGRUCell(B, H, xpre[3*t*bh:3*(t+1)*bh], hpre, bih, bhh, hp)
-		got := e.get("H", walk.h)[t*bh : (t+1)*bh]
-		checkClose(e.t, fmt.Sprintf("H at step %d (visited %d)", t, i), got, hn, nil, walkTolerance(e.dt, H, i, mag))
+		checkClose(e.t, fmt.Sprintf("H at step %d (visited %d)", t, i), gotH[t*bh:(t+1)*bh], hn, nil, walkTolerance(e.dt, H, i, mag))
 		copy(refAct[4*t*bh:], act)
 		hp, lastHPre, mags = hn, hpre, append(mags, mag...)
 	}
 	tol := walkTolerance(e.dt, H, T-1, mags)
-	checkExact(e.t, "H (walk against its steps)", e.get("H", walk.h), e.get("H", steps.h))
+	checkExact(e.t, "H (walk against its steps)", gotH, e.get("H", steps.h))
 	checkExact(e.t, "HPre (walk against its steps)", e.get("HPre", walk.hpre), e.get("HPre", steps.hpre))
 	checkClose(e.t, "HPre (the last step's)", e.get("HPre", walk.hpre), lastHPre, nil, tol)
 	if c.act == separateAct {
@@ -426,15 +427,13 @@ func (e *env) checkLSTMGradWalk(w device.Walker, c gradWalkCase) {
 		}
 		dp, dcp := refLSTMCellGrad(B, H, act[4*t*bh:4*(t+1)*bh], cp, cs[t*bh:(t+1)*bh], full, d)
 		mags = append(mags, mag...)
-		tol := fusedGradTolerance(e.dt, 4*H, mags)
-		tol.Abs *= math.Pow(4, float64(i))
+		tol := gradWalkTolerance(e.dt, 4*H, i, mags)
 		checkClose(e.t, fmt.Sprintf("DPre at step %d (walked back %d)", t, i), gotDPre[4*t*bh:4*(t+1)*bh], dp, nil, tol)
 		copy(wantDPre[4*t*bh:], dp)
 		copy(wantDH[t*bh:], full)
 		d = dcp
 	}
-	tol := fusedGradTolerance(e.dt, 4*H, mags)
-	tol.Abs *= math.Pow(4, float64(T))
+	tol := gradWalkTolerance(e.dt, 4*H, T, mags)
 	checkClose(e.t, "DH", e.get("DH", walk.dh), wantDH, nil, tol)
 	checkClose(e.t, "DC", e.get("DC", walk.dc), d, nil, tol)
 	checkExact(e.t, "C (an input)", e.get("C", walk.cs), cs)
@@ -500,8 +499,7 @@ func (e *env) checkGRUGradWalk(w device.Walker, c gradWalkCase) {
 		}
 		dx, dhp, direct := refGRUCellGrad(B, H, act[4*t*bh:4*(t+1)*bh], hp, full)
 		mags = append(mags, mag...)
-		tol := fusedGradTolerance(e.dt, 3*H, mags)
-		tol.Abs *= math.Pow(4, float64(i))
+		tol := gradWalkTolerance(e.dt, 3*H, i, mags)
 		checkClose(e.t, fmt.Sprintf("DXPre at step %d (walked back %d)", t, i), gotDXPre[3*t*bh:3*(t+1)*bh], dx, nil, tol)
 		copy(wantDH[t*bh:], full)
 		copy(wantDHPre[3*t*bh:], dhp)
@@ -513,8 +511,7 @@ func (e *env) checkGRUGradWalk(w device.Walker, c gradWalkCase) {
 			copy(wantDH0, direct)
 		}
 	}
-	tol := fusedGradTolerance(e.dt, 3*H, mags)
-	tol.Abs *= math.Pow(4, float64(T))
+	tol := gradWalkTolerance(e.dt, 3*H, T, mags)
 	checkClose(e.t, "DH", e.get("DH", walk.dh), wantDH, nil, tol)
 	checkClose(e.t, "DH0", e.get("DH0", walk.dh0), wantDH0, nil, tol)
 	checkClose(e.t, "DHPre", e.get("DHPre", walk.dhpre), wantDHPre, nil, tol)
