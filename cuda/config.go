@@ -60,13 +60,18 @@ type Config struct {
 	// steps, instead of a launch per step. It runs only where the
 	// steps would run as the fused kernel (FuseCellsUpTo, whose results it
 	// gives to the bit) and the tiles of hidden units fit the GPU's
-	// multiprocessors; elsewhere the walk is its per-step calls. Each walk
-	// takes at most a block per multiprocessor, and a multiprocessor holds
-	// six such blocks or more (128 threads, at most 37 KiB of shared
-	// memory and 64 registers a thread): more walks than that at once,
-	// from many scopes' streams, could not all be resident, and their
-	// launches would trap after seconds (cuda/kernels/common.cuh's
-	// gc_grid_sync) rather than hang. 0 (the
+	// multiprocessors, with each tile's slice of W_hh, which its block
+	// keeps in shared memory from the first step to the last, within 39
+	// KiB (an LSTM of up to 623 units in float32, 311 in float64; a GRU
+	// of up to 831 and 415); elsewhere the walk is its per-step calls.
+	// Each walk takes at most a block per multiprocessor, and a
+	// multiprocessor holds four such blocks (five in float32: 128
+	// threads, at most 80 registers a thread and 47.25 KiB of shared
+	// memory): more walks than that at once, from many scopes' streams,
+	// could not all be resident, and their launches would trap after
+	// seconds (cuda/kernels/common.cuh's gc_grid_sync) rather than hang.
+	// A stack runs two at once at most (the wavefront's pair of layers, or
+	// a bidirectional layer's two directions). 0 (the
 	// default) never uses it: it has not yet been measured on a GPU
 	// (issue 21), and a GPU run compares it with the per-step launches by
 	// setting it (the char-RNN command reads GOCURRENT_WALK_CELLS_UP_TO).

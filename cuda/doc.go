@@ -170,11 +170,13 @@
 // the walks back, LSTMGradWalk and GRUGradWalk, which rnn queues for each
 // window of steps without lengths) is the per-step calls, or, up to
 // Config.WalkCellsUpTo hidden units (none by default, until a GPU run has
-// measured it), one launch of a persistent kernel: each step the fused
-// kernel's arithmetic on each of its blocks' tiles, the blocks all resident
-// (at most one a multiprocessor) and meeting at a grid-wide barrier between
-// two steps, on two words of the launching stream's own after the lane's
-// status word. Its results are the per-step launches' to the bit.
+// measured it), one launch of a persistent kernel: each block keeps its
+// slice of W_hh in shared memory from the first step to the last, each
+// step is the fused kernel's arithmetic on each of its blocks' tiles, and
+// the blocks, all resident (at most one a multiprocessor), meet at a
+// grid-wide barrier between two steps, on two words of the launching
+// stream's own after the lane's status word. Its results are the per-step
+// launches' to the bit.
 //
 // # Graphs
 //

@@ -391,7 +391,7 @@ func (k kernels) LSTMWalk(a device.LSTMWalk) error {
 	if err := check(k, "LSTMWalk", a); err != nil {
 		return err
 	}
-	grid, block, ok := k.walkShape(a.Batch, a.Hidden)
+	grid, block, ok := k.walkShape(a.Batch, a.Hidden, 4, a.DType)
 	if !ok {
 		return a.Queue(k)
 	}
@@ -405,7 +405,7 @@ func (k kernels) GRUWalk(a device.GRUWalk) error {
 	if err := check(k, "GRUWalk", a); err != nil {
 		return err
 	}
-	grid, block, ok := k.walkShape(a.Batch, a.Hidden)
+	grid, block, ok := k.walkShape(a.Batch, a.Hidden, 3, a.DType)
 	if !ok {
 		return a.Queue(k)
 	}
@@ -422,7 +422,7 @@ func (k kernels) LSTMGradWalk(a device.LSTMGradWalk) error {
 	if err := check(k, "LSTMGradWalk", a); err != nil {
 		return err
 	}
-	grid, block, ok := k.walkShape(a.Batch, a.Hidden)
+	grid, block, ok := k.walkShape(a.Batch, a.Hidden, 4, a.DType)
 	if !ok {
 		return a.Queue(k)
 	}
@@ -436,7 +436,7 @@ func (k kernels) GRUGradWalk(a device.GRUGradWalk) error {
 	if err := check(k, "GRUGradWalk", a); err != nil {
 		return err
 	}
-	grid, block, ok := k.walkShape(a.Batch, a.Hidden)
+	grid, block, ok := k.walkShape(a.Batch, a.Hidden, 3, a.DType)
 	if !ok {
 		return a.Queue(k)
 	}
@@ -446,29 +446,64 @@ func (k kernels) GRUGradWalk(a device.GRUGradWalk) error {
 }
 
 // walkShape is the persistent walk's grid and block for a layer of batch
-// rows and hidden units, ok false where the walk runs step by step: above
-// Config.WalkCellsUpTo (which the fused kernels' bound caps, so that every
-// step it stands for would be the fused kernel, whose arithmetic it
-// repeats: an h never written over the previous one, by the walk's
-// contract), with no barrier left for the queue's stream, or with more
-// tiles of units than the GPU has multiprocessors. The block is the fused
-// kernels' (fuseTile), the grid's x their tiles of units; its y, the
-// tiles of rows, is cut so that the grid has at most a block per
-// multiprocessor, a block then taking several tiles of rows in turn. Every
-// block must be resident at once (gc_grid_sync): a block of 128 threads
-// and the fused kernels. shared memory (19 KiB in float32, 37 in float64)
-// fits on a
-// multiprocessor beside another, so two walks on two streams (the
-// wavefront's layers) are resident together too.
-func (k kernels) walkShape(batch, hidden int) (grid, block [3]uint32, ok bool) {
+// rows and hidden units with gates gates, ok false where the walk runs
+// step by step: above Config.WalkCellsUpTo (which the fused kernels' bound
+// caps, so that every step it stands for would be the fused kernel, whose
+// arithmetic it repeats: an h never written over the previous one, by the
+// walk's contract), with no barrier left for the queue's stream, where no
+// tile's slice of W fits the block's shared memory (walkTile), or with
+// more tiles of units than the GPU has multiprocessors. The grid's x is
+// the tiles of units; its y, the tiles of rows, is cut so that the grid
+// has at most a block per multiprocessor, a block then taking several
+// tiles of rows in turn. Every block must be resident at once
+// (gc_grid_sync): four blocks of 128 threads and at most 47.25 KiB of
+// shared memory each (in float64: W's 39 KiB and the staging's 32·33
+// elements) fit on a multiprocessor, five in float32, so the two walks a
+// stack runs at once on two streams (the wavefront's layers, a
+// bidirectional layer's directions) are resident together too.
+func (k kernels) walkShape(batch, hidden, gates int, dt device.DType) (grid, block [3]uint32, ok bool) {
 	d := k.q.ln.d
-	tj, tb := fuseTile(hidden)
+	tj, tb, fits := walkTile(hidden, gates, dt)
+	if !fits || hidden > d.cfg.walkCellsUpTo() || k.q.bar == 0 {
+		return grid, block, false
+	}
 	units, rows := (hidden+tj-1)/tj, (batch+tb-1)/tb
 	sms := d.info.Multiprocessors
-	if hidden > d.cfg.walkCellsUpTo() || k.q.bar == 0 || units > sms || rows > maxGridY {
+	if units > sms || rows > maxGridY {
 		return grid, block, false
 	}
 	return [3]uint32{uint32(units), uint32(min(rows, max(1, sms/units))), 1}, [3]uint32{uint32(tj), uint32(tb), 1}, true
+}
+
+// The walks' shared memory (cells.cu's GC_WALK_W_BYTES, GC_WALK_BMAX and
+// GC_WALK_K): a block's slice of W_hh, kept from the first step to the
+// last, in at most walkWBytes, and the staging of up to walkMaxRows rows
+// of walkChunk elements (padded by one) of the h or pre-activation
+// gradients its products read.
+const (
+	walkWBytes  = 39936
+	walkMaxRows = 32
+	walkChunk   = 32
+	walkMinJ    = fuseThreads / walkMaxRows
+)
+
+// walkTile is the walks' block for a layer of hidden units with gates
+// gates: J units by fuseThreads/J rows, J the fused kernels' (fuseTile)
+// or its largest half down to walkMinJ whose G·J rows of W, each of
+// hidden|1 elements (the kernels' walk_stride), fit walkWBytes (the walk
+// back's J columns of W, G·hidden·J elements, fit then too); fits false
+// when none does (an LSTM of more than 623 units in float32, 311 in
+// float64; a GRU of more than 831 and 415). The tile changes which thread
+// computes an element, never how: each sum runs over k in order, as the
+// fused kernels' do.
+func walkTile(hidden, gates int, dt device.DType) (j, b int, fits bool) {
+	j, _ = fuseTile(hidden)
+	for ; j >= walkMinJ; j /= 2 {
+		if int64(gates*j*(hidden|1))*dt.Size() <= walkWBytes {
+			return j, fuseThreads / j, true
+		}
+	}
+	return 0, 0, false
 }
 
 // GRUCellGrad is LSTMCellGrad's counterpart.

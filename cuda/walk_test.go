@@ -2,6 +2,9 @@ package cuda
 
 import (
 	"fmt"
+	"os"
+	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/gocurrent/gocurrent/device"
@@ -128,6 +131,50 @@ func TestEmulatedWalkLaunches(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestWalkTile checks the walks' tiles: the Go constants are cells.cu's,
+// and walkTile takes the largest J whose slice of W fits, at shapes worked
+// by hand from GC_WALK_W_BYTES = 39936 (G·J·(hidden|1)·size bytes).
+func TestWalkTile(t *testing.T) {
+	src, err := os.ReadFile("kernels/cells.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{"GC_WALK_W_BYTES": walkWBytes, "GC_WALK_BMAX": walkMaxRows,
+		"GC_WALK_K": walkChunk, "GC_FUSE_THREADS": fuseThreads} {
+		m := regexp.MustCompile(`(?m)^#define ` + name + ` (\d+)$`).FindSubmatch(src)
+		if m == nil {
+			t.Errorf("cells.cu defines no %s", name)
+		} else if got, _ := strconv.Atoi(string(m[1])); got != want {
+			t.Errorf("cells.cu's %s = %d, the launcher's %d", name, got, want)
+		}
+	}
+	for _, c := range []struct {
+		hidden, gates int
+		dt            device.DType
+		j             int // 0: none fits
+	}{
+		{5, 4, device.Float64, 8},   // fuseTile's 8: 4·8·5·8 = 1280
+		{64, 4, device.Float32, 32}, // 4·32·65·4 = 33280
+		{64, 4, device.Float64, 16}, // 4·32·65·8 = 66560 > 39936; 4·16·65·8 = 33280
+		{256, 4, device.Float32, 8}, // 4·16·257·4 = 65792; 4·8·257·4 = 32896
+		{256, 3, device.Float32, 8}, // 3·16·257·4 = 49344; 3·8·257·4 = 24672
+		{256, 4, device.Float64, 4}, // 4·8·257·8 = 65792; 4·4·257·8 = 32896
+		{623, 4, device.Float32, 4}, // 4·4·623·4 = 39872
+		{624, 4, device.Float32, 0}, // 4·4·625·4 = 40000
+		{311, 4, device.Float64, 4}, // 4·4·311·8 = 39808
+		{312, 4, device.Float64, 0}, // 4·4·313·8 = 40064
+		{831, 3, device.Float32, 4}, // 3·4·831·4 = 39888
+		{832, 3, device.Float32, 0}, // 3·4·833·4 = 39984
+		{415, 3, device.Float64, 4}, // 3·4·415·8 = 39840
+		{416, 3, device.Float64, 0}, // 3·4·417·8 = 40032
+	} {
+		j, b, fits := walkTile(c.hidden, c.gates, c.dt)
+		if want := c.j != 0; fits != want || j != c.j || (fits && j*b != fuseThreads) {
+			t.Errorf("walkTile(%d, %d, %v) = %d, %d, %v; want J = %d (0: none)", c.hidden, c.gates, c.dt, j, b, fits, c.j)
+		}
 	}
 }
 

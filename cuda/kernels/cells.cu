@@ -214,12 +214,10 @@ __device__ void rec_product(const T* hprev, const T* w, long long batch, long lo
 // with the same operations on the same values, so the two launches give
 // the fused one's results to the bit.
 template <typename T>
-__device__ void lstm_cell_fused(const T* hprev, const T* w, T* pre, const T* bih,
-                                const T* bhh, const T* cprev, T* c, T* h, T* act,
-                                long long batch, long long hidden, long long cell, long long bx,
-                                long long by) {
-  T acc[4];
-  rec_product<T, 4>(hprev, w, batch, hidden, acc, bx, by);
+__device__ __forceinline__ void lstm_fused_tail(const T* acc, T* pre, const T* bih, const T* bhh,
+                                                const T* cprev, T* c, T* h, T* act,
+                                                long long batch, long long hidden, long long cell,
+                                                long long bx, long long by) {
   long long b = by * blockDim.y + threadIdx.y;
   long long j = bx * blockDim.x + threadIdx.x;
   if (b >= batch || j >= hidden) return;
@@ -239,15 +237,24 @@ __device__ void lstm_cell_fused(const T* hprev, const T* w, T* pre, const T* bih
   lstm_point(u, cprev[e], c, h, act, e, o, hidden);
 }
 
+template <typename T>
+__device__ void lstm_cell_fused(const T* hprev, const T* w, T* pre, const T* bih,
+                                const T* bhh, const T* cprev, T* c, T* h, T* act,
+                                long long batch, long long hidden, long long cell, long long bx,
+                                long long by) {
+  T acc[4];
+  rec_product<T, 4>(hprev, w, batch, hidden, acc, bx, by);
+  lstm_fused_tail(acc, pre, bih, bhh, cprev, c, h, act, batch, hidden, cell, bx, by);
+}
+
 // gru_cell_fused writes hpre = hprev·Wᵀ (the GEMM with beta 0), then is
 // gru_cell on it; with cell 0 it stops after the product, as
 // lstm_cell_fused.
 template <typename T>
-__device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpre,
-                               const T* bih, const T* bhh, T* h, T* act, long long batch,
-                               long long hidden, long long cell, long long bx, long long by) {
-  T acc[3];
-  rec_product<T, 3>(hprev, w, batch, hidden, acc, bx, by);
+__device__ __forceinline__ void gru_fused_tail(const T* acc, const T* hprev, const T* xpre,
+                                               T* hpre, const T* bih, const T* bhh, T* h, T* act,
+                                               long long batch, long long hidden, long long cell,
+                                               long long bx, long long by) {
   long long b = by * blockDim.y + threadIdx.y;
   long long j = bx * blockDim.x + threadIdx.x;
   if (b >= batch || j >= hidden) return;
@@ -258,34 +265,116 @@ __device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpr
             hidden, hprev[e], h, act, e, b * 4 * hidden + j);
 }
 
+template <typename T>
+__device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpre,
+                               const T* bih, const T* bhh, T* h, T* act, long long batch,
+                               long long hidden, long long cell, long long bx, long long by) {
+  T acc[3];
+  rec_product<T, 3>(hprev, w, batch, hidden, acc, bx, by);
+  gru_fused_tail(acc, hprev, xpre, hpre, bih, bhh, h, act, batch, hidden, cell, bx, by);
+}
+
 // The persistent walks (device.LSTMWalk and GRUWalk, cuda.Config.
-// WalkCellsUpTo): a layer's whole walk over its steps in one launch, each
-// step the fused step above on the step's slices, with a grid-wide
-// barrier (gc_grid_sync) between two steps, where the next step's
-// products need every block's h. The block is the fused kernels' (fuseTile)
-// and so is the grid's x (the tiles of units); the grid's y may be fewer
-// than the tiles of rows, a block then taking tiles by, by + gridDim.y, ...
-// in turn: every block must be resident at once (the launcher sizes the
-// grid so), or the barrier never opens. Each step computes what the fused
-// kernel's launch for it would, the same operations on the same values:
-// the walk's results are the per-step launches' to the bit. c goes from
-// step to step in cs (every step's, in time order) or, without it, in
-// clast, each element written and read again by the thread that owns it;
-// h in hs, read by every block after the barrier, from L2.
+// WalkCellsUpTo): a layer's whole walk over its steps in one launch, with
+// a grid-wide barrier (gc_grid_sync) between two steps, where the next
+// step's products need every block's h. Each block keeps its slice of W_hh
+// in shared memory from the first step to the last, staged once: the G·J
+// rows of its J units for the walks, the J columns of every row for the
+// walks back, at most GC_WALK_W_BYTES. blockDim = (J, B), J·B =
+// GC_FUSE_THREADS, J the largest of the fused kernels' tile (fuseTile) and
+// its halves down to 4 whose slice fits (the launcher's walkTile): thread
+// (tx, ty) of block (bx, by) owns element (b, j) = (by·B + ty, bx·J + tx),
+// as in the fused kernels. The grid's x is the tiles of units; its y may be
+// fewer than the tiles of rows, a block then taking tiles by, by +
+// gridDim.y, ... in turn: every block must be resident at once (the
+// launcher sizes the grid so), or the barrier never opens. Each step
+// computes what the fused kernel's launch for it would, the same
+// operations on the same values: every dot product is one accumulator
+// summed in order of k, whichever thread owns it, so the walk's results
+// are the per-step launches' to the bit. The block stages the rows of h
+// (or of the pre-activation gradients) it reads in chunks of GC_WALK_K,
+// padded by one element, and W's rows lie walk_stride apart, an odd number
+// of elements, so that the rows a warp reads at once fall in different
+// banks. c goes from step to step in cs (every step's, in time order) or,
+// without it, in clast, each element written and read again by the thread
+// that owns it; h in hs, read by every block after the barrier, from L2.
+#define GC_WALK_W_BYTES 39936
+#define GC_WALK_BMAX 32
+#define GC_WALK_K 32
+
+__device__ __forceinline__ long long walk_stride(long long hidden) { return hidden | 1; }
+
+// walk_stage_rows copies the block's rows of w, [G·hidden, hidden] (gate
+// g's rows g·hidden + j0 + jj for its units j0 + jj below hidden), into
+// wr, row g·J + jj at (g·J + jj)·walk_stride. No barrier of its own: the
+// first product reads wr only after the barrier that follows staging its
+// first chunk of h.
+template <typename T, int G>
+__device__ void walk_stage_rows(const T* w, T* wr, long long hidden) {
+  const int tj = blockDim.x, threads = tj * blockDim.y, tid = threadIdx.y * tj + threadIdx.x;
+  const long long j0 = (long long)blockIdx.x * tj, stride = walk_stride(hidden);
+  const int jn = (int)(hidden - j0 < tj ? hidden - j0 : tj);
+  // Consecutive threads copy consecutive k of a row: coalesced.
+  for (long long i = tid; i < G * jn * hidden; i += threads) {
+    long long row = i / hidden, k = i - row * hidden;
+    int g = (int)(row / jn), jj = (int)(row % jn);
+    wr[(g * tj + jj) * stride + k] = w[(g * hidden + j0 + jj) * hidden + k];
+  }
+}
+
+// walk_product is rec_product with the block's rows of W in wr
+// (walk_stage_rows) and hs the staging of GC_WALK_BMAX rows of h: the same
+// sums, in the same order.
+template <typename T, int G>
+__device__ void walk_product(const T* hprev, const T* wr, T* hs, long long batch,
+                             long long hidden, T* acc, long long by) {
+  const int tj = blockDim.x, tb = blockDim.y, threads = tj * tb;
+  int tx = threadIdx.x, ty = threadIdx.y, tid = ty * tj + tx;
+  long long j0 = (long long)blockIdx.x * tj, b0 = by * tb, stride = walk_stride(hidden);
+  for (int g = 0; g < G; g++) acc[g] = T(0);
+  const int jn = (int)(hidden - j0 < tj ? hidden - j0 : tj);
+  for (long long k0 = 0; k0 < hidden; k0 += GC_WALK_K) {
+    const int kn = (int)(hidden - k0 < GC_WALK_K ? hidden - k0 : GC_WALK_K);
+    for (int i = tid; i < tb * kn; i += threads) {
+      long long b = b0 + i / kn;
+      int kk = i % kn;
+      hs[(i / kn) * (GC_WALK_K + 1) + kk] = b < batch ? gc_ld_l2(hprev + b * hidden + k0 + kk) : T(0);
+    }
+    __syncthreads();
+    if (tx < jn) {
+      const T* x = hs + ty * (GC_WALK_K + 1);
+      const T* wk = wr + tx * stride + k0;
+      for (int kk = 0; kk < kn; kk++) {
+        T xv = x[kk];
+        for (int g = 0; g < G; g++) acc[g] += xv * wk[g * tj * stride + kk];
+      }
+    }
+    // The chunk read by every thread before the next one overwrites it.
+    __syncthreads();
+  }
+}
+
 template <typename T>
 __device__ void lstm_walk(const T* h0, const T* c0, const T* w, T* pre, const T* bih,
                           const T* bhh, T* hs, T* cs, T* clast, T* act, long long steps,
                           long long batch, long long hidden, long long reverse, unsigned* bar) {
+  GC_SHARED(T, wr, GC_WALK_W_BYTES / sizeof(T));
+  GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + 1));
+  walk_stage_rows<T, 4>(w, wr, hidden);
   const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
+  const long long bx = blockIdx.x;
   for (long long i = 0; i < steps; i++) {
     long long t = reverse ? steps - 1 - i : i, prev = reverse ? t + 1 : t - 1;
     const T* hp = i == 0 ? h0 : hs + prev * bh;
     const T* cp = i == 0 ? c0 : cs ? cs + prev * bh : clast;
     T* cn = cs ? cs + t * bh : clast;
     T* at = act ? act + t * 4 * bh : nullptr;
-    for (long long by = blockIdx.y; by < tiles; by += gridDim.y)
-      lstm_cell_fused(hp, w, pre + t * 4 * bh, bih, bhh, cp, cn, hs + t * bh, at, batch, hidden,
-                      1LL, (long long)blockIdx.x, by);
+    for (long long by = blockIdx.y; by < tiles; by += gridDim.y) {
+      T acc[4];
+      walk_product<T, 4>(hp, wr, stage, batch, hidden, acc, by);
+      lstm_fused_tail(acc, pre + t * 4 * bh, bih, bhh, cp, cn, hs + t * bh, at, batch, hidden, 1LL,
+                      bx, by);
+    }
     if (i + 1 < steps) gc_grid_sync(bar);
   }
 }
@@ -296,14 +385,21 @@ template <typename T>
 __device__ void gru_walk(const T* h0, const T* w, const T* xpre, T* hpre, const T* bih,
                          const T* bhh, T* hs, T* act, long long steps, long long batch,
                          long long hidden, long long reverse, unsigned* bar) {
+  GC_SHARED(T, wr, GC_WALK_W_BYTES / sizeof(T));
+  GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + 1));
+  walk_stage_rows<T, 3>(w, wr, hidden);
   const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
+  const long long bx = blockIdx.x;
   for (long long i = 0; i < steps; i++) {
     long long t = reverse ? steps - 1 - i : i, prev = reverse ? t + 1 : t - 1;
     const T* hp = i == 0 ? h0 : hs + prev * bh;
     T* at = act ? act + t * 4 * bh : nullptr;
-    for (long long by = blockIdx.y; by < tiles; by += gridDim.y)
-      gru_cell_fused(hp, w, xpre + t * 3 * bh, hpre, bih, bhh, hs + t * bh, at, batch, hidden,
-                     1LL, (long long)blockIdx.x, by);
+    for (long long by = blockIdx.y; by < tiles; by += gridDim.y) {
+      T acc[3];
+      walk_product<T, 3>(hp, wr, stage, batch, hidden, acc, by);
+      gru_fused_tail(acc, hp, xpre + t * 3 * bh, hpre, bih, bhh, hs + t * bh, at, batch, hidden,
+                     1LL, bx, by);
+    }
     if (i + 1 < steps) gc_grid_sync(bar);
   }
 }
@@ -395,11 +491,11 @@ __device__ __forceinline__ bool fused_grad_dh(T acc, T* dh, long long b, long lo
 }
 
 template <typename T>
-__device__ void lstm_cell_grad_fused(const T* dnext, const T* w, const T* act, const T* cprev,
-                                     const T* c, T* dh, const T* dc, T* dpre, T* dcprev,
-                                     long long batch, long long nbatch, long long hidden,
-                                     long long cell, long long bx, long long by) {
-  T acc = rec_grad_product<T, 4>(dnext, w, nbatch, hidden, bx, by);
+__device__ __forceinline__ void lstm_grad_fused_tail(T acc, const T* act, const T* cprev,
+                                                     const T* c, T* dh, const T* dc, T* dpre,
+                                                     T* dcprev, long long batch, long long nbatch,
+                                                     long long hidden, long long cell,
+                                                     long long bx, long long by) {
   long long b = by * blockDim.y + threadIdx.y;
   long long j = bx * blockDim.x + threadIdx.x;
   T d;
@@ -408,11 +504,21 @@ __device__ void lstm_cell_grad_fused(const T* dnext, const T* w, const T* act, c
 }
 
 template <typename T>
-__device__ void gru_cell_grad_fused(const T* dnext, const T* w, const T* act, const T* hprev,
-                                    T* dh, T* dxpre, T* dhpre, T* dhprev, long long accumulate,
-                                    long long batch, long long nbatch, long long hidden,
-                                    long long cell, long long bx, long long by) {
-  T acc = rec_grad_product<T, 3>(dnext, w, nbatch, hidden, bx, by);
+__device__ void lstm_cell_grad_fused(const T* dnext, const T* w, const T* act, const T* cprev,
+                                     const T* c, T* dh, const T* dc, T* dpre, T* dcprev,
+                                     long long batch, long long nbatch, long long hidden,
+                                     long long cell, long long bx, long long by) {
+  T acc = rec_grad_product<T, 4>(dnext, w, nbatch, hidden, bx, by);
+  lstm_grad_fused_tail(acc, act, cprev, c, dh, dc, dpre, dcprev, batch, nbatch, hidden, cell, bx,
+                       by);
+}
+
+template <typename T>
+__device__ __forceinline__ void gru_grad_fused_tail(T acc, const T* act, const T* hprev, T* dh,
+                                                    T* dxpre, T* dhpre, T* dhprev,
+                                                    long long accumulate, long long batch,
+                                                    long long nbatch, long long hidden,
+                                                    long long cell, long long bx, long long by) {
   long long b = by * blockDim.y + threadIdx.y;
   long long j = bx * blockDim.x + threadIdx.x;
   T d;
@@ -421,20 +527,31 @@ __device__ void gru_cell_grad_fused(const T* dnext, const T* w, const T* act, co
                  b * 4 * hidden + j, b * 3 * hidden + j, hidden);
 }
 
+template <typename T>
+__device__ void gru_cell_grad_fused(const T* dnext, const T* w, const T* act, const T* hprev,
+                                    T* dh, T* dxpre, T* dhpre, T* dhprev, long long accumulate,
+                                    long long batch, long long nbatch, long long hidden,
+                                    long long cell, long long bx, long long by) {
+  T acc = rec_grad_product<T, 3>(dnext, w, nbatch, hidden, bx, by);
+  gru_grad_fused_tail(acc, act, hprev, dh, dxpre, dhpre, dhprev, accumulate, batch, nbatch, hidden,
+                      cell, bx, by);
+}
+
 // The persistent walks back (device.LSTMGradWalk and GRUGradWalk): the
-// walks' counterparts for the backward, launched as the walks are. Step
-// i walked back is step t of the forward's walk, visited in the opposite
-// order; next is the step walked back before it (whose pre-activation
-// gradient's product the step adds into its dh), fprev the step the
-// forward visited before t (whose c or h the step read). Each step is the
-// fused cell gradient kernel's block on each of the block's tiles, or,
-// for a first step given no product (dnext NULL), the plain kernel's
-// element: the per-step launches' results to the bit. Between two steps
-// the grid barrier: the next step's product reads every block's
-// pre-activation gradients (from L2). dc (LSTM) goes from step to step in
-// place, each element read and written by the thread that owns it, and so
-// does the GRU's direct part of dh, added into the slice of the step
-// walked back next.
+// walks' counterparts for the backward, launched as the walks are, each
+// block with its J columns of W (all G·hidden rows) in shared memory for
+// the whole walk (walk_stage_cols). Step i walked back is step t of the
+// forward's walk, visited in the opposite order; next is the step walked
+// back before it (whose pre-activation gradient's product the step adds
+// into its dh), fprev the step the forward visited before t (whose c or h
+// the step read). Each step is the fused cell gradient kernel's block on
+// each of the block's tiles, or, for a first step given no product (dnext
+// NULL), the plain kernel's element: the per-step launches' results to
+// the bit. Between two steps the grid barrier: the next step's product
+// reads every block's pre-activation gradients (from L2). dc (LSTM) goes
+// from step to step in place, each element read and written by the thread
+// that owns it, and so does the GRU's direct part of dh, added into the
+// slice of the step walked back next.
 __device__ __forceinline__ void grad_walk_step(long long steps, long long reverse, long long i,
                                                long long* t, long long* next, long long* fprev) {
   if (reverse) {
@@ -445,10 +562,61 @@ __device__ __forceinline__ void grad_walk_step(long long steps, long long revers
   if (i == 0) *next = -1;
 }
 
+// walk_stage_cols copies the block's columns of w, [G·hidden, hidden]
+// (its units j0 + jj below hidden), into wr: element (k, j0 + jj) at
+// k·J + jj, so that a warp's consecutive j read consecutive banks. As
+// walk_stage_rows, no barrier of its own: the first product's (after its
+// first chunk of dnext) comes before any read of wr.
+template <typename T, int G>
+__device__ void walk_stage_cols(const T* w, T* wr, long long hidden) {
+  const int tj = blockDim.x, threads = tj * blockDim.y, tid = threadIdx.y * tj + threadIdx.x;
+  const long long j0 = (long long)blockIdx.x * tj;
+  const int jn = (int)(hidden - j0 < tj ? hidden - j0 : tj);
+  for (long long i = tid; i < G * hidden * jn; i += threads) {
+    long long k = i / jn;
+    int jj = (int)(i - k * jn);
+    wr[k * tj + jj] = w[k * hidden + j0 + jj];
+  }
+}
+
+// walk_grad_product is rec_grad_product (over nbatch = batch rows) with
+// the block's columns of W in wr (walk_stage_cols) and ds the staging of
+// GC_WALK_BMAX rows of dnext: the same sums, in the same order.
+template <typename T, int G>
+__device__ T walk_grad_product(const T* dnext, const T* wr, T* ds, long long batch,
+                               long long hidden, long long by) {
+  const int tj = blockDim.x, tb = blockDim.y, threads = tj * tb;
+  int tx = threadIdx.x, ty = threadIdx.y, tid = ty * tj + tx;
+  long long j0 = (long long)blockIdx.x * tj, b0 = by * tb;
+  const long long nk = G * hidden;
+  const int jn = (int)(hidden - j0 < tj ? hidden - j0 : tj);
+  const int nb = (int)(batch - b0 < tb ? batch - b0 : tb);
+  T acc = T(0);
+  for (long long k0 = 0; k0 < nk; k0 += GC_WALK_K) {
+    const int kn = (int)(nk - k0 < GC_WALK_K ? nk - k0 : GC_WALK_K);
+    for (int i = tid; i < nb * kn; i += threads) {
+      int r = i / kn, kk = i % kn;
+      ds[r * (GC_WALK_K + 1) + kk] = gc_ld_l2(dnext + (b0 + r) * nk + k0 + kk);
+    }
+    __syncthreads();
+    if (tx < jn && ty < nb) {
+      const T* d = ds + ty * (GC_WALK_K + 1);
+      const T* wk = wr + k0 * tj + tx;
+      for (int kk = 0; kk < kn; kk++) acc += d[kk] * wk[kk * tj];
+    }
+    // The chunk read by every thread before the next one overwrites it.
+    __syncthreads();
+  }
+  return acc;
+}
+
 template <typename T>
 __device__ void lstm_grad_walk(T* act, const T* cs, const T* c0, T* dh, T* dc, T* dpre, const T* w,
                                const T* dpre_in, long long steps, long long batch,
                                long long hidden, long long reverse, unsigned* bar) {
+  GC_SHARED(T, wr, GC_WALK_W_BYTES / sizeof(T));
+  GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + 1));
+  walk_stage_cols<T, 4>(w, wr, hidden);
   const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
   const long long bx = blockIdx.x;
   for (long long i = 0; i < steps; i++) {
@@ -459,8 +627,9 @@ __device__ void lstm_grad_walk(T* act, const T* cs, const T* c0, T* dh, T* dc, T
     const T* at = act + t * 4 * bh;
     for (long long by = blockIdx.y; by < tiles; by += gridDim.y) {
       if (dnext) {
-        lstm_cell_grad_fused(dnext, w, at, cp, cs + t * bh, dh + t * bh, dc, dpre + t * 4 * bh, dc,
-                             batch, batch, hidden, 1LL, bx, by);
+        T acc = walk_grad_product<T, 4>(dnext, wr, stage, batch, hidden, by);
+        lstm_grad_fused_tail(acc, at, cp, cs + t * bh, dh + t * bh, dc, dpre + t * 4 * bh, dc, batch,
+                             batch, hidden, 1LL, bx, by);
         continue;
       }
       long long b = by * blockDim.y + threadIdx.y, j = bx * blockDim.x + threadIdx.x;
@@ -477,6 +646,9 @@ __device__ void gru_grad_walk(const T* act, const T* hs, const T* h0, T* dh, T* 
                               T* dhpre, const T* w, const T* dhpre_in, long long steps,
                               long long batch, long long hidden, long long reverse,
                               unsigned* bar) {
+  GC_SHARED(T, wr, GC_WALK_W_BYTES / sizeof(T));
+  GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + 1));
+  walk_stage_cols<T, 3>(w, wr, hidden);
   const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
   const long long bx = blockIdx.x;
   for (long long i = 0; i < steps; i++) {
@@ -489,8 +661,9 @@ __device__ void gru_grad_walk(const T* act, const T* hs, const T* h0, T* dh, T* 
     const T* at = act + t * 4 * bh;
     for (long long by = blockIdx.y; by < tiles; by += gridDim.y) {
       if (dnext) {
-        gru_cell_grad_fused(dnext, w, at, hp, dh + t * bh, dxpre + t * 3 * bh, dhpre + t * 3 * bh,
-                            dhp, acc, batch, batch, hidden, 1LL, bx, by);
+        T p = walk_grad_product<T, 3>(dnext, wr, stage, batch, hidden, by);
+        gru_grad_fused_tail(p, at, hp, dh + t * bh, dxpre + t * 3 * bh, dhpre + t * 3 * bh, dhp, acc,
+                            batch, batch, hidden, 1LL, bx, by);
         continue;
       }
       long long b = by * blockDim.y + threadIdx.y, j = bx * blockDim.x + threadIdx.x;

@@ -14,9 +14,12 @@ import (
 // cells' tile and chunk tails (fusedCellSizes) over a few steps; more rows
 // than a tile, so that a device's walk whose blocks take several tiles of
 // rows in turn does (the CUDA device's, on a grid cut to the GPU's
-// multiprocessors); the largest hidden size the CUDA device fuses by
-// default and one above it, where its walk is the per-step calls.
-var walkSizes = [][3]int{{1, 1, 1}, {3, 5, 4}, {17, 12, 3}, {5, 33, 3}, {9, 70, 2}, {70, 9, 3}, {6, 256, 2}, {2, 257, 2}}
+// multiprocessors); a hidden size whose walk takes narrow tiles of units
+// (the CUDA device's keep their slice of W on chip: 8 or 4 units by 16 or
+// 32 rows at hidden 203), with a tail of units and several tiles of rows;
+// the largest hidden size the CUDA device fuses by default and one above
+// it, where its walk is the per-step calls.
+var walkSizes = [][3]int{{1, 1, 1}, {3, 5, 4}, {17, 12, 3}, {5, 33, 3}, {9, 70, 2}, {70, 9, 3}, {33, 203, 2}, {6, 256, 2}, {2, 257, 2}}
 
 // walkTolerance is the tolerance of a walk's i-th step visited against the
 // float64 reference walk: the fused cell's (fusedTolerance, whose absolute

@@ -46,8 +46,12 @@ func TestMissingBarrier(t *testing.T) {
 		{"nn.cu", 4, sampleUniform},     // sample: the chunk sums written before thread 0 adds them
 		{"cells.cu", 0, gruFused},       // rec_product: a chunk of h and W staged before it is read
 		{"cells.cu", 1, gruFused},       // rec_product: the chunk read before the next overwrites it
-		{"cells.cu", 2, gruGradFused},   // rec_grad_product: a chunk of dnext and W staged before it is read
-		{"cells.cu", 3, gruGradFused},   // rec_grad_product: the chunk read before the next overwrites it
+		{"cells.cu", 2, gruWalk},        // walk_product: a chunk of h (and, first, W's rows) staged before it is read
+		{"cells.cu", 3, lstmWalk},       // walk_product: the chunk read before the next overwrites it
+		{"cells.cu", 4, gruGradFused},   // rec_grad_product: a chunk of dnext and W staged before it is read
+		{"cells.cu", 5, gruGradFused},   // rec_grad_product: the chunk read before the next overwrites it
+		{"cells.cu", 6, lstmGradWalk},   // walk_grad_product: a chunk of dnext (and, first, W's columns) staged before it is read
+		{"cells.cu", 7, gruGradWalk},    // walk_grad_product: the chunk read before the next overwrites it
 	}
 	// Every barrier of the kernels is in the table: a new one needs a case.
 	// Those of the GPU's grid barrier (common.cuh's gc_grid_sync, last in
@@ -150,11 +154,13 @@ func TestMissingGridBarrier(t *testing.T) {
 	}
 }
 
-// walkShape is the walks' test shape: 3 steps of 8 rows of 64 units, a
-// grid of 2 by 2 blocks of 32 units by 4 rows (cuda/launch.go's fuseTile).
-const walkSteps, walkBatch, walkHidden = 3, 8, 64
+// walkShape is the walks' test shape: 3 steps of 16 rows of 64 units, a
+// grid of 4 by 2 blocks of 16 units by 8 rows (cuda/launch.go's walkTile
+// in float64: a block's slice of W must fit the kernels' GC_WALK_W_BYTES),
+// for the walks and the per-step launches alike.
+const walkSteps, walkBatch, walkHidden = 3, 16, 64
 
-var walkGrid, walkBlock = [3]uint32{2, 2, 1}, [3]uint32{32, 4, 1}
+var walkGrid, walkBlock = [3]uint32{4, 2, 1}, [3]uint32{16, 8, 1}
 
 // walkInputs are a walk's inputs: G gates' input products for every step,
 // h0 and c0, W_hh scaled as PyTorch initialises it.
