@@ -60,20 +60,102 @@ func absolute(dir, name string) (string, error) {
 }
 
 // compile builds the library at out from the emulator's sources and the
-// kernels in kernelsDir.
+// kernels in kernelsDir: emu.cc.in, which includes the kernels, compiled
+// here, linked with the driver's object (driverObject), which does not
+// depend on them and is built once per version of its sources, at the
+// same time.
 func compile(gxx, kernelsDir, out string) error {
 	dir, err := selfDir()
 	if err != nil {
 		return err
 	}
-	args := append(slices.Clone(flags), "-I", kernelsDir, "-o", out, "-x", "c++")
-	for _, s := range sources {
-		args = append(args, filepath.Join(dir, s))
+	type result struct {
+		obj string
+		err error
 	}
+	driver := make(chan result, 1)
+	go func() {
+		obj, err := driverObject(gxx, dir)
+		driver <- result{obj, err}
+	}()
+	emu := out + ".emu.o"
+	defer os.Remove(emu)
+	err = gxxRun(gxx, append(slices.Clone(flags), "-c", "-I", kernelsDir, "-o", emu, "-x", "c++", filepath.Join(dir, "emu.cc.in"))...)
+	d := <-driver
+	if err != nil {
+		return err
+	}
+	if d.err != nil {
+		return d.err
+	}
+	return gxxRun(gxx, append(slices.Clone(flags), "-o", out, emu, d.obj)...)
+}
+
+// driverSources are the files of the driver's object: driver.cc.in, which
+// includes nccl.cc.in and none of the kernels.
+var driverSources = []string{"driver.cc.in", "nccl.cc.in"}
+
+// driverObject returns the path of the driver's object compiled from the
+// sources in dir, compiling it into the cache directory when it is not
+// there: the kernels' changes (and TestMissingBarrier's builds of mutated
+// kernels) compile only emu.cc.in again.
+func driverObject(gxx, dir string) (string, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "flags %q\n", flags)
+	version, err := exec.Command(gxx, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("cudaemu: %s --version: %w", gxx, err)
+	}
+	fmt.Fprintf(h, "g++ %s\n%s\n", gxx, version)
+	for _, f := range driverSources {
+		if err := hashFile(h, filepath.Join(dir, f)); err != nil {
+			return "", err
+		}
+	}
+	out := filepath.Join(cacheRoot(), "gocurrent", "cudaemu")
+	obj, err := absolute(out, "driver-"+hex.EncodeToString(h.Sum(nil))+".o")
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(obj); err == nil {
+		return obj, nil
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", fmt.Errorf("cudaemu: %w", err)
+	}
+	// Written under a name of this process's own and renamed into place
+	// once complete, as the library is (buildCached).
+	tmp, err := os.CreateTemp(out, "driver-*.o.tmp")
+	if err != nil {
+		return "", fmt.Errorf("cudaemu: %w", err)
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
+	if err := gxxRun(gxx, append(slices.Clone(flags), "-c", "-o", tmp.Name(), "-x", "c++", filepath.Join(dir, "driver.cc.in"))...); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp.Name(), obj); err != nil {
+		return "", fmt.Errorf("cudaemu: %w", err)
+	}
+	return obj, nil
+}
+
+// gxxRun runs g++ with args.
+func gxxRun(gxx string, args ...string) error {
 	if msg, err := exec.Command(gxx, args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("cudaemu: g++: %w\n%s", err, msg)
 	}
 	return nil
+}
+
+// cacheRoot is where the built emulators go: the user's cache directory,
+// or the temporary one where there is none (a CI container, say).
+func cacheRoot() string {
+	root, err := os.UserCacheDir()
+	if err != nil {
+		return os.TempDir()
+	}
+	return root
 }
 
 // buildCached returns the path of the library built from the current
@@ -92,11 +174,7 @@ func buildCached() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	root, err := os.UserCacheDir()
-	if err != nil {
-		root = os.TempDir() // no home directory: a CI container, say
-	}
-	out := filepath.Join(root, "gocurrent", "cudaemu", key)
+	out := filepath.Join(cacheRoot(), "gocurrent", "cudaemu", key)
 	lib, err := absolute(out, "libgcemu.so")
 	if err != nil {
 		return "", err

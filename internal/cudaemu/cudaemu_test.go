@@ -49,6 +49,50 @@ func TestLaunch(t *testing.T) {
 	}
 }
 
+// TestDriverObject checks the driver's cached object: built once, found
+// again, built anew when driver.cc.in or nccl.cc.in changes (and only
+// then: the kernels are not its sources).
+func TestDriverObject(t *testing.T) {
+	gxx, err := compiler()
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	dir := t.TempDir()
+	write := func(name, src string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("driver.cc.in", "#include \"nccl.cc.in\"\nint driver_f() { return nccl_g(); }\n")
+	write("nccl.cc.in", "static int nccl_g() { return 1; }\n")
+	first, err := driverObject(gxx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(first)
+	if err != nil {
+		t.Fatalf("driverObject returned %s, which is not there: %v", first, err)
+	}
+	again, err := driverObject(gxx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st2, _ := os.Stat(again); again != first || !st2.ModTime().Equal(st.ModTime()) {
+		t.Errorf("the second call built %s again (first %s)", again, first)
+	}
+	seen := map[string]bool{first: true}
+	for _, f := range [][2]string{{"nccl.cc.in", "static int nccl_g() { return 2; }\n"},
+		{"driver.cc.in", "#include \"nccl.cc.in\"\nint driver_f() { return nccl_g() + 1; }\n"}} {
+		write(f[0], f[1])
+		obj, err := driverObject(gxx, dir)
+		if err != nil || seen[obj] {
+			t.Errorf("after %s changed, driverObject = %s, %v; want a new object", f[0], obj, err)
+		}
+		seen[obj] = true
+	}
+}
+
 // TestCacheKey checks that the cache key covers every source: a change to
 // any file that goes into the library is a new build.
 func TestCacheKey(t *testing.T) {

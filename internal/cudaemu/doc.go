@@ -134,7 +134,12 @@
 // Build compiles the library with g++ into a directory of the caller's;
 // Cached builds it once per process, into the user's cache directory
 // under a name that is the SHA-256 of its sources and of g++'s version, so
-// test binaries share one build until a source changes. Both find the
+// test binaries share one build until a source changes. Both link the
+// kernels' part (emu.cc.in, which includes them) with the driver's object
+// (driver.cc.in and nccl.cc.in), compiled at the same time and kept in the
+// cache directory too, under the SHA-256 of its own sources: a build of
+// other kernels (TestMissingBarrier's, of kernels each missing a barrier)
+// compiles only the kernels' part again. Both find the
 // sources next to this package's own, and so need the source tree the
 // binary was built from (not -trimpath). Without g++ they return an error
 // matching exec.ErrNotFound; in a CGO_ENABLED=0 build, which cannot load
