@@ -101,43 +101,48 @@ var driverSources = []string{"driver.cc.in", "nccl.cc.in"}
 // kernels) compile only emu.cc.in again.
 func driverObject(gxx, dir string) (string, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "flags %q\n", flags)
-	version, err := exec.Command(gxx, "--version").Output()
-	if err != nil {
-		return "", fmt.Errorf("cudaemu: %s --version: %w", gxx, err)
+	if err := hashCompiler(h, gxx); err != nil {
+		return "", err
 	}
-	fmt.Fprintf(h, "g++ %s\n%s\n", gxx, version)
 	for _, f := range driverSources {
 		if err := hashFile(h, filepath.Join(dir, f)); err != nil {
 			return "", err
 		}
 	}
-	out := filepath.Join(cacheRoot(), "gocurrent", "cudaemu")
-	obj, err := absolute(out, "driver-"+hex.EncodeToString(h.Sum(nil))+".o")
+	return cachedFile(filepath.Join(cacheRoot(), "gocurrent", "cudaemu"), "driver-"+hex.EncodeToString(h.Sum(nil))+".o",
+		func(tmp string) error {
+			return gxxRun(gxx, append(slices.Clone(flags), "-c", "-o", tmp, "-x", "c++", filepath.Join(dir, "driver.cc.in"))...)
+		})
+}
+
+// cachedFile returns the absolute path of name in dir, first building it
+// with build when it is not there: build writes a file of this process's
+// own, renamed into place once complete, so that a process that finds the
+// file (go test runs packages in parallel) finds all of it.
+func cachedFile(dir, name string, build func(tmp string) error) (string, error) {
+	path, err := absolute(dir, name)
 	if err != nil {
 		return "", err
 	}
-	if _, err := os.Stat(obj); err == nil {
-		return obj, nil
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("cudaemu: %w", err)
 	}
-	// Written under a name of this process's own and renamed into place
-	// once complete, as the library is (buildCached).
-	tmp, err := os.CreateTemp(out, "driver-*.o.tmp")
+	tmp, err := os.CreateTemp(dir, name+"-*.tmp")
 	if err != nil {
 		return "", fmt.Errorf("cudaemu: %w", err)
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	if err := gxxRun(gxx, append(slices.Clone(flags), "-c", "-o", tmp.Name(), "-x", "c++", filepath.Join(dir, "driver.cc.in"))...); err != nil {
+	if err := build(tmp.Name()); err != nil {
 		return "", err
 	}
-	if err := os.Rename(tmp.Name(), obj); err != nil {
+	if err := os.Rename(tmp.Name(), path); err != nil {
 		return "", fmt.Errorf("cudaemu: %w", err)
 	}
-	return obj, nil
+	return path, nil
 }
 
 // gxxRun runs g++ with args.
@@ -174,32 +179,8 @@ func buildCached() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out := filepath.Join(cacheRoot(), "gocurrent", "cudaemu", key)
-	lib, err := absolute(out, "libgcemu.so")
-	if err != nil {
-		return "", err
-	}
-	if _, err := os.Stat(lib); err == nil {
-		return lib, nil
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return "", fmt.Errorf("cudaemu: %w", err)
-	}
-	// g++ writes a name of this process's own, renamed into place once
-	// complete: a process that finds lib finds all of it.
-	tmp, err := os.CreateTemp(out, "libgcemu-*.so.tmp")
-	if err != nil {
-		return "", fmt.Errorf("cudaemu: %w", err)
-	}
-	tmp.Close()
-	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	if err := compile(gxx, kernels, tmp.Name()); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp.Name(), lib); err != nil {
-		return "", fmt.Errorf("cudaemu: %w", err)
-	}
-	return lib, nil
+	return cachedFile(filepath.Join(cacheRoot(), "gocurrent", "cudaemu", key), "libgcemu.so",
+		func(tmp string) error { return compile(gxx, kernels, tmp) })
 }
 
 // cacheKey is the SHA-256, in hex, of everything that goes into the
@@ -207,12 +188,9 @@ func buildCached() (string, error) {
 // file here) and the kernels' (.cu and .cuh).
 func cacheKey(gxx, dir, kernels string) (string, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "flags %q\n", flags)
-	version, err := exec.Command(gxx, "--version").Output()
-	if err != nil {
-		return "", fmt.Errorf("cudaemu: %s --version: %w", gxx, err)
+	if err := hashCompiler(h, gxx); err != nil {
+		return "", err
 	}
-	fmt.Fprintf(h, "g++ %s\n%s\n", gxx, version)
 	var files []string
 	for _, pattern := range []string{filepath.Join(dir, "*.in"), filepath.Join(kernels, "*.cu"), filepath.Join(kernels, "*.cuh")} {
 		m, err := filepath.Glob(pattern)
@@ -230,6 +208,17 @@ func cacheKey(gxx, dir, kernels string) (string, error) {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// hashCompiler writes g++'s flags and version into h.
+func hashCompiler(h io.Writer, gxx string) error {
+	fmt.Fprintf(h, "flags %q\n", flags)
+	version, err := exec.Command(gxx, "--version").Output()
+	if err != nil {
+		return fmt.Errorf("cudaemu: %s --version: %w", gxx, err)
+	}
+	fmt.Fprintf(h, "g++ %s\n%s\n", gxx, version)
+	return nil
 }
 
 func hashFile(h io.Writer, path string) error {
