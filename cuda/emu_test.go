@@ -48,14 +48,15 @@ func openEmulated(t testing.TB, cfg Config) *Device {
 // not see, through the launch code those groups run too.
 func TestEmulatedConformance(t *testing.T) {
 	openEmulated(t, Config{}).Close() // skip the whole suite, once, where there is no emulator
-	var keep func(string) bool
-	offered := map[string]bool{}
-	if raceEnabled {
-		keep = func(group string) bool { offered[group] = true; return raceGroups[group] }
+	open := func(t testing.TB) device.Device { return openEmulated(t, Config{}) }
+	if !raceEnabled {
+		devicetest.Run(t, open)
+		return
 	}
-	devicetest.RunGroups(t, func(t testing.TB) device.Device { return openEmulated(t, Config{}) }, keep)
+	offered := map[string]bool{}
+	devicetest.RunGroups(t, open, func(group string) bool { offered[group] = true; return raceGroups[group] })
 	for g := range raceGroups {
-		if raceEnabled && !offered[g] {
+		if !offered[g] {
 			t.Errorf("raceGroups names %s, which the suite has no group of", g)
 		}
 	}

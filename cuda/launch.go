@@ -475,15 +475,14 @@ func (k kernels) walkShape(batch, hidden, gates int, dt device.DType) (grid, blo
 	return [3]uint32{uint32(units), uint32(min(rows, max(1, sms/units))), 1}, [3]uint32{uint32(tj), uint32(tb), 1}, true
 }
 
-// The walks' shared memory (cells.cu's GC_WALK_W_BYTES, GC_WALK_BMAX and
-// GC_WALK_K): a block's slice of W_hh, kept from the first step to the
-// last, in at most walkWBytes, and the staging of up to walkMaxRows rows
-// of walkChunk elements (padded by one) of the h or pre-activation
-// gradients its products read.
+// The walks' shared memory (cells.cu's GC_WALK_W_BYTES and GC_WALK_BMAX):
+// a block's slice of W_hh, kept from the first step to the last, in at
+// most walkWBytes, and the staging of the h or pre-activation gradients
+// its products read, for at most walkMaxRows rows, which bounds the
+// tile's rows and so its units from below (walkMinJ).
 const (
 	walkWBytes  = 39936
 	walkMaxRows = 32
-	walkChunk   = 32
 	walkMinJ    = fuseThreads / walkMaxRows
 )
 

@@ -143,7 +143,7 @@ func TestWalkTile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]int{"GC_WALK_W_BYTES": walkWBytes, "GC_WALK_BMAX": walkMaxRows,
-		"GC_WALK_K": walkChunk, "GC_FUSE_THREADS": fuseThreads} {
+		"GC_FUSE_THREADS": fuseThreads} {
 		m := regexp.MustCompile(`(?m)^#define ` + name + ` (\d+)$`).FindSubmatch(src)
 		if m == nil {
 			t.Errorf("cells.cu defines no %s", name)
