@@ -81,6 +81,18 @@ type api interface {
 	// Launch runs f on s; args are the kernel's parameters, each in an
 	// 8-byte slot (cuda/kernels/ABI.md).
 	Launch(c cuContext, f cuFunction, grid, block [3]uint32, sharedBytes uint32, s cuStream, args []uint64) error
+	// LaunchCooperative is Launch through cuLaunchCooperativeKernel: the
+	// GPU starts the grid only when all its blocks can be resident at
+	// once (a grid-wide barrier's need), and the driver refuses a grid
+	// larger than the GPU holds (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE).
+	LaunchCooperative(c cuContext, f cuFunction, grid, block [3]uint32, sharedBytes uint32, s cuStream, args []uint64) error
+	// FuncSetAttribute sets one of f's attributes (CUfunction_attribute),
+	// e.g. the most dynamic shared memory its launches may ask for.
+	FuncSetAttribute(c cuContext, f cuFunction, attr, value int) error
+	// Occupancy is how many blocks of f, each of threads threads and
+	// sharedBytes of dynamic shared memory, one multiprocessor holds at
+	// once (cuOccupancyMaxActiveBlocksPerMultiprocessor).
+	Occupancy(c cuContext, f cuFunction, threads int, sharedBytes uint32) (int, error)
 
 	// Graphs reports whether the driver has the stream capture and graph
 	// entry points below (CUDA 11.4 and later); without them the device
@@ -148,4 +160,11 @@ const (
 	attrMultiprocessorCount    = 16
 	attrComputeCapabilityMajor = 75
 	attrComputeCapabilityMinor = 76
+	attrCooperativeLaunch      = 95
+	attrSharedPerBlockOptin    = 97
 )
+
+// funcMaxDynamicShared is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+// the most dynamic shared memory a launch of the function may ask for,
+// 48 KiB less its static shared memory until set higher.
+const funcMaxDynamicShared = 8

@@ -58,6 +58,10 @@ typedef struct {
 	gcResult (*cuModuleGetFunction)(gcPtr*, gcPtr, const char*);
 	gcResult (*cuLaunchKernel)(gcPtr, unsigned int, unsigned int, unsigned int,
 		unsigned int, unsigned int, unsigned int, unsigned int, gcPtr, void**, void**);
+	gcResult (*cuLaunchCooperativeKernel)(gcPtr, unsigned int, unsigned int, unsigned int,
+		unsigned int, unsigned int, unsigned int, unsigned int, gcPtr, void**);
+	gcResult (*cuFuncSetAttribute)(gcPtr, int, int);
+	gcResult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, gcPtr, int, size_t);
 	// Stream capture and graphs (CUDA 11.4 and later), optional: NULL when
 	// the driver lacks any of them.
 	gcResult (*cuStreamBeginCapture)(gcPtr, int);
@@ -153,6 +157,9 @@ static const char* gc_load_driver(void* lib, gcDriver* d) {
 	GC_SYM(lib, d, cuModuleUnload, "cuModuleUnload");
 	GC_SYM(lib, d, cuModuleGetFunction, "cuModuleGetFunction");
 	GC_SYM(lib, d, cuLaunchKernel, "cuLaunchKernel");
+	GC_SYM(lib, d, cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel"); // CUDA 9.0
+	GC_SYM(lib, d, cuFuncSetAttribute, "cuFuncSetAttribute");               // CUDA 9.0
+	GC_SYM(lib, d, cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
 	gc_load_graphs(lib, d);
 	return NULL;
 }
@@ -272,16 +279,28 @@ static gcResult gc_module_function(gcDriver* d, gcPtr ctx, gcPtr* f, gcPtr m, co
 // gc_launch launches f with nargs parameters, each in an 8-byte slot of
 // args (cuda/kernels/ABI.md): the driver reads each parameter's size from
 // the kernel's signature, so a 4-byte parameter would read the low half of
-// its little-endian slot.
+// its little-endian slot. cooperative launches it through
+// cuLaunchCooperativeKernel.
 static gcResult gc_launch(gcDriver* d, gcPtr ctx, gcPtr f,
 		unsigned int gx, unsigned int gy, unsigned int gz,
 		unsigned int bx, unsigned int by, unsigned int bz,
-		unsigned int shared, gcPtr s, uint64_t* args, int nargs) {
+		unsigned int shared, gcPtr s, uint64_t* args, int nargs, int cooperative) {
 	GC_IN(d, ctx);
 	void* params[32];
 	if (nargs > 32) return 1; // CUDA_ERROR_INVALID_VALUE
 	for (int i = 0; i < nargs; i++) params[i] = &args[i];
+	if (cooperative) return d->cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, s, params);
 	return d->cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, params, NULL);
+}
+
+static gcResult gc_func_set_attribute(gcDriver* d, gcPtr ctx, gcPtr f, int attr, int v) {
+	GC_IN(d, ctx);
+	return d->cuFuncSetAttribute(f, attr, v);
+}
+
+static gcResult gc_occupancy(gcDriver* d, gcPtr ctx, int* n, gcPtr f, int threads, size_t shared) {
+	GC_IN(d, ctx);
+	return d->cuOccupancyMaxActiveBlocksPerMultiprocessor(n, f, threads, shared);
 }
 
 static int gc_blas_version(gcBLAS* b, int* v) {
@@ -649,13 +668,32 @@ func (a *cgoAPI) ModuleGetFunction(c cuContext, m cuModule, name string) (cuFunc
 }
 
 func (a *cgoAPI) Launch(c cuContext, f cuFunction, grid, block [3]uint32, sharedBytes uint32, s cuStream, args []uint64) error {
+	return a.launch("cuLaunchKernel", 0, c, f, grid, block, sharedBytes, s, args)
+}
+
+func (a *cgoAPI) LaunchCooperative(c cuContext, f cuFunction, grid, block [3]uint32, sharedBytes uint32, s cuStream, args []uint64) error {
+	return a.launch("cuLaunchCooperativeKernel", 1, c, f, grid, block, sharedBytes, s, args)
+}
+
+func (a *cgoAPI) launch(name string, cooperative C.int, c cuContext, f cuFunction, grid, block [3]uint32, sharedBytes uint32, s cuStream, args []uint64) error {
 	var p *C.uint64_t
 	if len(args) > 0 {
 		p = (*C.uint64_t)(unsafe.Pointer(&args[0]))
 	}
-	return a.check("cuLaunchKernel", C.gc_launch(a.drv, ctxOf(c), ptrOf(uintptr(f)),
+	return a.check(name, C.gc_launch(a.drv, ctxOf(c), ptrOf(uintptr(f)),
 		C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]), C.uint(block[0]), C.uint(block[1]), C.uint(block[2]),
-		C.uint(sharedBytes), ptrOf(uintptr(s)), p, C.int(len(args))))
+		C.uint(sharedBytes), ptrOf(uintptr(s)), p, C.int(len(args)), cooperative))
+}
+
+func (a *cgoAPI) FuncSetAttribute(c cuContext, f cuFunction, attr, value int) error {
+	return a.check("cuFuncSetAttribute", C.gc_func_set_attribute(a.drv, ctxOf(c), ptrOf(uintptr(f)), C.int(attr), C.int(value)))
+}
+
+func (a *cgoAPI) Occupancy(c cuContext, f cuFunction, threads int, sharedBytes uint32) (int, error) {
+	var n C.int
+	err := a.check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
+		C.gc_occupancy(a.drv, ctxOf(c), &n, ptrOf(uintptr(f)), C.int(threads), C.size_t(sharedBytes)))
+	return int(n), err
 }
 
 func (a *cgoAPI) Graphs() bool { return C.gc_graphs(a.drv) != 0 }

@@ -61,15 +61,21 @@ type Config struct {
 	// steps would run as the fused kernel (FuseCellsUpTo, whose results it
 	// gives to the bit) and the tiles of hidden units fit the GPU's
 	// multiprocessors, with each tile's slice of W_hh, which its block
-	// keeps in shared memory from the first step to the last, within 39
-	// KiB (an LSTM of up to 623 units in float32, 311 in float64; a GRU
-	// of up to 831 and 415); elsewhere the walk is its per-step calls.
-	// Each walk takes at most a block per multiprocessor, and a
-	// multiprocessor holds four such blocks (five in float32: 128
-	// threads, at most 80 registers a thread and 47.25 KiB of shared
-	// memory): more walks than that at once, from many scopes' streams,
-	// could not all be resident, and their launches would trap after
-	// seconds (cuda/kernels/common.cuh's gc_grid_sync) rather than hang.
+	// keeps in shared memory from the first step to the last, within what
+	// a block can opt into (Info.SharedPerBlock: 227 KiB on an H100 or
+	// H200, whose 132 multiprocessors then hold an LSTM walk of up to
+	// 1056 units in float32 and 875 in float64, a GRU walk of up to 1187
+	// and 1056); elsewhere the walk is its per-step calls. A walk above
+	// 256 units needs FuseCellsUpTo raised with it. Each walk is a
+	// cooperative launch of at most a block per multiprocessor, which the
+	// GPU starts only when all its blocks fit at once (the barrier needs
+	// them all resident): walks on several streams at once, from many
+	// scopes, run side by side where they fit and wait for each other
+	// where they do not, never half resident. Up to 623 units in float32
+	// (311 in float64; a GRU 831 and 415) a block's slice of W stays
+	// within 39 KiB, and a multiprocessor holds four walk blocks (five in
+	// float32: 128 threads, at most 80 registers a thread and 47.25 KiB
+	// of shared memory); above, one, so two such walks take turns.
 	// A stack runs two at once at most (the wavefront's pair of layers, or
 	// a bidirectional layer's two directions). 0 (the
 	// default) never uses it: it has not yet been measured on a GPU

@@ -119,6 +119,14 @@ func (a countingAPI) Launch(c cuContext, f cuFunction, grid, block [3]uint32, sh
 	return err
 }
 
+func (a countingAPI) LaunchCooperative(c cuContext, f cuFunction, grid, block [3]uint32, sharedBytes uint32, s cuStream, args []uint64) error {
+	err := a.api.LaunchCooperative(c, f, grid, block, sharedBytes, s, args)
+	if err == nil {
+		a.on(s).launches.Add(1)
+	}
+	return err
+}
+
 func (a countingAPI) MemsetD32Async(c cuContext, dst alloc.Ptr, v uint32, n int64, s cuStream) error {
 	err := a.api.MemsetD32Async(c, dst, v, n, s)
 	if err == nil {

@@ -17,12 +17,17 @@ type Info struct {
 	Ordinal           int
 	ComputeCapability [2]int // major, minor
 	Multiprocessors   int
-	TotalMemory       int64 // bytes
-	DriverVersion     int   // e.g. 12080 for CUDA 12.8
-	BLASVersion       int   // e.g. 120804 for cuBLAS 12.8.4
-	BLASLibrary       string
-	PTX               string // the PTX architecture loaded: "compute_80"
-	TF32              bool
+	// SharedPerBlock is the most shared memory a block can opt into, in
+	// bytes (227 KiB on an H100 or H200), and Cooperative whether the GPU
+	// runs cooperative launches: the persistent walks need both.
+	SharedPerBlock int
+	Cooperative    bool
+	TotalMemory    int64 // bytes
+	DriverVersion  int   // e.g. 12080 for CUDA 12.8
+	BLASVersion    int   // e.g. 120804 for cuBLAS 12.8.4
+	BLASLibrary    string
+	PTX            string // the PTX architecture loaded: "compute_80"
+	TF32           bool
 	// FuseCellsUpTo is Config.FuseCellsUpTo resolved: the largest hidden
 	// size the fused cell kernels run at, -1 for none.
 	FuseCellsUpTo int
@@ -56,6 +61,7 @@ type Device struct {
 	mem     *alloc.Caching
 	staging *alloc.HostCache
 	events  eventPool
+	walks   walks
 
 	modules     []cuModule
 	fn          [numKernels][2]cuFunction // [kernel][0 float32, 1 float64]
@@ -173,6 +179,14 @@ func (d *Device) readInfo() error {
 	if info.Multiprocessors, err = a.DeviceAttribute(d.dev, attrMultiprocessorCount); err != nil {
 		return unavailable(ord, "reading the multiprocessor count", err)
 	}
+	if info.SharedPerBlock, err = a.DeviceAttribute(d.dev, attrSharedPerBlockOptin); err != nil {
+		return unavailable(ord, "reading the shared memory a block can have", err)
+	}
+	coop, err := a.DeviceAttribute(d.dev, attrCooperativeLaunch)
+	if err != nil {
+		return unavailable(ord, "reading whether the GPU runs cooperative launches", err)
+	}
+	info.Cooperative = coop != 0
 	if info.TotalMemory, err = a.DeviceTotalMem(d.dev); err != nil {
 		return unavailable(ord, "reading the memory size", err)
 	}

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -106,6 +107,7 @@ func TestEmulatedDriver(t *testing.T) {
 		info := openEmulated(t, Config{}).Info()
 		want := Info{
 			Name: "gocurrent CUDA emulator (CPU)", ComputeCapability: [2]int{9, 0}, Multiprocessors: 132,
+			SharedPerBlock: 227 << 10, Cooperative: true, // an H100's (driver.cc.in)
 			TotalMemory: 4 << 30, DriverVersion: 13000, BLASVersion: 130000, BLASLibrary: info.BLASLibrary,
 			PTX: "compute_80", FuseCellsUpTo: 256, // Config.FuseCellsUpTo's default
 			WalkCellsUpTo: -1, // Config.WalkCellsUpTo's default: none
@@ -173,6 +175,43 @@ func TestEmulatedDriver(t *testing.T) {
 		if !errors.As(err, &e) || e.Name != "CUBLAS_STATUS_INVALID_VALUE" {
 			t.Errorf("cublasSgemm writing past the end = %v, want CUBLAS_STATUS_INVALID_VALUE", err)
 		}
+	})
+	t.Run("SharedMemoryAndCooperative", func(t *testing.T) {
+		d := openEmulated(t, Config{}) // walks off: nothing opted in at Open
+		a, c, f := d.raw, d.ctx, d.fn[kLSTMWalk][0]
+		want := func(what string, err error, name string) {
+			t.Helper()
+			var e *Error
+			if name == "" && err != nil || name != "" && (!errors.As(err, &e) || e.Name != name) {
+				t.Errorf("%s = %v, want %s", what, err, cmp.Or(name, "no error"))
+			}
+		}
+		occupancy := func(shared uint32, wantN int) {
+			t.Helper()
+			if n, err := a.Occupancy(c, f, fuseThreads, shared); err != nil || n != wantN {
+				t.Errorf("Occupancy(128 threads, %d bytes) = %d, %v; want %d", shared, n, err, wantN)
+			}
+		}
+		// An H100's multiprocessor: 2048 threads, 228 KiB, 1 KiB a block.
+		occupancy(0, 16)
+		occupancy(48<<10, 4)       // 233472 / 50176
+		occupancy(48<<10+1, 0)     // past the 48 KiB a function has by default
+		args := make([]uint64, 15) // gc_lstm_walk's
+		want("a launch with 48 KiB + 1 of dynamic shared memory, not opted in",
+			a.Launch(c, f, [3]uint32{1, 1, 1}, [3]uint32{8, 16, 1}, 48<<10+1, d.compute.s, args), "CUDA_ERROR_INVALID_VALUE")
+		want("opting into 227 KiB + 1", a.FuncSetAttribute(c, f, funcMaxDynamicShared, 227<<10+1), "CUDA_ERROR_INVALID_VALUE")
+		want("opting into 200000 bytes", a.FuncSetAttribute(c, f, funcMaxDynamicShared, 200000), "")
+		occupancy(131200, 1) // 233472 / 132224
+		occupancy(200000, 1)
+		occupancy(200001, 0)
+		// Refused before the kernel runs (its arguments are all NULL): a
+		// cooperative grid the GPU cannot hold at once.
+		want("a cooperative launch of 133 blocks of 131200 bytes",
+			a.LaunchCooperative(c, f, [3]uint32{133, 1, 1}, [3]uint32{8, 16, 1}, 131200, d.compute.s, args),
+			"CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE")
+		want("a cooperative launch of 17 by 132 blocks of 128 threads",
+			a.LaunchCooperative(c, f, [3]uint32{17, 132, 1}, [3]uint32{8, 16, 1}, 0, d.compute.s, args),
+			"CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE")
 	})
 	t.Run("Handles", func(t *testing.T) {
 		d := openEmulated(t, Config{})

@@ -68,6 +68,11 @@ type fakeAPI struct {
 	// successful launch, outside the fake's lock: a test's way to make
 	// something happen while a kernel method is between launches.
 	onLaunch func(name string)
+	// noCooperative makes the GPU report no cooperative launches
+	// (CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH 0); maxDynamic holds what
+	// cuFuncSetAttribute set of a function's dynamic shared memory.
+	noCooperative bool
+	maxDynamic    map[cuFunction]int
 
 	// Stream capture and graphs: the work queued on a capturing stream is
 	// recorded as closures that call the same methods again when a graph
@@ -113,6 +118,8 @@ type fakeMark struct {
 type fakeLaunch struct {
 	name        string
 	grid, block [3]uint32
+	shared      uint32 // dynamic shared memory a block
+	cooperative bool   // through cuLaunchCooperativeKernel
 	args        []uint64
 	stream      cuStream
 }
@@ -152,6 +159,13 @@ func (f *fakeAPI) DeviceAttribute(_ cuDevice, attr int) (int, error) {
 		return f.cc[1], nil
 	case attrMultiprocessorCount:
 		return 132, nil
+	case attrCooperativeLaunch:
+		if f.noCooperative {
+			return 0, nil
+		}
+		return 1, nil
+	case attrSharedPerBlockOptin:
+		return fakeSharedOptin, nil
 	}
 	return 0, newError("cuDeviceGetAttribute", 1, "")
 }
@@ -465,21 +479,47 @@ func (f *fakeAPI) ModuleGetFunction(_ cuContext, m cuModule, name string) (cuFun
 // when an id is out of range, as the kernel does on the GPU, so that tests
 // see an index error reach the status word of the lane that launched it.
 func (f *fakeAPI) Launch(c cuContext, fn cuFunction, grid, block [3]uint32, shared uint32, s cuStream, args []uint64) error {
+	return f.launch(false, c, fn, grid, block, shared, s, args)
+}
+
+// LaunchCooperative is Launch, marked cooperative, and refused with more
+// blocks than the GPU holds at once (Occupancy on each multiprocessor).
+func (f *fakeAPI) LaunchCooperative(c cuContext, fn cuFunction, grid, block [3]uint32, shared uint32, s cuStream, args []uint64) error {
+	return f.launch(true, c, fn, grid, block, shared, s, args)
+}
+
+func (f *fakeAPI) launch(cooperative bool, c cuContext, fn cuFunction, grid, block [3]uint32, shared uint32, s cuStream, args []uint64) error {
+	call := "cuLaunchKernel"
+	if cooperative {
+		call = "cuLaunchCooperativeKernel"
+		n, err := f.Occupancy(c, fn, int(block[0]*block[1]*block[2]), shared)
+		if err != nil {
+			return err
+		}
+		if int64(grid[0])*int64(grid[1])*int64(grid[2]) > int64(n)*132 {
+			return newError(call, 720, "") // CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE
+		}
+	}
 	// The launch's arguments are read now, as cuLaunchKernel does during
 	// a capture: later changes to args do not reach the graph.
 	saved := append([]uint64(nil), args...)
-	if f.record(s, func() error { return f.Launch(c, fn, grid, block, shared, s, saved) }) {
+	if f.record(s, func() error { return f.launch(cooperative, c, fn, grid, block, shared, s, saved) }) {
 		return nil
 	}
 	f.mu.Lock()
 	name, ok := f.functions[fn]
+	if ok && int(shared) > f.dynamicLimit(fn) {
+		f.mu.Unlock()
+		return newError(call, 1, "") // CUDA_ERROR_INVALID_VALUE
+	}
 	if ok {
-		f.launches = append(f.launches, fakeLaunch{name: name, grid: grid, block: block, args: append([]uint64(nil), args...), stream: s})
+		f.launches = append(f.launches, fakeLaunch{name: name, grid: grid, block: block, shared: shared, cooperative: cooperative,
+			args: append([]uint64(nil), args...), stream: s})
 	}
 	hook := f.onLaunch
 	f.mu.Unlock()
 	if !ok {
-		return newError("cuLaunchKernel", 400, "")
+		return newError(call, 400, "")
 	}
 	if name == "gc_embedding_f32" || name == "gc_embedding_f64" {
 		// table, ids, out, n, dim, vocab, status (ABI.md)
@@ -491,6 +531,54 @@ func (f *fakeAPI) Launch(c cuContext, fn cuFunction, grid, block [3]uint32, shar
 		hook(name)
 	}
 	return nil
+}
+
+// fakeSharedOptin is the fake GPU's opt-in shared memory a block, an
+// H100's 227 KiB.
+const fakeSharedOptin = 227 << 10
+
+// dynamicLimit is the most dynamic shared memory a launch of fn may ask
+// for: 48 KiB until FuncSetAttribute says otherwise. f.mu is held.
+func (f *fakeAPI) dynamicLimit(fn cuFunction) int {
+	if n, ok := f.maxDynamic[fn]; ok {
+		return n
+	}
+	return 48 << 10
+}
+
+func (f *fakeAPI) FuncSetAttribute(_ cuContext, fn cuFunction, attr, value int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.functions[fn]; !ok {
+		return newError("cuFuncSetAttribute", 400, "")
+	}
+	if attr != funcMaxDynamicShared || value < 0 || value > fakeSharedOptin {
+		return newError("cuFuncSetAttribute", 1, "")
+	}
+	if f.maxDynamic == nil {
+		f.maxDynamic = map[cuFunction]int{}
+	}
+	f.maxDynamic[fn] = value
+	return nil
+}
+
+// Occupancy counts as the emulator does (internal/cudaemu's
+// emu_occupancy): 2048 threads, 32 blocks and 228 KiB of shared memory a
+// multiprocessor, 1 KiB of it reserved a block; none past the function's
+// dynamic limit.
+func (f *fakeAPI) Occupancy(_ cuContext, fn cuFunction, threads int, shared uint32) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.functions[fn]; !ok {
+		return 0, newError("cuOccupancyMaxActiveBlocksPerMultiprocessor", 400, "")
+	}
+	if threads <= 0 || threads > 1024 {
+		return 0, newError("cuOccupancyMaxActiveBlocksPerMultiprocessor", 1, "")
+	}
+	if int(shared) > f.dynamicLimit(fn) {
+		return 0, nil
+	}
+	return min(32, 2048/threads, (228<<10)/(int(shared)+1024)), nil
 }
 
 // checkIDs ors bit into the status word at status if one of the n int32

@@ -160,6 +160,18 @@ func (q *queue) launch(k kernel, dt device.DType, grid, block [3]uint32, args ..
 	return q.launchFn(q.ln.d.fn[k][typ(dt)], grid, block, args...)
 }
 
+// launchCooperative queues kernel k's variant for dt as a cooperative
+// launch (api.LaunchCooperative), each block with shared bytes of dynamic
+// shared memory.
+func (q *queue) launchCooperative(k kernel, dt device.DType, grid, block [3]uint32, shared uint32, args ...uint64) error {
+	d := q.ln.d
+	q.launchMu.Lock()
+	n := copy(q.args[:], args)
+	err := d.api.LaunchCooperative(d.ctx, d.fn[k][typ(dt)], grid, block, shared, q.on, q.args[:n])
+	q.launchMu.Unlock()
+	return err
+}
+
 // allocTemp takes a kernel's temporary of n bytes from the lane's
 // allocation scope, on the queue's allocator stream.
 func (q *queue) allocTemp(kernel string, n int64) (alloc.Ptr, error) {
@@ -391,11 +403,11 @@ func (k kernels) LSTMWalk(a device.LSTMWalk) error {
 	if err := check(k, "LSTMWalk", a); err != nil {
 		return err
 	}
-	grid, block, ok := k.walkShape(a.Batch, a.Hidden, 4, a.DType)
+	grid, block, shared, ok := k.walkShape(kLSTMWalk, a.Batch, a.Hidden, a.DType)
 	if !ok {
 		return a.Queue(k)
 	}
-	return k.q.launch(kLSTMWalk, a.DType, grid, block,
+	return k.q.launchCooperative(kLSTMWalk, a.DType, grid, block, shared,
 		ptr(a.H0), ptr(a.C0), ptr(a.W), ptr(a.Pre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.H), ptr(a.C), ptr(a.CLast), ptr(a.Act),
 		i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
 }
@@ -405,11 +417,11 @@ func (k kernels) GRUWalk(a device.GRUWalk) error {
 	if err := check(k, "GRUWalk", a); err != nil {
 		return err
 	}
-	grid, block, ok := k.walkShape(a.Batch, a.Hidden, 3, a.DType)
+	grid, block, shared, ok := k.walkShape(kGRUWalk, a.Batch, a.Hidden, a.DType)
 	if !ok {
 		return a.Queue(k)
 	}
-	return k.q.launch(kGRUWalk, a.DType, grid, block,
+	return k.q.launchCooperative(kGRUWalk, a.DType, grid, block, shared,
 		ptr(a.H0), ptr(a.W), ptr(a.XPre), ptr(a.HPre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.H), ptr(a.Act),
 		i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
 }
@@ -422,11 +434,11 @@ func (k kernels) LSTMGradWalk(a device.LSTMGradWalk) error {
 	if err := check(k, "LSTMGradWalk", a); err != nil {
 		return err
 	}
-	grid, block, ok := k.walkShape(a.Batch, a.Hidden, 4, a.DType)
+	grid, block, shared, ok := k.walkShape(kLSTMGradWalk, a.Batch, a.Hidden, a.DType)
 	if !ok {
 		return a.Queue(k)
 	}
-	return k.q.launch(kLSTMGradWalk, a.DType, grid, block,
+	return k.q.launchCooperative(kLSTMGradWalk, a.DType, grid, block, shared,
 		ptr(a.Act), ptr(a.C), ptr(a.C0), ptr(a.DH), ptr(a.DC), ptr(a.DPre), ptr(a.W), ptr(a.DPreIn),
 		i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
 }
@@ -436,73 +448,13 @@ func (k kernels) GRUGradWalk(a device.GRUGradWalk) error {
 	if err := check(k, "GRUGradWalk", a); err != nil {
 		return err
 	}
-	grid, block, ok := k.walkShape(a.Batch, a.Hidden, 3, a.DType)
+	grid, block, shared, ok := k.walkShape(kGRUGradWalk, a.Batch, a.Hidden, a.DType)
 	if !ok {
 		return a.Queue(k)
 	}
-	return k.q.launch(kGRUGradWalk, a.DType, grid, block,
+	return k.q.launchCooperative(kGRUGradWalk, a.DType, grid, block, shared,
 		ptr(a.Act), ptr(a.H), ptr(a.H0), ptr(a.DH), ptr(a.DH0), ptr(a.DXPre), ptr(a.DHPre), ptr(a.W), ptr(a.DHPreIn),
 		i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
-}
-
-// walkShape is the persistent walk's grid and block for a layer of batch
-// rows and hidden units with gates gates, ok false where the walk runs
-// step by step: above Config.WalkCellsUpTo (which the fused kernels' bound
-// caps, so that every step it stands for would be the fused kernel, whose
-// arithmetic it repeats: an h never written over the previous one, by the
-// walk's contract), with no barrier left for the queue's stream, where no
-// tile's slice of W fits the block's shared memory (walkTile), or with
-// more tiles of units than the GPU has multiprocessors. The grid's x is
-// the tiles of units; its y, the tiles of rows, is cut so that the grid
-// has at most a block per multiprocessor, a block then taking several
-// tiles of rows in turn. Every block must be resident at once
-// (gc_grid_sync): four blocks of 128 threads and at most 47.25 KiB of
-// shared memory each (in float64: W's 39 KiB and the staging's 32·33
-// elements) fit on a multiprocessor, five in float32, so the two walks a
-// stack runs at once on two streams (the wavefront's layers, a
-// bidirectional layer's directions) are resident together too.
-func (k kernels) walkShape(batch, hidden, gates int, dt device.DType) (grid, block [3]uint32, ok bool) {
-	d := k.q.ln.d
-	tj, tb, fits := walkTile(hidden, gates, dt)
-	if !fits || hidden > d.cfg.walkCellsUpTo() || k.q.bar == 0 {
-		return grid, block, false
-	}
-	units, rows := (hidden+tj-1)/tj, (batch+tb-1)/tb
-	sms := d.info.Multiprocessors
-	if units > sms || rows > maxGridY {
-		return grid, block, false
-	}
-	return [3]uint32{uint32(units), uint32(min(rows, max(1, sms/units))), 1}, [3]uint32{uint32(tj), uint32(tb), 1}, true
-}
-
-// The walks' shared memory (cells.cu's GC_WALK_W_BYTES and GC_WALK_BMAX):
-// a block's slice of W_hh, kept from the first step to the last, in at
-// most walkWBytes, and the staging of the h or pre-activation gradients
-// its products read, for at most walkMaxRows rows, which bounds the
-// tile's rows and so its units from below (walkMinJ).
-const (
-	walkWBytes  = 39936
-	walkMaxRows = 32
-	walkMinJ    = fuseThreads / walkMaxRows
-)
-
-// walkTile is the walks' block for a layer of hidden units with gates
-// gates: J units by fuseThreads/J rows, J the fused kernels' (fuseTile)
-// or its largest half down to walkMinJ whose G·J rows of W, each of
-// hidden|1 elements (the kernels' walk_stride), fit walkWBytes (the walk
-// back's J columns of W, G·hidden·J elements, fit then too); fits false
-// when none does (an LSTM of more than 623 units in float32, 311 in
-// float64; a GRU of more than 831 and 415). The tile changes which thread
-// computes an element, never how: each sum runs over k in order, as the
-// fused kernels' do.
-func walkTile(hidden, gates int, dt device.DType) (j, b int, fits bool) {
-	j, _ = fuseTile(hidden)
-	for ; j >= walkMinJ; j /= 2 {
-		if int64(gates*j*(hidden|1))*dt.Size() <= walkWBytes {
-			return j, fuseThreads / j, true
-		}
-	}
-	return 0, 0, false
 }
 
 // GRUCellGrad is LSTMCellGrad's counterpart.

@@ -96,6 +96,8 @@ func (d *Device) loadKernels(cc int) error {
 	if d.advance, err = lookup("gc_advance"); err != nil {
 		return err
 	}
-	d.fillI32, err = lookup("gc_fill_i32")
-	return err
+	if d.fillI32, err = lookup("gc_fill_i32"); err != nil {
+		return err
+	}
+	return d.prepareWalks()
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gocurrent/gocurrent/device"
@@ -12,22 +13,37 @@ import (
 )
 
 // walksOn is a Config that runs every walk it can as the persistent
-// kernel (up to the fused kernels' bound, 256 by default).
-var walksOn = Config{WalkCellsUpTo: 1 << 20}
+// kernel (up to the fused kernels' bound, 256 by default); wideWalks
+// fuses and walks at every hidden size, as far as the walks' slices of W
+// fit the GPU.
+var (
+	walksOn   = Config{WalkCellsUpTo: 1 << 20}
+	wideWalks = Config{WalkCellsUpTo: 1 << 20, FuseCellsUpTo: 1 << 20}
+)
 
 // TestEmulatedWalkConformance runs the conformance suite's walks (the
 // walk against its per-step calls, to the bit, and against a float64
-// reference) over the persistent walk kernels, on the emulated GPU's 132
-// multiprocessors and on 2, where the grid is cut to the multiprocessors
-// and each block takes several tiles of rows in turn (or, with more
-// tiles of units than multiprocessors, the walk runs step by step). The
-// kernels' grid barrier runs as the emulator's: every thread of the grid
-// waits until all have arrived (internal/cudaemu).
+// reference) over the persistent walk kernels: on the emulated GPU's 132
+// multiprocessors with every hidden size fused, so that the walks at
+// hidden 257 and 400 run too, the latter's blocks in float64 opted into
+// more than 48 KiB of shared memory; and on 2 with the fused kernels'
+// default bound, where the grid is cut to the multiprocessors and each
+// block takes several tiles of rows in turn (or, with more tiles of units
+// than multiprocessors, the walk runs step by step). The per-step calls
+// the walks stand for above the fused bound run in TestEmulatedConformance
+// (walks off). The kernels' grid barrier runs as the emulator's: every
+// thread of the grid waits until all have arrived (internal/cudaemu).
 func TestEmulatedWalkConformance(t *testing.T) {
-	for _, sms := range []string{"", "2"} {
-		t.Run("Multiprocessors="+sms, func(t *testing.T) {
-			t.Setenv("GOCURRENT_EMU_MULTIPROCESSORS", sms)
-			devicetest.RunGroups(t, func(t testing.TB) device.Device { return openEmulated(t, walksOn) },
+	for _, c := range []struct {
+		name, sms string
+		cfg       Config
+	}{
+		{"Multiprocessors=/FusedEverywhere", "", wideWalks},
+		{"Multiprocessors=2", "2", walksOn},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("GOCURRENT_EMU_MULTIPROCESSORS", c.sms)
+			devicetest.RunGroups(t, func(t testing.TB) device.Device { return openEmulated(t, c.cfg) },
 				func(group string) bool { return group == "Walks" })
 		})
 	}
@@ -39,7 +55,10 @@ func TestEmulatedWalkConformance(t *testing.T) {
 // stream and on a branch (each with a barrier of its own); the per-step
 // calls otherwise: without the setting, above the fused kernels' bound
 // (a GEMM and the cell a step), and with more tiles of units (32 units
-// each) than multiprocessors. The walks back as the walks, but for a
+// each) than multiprocessors; and at hidden 100 on 4 multiprocessors,
+// where only tiles of 32 units fit them and a walk block's slice of W
+// then takes more than 48 KiB of shared memory (4·32·101·4 = 51712
+// bytes). The walks back as the walks, but for a
 // first step walked back given no product, which is the plain cell
 // gradient, no GEMM.
 func TestEmulatedWalkLaunches(t *testing.T) {
@@ -59,6 +78,7 @@ func TestEmulatedWalkLaunches(t *testing.T) {
 		{Config{WalkCellsUpTo: 1 << 20, FuseCellsUpTo: 16}, "", 33, device.Counts{Launches: T, GEMMs: T, Calls: 2 * T}},
 		{walksOn, "2", 64, device.Counts{Launches: 1, Calls: 1}},
 		{walksOn, "2", 65, device.Counts{Launches: T, Calls: T}},
+		{walksOn, "4", 100, device.Counts{Launches: 1, Calls: 1}},
 	} {
 		name := fmt.Sprintf("WalkCellsUpTo=%d/FuseCellsUpTo=%d/Multiprocessors=%s/Hidden=%d", c.cfg.WalkCellsUpTo, c.cfg.FuseCellsUpTo, c.sms, c.hidden)
 		t.Run(name, func(t *testing.T) {
@@ -135,15 +155,18 @@ func TestEmulatedWalkLaunches(t *testing.T) {
 }
 
 // TestWalkTile checks the walks' tiles: the Go constants are cells.cu's,
-// and walkTile takes the largest J whose slice of W fits, at shapes worked
-// by hand from GC_WALK_W_BYTES = 39936 (G·J·(hidden|1)·size bytes).
+// the static shared memory of every walk kernel in the PTX is the
+// staging walkStaging counts (the rest of a block's shared memory is its
+// slice of W, dynamic), and walkTile takes the J worked by hand below
+// (slices of G·J·(hidden|1)·size bytes) for an H100's 132
+// multiprocessors and 227 KiB a block can opt into, less the staging:
+// 228224 bytes in float32, 224000 in float64.
 func TestWalkTile(t *testing.T) {
 	src, err := os.ReadFile("kernels/cells.cu")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]int{"GC_WALK_W_BYTES": walkWBytes, "GC_WALK_BMAX": walkMaxRows,
-		"GC_FUSE_THREADS": fuseThreads} {
+	for name, want := range map[string]int{"GC_WALK_BMAX": walkMaxRows, "GC_WALK_K": walkK, "GC_FUSE_THREADS": fuseThreads} {
 		m := regexp.MustCompile(`(?m)^#define ` + name + ` (\d+)$`).FindSubmatch(src)
 		if m == nil {
 			t.Errorf("cells.cu defines no %s", name)
@@ -151,50 +174,117 @@ func TestWalkTile(t *testing.T) {
 			t.Errorf("cells.cu's %s = %d, the launcher's %d", name, got, want)
 		}
 	}
+	ptx, err := os.ReadFile("kernels/cells.compute_80.ptx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	static := ptxStaticShared(string(ptx))
+	for _, k := range walkKernels {
+		for ti, dt := range []device.DType{device.Float32, device.Float64} {
+			name := "gc_" + kernelNames[k] + []string{"_f32", "_f64"}[ti]
+			if got, ok := static[name]; !ok {
+				t.Errorf("the PTX has no entry %s", name)
+			} else if got != walkStaging(dt) {
+				t.Errorf("%s has %d bytes of static shared memory, walkStaging %d", name, got, walkStaging(dt))
+			}
+		}
+	}
+	if !strings.Contains(string(ptx), ".extern .shared .align 16 .b8 gc_dynamic_shared[];") {
+		t.Error("the PTX declares no gc_dynamic_shared")
+	}
+
+	h100 := func(dt device.DType) int64 { return 227<<10 - walkStaging(dt) }
 	for _, c := range []struct {
 		hidden, gates int
 		dt            device.DType
+		budget        int64
+		sms           int
 		j             int // 0: none fits
 	}{
-		{5, 4, device.Float64, 8},   // fuseTile's 8: 4·8·5·8 = 1280
-		{64, 4, device.Float32, 32}, // 4·32·65·4 = 33280
-		{64, 4, device.Float64, 16}, // 4·32·65·8 = 66560 > 39936; 4·16·65·8 = 33280
-		{256, 4, device.Float32, 8}, // 4·16·257·4 = 65792; 4·8·257·4 = 32896
-		{256, 3, device.Float32, 8}, // 3·16·257·4 = 49344; 3·8·257·4 = 24672
-		{256, 4, device.Float64, 4}, // 4·8·257·8 = 65792; 4·4·257·8 = 32896
-		{623, 4, device.Float32, 4}, // 4·4·623·4 = 39872
-		{624, 4, device.Float32, 0}, // 4·4·625·4 = 40000
-		{311, 4, device.Float64, 4}, // 4·4·311·8 = 39808
-		{312, 4, device.Float64, 0}, // 4·4·313·8 = 40064
-		{831, 3, device.Float32, 4}, // 3·4·831·4 = 39888
-		{832, 3, device.Float32, 0}, // 3·4·833·4 = 39984
-		{415, 3, device.Float64, 4}, // 3·4·415·8 = 39840
-		{416, 3, device.Float64, 0}, // 3·4·417·8 = 40032
+		// Slices of at most walkSmallSlice (39936), the largest J first.
+		{5, 4, device.Float64, h100(device.Float64), 132, 8},   // fuseTile's 8: 4·8·5·8 = 1280
+		{64, 4, device.Float32, h100(device.Float32), 132, 32}, // 4·32·65·4 = 33280
+		{64, 4, device.Float64, h100(device.Float64), 132, 16}, // 4·32·65·8 = 66560; 4·16·65·8 = 33280
+		{256, 4, device.Float32, h100(device.Float32), 132, 8}, // 4·16·257·4 = 65792; 4·8·257·4 = 32896
+		{256, 3, device.Float32, h100(device.Float32), 132, 8}, // 3·16·257·4 = 49344; 3·8·257·4 = 24672
+		{256, 4, device.Float64, h100(device.Float64), 132, 4}, // 4·8·257·8 = 65792; 4·4·257·8 = 32896
+		{311, 4, device.Float64, h100(device.Float64), 132, 4}, // 4·4·311·8 = 39808, 78 tiles
+		// Else the smallest J whose tiles fit 132 multiprocessors.
+		{312, 4, device.Float64, h100(device.Float64), 132, 4},   // 4·4·313·8 = 40064, 78 tiles
+		{623, 4, device.Float32, h100(device.Float32), 132, 8},   // J = 4: 156 tiles; 4·8·623·4 = 79744, 78 tiles
+		{1024, 4, device.Float32, h100(device.Float32), 132, 8},  // 4·8·1025·4 = 131200, 128 tiles
+		{1056, 4, device.Float32, h100(device.Float32), 132, 8},  // 4·8·1057·4 = 135296, 132 tiles
+		{1057, 4, device.Float32, h100(device.Float32), 132, 0},  // J = 8: 133 tiles; 4·16·1057·4 = 270592
+		{1024, 3, device.Float32, h100(device.Float32), 132, 8},  // 3·8·1025·4 = 98400
+		{1100, 3, device.Float32, h100(device.Float32), 132, 16}, // J = 8: 138 tiles; 3·16·1101·4 = 211392
+		{1187, 3, device.Float32, h100(device.Float32), 132, 16}, // 3·16·1187·4 = 227904
+		{1188, 3, device.Float32, h100(device.Float32), 132, 0},  // 3·16·1189·4 = 228288
+		{875, 4, device.Float64, h100(device.Float64), 132, 8},   // J = 4: 219 tiles; 4·8·875·8 = 224000
+		{876, 4, device.Float64, h100(device.Float64), 132, 0},   // 4·8·877·8 = 224512
+		{1056, 3, device.Float64, h100(device.Float64), 132, 8},  // 3·8·1057·8 = 202944, 132 tiles
+		{1057, 3, device.Float64, h100(device.Float64), 132, 0},  // J = 8: 133 tiles; 3·16·1057·8 = 405888
+		// A GPU without the opt-in (48 KiB a block, less the staging).
+		{256, 4, device.Float32, 48<<10 - walkStaging(device.Float32), 132, 8}, // 32896
+		{623, 4, device.Float32, 48<<10 - walkStaging(device.Float32), 132, 0}, // J = 4: 156 tiles; 79744 > 44928
+		// Few multiprocessors.
+		{64, 4, device.Float32, h100(device.Float32), 2, 32}, // 2 tiles
+		{65, 4, device.Float32, h100(device.Float32), 2, 0},  // 3 tiles of 32
+		// No budget: walks off.
+		{5, 4, device.Float32, 0, 132, 0},
 	} {
-		j, b, fits := walkTile(c.hidden, c.gates, c.dt)
+		j, b, fits := walkTile(c.hidden, c.gates, c.dt, c.budget, c.sms)
 		if want := c.j != 0; fits != want || j != c.j || (fits && j*b != fuseThreads) {
-			t.Errorf("walkTile(%d, %d, %v) = %d, %d, %v; want J = %d (0: none)", c.hidden, c.gates, c.dt, j, b, fits, c.j)
+			t.Errorf("walkTile(%d, %d, %v, %d, %d) = %d, %d, %v; want J = %d (0: none)", c.hidden, c.gates, c.dt, c.budget, c.sms, j, b, fits, c.j)
 		}
 	}
+}
+
+// ptxStaticShared sums the static shared memory each .entry of a PTX
+// module declares (".shared ... name[bytes];" in its body), by name.
+func ptxStaticShared(ptx string) map[string]int64 {
+	out := map[string]int64{}
+	entry := regexp.MustCompile(`\.entry (\w+)\(`)
+	decl := regexp.MustCompile(`^\s+\.shared \.align \d+ \.b8 \w+\[(\d+)\];`)
+	var name string
+	for _, line := range strings.Split(ptx, "\n") {
+		if m := entry.FindStringSubmatch(line); m != nil {
+			name = m[1]
+			out[name] = 0
+		} else if m := decl.FindStringSubmatch(line); m != nil && name != "" {
+			n, _ := strconv.ParseInt(m[1], 10, 64)
+			out[name] += n
+		}
+	}
+	return out
 }
 
 // TestWalkConformance runs the conformance suite's walks with every walk
 // it can as the persistent kernel (Config.WalkCellsUpTo): its blocks
 // resident together and meeting at the grid barrier between steps, which
 // only a GPU runs as it is (the emulator's barrier is its scheduler's),
-// against the per-step launches to the bit. It is the package's last
+// against the per-step launches to the bit: with the fused kernels'
+// default bound, and fused everywhere (the walks at hidden 257 and 400
+// too, the latter's blocks in float64 opted into more than 48 KiB of
+// shared memory). It is the package's last
 // test (this file sorts last), so that a walk that faults or traps on a
 // GPU, which kills the context, fails no other test of the GPU kit's
 // tests stage.
 func TestWalkConformance(t *testing.T) {
-	cfg := gpuConfig()
-	cfg.WalkCellsUpTo = 1 << 20
-	openGPU(t, cfg)
-	devicetest.RunGroups(t, func(t testing.TB) device.Device {
-		d, err := Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}, func(group string) bool { return group == "Walks" })
+	for _, c := range []struct {
+		name string
+		cfg  Config
+	}{{"FuseCellsUpTo=default", walksOn}, {"FusedEverywhere", wideWalks}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := gpuConfig()
+			cfg.WalkCellsUpTo, cfg.FuseCellsUpTo = c.cfg.WalkCellsUpTo, c.cfg.FuseCellsUpTo
+			openGPU(t, cfg)
+			devicetest.RunGroups(t, func(t testing.TB) device.Device {
+				d, err := Open(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}, func(group string) bool { return group == "Walks" })
+		})
+	}
 }

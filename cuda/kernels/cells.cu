@@ -280,14 +280,18 @@ __device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpr
 // step's products need every block's h. Each block keeps its slice of W_hh
 // in shared memory from the first step to the last, staged once: the G·J
 // rows of its J units for the walks, the J columns of every row for the
-// walks back, at most GC_WALK_W_BYTES. blockDim = (J, B), J·B =
-// GC_FUSE_THREADS, J the largest of the fused kernels' tile (fuseTile) and
-// its halves down to 4 whose slice fits (the launcher's walkTile): thread
-// (tx, ty) of block (bx, by) owns element (b, j) = (by·B + ty, bx·J + tx),
-// as in the fused kernels. The grid's x is the tiles of units; its y may be
-// fewer than the tiles of rows, a block then taking tiles by, by +
-// gridDim.y, ... in turn: every block must be resident at once (the
-// launcher sizes the grid so), or the barrier never opens. Each step
+// walks back, in the block's dynamic shared memory, which the launch sizes
+// to the slice (G·J·walk_stride elements for the walks, G·hidden·J for the
+// walks back; above 48 KiB with the function opted in). blockDim = (J, B),
+// J·B = GC_FUSE_THREADS, J the largest of the fused kernels' tile
+// (fuseTile) and its halves down to 4 whose slice fits the GPU's opt-in
+// shared memory beside the static staging (the launcher's walkTile):
+// thread (tx, ty) of block (bx, by) owns element (b, j) = (by·B + ty,
+// bx·J + tx), as in the fused kernels. The grid's x is the tiles of units;
+// its y may be fewer than the tiles of rows, a block then taking tiles by,
+// by + gridDim.y, ... in turn: every block must be resident at once, or
+// the barrier never opens, so the walks are cooperative launches, which
+// the driver starts only when all their blocks fit. Each step
 // computes what the fused kernel's launch for it would, the same
 // operations on the same values: every dot product is one accumulator
 // summed in order of k, whichever thread owns it, so the walk's results
@@ -298,7 +302,6 @@ __device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpr
 // banks. c goes from step to step in cs (every step's, in time order) or,
 // without it, in clast, each element written and read again by the thread
 // that owns it; h in hs, read by every block after the barrier, from L2.
-#define GC_WALK_W_BYTES 39936
 #define GC_WALK_BMAX 32
 #define GC_WALK_K 32
 
@@ -358,7 +361,7 @@ template <typename T>
 __device__ void lstm_walk(const T* h0, const T* c0, const T* w, T* pre, const T* bih,
                           const T* bhh, T* hs, T* cs, T* clast, T* act, long long steps,
                           long long batch, long long hidden, long long reverse, unsigned* bar) {
-  GC_SHARED(T, wr, GC_WALK_W_BYTES / sizeof(T));
+  GC_SHARED_DYNAMIC(T, wr);
   GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + 1));
   walk_stage_rows<T, 4>(w, wr, hidden);
   const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
@@ -385,7 +388,7 @@ template <typename T>
 __device__ void gru_walk(const T* h0, const T* w, const T* xpre, T* hpre, const T* bih,
                          const T* bhh, T* hs, T* act, long long steps, long long batch,
                          long long hidden, long long reverse, unsigned* bar) {
-  GC_SHARED(T, wr, GC_WALK_W_BYTES / sizeof(T));
+  GC_SHARED_DYNAMIC(T, wr);
   GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + 1));
   walk_stage_rows<T, 3>(w, wr, hidden);
   const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
@@ -614,7 +617,7 @@ template <typename T>
 __device__ void lstm_grad_walk(T* act, const T* cs, const T* c0, T* dh, T* dc, T* dpre, const T* w,
                                const T* dpre_in, long long steps, long long batch,
                                long long hidden, long long reverse, unsigned* bar) {
-  GC_SHARED(T, wr, GC_WALK_W_BYTES / sizeof(T));
+  GC_SHARED_DYNAMIC(T, wr);
   GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + 1));
   walk_stage_cols<T, 4>(w, wr, hidden);
   const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
@@ -646,7 +649,7 @@ __device__ void gru_grad_walk(const T* act, const T* hs, const T* h0, T* dh, T* 
                               T* dhpre, const T* w, const T* dhpre_in, long long steps,
                               long long batch, long long hidden, long long reverse,
                               unsigned* bar) {
-  GC_SHARED(T, wr, GC_WALK_W_BYTES / sizeof(T));
+  GC_SHARED_DYNAMIC(T, wr);
   GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + 1));
   walk_stage_cols<T, 3>(w, wr, hidden);
   const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;

@@ -13,6 +13,15 @@
 #define GC_SHARED(type, name, count) __shared__ type name[count]
 #endif
 
+// The block's dynamic shared memory (the bytes its launch asks for, which
+// above 48 KiB its function must be opted into), as an array of type: one
+// region, so a kernel declares it once.
+#ifndef GC_SHARED_DYNAMIC
+#define GC_SHARED_DYNAMIC(type, name)                                     \
+  extern __shared__ __align__(16) unsigned char gc_dynamic_shared[];      \
+  type* name = reinterpret_cast<type*>(gc_dynamic_shared)
+#endif
+
 // Grid-stride loop over [0, n): any launch shape covers every element.
 #define GC_FOR(i, n)                                                           \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;        \

@@ -18,8 +18,11 @@ import (
 // (the CUDA device's keep their slice of W on chip: 8 or 4 units by 16 or
 // 32 rows at hidden 203), with a tail of units and several tiles of rows;
 // the largest hidden size the CUDA device fuses by default and one above
-// it, where its walk is the per-step calls.
-var walkSizes = [][3]int{{1, 1, 1}, {3, 5, 4}, {17, 12, 3}, {5, 33, 3}, {9, 70, 2}, {70, 9, 3}, {33, 203, 2}, {6, 256, 2}, {2, 257, 2}}
+// it, where its walk is the per-step calls; a hidden size whose walk's
+// slice of W passes the 48 KiB of shared memory a CUDA block has without
+// opting into more (400 in float64: 4 units, 4·4·401·8 = 51328 bytes),
+// where the device fuses it (cuda.Config.FuseCellsUpTo raised).
+var walkSizes = [][3]int{{1, 1, 1}, {3, 5, 4}, {17, 12, 3}, {5, 33, 3}, {9, 70, 2}, {70, 9, 3}, {33, 203, 2}, {6, 256, 2}, {2, 257, 2}, {2, 400, 2}}
 
 // walkTolerance is the tolerance of a walk's i-th step visited against the
 // float64 reference walk: the fused cell's (fusedTolerance, whose absolute

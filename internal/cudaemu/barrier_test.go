@@ -155,12 +155,31 @@ func TestMissingGridBarrier(t *testing.T) {
 }
 
 // walkShape is the walks' test shape: 3 steps of 16 rows of 64 units, a
-// grid of 4 by 2 blocks of 16 units by 8 rows (cuda/launch.go's walkTile
-// in float64: a block's slice of W must fit the kernels' GC_WALK_W_BYTES),
-// for the walks and the per-step launches alike.
+// grid of 4 by 2 blocks of 16 units by 8 rows, for the walks and the
+// per-step launches alike.
 const walkSteps, walkBatch, walkHidden = 3, 16, 64
 
 var walkGrid, walkBlock = [3]uint32{4, 2, 1}, [3]uint32{16, 8, 1}
+
+// walkShared is the dynamic shared memory a launch of kernel name over
+// the walks' shape takes, as cuda/launch.go's walkShape sizes it: a
+// block's slice of W in float64, the G·J rows of its units at a stride of
+// hidden|1 for a walk, the J columns of every row for a walk back; none
+// for other kernels.
+func walkShared(name string) uint32 {
+	gates := 4
+	if strings.HasPrefix(name, "gc_gru") {
+		gates = 3
+	}
+	j := int(walkBlock[0])
+	switch {
+	case strings.Contains(name, "_grad_walk_"):
+		return uint32(gates * walkHidden * j * 8)
+	case strings.Contains(name, "_walk_"):
+		return uint32(gates * j * (walkHidden | 1) * 8)
+	}
+	return 0
+}
 
 // walkInputs are a walk's inputs: G gates' input products for every step,
 // h0 and c0, W_hh scaled as PyTorch initialises it.
@@ -433,7 +452,7 @@ func ptr[T any](s []T) uint64 { return uint64(uintptr(unsafe.Pointer(&s[0]))) }
 // keep its memory from the collector, which, with the parallel cases
 // allocating beside, handed a kernel's input to another case mid-launch.
 func launch(l *Lib, name string, grid, block [3]uint32, args []uint64, inputs ...any) error {
-	err := l.Launch(name, grid, block, args)
+	err := l.Launch(name, grid, block, walkShared(name), args)
 	runtime.KeepAlive(inputs)
 	return err
 }

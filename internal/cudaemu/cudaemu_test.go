@@ -28,7 +28,7 @@ func TestLaunch(t *testing.T) {
 	l := ForTest(t)
 	x := make([]float32, 100)
 	args := []uint64{uint64(uintptr(unsafe.Pointer(&x[0]))), uint64(len(x)) - 1, math.Float64bits(1.5)}
-	if err := l.Launch("gc_fill_f32", [3]uint32{3, 1, 1}, [3]uint32{32, 1, 1}, args); err != nil {
+	if err := l.Launch("gc_fill_f32", [3]uint32{3, 1, 1}, [3]uint32{32, 1, 1}, 0, args); err != nil {
 		t.Fatal(err)
 	}
 	for i, v := range x {
@@ -41,10 +41,10 @@ func TestLaunch(t *testing.T) {
 			t.Errorf("x[%d] = %v, want %v", i, v, want)
 		}
 	}
-	if err := l.Launch("gc_nonexistent", [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, nil); err == nil {
+	if err := l.Launch("gc_nonexistent", [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, 0, nil); err == nil {
 		t.Error("launching an unknown kernel succeeded")
 	}
-	if err := l.Launch("gc_fill_f32", [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, args[:2]); err == nil {
+	if err := l.Launch("gc_fill_f32", [3]uint32{1, 1, 1}, [3]uint32{1, 1, 1}, 0, args[:2]); err == nil {
 		t.Error("launching with too few arguments succeeded")
 	}
 }

@@ -33,9 +33,20 @@
 // of all its blocks as fibers of one round-robin instead, each block with
 // its own shared memory, and the barrier holds a fiber until every thread
 // of the grid has reached it; a launch of such a kernel with more blocks
-// than the device's multiprocessors fails (a GPU could not keep them all
+// than the device holds at once fails (a GPU could not keep them all
 // resident, and would wait for ever), and so does one whose barrier some
-// threads finish without. On x86-64 a
+// threads finish without. How many it holds is
+// cuOccupancyMaxActiveBlocksPerMultiprocessor's answer, by an H100's
+// limits (2048 threads, 32 blocks and 228 KiB of shared memory a
+// multiprocessor, 1 KiB of it reserved a block; a kernel's static shared
+// memory and registers, which only a GPU image knows, are not counted),
+// on every multiprocessor. A block's dynamic shared memory (the launch's
+// bytes, GC_SHARED_DYNAMIC) is poisoned as its static arrays are; a
+// launch asking for more than its function's limit (48 KiB until
+// cuFuncSetAttribute's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+// at most 227 KiB) is CUDA_ERROR_INVALID_VALUE, and a cooperative launch
+// (cuLaunchCooperativeKernel) of a grid the device cannot hold at once is
+// CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE. On x86-64 a
 // fiber switch is a few instructions (no system call, unlike swapcontext).
 // It is the one CUDA emulator: the conformance suite runs on it through
 // package cuda's real launch code (cuda.TestEmulatedConformance). The driver and cuBLAS (driver.cc.in) are one device named

@@ -9,15 +9,15 @@ package cudaemu
 #include <stdlib.h>
 
 typedef int (*emu_launch_fn)(const char*, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             unsigned, const uint64_t*, int);
+                             unsigned, unsigned, const uint64_t*, int);
 
 typedef int (*emu_nccl_fail_fn)(const char*, int);
 
 static int emu_fail(void* f, const char* id, int code) { return ((emu_nccl_fail_fn)f)(id, code); }
 
 static int emu_call(void* f, const char* name, unsigned gx, unsigned gy, unsigned gz,
-                    unsigned bx, unsigned by, unsigned bz, const uint64_t* args, int n) {
-	return ((emu_launch_fn)f)(name, gx, gy, gz, bx, by, bz, args, n);
+                    unsigned bx, unsigned by, unsigned bz, unsigned shared, const uint64_t* args, int n) {
+	return ((emu_launch_fn)f)(name, gx, gy, gz, bx, by, bz, shared, args, n);
 }
 */
 import "C"
@@ -119,11 +119,12 @@ func (l *Lib) FailNCCL(id []byte, code int) (int, error) {
 	return int(C.emu_fail(l.fail, (*C.char)(cid), C.int(code))), nil
 }
 
-// Launch runs kernel name over grid with block threads per block; args
-// are its parameters in 8-byte slots. Device pointers in args are host
+// Launch runs kernel name over grid with block threads per block, each
+// block with shared bytes of dynamic shared memory; args are its
+// parameters in 8-byte slots. Device pointers in args are host
 // addresses: the emulated device's memory is host memory. It bypasses the
 // emulated driver: nothing checks that the pointers are device memory.
-func (l *Lib) Launch(name string, grid, block [3]uint32, args []uint64) error {
+func (l *Lib) Launch(name string, grid, block [3]uint32, shared uint32, args []uint64) error {
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
 	var p *C.uint64_t
@@ -131,12 +132,17 @@ func (l *Lib) Launch(name string, grid, block [3]uint32, args []uint64) error {
 		p = (*C.uint64_t)(unsafe.Pointer(&args[0]))
 	}
 	switch r := C.emu_call(l.launch, cname, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
-		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), p, C.int(len(args))); r {
+		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(shared), p, C.int(len(args))); r {
 	case 0:
 		return nil
 	case 1:
 		return fmt.Errorf("cudaemu: no kernel %s", name)
-	default:
+	case 2:
 		return fmt.Errorf("cudaemu: kernel %s called with %d arguments", name, len(args))
+	case 3:
+		return fmt.Errorf("cudaemu: kernel %s: a grid barrier some threads never reach", name)
+	default:
+		return fmt.Errorf("cudaemu: kernel %s: a grid barrier over more blocks (%d) than the GPU holds at once",
+			name, grid[0]*grid[1]*grid[2])
 	}
 }

@@ -22,7 +22,9 @@ func Cached() (*Lib, error) { return nil, errNoCgo }
 func (l *Lib) Path() string { return "" }
 
 // Launch is never reached without cgo.
-func (l *Lib) Launch(name string, grid, block [3]uint32, args []uint64) error { return errNoCgo }
+func (l *Lib) Launch(name string, grid, block [3]uint32, shared uint32, args []uint64) error {
+	return errNoCgo
+}
 
 // FailNCCL is never reached without cgo.
 func (l *Lib) FailNCCL(id []byte, code int) (int, error) { return 0, errNoCgo }

@@ -162,8 +162,8 @@ func Describe(d device.Device) string {
 		return d.Name()
 	}
 	i := g.Info()
-	return fmt.Sprintf("%s = %s (compute %d.%d, %d SMs, %.1f GiB, driver %d, cuBLAS %d from %s, %s, TF32 %v)",
-		g.Name(), i.Name, i.ComputeCapability[0], i.ComputeCapability[1], i.Multiprocessors,
+	return fmt.Sprintf("%s = %s (compute %d.%d, %d SMs, %d KiB shared a block, cooperative %v, %.1f GiB, driver %d, cuBLAS %d from %s, %s, TF32 %v)",
+		g.Name(), i.Name, i.ComputeCapability[0], i.ComputeCapability[1], i.Multiprocessors, i.SharedPerBlock>>10, i.Cooperative,
 		float64(i.TotalMemory)/(1<<30), i.DriverVersion, i.BLASVersion, i.BLASLibrary, i.PTX, i.TF32)
 }
 
