@@ -64,18 +64,19 @@ type Config struct {
 	// keeps in shared memory from the first step to the last, within what
 	// a block can opt into (Info.SharedPerBlock: 227 KiB on an H100 or
 	// H200, whose 132 multiprocessors then hold an LSTM walk of up to
-	// 1056 units in float32 and 875 in float64, a GRU walk of up to 1187
+	// 1056 units in float32 and 874 in float64, a GRU walk of up to 1180
 	// and 1056); elsewhere the walk is its per-step calls. A walk above
 	// 256 units needs FuseCellsUpTo raised with it. Each walk is a
 	// cooperative launch of at most a block per multiprocessor, which the
 	// GPU starts only when all its blocks fit at once (the barrier needs
 	// them all resident): walks on several streams at once, from many
 	// scopes, run side by side where they fit and wait for each other
-	// where they do not, never half resident. Up to 623 units in float32
-	// (311 in float64; a GRU 831 and 415) a block's slice of W stays
-	// within 39 KiB, and a multiprocessor holds four walk blocks (five in
-	// float32: 128 threads, at most 80 registers a thread and 47.25 KiB
-	// of shared memory); above, one, so two such walks take turns.
+	// where they do not, never half resident. Where a block's slice of W
+	// fits 39 KiB (hidden 256: 8 units in float32, 4 in float64) a
+	// multiprocessor holds four walk blocks (five in float32: 128
+	// threads, at most 86 registers a thread and 47.5 KiB of shared
+	// memory); with larger slices fewer, one from about 110 KiB (hidden
+	// 1024: 128 KiB), so two such walks take turns.
 	// A stack runs two at once at most (the wavefront's pair of layers, or
 	// a bidirectional layer's two directions). 0 (the
 	// default) never uses it: it has not yet been measured on a GPU

@@ -73,6 +73,10 @@ type fakeAPI struct {
 	// cuFuncSetAttribute set of a function's dynamic shared memory.
 	noCooperative bool
 	maxDynamic    map[cuFunction]int
+	// noCooperativeCapture makes a cooperative launch on a capturing
+	// stream fail with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
+	// invalidate the capture, as a driver that cannot record one would.
+	noCooperativeCapture bool
 
 	// Stream capture and graphs: the work queued on a capturing stream is
 	// recorded as closures that call the same methods again when a graph
@@ -500,6 +504,9 @@ func (f *fakeAPI) launch(cooperative bool, c cuContext, fn cuFunction, grid, blo
 			return newError(call, 720, "") // CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE
 		}
 	}
+	if cooperative && f.refuseInCapture(s) {
+		return newError(call, 900, "") // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+	}
 	// The launch's arguments are read now, as cuLaunchKernel does during
 	// a capture: later changes to args do not reach the graph.
 	saved := append([]uint64(nil), args...)
@@ -725,6 +732,19 @@ func (f *fakeAPI) BLASGemm(c cuContext, h blasHandle, g blasGemm) error {
 // s is being captured; false, and nothing recorded, when it is not. The
 // ops of all the capture's streams go into one list, in the order they
 // were queued, which is an order every fork and join allows.
+// refuseInCapture reports whether a cooperative launch on s is refused
+// (noCooperativeCapture, s capturing), invalidating the capture if so.
+func (f *fakeAPI) refuseInCapture(s cuStream) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.capturing[s]
+	if c == nil || !f.noCooperativeCapture {
+		return false
+	}
+	c.invalid = true
+	return true
+}
+
 func (f *fakeAPI) record(s cuStream, op func() error) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

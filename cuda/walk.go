@@ -136,34 +136,53 @@ func walkGates(wk kernel) (gates int, back bool) {
 
 // The walks' static shared memory (cells.cu's GC_WALK_BMAX and GC_WALK_K):
 // the staging of the h or pre-activation gradients their products read,
-// walkMaxRows rows of walkK elements padded by one, which bounds the
-// tile's rows and so its units from below (walkMinJ). Their slice of
-// W_hh is the launch's dynamic shared memory (walkSlice).
+// walkMaxRows rows of walkK elements padded by a vector (walkVec), which
+// bounds the tile's rows and so its units from below (walkMinJ). Their
+// slice of W_hh is the launch's dynamic shared memory (walkSlice).
 const (
 	walkMaxRows = 32
 	walkK       = 32
 	walkMinJ    = fuseThreads / walkMaxRows
 )
 
+// walkVec is the elements of dt in the kernels' vector (walk_vec): 16
+// bytes.
+func walkVec(dt device.DType) int { return int(16 / dt.Size()) }
+
 // walkStaging is the walks' static shared memory in dt.
-func walkStaging(dt device.DType) int64 { return walkMaxRows * (walkK + 1) * dt.Size() }
+func walkStaging(dt device.DType) int64 {
+	return int64(walkMaxRows*(walkK+walkVec(dt))) * dt.Size()
+}
+
+// walkStride is the kernels' walk_stride: the elements between two rows
+// of a walk's slice of W, hidden rounded up to whole vectors and a vector
+// more where that is an even number of them.
+func walkStride(hidden int, dt device.DType) int {
+	v := walkVec(dt)
+	n := (hidden + v - 1) / v
+	if n%2 == 0 {
+		n++
+	}
+	return n * v
+}
 
 // walkSlice is the bytes of a walk block's slice of W_hh for J units: the
-// G·J rows of its units, each of hidden|1 elements (the kernels'
-// walk_stride), for a walk; the J columns of all G·hidden rows for a walk
-// back.
+// G·J rows of its units, walkStride apart, for a walk; the J columns of
+// all G·hidden rows, rounded up to whole vectors (the kernels' walk_col),
+// for a walk back.
 func walkSlice(hidden, gates, j int, back bool, dt device.DType) int64 {
 	if back {
-		return int64(gates*hidden*j) * dt.Size()
+		v := walkVec(dt)
+		return int64((gates*hidden+v-1)/v*v*j) * dt.Size()
 	}
-	return int64(gates*j*(hidden|1)) * dt.Size()
+	return int64(gates*j*walkStride(hidden, dt)) * dt.Size()
 }
 
 // walkSmallSlice is the most bytes of W_hh a walk block keeps where a
-// tile that small serves: with the staging, at most 47.25 KiB of shared
-// memory a block, so that four walk blocks (five in float32) share a
-// multiprocessor and the walks a stack runs at once on two streams are
-// resident side by side.
+// tile that small serves: with the staging, at most 47.5 KiB of shared
+// memory a block in float64 (43.5 in float32), so that four walk blocks
+// (five in float32) share a multiprocessor and the walks a stack runs at
+// once on two streams are resident side by side.
 const walkSmallSlice = 39936
 
 // walkTile is the walks' block for a layer of hidden units with gates

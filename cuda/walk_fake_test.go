@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -10,7 +11,7 @@ import (
 // TestFakeWalkLaunch checks how a walk reaches the driver, over the fake
 // one (an H100's 132 multiprocessors and 227 KiB a block can opt into):
 // at Open every walk kernel is opted into the opt-in limit less its static
-// staging, 228224 bytes in float32 and 224000 in float64, and only where
+// staging, 227840 bytes in float32 and 223744 in float64, and only where
 // walks may run; each walk is one cooperative launch whose dynamic shared
 // memory is its block's slice of W_hh (walkSlice), whose grid is cut to
 // the multiprocessors, and whose occupancy the device asks the driver
@@ -29,13 +30,14 @@ func TestFakeWalkLaunch(t *testing.T) {
 		shared, back uint32
 	}{
 		// H = 1024: J = 8 (128 tiles of units), 16 rows a tile, 2 tiles of
-		// rows in turn; 4·8·1025·4 = 131200 bytes, back 4·1024·8·4.
-		{"LSTM1024", wideWalks, false, 1024, 32, device.Float32, [3]uint32{128, 1, 1}, [3]uint32{8, 16, 1}, 131200, 131072},
+		// rows in turn; 4·8·1028·4 = 131584 bytes (rows 1028 floats
+		// apart, 257 vectors), back 4·1024·8·4 = 131072.
+		{"LSTM1024", wideWalks, false, 1024, 32, device.Float32, [3]uint32{128, 1, 1}, [3]uint32{8, 16, 1}, 131584, 131072},
 		// H = 256: J = 8 (32 tiles), 8 tiles of rows on 132/32 = 4 rows
-		// of blocks; 4·8·257·4 = 32896 bytes, back 4·256·8·4 = 32768.
-		{"LSTM256", walksOn, false, 256, 128, device.Float32, [3]uint32{32, 4, 1}, [3]uint32{8, 16, 1}, 32896, 32768},
-		// float64, H = 400: J = 4 (100 tiles), 32 rows; 4·4·401·8 = 51328.
-		{"LSTM400Float64", wideWalks, false, 400, 32, device.Float64, [3]uint32{100, 1, 1}, [3]uint32{4, 32, 1}, 51328, 51200},
+		// of blocks; 4·8·260·4 = 33280 bytes, back 4·256·8·4 = 32768.
+		{"LSTM256", walksOn, false, 256, 128, device.Float32, [3]uint32{32, 4, 1}, [3]uint32{8, 16, 1}, 33280, 32768},
+		// float64, H = 400: J = 4 (100 tiles), 32 rows; 4·4·402·8 = 51456.
+		{"LSTM400Float64", wideWalks, false, 400, 32, device.Float64, [3]uint32{100, 1, 1}, [3]uint32{4, 32, 1}, 51456, 51200},
 		{"NoCooperative", wideWalks, true, 1024, 32, device.Float32, [3]uint32{}, [3]uint32{}, 0, 0},
 		{"WalksOff", Config{}, false, 256, 32, device.Float32, [3]uint32{}, [3]uint32{}, 0, 0},
 	} {
@@ -55,7 +57,7 @@ func TestFakeWalkLaunch(t *testing.T) {
 				}
 			} else {
 				for _, k := range walkKernels {
-					for suffix, want := range map[string]int{"_f32": 228224, "_f64": 224000} {
+					for suffix, want := range map[string]int{"_f32": 227840, "_f64": 223744} {
 						if name := "gc_" + kernelNames[k] + suffix; opted[name] != want {
 							t.Errorf("%s opted into %d bytes of dynamic shared memory, want %d", name, opted[name], want)
 						}
@@ -125,5 +127,47 @@ func TestFakeWalkLaunch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFakeWalkNotCapturable checks a driver that would not record a
+// cooperative launch in a stream capture (CUDA_ERROR_STREAM_CAPTURE_
+// UNSUPPORTED, the capture invalidated, as CUDA does with an illegal call
+// in a capture): the capture of a walk fails with an error matching
+// device.ErrNotCapturable (its invalidated end's), which the trainer and
+// the sampler take to run their steps eagerly, and the same walk then
+// runs eagerly as one cooperative launch.
+func TestFakeWalkNotCapturable(t *testing.T) {
+	f := newFakeAPI()
+	f.noCooperativeCapture = true
+	d := openFake(t, f, walksOn)
+	const T, B, H = 3, 4, 32
+	buf := func(n int) device.Buffer {
+		b, err := d.Alloc(int64(n)*4, device.Workspace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	walk := device.LSTMWalk{DType: device.Float32, Steps: T, Batch: B, Hidden: H, Pre: buf(4 * T * B * H), W: buf(4 * H * H),
+		H0: buf(B * H), C0: buf(B * H), H: buf(T * B * H), CLast: buf(B * H)}
+	w := d.Kernels().(device.Walker)
+	g, err := d.Capture(func() error { return w.LSTMWalk(walk) })
+	if !errors.Is(err, device.ErrNotCapturable) {
+		if g != nil {
+			g.Close()
+		}
+		t.Fatalf("Capture of a walk the driver will not record = %v, want an error matching ErrNotCapturable", err)
+	}
+	f.mu.Lock()
+	f.launches = nil
+	f.mu.Unlock()
+	if err := w.LSTMWalk(walk); err != nil {
+		t.Fatalf("the walk run eagerly after the failed capture: %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.launches) != 1 || !f.launches[0].cooperative {
+		t.Errorf("the eager walk launched %+v, want one cooperative launch", f.launches)
 	}
 }

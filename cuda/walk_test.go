@@ -57,7 +57,7 @@ func TestEmulatedWalkConformance(t *testing.T) {
 // (a GEMM and the cell a step), and with more tiles of units (32 units
 // each) than multiprocessors; and at hidden 100 on 4 multiprocessors,
 // where only tiles of 32 units fit them and a walk block's slice of W
-// then takes more than 48 KiB of shared memory (4·32·101·4 = 51712
+// then takes more than 48 KiB of shared memory (4·32·100·4 = 51200
 // bytes). The walks back as the walks, but for a
 // first step walked back given no product, which is the plain cell
 // gradient, no GEMM.
@@ -158,9 +158,10 @@ func TestEmulatedWalkLaunches(t *testing.T) {
 // the static shared memory of every walk kernel in the PTX is the
 // staging walkStaging counts (the rest of a block's shared memory is its
 // slice of W, dynamic), and walkTile takes the J worked by hand below
-// (slices of G·J·(hidden|1)·size bytes) for an H100's 132
+// (slices of G·J·walkStride·size bytes) for an H100's 132
 // multiprocessors and 227 KiB a block can opt into, less the staging:
-// 228224 bytes in float32, 224000 in float64.
+// 227840 bytes in float32, 223744 in float64. walkStride's rows are
+// checked against cells.cu's through the emulated walks.
 func TestWalkTile(t *testing.T) {
 	src, err := os.ReadFile("kernels/cells.cu")
 	if err != nil {
@@ -202,30 +203,32 @@ func TestWalkTile(t *testing.T) {
 		j             int // 0: none fits
 	}{
 		// Slices of at most walkSmallSlice (39936), the largest J first.
-		{5, 4, device.Float64, h100(device.Float64), 132, 8},   // fuseTile's 8: 4·8·5·8 = 1280
-		{64, 4, device.Float32, h100(device.Float32), 132, 32}, // 4·32·65·4 = 33280
-		{64, 4, device.Float64, h100(device.Float64), 132, 16}, // 4·32·65·8 = 66560; 4·16·65·8 = 33280
-		{256, 4, device.Float32, h100(device.Float32), 132, 8}, // 4·16·257·4 = 65792; 4·8·257·4 = 32896
-		{256, 3, device.Float32, h100(device.Float32), 132, 8}, // 3·16·257·4 = 49344; 3·8·257·4 = 24672
-		{256, 4, device.Float64, h100(device.Float64), 132, 4}, // 4·8·257·8 = 65792; 4·4·257·8 = 32896
-		{311, 4, device.Float64, h100(device.Float64), 132, 4}, // 4·4·311·8 = 39808, 78 tiles
+		// Strides: hidden in whole vectors (4 floats, 2 doubles), an odd
+		// number of them.
+		{5, 4, device.Float64, h100(device.Float64), 132, 8},   // fuseTile's 8: 4·8·6·8 = 1536
+		{64, 4, device.Float32, h100(device.Float32), 132, 32}, // 4·32·68·4 = 34816
+		{64, 4, device.Float64, h100(device.Float64), 132, 16}, // 4·32·66·8 = 67584; 4·16·66·8 = 33792
+		{256, 4, device.Float32, h100(device.Float32), 132, 8}, // 4·16·260·4 = 66560; 4·8·260·4 = 33280
+		{256, 3, device.Float32, h100(device.Float32), 132, 8}, // 3·16·260·4 = 49920; 3·8·260·4 = 24960
+		{256, 4, device.Float64, h100(device.Float64), 132, 4}, // 4·8·258·8 = 66048; 4·4·258·8 = 33024
+		{310, 4, device.Float64, h100(device.Float64), 132, 4}, // 4·4·310·8 = 39680, 78 tiles
 		// Else the smallest J whose tiles fit 132 multiprocessors.
-		{312, 4, device.Float64, h100(device.Float64), 132, 4},   // 4·4·313·8 = 40064, 78 tiles
-		{623, 4, device.Float32, h100(device.Float32), 132, 8},   // J = 4: 156 tiles; 4·8·623·4 = 79744, 78 tiles
-		{1024, 4, device.Float32, h100(device.Float32), 132, 8},  // 4·8·1025·4 = 131200, 128 tiles
-		{1056, 4, device.Float32, h100(device.Float32), 132, 8},  // 4·8·1057·4 = 135296, 132 tiles
-		{1057, 4, device.Float32, h100(device.Float32), 132, 0},  // J = 8: 133 tiles; 4·16·1057·4 = 270592
-		{1024, 3, device.Float32, h100(device.Float32), 132, 8},  // 3·8·1025·4 = 98400
-		{1100, 3, device.Float32, h100(device.Float32), 132, 16}, // J = 8: 138 tiles; 3·16·1101·4 = 211392
-		{1187, 3, device.Float32, h100(device.Float32), 132, 16}, // 3·16·1187·4 = 227904
-		{1188, 3, device.Float32, h100(device.Float32), 132, 0},  // 3·16·1189·4 = 228288
-		{875, 4, device.Float64, h100(device.Float64), 132, 8},   // J = 4: 219 tiles; 4·8·875·8 = 224000
-		{876, 4, device.Float64, h100(device.Float64), 132, 0},   // 4·8·877·8 = 224512
-		{1056, 3, device.Float64, h100(device.Float64), 132, 8},  // 3·8·1057·8 = 202944, 132 tiles
-		{1057, 3, device.Float64, h100(device.Float64), 132, 0},  // J = 8: 133 tiles; 3·16·1057·8 = 405888
+		{311, 4, device.Float64, h100(device.Float64), 132, 4},   // 4·4·314·8 = 40192, 78 tiles
+		{623, 4, device.Float32, h100(device.Float32), 132, 8},   // J = 4: 156 tiles; 4·8·628·4 = 80384, 78 tiles
+		{1024, 4, device.Float32, h100(device.Float32), 132, 8},  // 4·8·1028·4 = 131584, 128 tiles
+		{1056, 4, device.Float32, h100(device.Float32), 132, 8},  // 4·8·1060·4 = 135680, 132 tiles
+		{1057, 4, device.Float32, h100(device.Float32), 132, 0},  // J = 8: 133 tiles; 4·16·1060·4 = 271360
+		{1024, 3, device.Float32, h100(device.Float32), 132, 8},  // 3·8·1028·4 = 98688
+		{1100, 3, device.Float32, h100(device.Float32), 132, 16}, // J = 8: 138 tiles; 3·16·1100·4 = 211200
+		{1180, 3, device.Float32, h100(device.Float32), 132, 16}, // 3·16·1180·4 = 226560
+		{1181, 3, device.Float32, h100(device.Float32), 132, 0},  // 3·16·1188·4 = 228096
+		{874, 4, device.Float64, h100(device.Float64), 132, 8},   // J = 4: 219 tiles; 4·8·874·8 = 223744
+		{875, 4, device.Float64, h100(device.Float64), 132, 0},   // 4·8·878·8 = 224768
+		{1056, 3, device.Float64, h100(device.Float64), 132, 8},  // 3·8·1058·8 = 203136, 132 tiles
+		{1057, 3, device.Float64, h100(device.Float64), 132, 0},  // J = 8: 133 tiles; 3·16·1058·8 = 406272
 		// A GPU without the opt-in (48 KiB a block, less the staging).
-		{256, 4, device.Float32, 48<<10 - walkStaging(device.Float32), 132, 8}, // 32896
-		{623, 4, device.Float32, 48<<10 - walkStaging(device.Float32), 132, 0}, // J = 4: 156 tiles; 79744 > 44928
+		{256, 4, device.Float32, 48<<10 - walkStaging(device.Float32), 132, 8}, // 33280
+		{623, 4, device.Float32, 48<<10 - walkStaging(device.Float32), 132, 0}, // J = 4: 156 tiles; 80384 > 44544
 		// Few multiprocessors.
 		{64, 4, device.Float32, h100(device.Float32), 2, 32}, // 2 tiles
 		{65, 4, device.Float32, h100(device.Float32), 2, 0},  // 3 tiles of 32

@@ -281,11 +281,12 @@ __device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpr
 // in shared memory from the first step to the last, staged once: the G·J
 // rows of its J units for the walks, the J columns of every row for the
 // walks back, in the block's dynamic shared memory, which the launch sizes
-// to the slice (G·J·walk_stride elements for the walks, G·hidden·J for the
-// walks back; above 48 KiB with the function opted in). blockDim = (J, B),
-// J·B = GC_FUSE_THREADS, J the largest of the fused kernels' tile
-// (fuseTile) and its halves down to 4 whose slice fits the GPU's opt-in
-// shared memory beside the static staging (the launcher's walkTile):
+// to the slice (G·J·walk_stride elements for the walks, G·hidden rounded
+// up to whole vectors, times J, for the walks back; above 48 KiB with the
+// function opted in). blockDim = (J, B), J·B = GC_FUSE_THREADS, J one
+// of the fused kernels' tile (fuseTile) and its halves down to 4 whose
+// slice fits the GPU's opt-in shared memory beside the static staging and
+// whose tiles of units fit its multiprocessors (the launcher's walkTile):
 // thread (tx, ty) of block (bx, by) owns element (b, j) = (by·B + ty,
 // bx·J + tx), as in the fused kernels. The grid's x is the tiles of units;
 // its y may be fewer than the tiles of rows, a block then taking tiles by,
@@ -297,25 +298,61 @@ __device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpr
 // summed in order of k, whichever thread owns it, so the walk's results
 // are the per-step launches' to the bit. The block stages the rows of h
 // (or of the pre-activation gradients) it reads in chunks of GC_WALK_K,
-// padded by one element, and W's rows lie walk_stride apart, an odd number
-// of elements, so that the rows a warp reads at once fall in different
-// banks. c goes from step to step in cs (every step's, in time order) or,
+// padded by a vector (walk_vec: 16 bytes, 4 floats or 2 doubles), and its
+// threads read both the staging and the slice of W a vector at a time,
+// consecutive k, adding them into their accumulators in order of k (a
+// scalar tail where a chunk's k are not a whole number of vectors): at
+// hidden 256, 8 units a block, a warp's vector of each gate's W is one
+// shared-memory wavefront for 4 multiply-adds, where scalar loads took 4.
+// Rows of W lie walk_stride apart, an odd number of vectors, so that the
+// rows a warp reads at once fall in different banks. c goes from step to step in cs (every step's, in time order) or,
 // without it, in clast, each element written and read again by the thread
 // that owns it; h in hs, read by every block after the barrier, from L2.
 #define GC_WALK_BMAX 32
 #define GC_WALK_K 32
 
-__device__ __forceinline__ long long walk_stride(long long hidden) { return hidden | 1; }
+// walk_vec<T> is the walks' vector of T, 16 bytes: n elements.
+template <typename T> struct walk_vec;
+template <> struct walk_vec<float> {
+  typedef float4 type;
+  static constexpr int n = 4;
+};
+template <> struct walk_vec<double> {
+  typedef double2 type;
+  static constexpr int n = 2;
+};
+
+// walk_load copies the vector at p (16-byte aligned) into x.
+template <typename T>
+__device__ __forceinline__ void walk_load(T* x, const T* p) {
+  *reinterpret_cast<typename walk_vec<T>::type*>(x) =
+      *reinterpret_cast<const typename walk_vec<T>::type*>(p);
+}
+
+// walk_pad is the staging's row: GC_WALK_K elements and a vector's
+// padding, an odd number of vectors.
+template <typename T> __device__ __forceinline__ int walk_pad() {
+  return GC_WALK_K + walk_vec<T>::n;
+}
+
+// walk_stride is the distance between two rows of a walk's slice of W:
+// hidden rounded up to whole vectors, and a vector more where that is an
+// even number of them.
+template <typename T> __device__ __forceinline__ long long walk_stride(long long hidden) {
+  const long long v = walk_vec<T>::n, n = (hidden + v - 1) / v;
+  return (n % 2 ? n : n + 1) * v;
+}
 
 // walk_stage_rows copies the block's rows of w, [G·hidden, hidden] (gate
 // g's rows g·hidden + j0 + jj for its units j0 + jj below hidden), into
-// wr, row g·J + jj at (g·J + jj)·walk_stride. No barrier of its own: the
+// wr, row g·J + jj at (g·J + jj)·walk_stride (the padding past hidden is
+// never read). No barrier of its own: the
 // first product reads wr only after the barrier that follows staging its
 // first chunk of h.
 template <typename T, int G>
 __device__ void walk_stage_rows(const T* w, T* wr, long long hidden) {
   const int tj = blockDim.x, threads = tj * blockDim.y, tid = threadIdx.y * tj + threadIdx.x;
-  const long long j0 = (long long)blockIdx.x * tj, stride = walk_stride(hidden);
+  const long long j0 = (long long)blockIdx.x * tj, stride = walk_stride<T>(hidden);
   const int jn = (int)(hidden - j0 < tj ? hidden - j0 : tj);
   // Consecutive threads copy consecutive k of a row: coalesced.
   for (long long i = tid; i < G * jn * hidden; i += threads) {
@@ -326,28 +363,40 @@ __device__ void walk_stage_rows(const T* w, T* wr, long long hidden) {
 }
 
 // walk_product is rec_product with the block's rows of W in wr
-// (walk_stage_rows) and hs the staging of GC_WALK_BMAX rows of h: the same
-// sums, in the same order.
+// (walk_stage_rows) and hs the staging of GC_WALK_BMAX rows of h
+// (walk_pad apart): the same sums, in the same order, read a vector of k
+// at a time.
 template <typename T, int G>
 __device__ void walk_product(const T* hprev, const T* wr, T* hs, long long batch,
                              long long hidden, T* acc, long long by) {
-  const int tj = blockDim.x, tb = blockDim.y, threads = tj * tb;
+  constexpr int V = walk_vec<T>::n;
+  const int tj = blockDim.x, tb = blockDim.y, threads = tj * tb, pad = walk_pad<T>();
   int tx = threadIdx.x, ty = threadIdx.y, tid = ty * tj + tx;
-  long long j0 = (long long)blockIdx.x * tj, b0 = by * tb, stride = walk_stride(hidden);
+  long long j0 = (long long)blockIdx.x * tj, b0 = by * tb, stride = walk_stride<T>(hidden);
   for (int g = 0; g < G; g++) acc[g] = T(0);
   const int jn = (int)(hidden - j0 < tj ? hidden - j0 : tj);
   for (long long k0 = 0; k0 < hidden; k0 += GC_WALK_K) {
-    const int kn = (int)(hidden - k0 < GC_WALK_K ? hidden - k0 : GC_WALK_K);
+    const int kn = (int)(hidden - k0 < GC_WALK_K ? hidden - k0 : GC_WALK_K), kv = kn - kn % V;
     for (int i = tid; i < tb * kn; i += threads) {
       long long b = b0 + i / kn;
       int kk = i % kn;
-      hs[(i / kn) * (GC_WALK_K + 1) + kk] = b < batch ? gc_ld_l2(hprev + b * hidden + k0 + kk) : T(0);
+      hs[(i / kn) * pad + kk] = b < batch ? gc_ld_l2(hprev + b * hidden + k0 + kk) : T(0);
     }
     __syncthreads();
     if (tx < jn) {
-      const T* x = hs + ty * (GC_WALK_K + 1);
+      const T* x = hs + ty * pad;
       const T* wk = wr + tx * stride + k0;
-      for (int kk = 0; kk < kn; kk++) {
+      for (int kk = 0; kk < kv; kk += V) {
+        T xv[V];
+        walk_load(xv, x + kk);
+        for (int g = 0; g < G; g++) {
+          T wv[V];
+          walk_load(wv, wk + g * tj * stride + kk);
+#pragma unroll
+          for (int v = 0; v < V; v++) acc[g] += xv[v] * wv[v];
+        }
+      }
+      for (int kk = kv; kk < kn; kk++) {
         T xv = x[kk];
         for (int g = 0; g < G; g++) acc[g] += xv * wk[g * tj * stride + kk];
       }
@@ -362,7 +411,7 @@ __device__ void lstm_walk(const T* h0, const T* c0, const T* w, T* pre, const T*
                           const T* bhh, T* hs, T* cs, T* clast, T* act, long long steps,
                           long long batch, long long hidden, long long reverse, unsigned* bar) {
   GC_SHARED_DYNAMIC(T, wr);
-  GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + 1));
+  GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + walk_vec<T>::n));
   walk_stage_rows<T, 4>(w, wr, hidden);
   const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
   const long long bx = blockIdx.x;
@@ -389,7 +438,7 @@ __device__ void gru_walk(const T* h0, const T* w, const T* xpre, T* hpre, const 
                          const T* bhh, T* hs, T* act, long long steps, long long batch,
                          long long hidden, long long reverse, unsigned* bar) {
   GC_SHARED_DYNAMIC(T, wr);
-  GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + 1));
+  GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + walk_vec<T>::n));
   walk_stage_rows<T, 3>(w, wr, hidden);
   const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
   const long long bx = blockIdx.x;
@@ -565,9 +614,18 @@ __device__ __forceinline__ void grad_walk_step(long long steps, long long revers
   if (i == 0) *next = -1;
 }
 
+// walk_col is where walk_stage_cols puts element (k, j0 + jj) of w in
+// wr, a vector of k at a time: (k/V)·J·V + jj·V + k%V, so that a thread's
+// consecutive k are one vector and a warp's consecutive j read
+// consecutive vectors.
+template <typename T>
+__device__ __forceinline__ long long walk_col(long long k, int jj, int tj) {
+  constexpr int V = walk_vec<T>::n;
+  return (k / V) * tj * V + jj * V + k % V;
+}
+
 // walk_stage_cols copies the block's columns of w, [G·hidden, hidden]
-// (its units j0 + jj below hidden), into wr: element (k, j0 + jj) at
-// k·J + jj, so that a warp's consecutive j read consecutive banks. As
+// (its units j0 + jj below hidden), into wr at walk_col. As
 // walk_stage_rows, no barrier of its own: the first product's (after its
 // first chunk of dnext) comes before any read of wr.
 template <typename T, int G>
@@ -578,17 +636,19 @@ __device__ void walk_stage_cols(const T* w, T* wr, long long hidden) {
   for (long long i = tid; i < G * hidden * jn; i += threads) {
     long long k = i / jn;
     int jj = (int)(i - k * jn);
-    wr[k * tj + jj] = w[k * hidden + j0 + jj];
+    wr[walk_col<T>(k, jj, tj)] = w[k * hidden + j0 + jj];
   }
 }
 
 // walk_grad_product is rec_grad_product (over nbatch = batch rows) with
 // the block's columns of W in wr (walk_stage_cols) and ds the staging of
-// GC_WALK_BMAX rows of dnext: the same sums, in the same order.
+// GC_WALK_BMAX rows of dnext (walk_pad apart): the same sums, in the same
+// order, read a vector of k at a time.
 template <typename T, int G>
 __device__ T walk_grad_product(const T* dnext, const T* wr, T* ds, long long batch,
                                long long hidden, long long by) {
-  const int tj = blockDim.x, tb = blockDim.y, threads = tj * tb;
+  constexpr int V = walk_vec<T>::n;
+  const int tj = blockDim.x, tb = blockDim.y, threads = tj * tb, pad = walk_pad<T>();
   int tx = threadIdx.x, ty = threadIdx.y, tid = ty * tj + tx;
   long long j0 = (long long)blockIdx.x * tj, b0 = by * tb;
   const long long nk = G * hidden;
@@ -596,16 +656,22 @@ __device__ T walk_grad_product(const T* dnext, const T* wr, T* ds, long long bat
   const int nb = (int)(batch - b0 < tb ? batch - b0 : tb);
   T acc = T(0);
   for (long long k0 = 0; k0 < nk; k0 += GC_WALK_K) {
-    const int kn = (int)(nk - k0 < GC_WALK_K ? nk - k0 : GC_WALK_K);
+    const int kn = (int)(nk - k0 < GC_WALK_K ? nk - k0 : GC_WALK_K), kv = kn - kn % V;
     for (int i = tid; i < nb * kn; i += threads) {
       int r = i / kn, kk = i % kn;
-      ds[r * (GC_WALK_K + 1) + kk] = gc_ld_l2(dnext + (b0 + r) * nk + k0 + kk);
+      ds[r * pad + kk] = gc_ld_l2(dnext + (b0 + r) * nk + k0 + kk);
     }
     __syncthreads();
     if (tx < jn && ty < nb) {
-      const T* d = ds + ty * (GC_WALK_K + 1);
-      const T* wk = wr + k0 * tj + tx;
-      for (int kk = 0; kk < kn; kk++) acc += d[kk] * wk[kk * tj];
+      const T* d = ds + ty * pad;
+      for (int kk = 0; kk < kv; kk += V) {
+        T dv[V], wv[V];
+        walk_load(dv, d + kk);
+        walk_load(wv, wr + walk_col<T>(k0 + kk, tx, tj));
+#pragma unroll
+        for (int v = 0; v < V; v++) acc += dv[v] * wv[v];
+      }
+      for (int kk = kv; kk < kn; kk++) acc += d[kk] * wr[walk_col<T>(k0 + kk, tx, tj)];
     }
     // The chunk read by every thread before the next one overwrites it.
     __syncthreads();
@@ -618,7 +684,7 @@ __device__ void lstm_grad_walk(T* act, const T* cs, const T* c0, T* dh, T* dc, T
                                const T* dpre_in, long long steps, long long batch,
                                long long hidden, long long reverse, unsigned* bar) {
   GC_SHARED_DYNAMIC(T, wr);
-  GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + 1));
+  GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + walk_vec<T>::n));
   walk_stage_cols<T, 4>(w, wr, hidden);
   const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
   const long long bx = blockIdx.x;
@@ -650,7 +716,7 @@ __device__ void gru_grad_walk(const T* act, const T* hs, const T* h0, T* dh, T* 
                               long long batch, long long hidden, long long reverse,
                               unsigned* bar) {
   GC_SHARED_DYNAMIC(T, wr);
-  GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + 1));
+  GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + walk_vec<T>::n));
   walk_stage_cols<T, 3>(w, wr, hidden);
   const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
   const long long bx = blockIdx.x;

@@ -8,9 +8,11 @@
 #define GC_STATUS_SEQ_POOL_GRAD 16u
 
 // Shared memory is declared through this macro so that the CPU emulator
-// (internal/cudaemu) can give each emulated block its own copy.
+// (internal/cudaemu) can give each emulated block its own copy. Each
+// array is aligned to 16 bytes, so a kernel may read it a vector at a
+// time (float4, double2).
 #ifndef GC_SHARED
-#define GC_SHARED(type, name, count) __shared__ type name[count]
+#define GC_SHARED(type, name, count) __shared__ __align__(16) type name[count]
 #endif
 
 // The block's dynamic shared memory (the bytes its launch asks for, which

@@ -20,7 +20,7 @@ import (
 // the largest hidden size the CUDA device fuses by default and one above
 // it, where its walk is the per-step calls; a hidden size whose walk's
 // slice of W passes the 48 KiB of shared memory a CUDA block has without
-// opting into more (400 in float64: 4 units, 4·4·401·8 = 51328 bytes),
+// opting into more (400 in float64: 4 units, 4·4·402·8 = 51456 bytes),
 // where the device fuses it (cuda.Config.FuseCellsUpTo raised).
 var walkSizes = [][3]int{{1, 1, 1}, {3, 5, 4}, {17, 12, 3}, {5, 33, 3}, {9, 70, 2}, {70, 9, 3}, {33, 203, 2}, {6, 256, 2}, {2, 257, 2}, {2, 400, 2}}
 

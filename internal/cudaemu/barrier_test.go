@@ -162,10 +162,10 @@ const walkSteps, walkBatch, walkHidden = 3, 16, 64
 var walkGrid, walkBlock = [3]uint32{4, 2, 1}, [3]uint32{16, 8, 1}
 
 // walkShared is the dynamic shared memory a launch of kernel name over
-// the walks' shape takes, as cuda/launch.go's walkShape sizes it: a
-// block's slice of W in float64, the G·J rows of its units at a stride of
-// hidden|1 for a walk, the J columns of every row for a walk back; none
-// for other kernels.
+// the walks' shape takes, as cuda/walk.go's walkShape sizes it: a
+// block's slice of W in float64, the G·J rows of its units 66 doubles
+// apart (64 rounded up to an odd number of 2-double vectors) for a walk,
+// the J columns of every row for a walk back; none for other kernels.
 func walkShared(name string) uint32 {
 	gates := 4
 	if strings.HasPrefix(name, "gc_gru") {
@@ -176,7 +176,7 @@ func walkShared(name string) uint32 {
 	case strings.Contains(name, "_grad_walk_"):
 		return uint32(gates * walkHidden * j * 8)
 	case strings.Contains(name, "_walk_"):
-		return uint32(gates * j * (walkHidden | 1) * 8)
+		return uint32(gates * j * (walkHidden + 2) * 8)
 	}
 	return 0
 }
