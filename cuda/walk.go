@@ -180,9 +180,10 @@ func walkSlice(hidden, gates, j int, back bool, dt device.DType) int64 {
 
 // walkSmallSlice is the most bytes of W_hh a walk block keeps where a
 // tile that small serves: with the staging, at most 47.5 KiB of shared
-// memory a block in float64 (43.5 in float32), so that four walk blocks
-// (five in float32) share a multiprocessor and the walks a stack runs at
-// once on two streams are resident side by side.
+// memory a block in float64 (43.5 in float32), so that shared memory is
+// not what limits the walk blocks a multiprocessor holds (four by it,
+// three by the registers: at most 141 a thread), and the walks a stack
+// runs at once on two streams are resident side by side.
 const walkSmallSlice = 39936
 
 // walkTile is the walks' block for a layer of hidden units with gates

@@ -335,6 +335,46 @@ template <typename T> __device__ __forceinline__ int walk_pad() {
   return GC_WALK_K + walk_vec<T>::n;
 }
 
+// GC_WALK_CARRY is the most elements of a staged chunk one thread
+// carries from L2 to the staging (walk_fetch, walk_put): GC_WALK_BMAX
+// rows of GC_WALK_K over the block's GC_FUSE_THREADS. Thread tid carries
+// column tid % GC_WALK_K of rows tid / GC_WALK_K + q·GC_WALK_ROWS.
+#define GC_WALK_ROWS (GC_FUSE_THREADS / GC_WALK_K)
+#define GC_WALK_CARRY (GC_WALK_BMAX / GC_WALK_ROWS)
+
+// walk_fetch loads the thread's part of a chunk, rows [b0, b0 + rows) by
+// columns [k0, k0 + kn) of src (rows ld apart), into carry; rows at or
+// past nrows read as zero. The loads are issued together and waited for
+// at the first use of carry, so a chunk fetched before the product of
+// the one before is summed arrives while it is.
+template <typename T>
+__device__ __forceinline__ void walk_fetch(T* carry, const T* src, long long ld, long long b0,
+                                           int rows, long long nrows, long long k0, int kn) {
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x, col = tid % GC_WALK_K;
+  const int row = tid / GC_WALK_K;
+  if (col >= kn) return;
+  const T* p = src + (b0 + row) * ld + k0 + col;
+#pragma unroll
+  for (int q = 0; q < GC_WALK_CARRY; q++) {
+    const int r = row + q * GC_WALK_ROWS;
+    if (r < rows) carry[q] = b0 + r < nrows ? gc_ld_l2(p + q * GC_WALK_ROWS * ld) : T(0);
+  }
+}
+
+// walk_put stores what walk_fetch carried into the staging st, row r at
+// r·walk_pad.
+template <typename T>
+__device__ __forceinline__ void walk_put(const T* carry, T* st, int rows, int kn) {
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x, col = tid % GC_WALK_K;
+  const int row = tid / GC_WALK_K;
+  if (col >= kn) return;
+#pragma unroll
+  for (int q = 0; q < GC_WALK_CARRY; q++) {
+    const int r = row + q * GC_WALK_ROWS;
+    if (r < rows) st[r * walk_pad<T>() + col] = carry[q];
+  }
+}
+
 // walk_stride is the distance between two rows of a walk's slice of W:
 // hidden rounded up to whole vectors, and a vector more where that is an
 // even number of them.
@@ -365,24 +405,27 @@ __device__ void walk_stage_rows(const T* w, T* wr, long long hidden) {
 // walk_product is rec_product with the block's rows of W in wr
 // (walk_stage_rows) and hs the staging of GC_WALK_BMAX rows of h
 // (walk_pad apart): the same sums, in the same order, read a vector of k
-// at a time.
+// at a time. Each chunk of h is fetched from L2 while the one before is
+// summed (walk_fetch), so that a step waits on L2 once, not once a chunk.
 template <typename T, int G>
 __device__ void walk_product(const T* hprev, const T* wr, T* hs, long long batch,
                              long long hidden, T* acc, long long by) {
   constexpr int V = walk_vec<T>::n;
-  const int tj = blockDim.x, tb = blockDim.y, threads = tj * tb, pad = walk_pad<T>();
-  int tx = threadIdx.x, ty = threadIdx.y, tid = ty * tj + tx;
+  const int tj = blockDim.x, tb = blockDim.y, pad = walk_pad<T>();
+  const int tx = threadIdx.x, ty = threadIdx.y;
   long long j0 = (long long)blockIdx.x * tj, b0 = by * tb, stride = walk_stride<T>(hidden);
   for (int g = 0; g < G; g++) acc[g] = T(0);
   const int jn = (int)(hidden - j0 < tj ? hidden - j0 : tj);
+  T carry[GC_WALK_CARRY];
+  walk_fetch(carry, hprev, hidden, b0, tb, batch, 0, (int)(hidden < GC_WALK_K ? hidden : GC_WALK_K));
   for (long long k0 = 0; k0 < hidden; k0 += GC_WALK_K) {
     const int kn = (int)(hidden - k0 < GC_WALK_K ? hidden - k0 : GC_WALK_K), kv = kn - kn % V;
-    for (int i = tid; i < tb * kn; i += threads) {
-      long long b = b0 + i / kn;
-      int kk = i % kn;
-      hs[(i / kn) * pad + kk] = b < batch ? gc_ld_l2(hprev + b * hidden + k0 + kk) : T(0);
-    }
+    walk_put(carry, hs, tb, kn);
     __syncthreads();
+    const long long k1 = k0 + GC_WALK_K;
+    if (k1 < hidden)
+      walk_fetch(carry, hprev, hidden, b0, tb, batch, k1,
+                 (int)(hidden - k1 < GC_WALK_K ? hidden - k1 : GC_WALK_K));
     if (tx < jn) {
       const T* x = hs + ty * pad;
       const T* wk = wr + tx * stride + k0;
@@ -643,25 +686,28 @@ __device__ void walk_stage_cols(const T* w, T* wr, long long hidden) {
 // walk_grad_product is rec_grad_product (over nbatch = batch rows) with
 // the block's columns of W in wr (walk_stage_cols) and ds the staging of
 // GC_WALK_BMAX rows of dnext (walk_pad apart): the same sums, in the same
-// order, read a vector of k at a time.
+// order, read a vector of k at a time, each chunk of dnext fetched while
+// the one before is summed, as walk_product's h.
 template <typename T, int G>
 __device__ T walk_grad_product(const T* dnext, const T* wr, T* ds, long long batch,
                                long long hidden, long long by) {
   constexpr int V = walk_vec<T>::n;
-  const int tj = blockDim.x, tb = blockDim.y, threads = tj * tb, pad = walk_pad<T>();
-  int tx = threadIdx.x, ty = threadIdx.y, tid = ty * tj + tx;
+  const int tj = blockDim.x, tb = blockDim.y, pad = walk_pad<T>();
+  const int tx = threadIdx.x, ty = threadIdx.y;
   long long j0 = (long long)blockIdx.x * tj, b0 = by * tb;
   const long long nk = G * hidden;
   const int jn = (int)(hidden - j0 < tj ? hidden - j0 : tj);
   const int nb = (int)(batch - b0 < tb ? batch - b0 : tb);
   T acc = T(0);
+  T carry[GC_WALK_CARRY];
+  walk_fetch(carry, dnext, nk, b0, nb, batch, 0, (int)(nk < GC_WALK_K ? nk : GC_WALK_K));
   for (long long k0 = 0; k0 < nk; k0 += GC_WALK_K) {
     const int kn = (int)(nk - k0 < GC_WALK_K ? nk - k0 : GC_WALK_K), kv = kn - kn % V;
-    for (int i = tid; i < nb * kn; i += threads) {
-      int r = i / kn, kk = i % kn;
-      ds[r * pad + kk] = gc_ld_l2(dnext + (b0 + r) * nk + k0 + kk);
-    }
+    walk_put(carry, ds, nb, kn);
     __syncthreads();
+    const long long k1 = k0 + GC_WALK_K;
+    if (k1 < nk)
+      walk_fetch(carry, dnext, nk, b0, nb, batch, k1, (int)(nk - k1 < GC_WALK_K ? nk - k1 : GC_WALK_K));
     if (tx < jn && ty < nb) {
       const T* d = ds + ty * pad;
       for (int kk = 0; kk < kv; kk += V) {
