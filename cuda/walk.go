@@ -93,10 +93,9 @@ func (d *Device) walkOccupancy(wk kernel, dt device.DType, shared uint32) int {
 // has its slice of W within the shared memory a block can opt into and
 // its tiles of units within the GPU's multiprocessors (walkTile), or
 // where the driver says a multiprocessor holds no such block
-// (walkOccupancy). The
-// grid's x is the tiles of units; its y, the tiles of rows, is cut so that
-// the grid has at most a block per multiprocessor, a block then taking
-// several tiles of rows in turn. Every block must be resident at once
+// (walkOccupancy). The grid's x is the tiles of units; its y, the tiles of
+// rows, is cut so that the grid has at most a block per multiprocessor, a
+// block then taking several tiles of rows in turn. Every block must be resident at once
 // (gc_grid_sync), which the cooperative launch makes the GPU wait for: a
 // walk whose blocks do not all fit beside the work running (another
 // stream's walk, at hidden sizes whose slices fill a multiprocessor's
@@ -192,7 +191,7 @@ const walkSmallSlice = 39936
 // fuseThreads/J rows, J one of the fused kernels' (fuseTile) and its
 // halves down to walkMinJ whose ceil(hidden/J) tiles of units fit the
 // multiprocessors (a block each at most) and whose walk slice fits budget
-// (the walk back's, G·hidden·J elements, fits then too): the largest whose
+// (the walk back's, never larger, fits then too): the largest whose
 // slice is at most walkSmallSlice, else the smallest, whose slice is the
 // smallest; fits false when none does. The tile changes which thread
 // computes an element, never how: each sum runs over k in order, as the

@@ -305,9 +305,11 @@ __device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpr
 // hidden 256, 8 units a block, a warp's vector of each gate's W is one
 // shared-memory wavefront for 4 multiply-adds, where scalar loads took 4.
 // Rows of W lie walk_stride apart, an odd number of vectors, so that the
-// rows a warp reads at once fall in different banks. c goes from step to step in cs (every step's, in time order) or,
-// without it, in clast, each element written and read again by the thread
-// that owns it; h in hs, read by every block after the barrier, from L2.
+// rows a warp reads at once fall in different banks. Each chunk is fetched
+// from L2 into registers while the one before it is summed (walk_fetch).
+// c goes from step to step in cs (every step's, in time order) or, without
+// it, in clast, each element written and read again by the thread that
+// owns it; h in hs, read by every block after the barrier, from L2.
 #define GC_WALK_BMAX 32
 #define GC_WALK_K 32
 
@@ -386,9 +388,8 @@ template <typename T> __device__ __forceinline__ long long walk_stride(long long
 // walk_stage_rows copies the block's rows of w, [G·hidden, hidden] (gate
 // g's rows g·hidden + j0 + jj for its units j0 + jj below hidden), into
 // wr, row g·J + jj at (g·J + jj)·walk_stride (the padding past hidden is
-// never read). No barrier of its own: the
-// first product reads wr only after the barrier that follows staging its
-// first chunk of h.
+// never read). No barrier of its own: the first product reads wr only
+// after the barrier that follows staging its first chunk of h.
 template <typename T, int G>
 __device__ void walk_stage_rows(const T* w, T* wr, long long hidden) {
   const int tj = blockDim.x, threads = tj * blockDim.y, tid = threadIdx.y * tj + threadIdx.x;
@@ -417,7 +418,8 @@ __device__ void walk_product(const T* hprev, const T* wr, T* hs, long long batch
   for (int g = 0; g < G; g++) acc[g] = T(0);
   const int jn = (int)(hidden - j0 < tj ? hidden - j0 : tj);
   T carry[GC_WALK_CARRY];
-  walk_fetch(carry, hprev, hidden, b0, tb, batch, 0, (int)(hidden < GC_WALK_K ? hidden : GC_WALK_K));
+  walk_fetch(carry, hprev, hidden, b0, tb, batch, 0,
+             (int)(hidden < GC_WALK_K ? hidden : GC_WALK_K));
   for (long long k0 = 0; k0 < hidden; k0 += GC_WALK_K) {
     const int kn = (int)(hidden - k0 < GC_WALK_K ? hidden - k0 : GC_WALK_K), kv = kn - kn % V;
     walk_put(carry, hs, tb, kn);
@@ -707,7 +709,8 @@ __device__ T walk_grad_product(const T* dnext, const T* wr, T* ds, long long bat
     __syncthreads();
     const long long k1 = k0 + GC_WALK_K;
     if (k1 < nk)
-      walk_fetch(carry, dnext, nk, b0, nb, batch, k1, (int)(nk - k1 < GC_WALK_K ? nk - k1 : GC_WALK_K));
+      walk_fetch(carry, dnext, nk, b0, nb, batch, k1,
+                 (int)(nk - k1 < GC_WALK_K ? nk - k1 : GC_WALK_K));
     if (tx < jn && ty < nb) {
       const T* d = ds + ty * pad;
       for (int kk = 0; kk < kv; kk += V) {
