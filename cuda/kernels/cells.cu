@@ -344,6 +344,12 @@ template <typename T> __device__ __forceinline__ int walk_pad() {
 #define GC_WALK_ROWS (GC_FUSE_THREADS / GC_WALK_K)
 #define GC_WALK_CARRY (GC_WALK_BMAX / GC_WALK_ROWS)
 
+// walk_chunk is the length of the chunk of n elements that starts at k0:
+// GC_WALK_K, or what is left.
+__device__ __forceinline__ int walk_chunk(long long n, long long k0) {
+  return (int)(n - k0 < GC_WALK_K ? n - k0 : GC_WALK_K);
+}
+
 // walk_fetch loads the thread's part of a chunk, rows [b0, b0 + rows) by
 // columns [k0, k0 + kn) of src (rows ld apart), into carry; rows at or
 // past nrows read as zero. The loads are issued together and waited for
@@ -418,16 +424,13 @@ __device__ void walk_product(const T* hprev, const T* wr, T* hs, long long batch
   for (int g = 0; g < G; g++) acc[g] = T(0);
   const int jn = (int)(hidden - j0 < tj ? hidden - j0 : tj);
   T carry[GC_WALK_CARRY];
-  walk_fetch(carry, hprev, hidden, b0, tb, batch, 0,
-             (int)(hidden < GC_WALK_K ? hidden : GC_WALK_K));
+  walk_fetch(carry, hprev, hidden, b0, tb, batch, 0, walk_chunk(hidden, 0));
   for (long long k0 = 0; k0 < hidden; k0 += GC_WALK_K) {
-    const int kn = (int)(hidden - k0 < GC_WALK_K ? hidden - k0 : GC_WALK_K), kv = kn - kn % V;
+    const int kn = walk_chunk(hidden, k0), kv = kn - kn % V;
     walk_put(carry, hs, tb, kn);
     __syncthreads();
     const long long k1 = k0 + GC_WALK_K;
-    if (k1 < hidden)
-      walk_fetch(carry, hprev, hidden, b0, tb, batch, k1,
-                 (int)(hidden - k1 < GC_WALK_K ? hidden - k1 : GC_WALK_K));
+    if (k1 < hidden) walk_fetch(carry, hprev, hidden, b0, tb, batch, k1, walk_chunk(hidden, k1));
     if (tx < jn) {
       const T* x = hs + ty * pad;
       const T* wk = wr + tx * stride + k0;
@@ -702,15 +705,13 @@ __device__ T walk_grad_product(const T* dnext, const T* wr, T* ds, long long bat
   const int nb = (int)(batch - b0 < tb ? batch - b0 : tb);
   T acc = T(0);
   T carry[GC_WALK_CARRY];
-  walk_fetch(carry, dnext, nk, b0, nb, batch, 0, (int)(nk < GC_WALK_K ? nk : GC_WALK_K));
+  walk_fetch(carry, dnext, nk, b0, nb, batch, 0, walk_chunk(nk, 0));
   for (long long k0 = 0; k0 < nk; k0 += GC_WALK_K) {
-    const int kn = (int)(nk - k0 < GC_WALK_K ? nk - k0 : GC_WALK_K), kv = kn - kn % V;
+    const int kn = walk_chunk(nk, k0), kv = kn - kn % V;
     walk_put(carry, ds, nb, kn);
     __syncthreads();
     const long long k1 = k0 + GC_WALK_K;
-    if (k1 < nk)
-      walk_fetch(carry, dnext, nk, b0, nb, batch, k1,
-                 (int)(nk - k1 < GC_WALK_K ? nk - k1 : GC_WALK_K));
+    if (k1 < nk) walk_fetch(carry, dnext, nk, b0, nb, batch, k1, walk_chunk(nk, k1));
     if (tx < jn && ty < nb) {
       const T* d = ds + ty * pad;
       for (int kk = 0; kk < kv; kk += V) {
