@@ -409,7 +409,7 @@ func (k kernels) LSTMWalk(a device.LSTMWalk) error {
 	}
 	return k.q.launchCooperative(kLSTMWalk, a.DType, grid, block, shared,
 		ptr(a.H0), ptr(a.C0), ptr(a.W), ptr(a.Pre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.H), ptr(a.C), ptr(a.CLast), ptr(a.Act),
-		i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
+		ptr(a.RowsAt), i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
 }
 
 // GRUWalk is LSTMWalk's counterpart.
@@ -423,7 +423,7 @@ func (k kernels) GRUWalk(a device.GRUWalk) error {
 	}
 	return k.q.launchCooperative(kGRUWalk, a.DType, grid, block, shared,
 		ptr(a.H0), ptr(a.W), ptr(a.XPre), ptr(a.HPre), ptr(a.BiasIH), ptr(a.BiasHH), ptr(a.H), ptr(a.Act),
-		i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
+		ptr(a.RowsAt), i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
 }
 
 // LSTMGradWalk is one launch of the persistent walk back where walkShape
@@ -440,7 +440,7 @@ func (k kernels) LSTMGradWalk(a device.LSTMGradWalk) error {
 	}
 	return k.q.launchCooperative(kLSTMGradWalk, a.DType, grid, block, shared,
 		ptr(a.Act), ptr(a.C), ptr(a.C0), ptr(a.DH), ptr(a.DC), ptr(a.DPre), ptr(a.W), ptr(a.DPreIn),
-		i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
+		ptr(a.RowsAt), i64(a.NextBatch), i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
 }
 
 // GRUGradWalk is LSTMGradWalk's counterpart.
@@ -454,7 +454,7 @@ func (k kernels) GRUGradWalk(a device.GRUGradWalk) error {
 	}
 	return k.q.launchCooperative(kGRUGradWalk, a.DType, grid, block, shared,
 		ptr(a.Act), ptr(a.H), ptr(a.H0), ptr(a.DH), ptr(a.DH0), ptr(a.DXPre), ptr(a.DHPre), ptr(a.W), ptr(a.DHPreIn),
-		i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
+		ptr(a.RowsAt), i64(a.NextBatch), i64(a.Steps), i64(a.Batch), i64(a.Hidden), flag(a.Reverse), uint64(k.q.bar))
 }
 
 // GRUCellGrad is LSTMCellGrad's counterpart.

@@ -57,6 +57,17 @@ type LSTMWalk struct {
 	// Act is [Steps, Batch, 4·Hidden], the activated gates of every step
 	// (LSTMCell's Act), or none. It may be Pre.
 	Act Buffer
+	// Rows, for a walk over sequences of several lengths sorted longest
+	// first, is the rows each step runs, in time order (step t's at t):
+	// step t's call covers the first Rows[t] rows (its Batch) and leaves
+	// the other rows of its outputs as they were; nil for all Batch rows
+	// at every step. A row a step runs that the step visited before it
+	// did not (a reverse walk's sequence starting there) reads what the
+	// caller put in that step's rows of the state. RowsAt is Rows on the
+	// device, Steps Int32, which a device's walk kernel reads: both or
+	// neither, holding the same counts.
+	Rows   []int
+	RowsAt Buffer
 }
 
 // Step is the LSTMCell call of the walk's i-th step visited (i in [0,
@@ -64,7 +75,7 @@ type LSTMWalk struct {
 func (a LSTMWalk) Step(i int) LSTMCell {
 	bh := a.Batch * a.Hidden
 	t, prev := walkStep(a.Steps, a.Reverse, i)
-	c := LSTMCell{DType: a.DType, Batch: a.Batch, Hidden: a.Hidden, Pre: a.Pre.Elems(a.DType, t*4*bh, 4*bh),
+	c := LSTMCell{DType: a.DType, Batch: walkRows(a.Rows, a.Batch, t), Hidden: a.Hidden, Pre: a.Pre.Elems(a.DType, t*4*bh, 4*bh),
 		BiasIH: a.BiasIH, BiasHH: a.BiasHH, H: a.H.Elems(a.DType, t*bh, bh), W: a.W, HPrev: a.H0, CPrev: a.C0}
 	if prev >= 0 {
 		c.HPrev = a.H.Elems(a.DType, prev*bh, bh)
@@ -120,6 +131,7 @@ func (a LSTMWalk) Check(d Device) error {
 	c.opt("CLast", a.CLast, a.DType, bh)
 	c.opt("Act", a.Act, a.DType, 4*n)
 	c.apart("H0", a.H0, a.DType, bh, "H", a.H, n)
+	c.rows(a.Rows, a.RowsAt, a.Steps, a.Batch)
 	return c.err
 }
 
@@ -146,13 +158,17 @@ type GRUWalk struct {
 	H Buffer
 	// Act is [Steps, Batch, 4·Hidden], every step's GRUCell Act, or none.
 	Act Buffer
+	// Rows and RowsAt are LSTMWalk's: the rows each step runs, with
+	// lengths.
+	Rows   []int
+	RowsAt Buffer
 }
 
 // Step is the GRUCell call of the walk's i-th step visited.
 func (a GRUWalk) Step(i int) GRUCell {
 	bh := a.Batch * a.Hidden
 	t, prev := walkStep(a.Steps, a.Reverse, i)
-	c := GRUCell{DType: a.DType, Batch: a.Batch, Hidden: a.Hidden, XPre: a.XPre.Elems(a.DType, t*3*bh, 3*bh),
+	c := GRUCell{DType: a.DType, Batch: walkRows(a.Rows, a.Batch, t), Hidden: a.Hidden, XPre: a.XPre.Elems(a.DType, t*3*bh, 3*bh),
 		HPre: a.HPre, BiasIH: a.BiasIH, BiasHH: a.BiasHH, HPrev: a.H0, H: a.H.Elems(a.DType, t*bh, bh), W: a.W}
 	if prev >= 0 {
 		c.HPrev = a.H.Elems(a.DType, prev*bh, bh)
@@ -190,6 +206,7 @@ func (a GRUWalk) Check(d Device) error {
 	c.buf("H", a.H, a.DType, n)
 	c.opt("Act", a.Act, a.DType, 4*n)
 	c.apart("H0", a.H0, a.DType, bh, "H", a.H, n)
+	c.rows(a.Rows, a.RowsAt, a.Steps, a.Batch)
 	return c.err
 }
 
@@ -227,6 +244,13 @@ type LSTMGradWalk struct {
 	// product (its call is not the fused form). It must not overlap the
 	// walk's outputs (DH, DC, DPre). DH must not overlap DC or DPre.
 	DPreIn Buffer
+	// Rows and RowsAt are the forward walk's (LSTMWalk): each step's call
+	// covers its Rows, and takes the product of the step walked back
+	// before it over that step's (its NextBatch). NextBatch is the rows
+	// of DPreIn, 0 meaning the first step walked back's.
+	Rows      []int
+	RowsAt    Buffer
+	NextBatch int
 }
 
 // Step is the LSTMCellGrad call of the walk back's i-th step (i in [0,
@@ -234,7 +258,7 @@ type LSTMGradWalk struct {
 func (a LSTMGradWalk) Step(i int) LSTMCellGrad {
 	bh := a.Batch * a.Hidden
 	t, next, fprev := gradWalkStep(a.Steps, a.Reverse, i)
-	g := LSTMCellGrad{DType: a.DType, Batch: a.Batch, Hidden: a.Hidden, Act: a.Act.Elems(a.DType, t*4*bh, 4*bh), CPrev: a.C0,
+	g := LSTMCellGrad{DType: a.DType, Batch: walkRows(a.Rows, a.Batch, t), Hidden: a.Hidden, Act: a.Act.Elems(a.DType, t*4*bh, 4*bh), CPrev: a.C0,
 		C: a.C.Elems(a.DType, t*bh, bh), DH: a.DH.Elems(a.DType, t*bh, bh), DC: a.DC, DPre: a.DPre.Elems(a.DType, t*4*bh, 4*bh),
 		DCPrev: a.DC}
 	if fprev >= 0 {
@@ -242,9 +266,9 @@ func (a LSTMGradWalk) Step(i int) LSTMCellGrad {
 	}
 	switch {
 	case next >= 0:
-		g.DPreNext, g.W = a.DPre.Elems(a.DType, next*4*bh, 4*bh), a.W
+		g.DPreNext, g.W, g.NextBatch = a.DPre.Elems(a.DType, next*4*bh, 4*bh), a.W, walkNext(a.Rows, next)
 	case !a.DPreIn.IsZero():
-		g.DPreNext, g.W = a.DPreIn, a.W
+		g.DPreNext, g.W, g.NextBatch = a.DPreIn, a.W, a.NextBatch
 	}
 	return g
 }
@@ -282,6 +306,8 @@ func (a LSTMGradWalk) Check(d Device) error {
 		c.apart("DPreIn", a.DPreIn, a.DType, 4*bh, "DC", a.DC, bh)
 		c.apart("DPreIn", a.DPreIn, a.DType, 4*bh, "DH", a.DH, n)
 	}
+	c.rows(a.Rows, a.RowsAt, a.Steps, a.Batch)
+	c.nextRows(a.NextBatch, a.Batch, !a.DPreIn.IsZero(), "DPreIn")
 	return c.err
 }
 
@@ -315,13 +341,17 @@ type GRUGradWalk struct {
 	// none, as LSTMGradWalk's DPreIn; it must not overlap the outputs (DH,
 	// DH0, DXPre, DHPre), nor DH the others.
 	W, DHPreIn Buffer
+	// Rows, RowsAt and NextBatch (DHPreIn's rows) are LSTMGradWalk's.
+	Rows      []int
+	RowsAt    Buffer
+	NextBatch int
 }
 
 // Step is the GRUCellGrad call of the walk back's i-th step.
 func (a GRUGradWalk) Step(i int) GRUCellGrad {
 	bh := a.Batch * a.Hidden
 	t, next, fprev := gradWalkStep(a.Steps, a.Reverse, i)
-	g := GRUCellGrad{DType: a.DType, Batch: a.Batch, Hidden: a.Hidden, Act: a.Act.Elems(a.DType, t*4*bh, 4*bh), HPrev: a.H0,
+	g := GRUCellGrad{DType: a.DType, Batch: walkRows(a.Rows, a.Batch, t), Hidden: a.Hidden, Act: a.Act.Elems(a.DType, t*4*bh, 4*bh), HPrev: a.H0,
 		DH: a.DH.Elems(a.DType, t*bh, bh), DXPre: a.DXPre.Elems(a.DType, t*3*bh, 3*bh), DHPre: a.DHPre.Elems(a.DType, t*3*bh, 3*bh),
 		DHPrev: a.DH0}
 	if fprev >= 0 {
@@ -330,9 +360,9 @@ func (a GRUGradWalk) Step(i int) GRUCellGrad {
 	}
 	switch {
 	case next >= 0:
-		g.DHPreNext, g.W = a.DHPre.Elems(a.DType, next*3*bh, 3*bh), a.W
+		g.DHPreNext, g.W, g.NextBatch = a.DHPre.Elems(a.DType, next*3*bh, 3*bh), a.W, walkNext(a.Rows, next)
 	case !a.DHPreIn.IsZero():
-		g.DHPreNext, g.W = a.DHPreIn, a.W
+		g.DHPreNext, g.W, g.NextBatch = a.DHPreIn, a.W, a.NextBatch
 	}
 	return g
 }
@@ -376,6 +406,8 @@ func (a GRUGradWalk) Check(d Device) error {
 			c.apart("DHPreIn", a.DHPreIn, a.DType, 3*bh, o.name, o.b, o.n)
 		}
 	}
+	c.rows(a.Rows, a.RowsAt, a.Steps, a.Batch)
+	c.nextRows(a.NextBatch, a.Batch, !a.DHPreIn.IsZero(), "DHPreIn")
 	return c.err
 }
 
@@ -410,6 +442,58 @@ func walkStep(steps int, reverse bool, i int) (t, prev int) {
 		prev = -1
 	}
 	return t, prev
+}
+
+// walkRows is the rows a walk's step t runs: rows[t], or batch without
+// lengths.
+func walkRows(rows []int, batch, t int) int {
+	if rows == nil {
+		return batch
+	}
+	return rows[t]
+}
+
+// walkNext is the NextBatch of a walk back's step whose product comes
+// from step next: 0 (its own Batch) without lengths, else next's rows.
+func walkNext(rows []int, next int) int {
+	if rows == nil {
+		return 0
+	}
+	return rows[next]
+}
+
+// rows checks a walk's Rows and RowsAt: both or neither, a count in [1,
+// batch] for each of its steps, and their device copy.
+func (c *checker) rows(rows []int, at Buffer, steps, batch int) {
+	if rows == nil && at.IsZero() {
+		return
+	}
+	if rows == nil || at.IsZero() {
+		c.fail("Rows and RowsAt are the rows each step runs, on the host and on the device: give both or neither")
+		return
+	}
+	if len(rows) != steps {
+		c.fail("%d Rows for %d steps, want one a step", len(rows), steps)
+		return
+	}
+	for t, n := range rows {
+		if n < 1 || n > batch {
+			c.fail("Rows[%d] is %d, want 1 ≤ rows ≤ Batch = %d", t, n, batch)
+			return
+		}
+	}
+	c.buf("RowsAt", at, Int32, steps)
+}
+
+// nextRows checks a walk back's NextBatch, the rows of its product in
+// (named in): in [0, batch], and 0 without it.
+func (c *checker) nextRows(next, batch int, given bool, in string) {
+	if next < 0 || next > batch {
+		c.fail("NextBatch is %d, want 0 ≤ NextBatch ≤ Batch = %d", next, batch)
+	}
+	if next != 0 && !given {
+		c.fail("NextBatch is %d without %s", next, in)
+	}
 }
 
 // apart checks that the first n1 elements of b1 and the first n2 of b2 do

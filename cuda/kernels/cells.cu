@@ -310,6 +310,9 @@ __device__ void gru_cell_fused(const T* hprev, const T* w, const T* xpre, T* hpr
 // c goes from step to step in cs (every step's, in time order) or, without
 // it, in clast, each element written and read again by the thread that
 // owns it; h in hs, read by every block after the barrier, from L2.
+// With lengths (rows: each step's running rows, a prefix of the batch)
+// a step covers its rows only, as the per-step launch given that batch,
+// and leaves the others as they were.
 #define GC_WALK_BMAX 32
 #define GC_WALK_K 32
 
@@ -348,6 +351,14 @@ template <typename T> __device__ __forceinline__ int walk_pad() {
 // GC_WALK_K, or what is left.
 __device__ __forceinline__ int walk_chunk(long long n, long long k0) {
   return (int)(n - k0 < GC_WALK_K ? n - k0 : GC_WALK_K);
+}
+
+// walk_rows is the rows step t of a walk runs: rows[t] with lengths (the
+// sequences still running, a prefix of the batch sorted longest first),
+// else batch. Every thread of the grid reads the same count, so the tiles
+// a block takes at the step, and its barriers, are uniform.
+__device__ __forceinline__ long long walk_rows(const int* rows, long long batch, long long t) {
+  return rows ? (long long)rows[t] : batch;
 }
 
 // walk_fetch loads the thread's part of a chunk, rows [b0, b0 + rows) by
@@ -456,24 +467,25 @@ __device__ void walk_product(const T* hprev, const T* wr, T* hs, long long batch
 
 template <typename T>
 __device__ void lstm_walk(const T* h0, const T* c0, const T* w, T* pre, const T* bih,
-                          const T* bhh, T* hs, T* cs, T* clast, T* act, long long steps,
-                          long long batch, long long hidden, long long reverse, unsigned* bar) {
+                          const T* bhh, T* hs, T* cs, T* clast, T* act, const int* rows,
+                          long long steps, long long batch, long long hidden, long long reverse,
+                          unsigned* bar) {
   GC_SHARED_DYNAMIC(T, wr);
   GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + walk_vec<T>::n));
   walk_stage_rows<T, 4>(w, wr, hidden);
-  const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
-  const long long bx = blockIdx.x;
+  const long long bh = batch * hidden, bx = blockIdx.x;
   for (long long i = 0; i < steps; i++) {
     long long t = reverse ? steps - 1 - i : i, prev = reverse ? t + 1 : t - 1;
+    const long long nb = walk_rows(rows, batch, t), tiles = (nb + blockDim.y - 1) / blockDim.y;
     const T* hp = i == 0 ? h0 : hs + prev * bh;
     const T* cp = i == 0 ? c0 : cs ? cs + prev * bh : clast;
     T* cn = cs ? cs + t * bh : clast;
     T* at = act ? act + t * 4 * bh : nullptr;
     for (long long by = blockIdx.y; by < tiles; by += gridDim.y) {
       T acc[4];
-      walk_product<T, 4>(hp, wr, stage, batch, hidden, acc, by);
-      lstm_fused_tail(acc, pre + t * 4 * bh, bih, bhh, cp, cn, hs + t * bh, at, batch, hidden, 1LL,
-                      bx, by);
+      walk_product<T, 4>(hp, wr, stage, nb, hidden, acc, by);
+      lstm_fused_tail(acc, pre + t * 4 * bh, bih, bhh, cp, cn, hs + t * bh, at, nb, hidden, 1LL, bx,
+                      by);
     }
     if (i + 1 < steps) gc_grid_sync(bar);
   }
@@ -483,22 +495,22 @@ __device__ void lstm_walk(const T* h0, const T* c0, const T* w, T* pre, const T*
 // product (the last step's stays there), h goes from step to step in hs.
 template <typename T>
 __device__ void gru_walk(const T* h0, const T* w, const T* xpre, T* hpre, const T* bih,
-                         const T* bhh, T* hs, T* act, long long steps, long long batch,
-                         long long hidden, long long reverse, unsigned* bar) {
+                         const T* bhh, T* hs, T* act, const int* rows, long long steps,
+                         long long batch, long long hidden, long long reverse, unsigned* bar) {
   GC_SHARED_DYNAMIC(T, wr);
   GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + walk_vec<T>::n));
   walk_stage_rows<T, 3>(w, wr, hidden);
-  const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
-  const long long bx = blockIdx.x;
+  const long long bh = batch * hidden, bx = blockIdx.x;
   for (long long i = 0; i < steps; i++) {
     long long t = reverse ? steps - 1 - i : i, prev = reverse ? t + 1 : t - 1;
+    const long long nb = walk_rows(rows, batch, t), tiles = (nb + blockDim.y - 1) / blockDim.y;
     const T* hp = i == 0 ? h0 : hs + prev * bh;
     T* at = act ? act + t * 4 * bh : nullptr;
     for (long long by = blockIdx.y; by < tiles; by += gridDim.y) {
       T acc[3];
-      walk_product<T, 3>(hp, wr, stage, batch, hidden, acc, by);
-      gru_fused_tail(acc, hp, xpre + t * 3 * bh, hpre, bih, bhh, hs + t * bh, at, batch, hidden,
-                     1LL, bx, by);
+      walk_product<T, 3>(hp, wr, stage, nb, hidden, acc, by);
+      gru_fused_tail(acc, hp, xpre + t * 3 * bh, hpre, bih, bhh, hs + t * bh, at, nb, hidden, 1LL,
+                     bx, by);
     }
     if (i + 1 < steps) gc_grid_sync(bar);
   }
@@ -662,6 +674,20 @@ __device__ __forceinline__ void grad_walk_step(long long steps, long long revers
   if (i == 0) *next = -1;
 }
 
+// grad_walk_rows is the rows of step t walked back (nb), those of the
+// product it adds (nn: the step walked back before it, next, or nin rows
+// of the product given for the first, 0 meaning nb), and its tiles of
+// rows: over max(nb, nn) with a product, as the fused cell gradient's
+// launch, whose rows past nb take the product only.
+__device__ __forceinline__ void grad_walk_rows(const int* rows, long long nin, long long batch,
+                                               long long t, long long next, bool product,
+                                               long long* nb, long long* nn, long long* tiles) {
+  *nb = walk_rows(rows, batch, t);
+  *nn = next >= 0 ? walk_rows(rows, batch, next) : nin ? nin : *nb;
+  const long long n = product && *nn > *nb ? *nn : *nb;
+  *tiles = (n + blockDim.y - 1) / blockDim.y;
+}
+
 // walk_col is where walk_stage_cols puts element (k, j0 + jj) of w in
 // wr, a vector of k at a time: (k/V)·J·V + jj·V + k%V, so that a thread's
 // consecutive k are one vector and a warp's consecutive j read
@@ -702,8 +728,9 @@ __device__ T walk_grad_product(const T* dnext, const T* wr, T* ds, long long bat
   long long j0 = (long long)blockIdx.x * tj, b0 = by * tb;
   const long long nk = G * hidden;
   const int jn = (int)(hidden - j0 < tj ? hidden - j0 : tj);
-  const int nb = (int)(batch - b0 < tb ? batch - b0 : tb);
+  const int nb = (int)(batch - b0 <= 0 ? 0 : batch - b0 < tb ? batch - b0 : tb);
   T acc = T(0);
+  if (nb == 0) return acc;  // block-uniform: no row of the tile has a product
   T carry[GC_WALK_CARRY];
   walk_fetch(carry, dnext, nk, b0, nb, batch, 0, walk_chunk(nk, 0));
   for (long long k0 = 0; k0 < nk; k0 += GC_WALK_K) {
@@ -731,28 +758,29 @@ __device__ T walk_grad_product(const T* dnext, const T* wr, T* ds, long long bat
 
 template <typename T>
 __device__ void lstm_grad_walk(T* act, const T* cs, const T* c0, T* dh, T* dc, T* dpre, const T* w,
-                               const T* dpre_in, long long steps, long long batch,
-                               long long hidden, long long reverse, unsigned* bar) {
+                               const T* dpre_in, const int* rows, long long nin,
+                               long long steps, long long batch, long long hidden,
+                               long long reverse, unsigned* bar) {
   GC_SHARED_DYNAMIC(T, wr);
   GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + walk_vec<T>::n));
   walk_stage_cols<T, 4>(w, wr, hidden);
-  const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
-  const long long bx = blockIdx.x;
+  const long long bh = batch * hidden, bx = blockIdx.x;
   for (long long i = 0; i < steps; i++) {
-    long long t, next, fprev;
+    long long t, next, fprev, nb, nn, tiles;
     grad_walk_step(steps, reverse, i, &t, &next, &fprev);
     const T* dnext = next >= 0 ? dpre + next * 4 * bh : dpre_in;
+    grad_walk_rows(rows, nin, batch, t, next, dnext != nullptr, &nb, &nn, &tiles);
     const T* cp = fprev >= 0 ? cs + fprev * bh : c0;
     const T* at = act + t * 4 * bh;
     for (long long by = blockIdx.y; by < tiles; by += gridDim.y) {
       if (dnext) {
-        T acc = walk_grad_product<T, 4>(dnext, wr, stage, batch, hidden, by);
-        lstm_grad_fused_tail(acc, at, cp, cs + t * bh, dh + t * bh, dc, dpre + t * 4 * bh, dc, batch,
-                             batch, hidden, 1LL, bx, by);
+        T acc = walk_grad_product<T, 4>(dnext, wr, stage, nn, hidden, by);
+        lstm_grad_fused_tail(acc, at, cp, cs + t * bh, dh + t * bh, dc, dpre + t * 4 * bh, dc, nb, nn,
+                             hidden, 1LL, bx, by);
         continue;
       }
       long long b = by * blockDim.y + threadIdx.y, j = bx * blockDim.x + threadIdx.x;
-      if (b < batch && j < hidden)
+      if (b < nb && j < hidden)
         lstm_grad_point(at, cp, cs + t * bh, dh[t * bh + b * hidden + j], dc, dpre + t * 4 * bh, dc,
                         b * hidden + j, b * 4 * hidden + j, hidden);
     }
@@ -762,31 +790,31 @@ __device__ void lstm_grad_walk(T* act, const T* cs, const T* c0, T* dh, T* dc, T
 
 template <typename T>
 __device__ void gru_grad_walk(const T* act, const T* hs, const T* h0, T* dh, T* dh0, T* dxpre,
-                              T* dhpre, const T* w, const T* dhpre_in, long long steps,
-                              long long batch, long long hidden, long long reverse,
-                              unsigned* bar) {
+                              T* dhpre, const T* w, const T* dhpre_in, const int* rows,
+                              long long nin, long long steps, long long batch, long long hidden,
+                              long long reverse, unsigned* bar) {
   GC_SHARED_DYNAMIC(T, wr);
   GC_SHARED(T, stage, GC_WALK_BMAX * (GC_WALK_K + walk_vec<T>::n));
   walk_stage_cols<T, 3>(w, wr, hidden);
-  const long long bh = batch * hidden, tiles = (batch + blockDim.y - 1) / blockDim.y;
-  const long long bx = blockIdx.x;
+  const long long bh = batch * hidden, bx = blockIdx.x;
   for (long long i = 0; i < steps; i++) {
-    long long t, next, fprev;
+    long long t, next, fprev, nb, nn, tiles;
     grad_walk_step(steps, reverse, i, &t, &next, &fprev);
     const T* dnext = next >= 0 ? dhpre + next * 3 * bh : dhpre_in;
+    grad_walk_rows(rows, nin, batch, t, next, dnext != nullptr, &nb, &nn, &tiles);
     const T* hp = fprev >= 0 ? hs + fprev * bh : h0;
     T* dhp = fprev >= 0 ? dh + fprev * bh : dh0;
     const long long acc = fprev >= 0;
     const T* at = act + t * 4 * bh;
     for (long long by = blockIdx.y; by < tiles; by += gridDim.y) {
       if (dnext) {
-        T p = walk_grad_product<T, 3>(dnext, wr, stage, batch, hidden, by);
+        T p = walk_grad_product<T, 3>(dnext, wr, stage, nn, hidden, by);
         gru_grad_fused_tail(p, at, hp, dh + t * bh, dxpre + t * 3 * bh, dhpre + t * 3 * bh, dhp, acc,
-                            batch, batch, hidden, 1LL, bx, by);
+                            nb, nn, hidden, 1LL, bx, by);
         continue;
       }
       long long b = by * blockDim.y + threadIdx.y, j = bx * blockDim.x + threadIdx.x;
-      if (b < batch && j < hidden)
+      if (b < nb && j < hidden)
         gru_grad_point(at, hp, dh[t * bh + b * hidden + j], dxpre + t * 3 * bh, dhpre + t * 3 * bh,
                        dhp, acc, b * hidden + j, b * 4 * hidden + j, b * 3 * hidden + j, hidden);
     }
@@ -845,28 +873,30 @@ __device__ void gru_grad_walk(const T* act, const T* hs, const T* h0, T* dh, T* 
   }                                                                                           \
   extern "C" __global__ void gc_lstm_walk_##S(                                                \
       const T* h0, const T* c0, const T* w, T* pre, const T* bih, const T* bhh, T* hs, T* cs, \
-      T* clast, T* act, long long steps, long long batch, long long hidden, long long reverse, \
-      unsigned* bar) {                                                                        \
-    lstm_walk(h0, c0, w, pre, bih, bhh, hs, cs, clast, act, steps, batch, hidden, reverse,    \
-              bar);                                                                           \
+      T* clast, T* act, const int* rows, long long steps, long long batch, long long hidden,  \
+      long long reverse, unsigned* bar) {                                                     \
+    lstm_walk(h0, c0, w, pre, bih, bhh, hs, cs, clast, act, rows, steps, batch, hidden,       \
+              reverse, bar);                                                                  \
   }                                                                                           \
   extern "C" __global__ void gc_gru_walk_##S(                                                 \
       const T* h0, const T* w, const T* xpre, T* hpre, const T* bih, const T* bhh, T* hs,     \
-      T* act, long long steps, long long batch, long long hidden, long long reverse,          \
-      unsigned* bar) {                                                                        \
-    gru_walk(h0, w, xpre, hpre, bih, bhh, hs, act, steps, batch, hidden, reverse, bar);       \
+      T* act, const int* rows, long long steps, long long batch, long long hidden,            \
+      long long reverse, unsigned* bar) {                                                     \
+    gru_walk(h0, w, xpre, hpre, bih, bhh, hs, act, rows, steps, batch, hidden, reverse, bar); \
   }                                                                                           \
   extern "C" __global__ void gc_lstm_grad_walk_##S(                                           \
       T* act, const T* cs, const T* c0, T* dh, T* dc, T* dpre, const T* w, const T* dpre_in,  \
-      long long steps, long long batch, long long hidden, long long reverse, unsigned* bar) { \
-    lstm_grad_walk(act, cs, c0, dh, dc, dpre, w, dpre_in, steps, batch, hidden, reverse, bar); \
+      const int* rows, long long nin, long long steps, long long batch, long long hidden,     \
+      long long reverse, unsigned* bar) {                                                     \
+    lstm_grad_walk(act, cs, c0, dh, dc, dpre, w, dpre_in, rows, nin, steps, batch, hidden,    \
+                   reverse, bar);                                                             \
   }                                                                                           \
   extern "C" __global__ void gc_gru_grad_walk_##S(                                            \
       const T* act, const T* hs, const T* h0, T* dh, T* dh0, T* dxpre, T* dhpre, const T* w,  \
-      const T* dhpre_in, long long steps, long long batch, long long hidden,                  \
-      long long reverse, unsigned* bar) {                                                     \
-    gru_grad_walk(act, hs, h0, dh, dh0, dxpre, dhpre, w, dhpre_in, steps, batch, hidden,      \
-                  reverse, bar);                                                              \
+      const T* dhpre_in, const int* rows, long long nin, long long steps, long long batch,    \
+      long long hidden, long long reverse, unsigned* bar) {                                   \
+    gru_grad_walk(act, hs, h0, dh, dh0, dxpre, dhpre, w, dhpre_in, rows, nin, steps, batch,   \
+                  hidden, reverse, bar);                                                      \
   }
 
 GC_CELLS(float, f32)

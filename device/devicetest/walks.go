@@ -52,6 +52,7 @@ type walkCase struct {
 	reverse              bool
 	act                  actMode
 	cLast, cLastIsC0     bool // LSTM: c carried in CLast (which may be C0), not in C
+	lengths              bool // sequences of several lengths (lengthRows)
 }
 
 func (c walkCase) String() string {
@@ -66,7 +67,68 @@ func (c walkCase) String() string {
 	case c.cLast:
 		s += "/CLast"
 	}
+	if c.lengths {
+		s += "/Lengths"
+	}
 	return s
+}
+
+// walkLengthSizes are the shapes the walks are checked at with lengths
+// too: one step; a tail of units; rows over several tiles (and tiles
+// running part of their rows); narrow tiles of units (the CUDA device's
+// at hidden 100: 16 units by 8 rows) over several tiles of rows; a hidden
+// size past the fused bound (walked where the device fuses it).
+var walkLengthSizes = [][3]int{{1, 1, 1}, {5, 33, 3}, {70, 9, 3}, {33, 100, 2}, {2, 257, 2}}
+
+// lengthRows are the rows each of steps steps runs (a walk's Rows) for
+// batch sequences sorted longest first, the b-th of length steps -
+// ⌊b·steps/(batch+1)⌋: the first runs every step, and fewer run at each
+// step after (17 sequences over 3 steps: 17, 12 and 6).
+func lengthRows(batch, steps int) []int {
+	rows := make([]int, steps)
+	for b := range batch {
+		for t := range steps - b*steps/(batch+1) {
+			rows[t]++
+		}
+	}
+	return rows
+}
+
+// rowsAt is rows on the device (a walk's RowsAt), or none for nil rows.
+func (e *env) rowsAt(rows []int) device.Buffer {
+	if rows == nil {
+		return device.Buffer{}
+	}
+	v := make([]int32, len(rows))
+	for i, n := range rows {
+		v[i] = int32(n)
+	}
+	return e.ids(v).buf
+}
+
+// walkRowsOf is the rows step t of a walk runs: rows[t], or batch
+// without lengths.
+func walkRowsOf(rows []int, batch, t int) int {
+	if rows == nil {
+		return batch
+	}
+	return rows[t]
+}
+
+// enter writes into state, [steps, B, H] (or [B, H] with one slot, at of
+// step t+1), what the sequences starting at each step t of a reverse walk
+// with lengths read there: init's rows [rows[t+1], rows[t]), the rows the
+// step runs and the one visited before it did not. A layer puts its
+// initial state there before the walk (rnn's stack does).
+func enter(state, init []float64, rows []int, hidden int, slot bool) {
+	bh := len(init)
+	for t := 0; t+1 < len(rows); t++ {
+		at := (t + 1) * bh
+		if slot {
+			at = 0
+		}
+		copy(state[at+rows[t+1]*hidden:at+rows[t]*hidden], init[rows[t+1]*hidden:rows[t]*hidden])
+	}
 }
 
 // testWalks checks that a walk gives the per-step calls it stands for
@@ -90,6 +152,20 @@ func testWalks(t *testing.T, open opener) {
 		}
 		cs = append(cs, walkCase{batch: 5, hidden: 33, steps: 3, reverse: true, act: separateAct, cLast: true},
 			walkCase{batch: 9, hidden: 70, steps: 2, act: noAct})
+		// With lengths: each way, c in every step's slot and carried
+		// (in C0 itself, and apart), where a reverse walk's sequences
+		// starting at a step read the state the caller put there.
+		for _, s := range walkLengthSizes {
+			b, h, n := s[0], s[1], s[2]
+			cs = append(cs,
+				walkCase{batch: b, hidden: h, steps: n, act: actIsInput, lengths: true},
+				walkCase{batch: b, hidden: h, steps: n, reverse: true, act: separateAct, lengths: true},
+				walkCase{batch: b, hidden: h, steps: n, act: noAct, cLast: true, lengths: true},
+				walkCase{batch: b, hidden: h, steps: n, reverse: true, act: noAct, cLast: true, cLastIsC0: true, lengths: true},
+				walkCase{batch: b, hidden: h, steps: n, reverse: true, act: noAct, cLast: true, lengths: true},
+				walkCase{gru: true, batch: b, hidden: h, steps: n, act: separateAct, lengths: true},
+				walkCase{gru: true, batch: b, hidden: h, steps: n, reverse: true, act: separateAct, lengths: true})
+		}
 		for _, c := range cs {
 			cell := "LSTM"
 			if c.gru {
@@ -105,12 +181,22 @@ func testWalks(t *testing.T, open opener) {
 		}
 		// The walks back: each shape both ways, with and without the
 		// product of a step beyond the walk for the first walked back.
+		var gcs []gradWalkCase
 		for _, sz := range walkSizes {
 			b, h, n := sz[0], sz[1], sz[2]
-			for _, c := range []gradWalkCase{{b, h, n, false, true}, {b, h, n, true, false}} {
-				e.run("LSTMGrad/"+c.String(), func(e *env) { e.checkLSTMGradWalk(w, c) })
-				e.run("GRUGrad/"+c.String(), func(e *env) { e.checkGRUGradWalk(w, c) })
+			gcs = append(gcs, gradWalkCase{b, h, n, false, true, false}, gradWalkCase{b, h, n, true, false, false})
+		}
+		for _, sz := range walkLengthSizes {
+			b, h, n := sz[0], sz[1], sz[2]
+			for _, rev := range []bool{false, true} {
+				for _, in := range []bool{false, true} {
+					gcs = append(gcs, gradWalkCase{b, h, n, rev, in, true})
+				}
 			}
+		}
+		for _, c := range gcs {
+			e.run("LSTMGrad/"+c.String(), func(e *env) { e.checkLSTMGradWalk(w, c) })
+			e.run("GRUGrad/"+c.String(), func(e *env) { e.checkGRUGradWalk(w, c) })
 		}
 		e.run("Misuse", func(e *env) { e.checkWalkMisuse(w) })
 	})
@@ -123,20 +209,39 @@ type lstmWalkRun struct {
 	pre, h0, c0, h, c, cLast, act, w vec
 }
 
-func (e *env) lstmWalkRun(c walkCase, pre, h0, c0, w, bih, bhh []float64) *lstmWalkRun {
+// walkStart is what a walk's state buffers hold before it: NaN (never
+// read), but, in a reverse walk with lengths, the initial state at the
+// rows where sequences start (enter), for H and C, or CLast (which then
+// holds C0's rows).
+func walkStart(c walkCase, rows []int, h0, c0 []float64) (h, cs, cLast []float64) {
+	bh := c.batch * c.hidden
+	h, cs, cLast = nans(c.steps*bh), nans(c.steps*bh), nans(bh)
+	if c.reverse && rows != nil {
+		enter(h, h0, rows, c.hidden, false)
+		enter(cs, c0, rows, c.hidden, false)
+		enter(cLast, c0, rows, c.hidden, true)
+	}
+	if c.cLastIsC0 {
+		cLast = clone(c0)
+	}
+	return h, cs, cLast
+}
+
+func (e *env) lstmWalkRun(c walkCase, rows []int, pre, h0, c0, w, bih, bhh []float64) *lstmWalkRun {
 	B, H, T := c.batch, c.hidden, c.steps
-	r := &lstmWalkRun{pre: e.vec(pre), h0: e.vec(h0), c0: e.vec(c0), w: e.vec(w), h: e.vec(nans(T * B * H))}
+	hStart, cStart, cLastStart := walkStart(c, rows, h0, c0)
+	r := &lstmWalkRun{pre: e.vec(pre), h0: e.vec(h0), c0: e.vec(c0), w: e.vec(w), h: e.vec(hStart)}
 	r.a = device.LSTMWalk{DType: e.dt, Steps: T, Batch: B, Hidden: H, Reverse: c.reverse, Pre: r.pre.buf, W: r.w.buf,
-		BiasIH: e.vec(bih).buf, BiasHH: e.vec(bhh).buf, H0: r.h0.buf, C0: r.c0.buf, H: r.h.buf}
+		BiasIH: e.vec(bih).buf, BiasHH: e.vec(bhh).buf, H0: r.h0.buf, C0: r.c0.buf, H: r.h.buf, Rows: rows, RowsAt: e.rowsAt(rows)}
 	switch {
 	case c.cLastIsC0:
 		r.cLast = r.c0
 		r.a.CLast = r.c0.buf
 	case c.cLast:
-		r.cLast = e.vec(nans(B * H))
+		r.cLast = e.vec(cLastStart)
 		r.a.CLast = r.cLast.buf
 	default:
-		r.c = e.vec(nans(T * B * H))
+		r.c = e.vec(cStart)
 		r.a.C = r.c.buf
 	}
 	switch c.act {
@@ -149,6 +254,20 @@ func (e *env) lstmWalkRun(c walkCase, pre, h0, c0, w, bih, bhh []float64) *lstmW
 	return r
 }
 
+// walkRowsFor is a case's Rows: lengthRows with lengths, else nil.
+func walkRowsFor(lengths bool, batch, steps int) []int {
+	if !lengths {
+		return nil
+	}
+	return lengthRows(batch, steps)
+}
+
+// setRows copies the first n rows of width elements of src into dst at
+// step at's block of [.., B, width] blocks: the rows a step ran.
+func setRows(dst []float64, at, n, width int, src []float64) {
+	copy(dst[at:at+n*width], src[:n*width])
+}
+
 func (e *env) checkLSTMWalk(w device.Walker, c walkCase) {
 	B, H, T := c.batch, c.hidden, c.steps
 	bh := B * H
@@ -157,54 +276,70 @@ func (e *env) checkLSTMWalk(w device.Walker, c walkCase) {
 	h0, c0 := e.uniform(bh, -1, 1), e.uniform(bh, -2, 2)
 	wts := e.uniform(4*H*H, -s, s)
 	bih, bhh := e.uniform(4*H, -1, 1), e.uniform(4*H, -1, 1)
-	walk := e.lstmWalkRun(c, pre, h0, c0, wts, bih, bhh)
-	steps := e.lstmWalkRun(c, pre, h0, c0, wts, bih, bhh)
+	rows := walkRowsFor(c.lengths, B, T)
+	walk := e.lstmWalkRun(c, rows, pre, h0, c0, wts, bih, bhh)
+	steps := e.lstmWalkRun(c, rows, pre, h0, c0, wts, bih, bhh)
 	if err := call(e.t, "LSTMWalk", func() error { return w.LSTMWalk(walk.a) }); err != nil {
 		e.t.Fatalf("LSTMWalk: %v", err)
 	}
 	if err := call(e.t, "LSTMWalk.Queue", func() error { return steps.a.Queue(e.k) }); err != nil {
 		e.t.Fatalf("LSTMWalk.Queue: %v", err)
 	}
-	// The reference walk, in float64, each step's output kept at its time.
-	refC := make([]float64, T*bh)
-	refAct, refPre := make([]float64, 4*T*bh), make([]float64, 4*T*bh)
-	hp, cp := h0, c0
+	// The reference walk, in float64, each step's output kept at its time
+	// in the rows it ran; the other rows hold what they held before.
+	wantH, wantC, _ := walkStart(c, rows, h0, c0)
+	wantAct, wantPre := nans(4*T*bh), clone(pre)
+	if c.act == actIsInput {
+		wantAct = clone(pre)
+	}
+	hp, cp := clone(h0), clone(c0)
 	gotH := e.get("H", walk.h)
-	var last, mags []float64
+	var mags []float64
 	for i := range T {
 		t := i
 		if c.reverse {
 			t = T - 1 - i
+			if rows != nil && i > 0 {
+				// The sequences starting here read the initial state.
+				copy(hp[rows[t+1]*H:rows[t]*H], h0[rows[t+1]*H:rows[t]*H])
+				copy(cp[rows[t+1]*H:rows[t]*H], c0[rows[t+1]*H:rows[t]*H])
+			}
 		}
+		n := walkRowsOf(rows, B, t)
 		full, mag := recProduct(B, H, 4, pre[4*t*bh:4*(t+1)*bh], hp, wts)
 		act, cn, hn := refLSTMCell(B, H, full, bih, bhh, cp)
 		tol := walkTolerance(e.dt, H, i, mag)
-		checkClose(e.t, fmt.Sprintf("H at step %d (visited %d)", t, i), gotH[t*bh:(t+1)*bh], hn, nil, tol)
-		copy(refC[t*bh:], cn)
-		copy(refAct[4*t*bh:], act)
-		copy(refPre[4*t*bh:], full)
-		hp, cp, last, mags = hn, cn, cn, append(mags, mag...)
+		checkClose(e.t, fmt.Sprintf("H at step %d (visited %d, %d rows)", t, i, n), gotH[t*bh:t*bh+n*H], hn[:n*H], nil, tol)
+		setRows(wantH, t*bh, n, H, hn)
+		setRows(wantC, t*bh, n, H, cn)
+		setRows(wantAct, 4*t*bh, n, 4*H, act)
+		setRows(wantPre, 4*t*bh, n, 4*H, full)
+		copy(hp, hn[:n*H])
+		copy(cp, cn[:n*H])
+		mags = append(mags, mag...)
 	}
 	// Whole outputs: the last step's tolerance, the largest.
 	tol := walkTolerance(e.dt, H, T-1, mags)
 	// The walk against its per-step calls: every output, to the bit.
 	checkExact(e.t, "H (walk against its steps)", gotH, e.get("H", steps.h))
+	checkClose(e.t, "H", gotH, wantH, nil, tol)
 	if c.cLast {
 		checkExact(e.t, "CLast (walk against its steps)", e.get("CLast", walk.cLast), e.get("CLast", steps.cLast))
-		checkClose(e.t, "CLast", e.get("CLast", walk.cLast), last, nil, tol)
+		// Each sequence's c at the last step it ran.
+		checkClose(e.t, "CLast", e.get("CLast", walk.cLast), cp, nil, tol)
 	} else {
 		checkExact(e.t, "C (walk against its steps)", e.get("C", walk.c), e.get("C", steps.c))
-		checkClose(e.t, "C", e.get("C", walk.c), refC, nil, tol)
+		checkClose(e.t, "C", e.get("C", walk.c), wantC, nil, tol)
 	}
 	checkExact(e.t, "Pre (walk against its steps)", e.get("Pre", walk.pre), e.get("Pre", steps.pre))
 	if c.act == separateAct {
 		checkExact(e.t, "Act (walk against its steps)", e.get("Act", walk.act), e.get("Act", steps.act))
 	}
 	if c.act != noAct {
-		checkClose(e.t, "Act", e.get("Act", walk.act), refAct, nil, tol)
+		checkClose(e.t, "Act", e.get("Act", walk.act), wantAct, nil, tol)
 	} else {
 		// Pre holds each step's full pre-activations, as after its Gemm.
-		checkClose(e.t, "Pre", e.get("Pre", walk.pre), refPre, nil, tol)
+		checkClose(e.t, "Pre", e.get("Pre", walk.pre), wantPre, nil, tol)
 	}
 	checkExact(e.t, "H0 (an input)", e.get("H0", walk.h0), h0)
 	if !c.cLastIsC0 {
@@ -221,15 +356,17 @@ func (e *env) checkGRUWalk(w device.Walker, c walkCase) {
 	h0 := e.uniform(bh, -1, 1)
 	wts := e.uniform(3*H*H, -s, s)
 	bih, bhh := e.uniform(3*H, -1, 1), e.uniform(3*H, -1, 1)
+	rows := walkRowsFor(c.lengths, B, T)
+	hStart, _, _ := walkStart(c, rows, h0, h0)
 	type run struct {
 		a                 device.GRUWalk
 		xpre, hpre, h0, h vec
 		act, w            vec
 	}
 	mk := func() *run {
-		r := &run{xpre: e.vec(xpre), hpre: e.vec(nans(3 * bh)), h0: e.vec(h0), h: e.vec(nans(T * bh)), w: e.vec(wts)}
+		r := &run{xpre: e.vec(xpre), hpre: e.vec(nans(3 * bh)), h0: e.vec(h0), h: e.vec(hStart), w: e.vec(wts)}
 		r.a = device.GRUWalk{DType: e.dt, Steps: T, Batch: B, Hidden: H, Reverse: c.reverse, XPre: r.xpre.buf, HPre: r.hpre.buf,
-			W: r.w.buf, BiasIH: e.vec(bih).buf, BiasHH: e.vec(bhh).buf, H0: r.h0.buf, H: r.h.buf}
+			W: r.w.buf, BiasIH: e.vec(bih).buf, BiasHH: e.vec(bhh).buf, H0: r.h0.buf, H: r.h.buf, Rows: rows, RowsAt: e.rowsAt(rows)}
 		if c.act == separateAct {
 			r.act = e.vec(nans(4 * T * bh))
 			r.a.Act = r.act.buf
@@ -243,28 +380,37 @@ func (e *env) checkGRUWalk(w device.Walker, c walkCase) {
 	if err := call(e.t, "GRUWalk.Queue", func() error { return steps.a.Queue(e.k) }); err != nil {
 		e.t.Fatalf("GRUWalk.Queue: %v", err)
 	}
-	refAct := make([]float64, 4*T*bh)
-	hp := h0
+	wantH, wantAct, wantHPre := clone(hStart), nans(4*T*bh), nans(3*bh)
+	hp := clone(h0)
 	gotH := e.get("H", walk.h)
-	var lastHPre, mags []float64
+	var mags []float64
 	for i := range T {
 		t := i
 		if c.reverse {
 			t = T - 1 - i
+			if rows != nil && i > 0 {
+				copy(hp[rows[t+1]*H:rows[t]*H], h0[rows[t+1]*H:rows[t]*H])
+			}
 		}
+		n := walkRowsOf(rows, B, t)
 		hpre, mag := recProduct(B, H, 3, nil, hp, wts)
 		act, hn := refGRUCell(B, H, xpre[3*t*bh:3*(t+1)*bh], hpre, bih, bhh, hp)
-		checkClose(e.t, fmt.Sprintf("H at step %d (visited %d)", t, i), gotH[t*bh:(t+1)*bh], hn, nil, walkTolerance(e.dt, H, i, mag))
-		copy(refAct[4*t*bh:], act)
-		hp, lastHPre, mags = hn, hpre, append(mags, mag...)
+		checkClose(e.t, fmt.Sprintf("H at step %d (visited %d, %d rows)", t, i, n), gotH[t*bh:t*bh+n*H], hn[:n*H], nil, walkTolerance(e.dt, H, i, mag))
+		setRows(wantH, t*bh, n, H, hn)
+		setRows(wantAct, 4*t*bh, n, 4*H, act)
+		setRows(wantHPre, 0, n, 3*H, hpre)
+		copy(hp, hn[:n*H])
+		mags = append(mags, mag...)
 	}
 	tol := walkTolerance(e.dt, H, T-1, mags)
 	checkExact(e.t, "H (walk against its steps)", gotH, e.get("H", steps.h))
+	checkClose(e.t, "H", gotH, wantH, nil, tol)
 	checkExact(e.t, "HPre (walk against its steps)", e.get("HPre", walk.hpre), e.get("HPre", steps.hpre))
-	checkClose(e.t, "HPre (the last step's)", e.get("HPre", walk.hpre), lastHPre, nil, tol)
+	// Each row's recurrent product of the last step that ran it.
+	checkClose(e.t, "HPre", e.get("HPre", walk.hpre), wantHPre, nil, tol)
 	if c.act == separateAct {
 		checkExact(e.t, "Act (walk against its steps)", e.get("Act", walk.act), e.get("Act", steps.act))
-		checkClose(e.t, "Act", e.get("Act", walk.act), refAct, nil, tol)
+		checkClose(e.t, "Act", e.get("Act", walk.act), wantAct, nil, tol)
 	}
 	checkExact(e.t, "XPre (an input)", e.get("XPre", walk.xpre), xpre)
 	checkExact(e.t, "H0 (an input)", e.get("H0", walk.h0), h0)
@@ -274,7 +420,8 @@ func (e *env) checkGRUWalk(w device.Walker, c walkCase) {
 // checkWalkMisuse checks that a walk's bad arguments are errors matching
 // device.ErrShape (device.ErrForeignBuffer for a missing one): no steps,
 // a state overlapping the outputs, both or neither of C and CLast, a short
-// buffer.
+// buffer, rows not given on both sides or out of range, a walk back's
+// NextBatch out of range or without its product.
 func (e *env) checkWalkMisuse(w device.Walker) {
 	B, H, T := 2, 3, 4
 	bh := B * H
@@ -294,6 +441,41 @@ func (e *env) checkWalkMisuse(w device.Walker) {
 		"GRU/H0OverlapsH":  func() error { a := gru; a.H0 = h.Elems(e.dt, (T-1)*bh, bh); return w.GRUWalk(a) },
 		"GRU/ShortHPre":    func() error { a := gru; a.HPre = buf(3*bh - 1); return w.GRUWalk(a) },
 		"GRU/ShortAct":     func() error { a := gru; a.Act = buf(4*T*bh - 1); return w.GRUWalk(a) },
+		// Lengths: both or neither of Rows and RowsAt, a count a step, each
+		// in [1, Batch], and their device copy holding them.
+		"LSTM/RowsAlone":   func() error { a := good; a.Rows = []int{2, 2, 1, 1}; return w.LSTMWalk(a) },
+		"LSTM/RowsAtAlone": func() error { a := good; a.RowsAt = e.alloc(device.Int32, T); return w.LSTMWalk(a) },
+		"LSTM/RowsShort": func() error {
+			a := good
+			a.Rows, a.RowsAt = []int{2, 2, 1}, e.alloc(device.Int32, T)
+			return w.LSTMWalk(a)
+		},
+		"LSTM/NoRows": func() error {
+			a := good
+			a.Rows, a.RowsAt = []int{2, 0, 0, 0}, e.alloc(device.Int32, T)
+			return w.LSTMWalk(a)
+		},
+		"GRU/RowsPastBatch": func() error {
+			a := gru
+			a.Rows, a.RowsAt = []int{3, 2, 1, 1}, e.alloc(device.Int32, T)
+			return w.GRUWalk(a)
+		},
+		"GRU/ShortRowsAt": func() error {
+			a := gru
+			a.Rows, a.RowsAt = []int{2, 2, 1, 1}, e.alloc(device.Int32, T-1)
+			return w.GRUWalk(a)
+		},
+		"LSTMGrad/NextBatchWithoutIn": func() error {
+			a := device.LSTMGradWalk{DType: e.dt, Steps: T, Batch: B, Hidden: H, Act: buf(4 * T * bh), C: buf(T * bh), C0: buf(bh),
+				DH: buf(T * bh), DC: buf(bh), DPre: buf(4 * T * bh), W: buf(4 * H * H), NextBatch: 1}
+			return w.LSTMGradWalk(a)
+		},
+		"GRUGrad/NextBatchPastBatch": func() error {
+			a := device.GRUGradWalk{DType: e.dt, Steps: T, Batch: B, Hidden: H, Act: buf(4 * T * bh), H: buf(T * bh), H0: buf(bh),
+				DH: buf(T * bh), DH0: buf(bh), DXPre: buf(3 * T * bh), DHPre: buf(3 * T * bh), W: buf(3 * H * H),
+				DHPreIn: buf(3 * bh), NextBatch: B + 1}
+			return w.GRUGradWalk(a)
+		},
 	}
 	for name, f := range bad {
 		if err := call(e.t, name, f); !errors.Is(err, device.ErrShape) {
@@ -318,7 +500,35 @@ func (e *env) checkWalkMisuse(w device.Walker) {
 // direction, and whether the first step walked back gets a product.
 type gradWalkCase struct {
 	batch, hidden, steps int
-	reverse, in          bool
+	reverse, in, lengths bool
+}
+
+// nextRows is the rows of the product a walk back's case gives its first
+// step walked back (NextBatch), with lengths: those of the step the
+// forward visited after the walk's, all of them before a reverse walk's
+// first (its sequences all run at step 0), half of the last step's
+// after a walk's last (at least one).
+func (c gradWalkCase) nextRows(rows []int) int {
+	if rows == nil || !c.in {
+		return 0
+	}
+	if c.reverse {
+		return c.batch
+	}
+	return max(1, rows[c.steps-1]/2)
+}
+
+// productRows is the rows of the product step walked back i takes, from
+// next (the step walked back before it, -1 for the case's own product,
+// in; 0 for none): a step's NextBatch, resolved.
+func productRows(rows []int, batch, t, next, in int) int {
+	switch {
+	case next >= 0:
+		return walkRowsOf(rows, batch, next)
+	case in > 0:
+		return in
+	}
+	return walkRowsOf(rows, batch, t)
 }
 
 func (c gradWalkCase) String() string {
@@ -328,6 +538,9 @@ func (c gradWalkCase) String() string {
 	}
 	if c.in {
 		s += "/In"
+	}
+	if c.lengths {
+		s += "/Lengths"
 	}
 	return s
 }
@@ -380,6 +593,8 @@ func (e *env) checkLSTMGradWalk(w device.Walker, c gradWalkCase) {
 	cs, c0 := e.uniform(T*bh, -2, 2), e.uniform(bh, -2, 2)
 	dh, dc := e.uniform(T*bh, -1, 1), e.uniform(bh, -1, 1)
 	wts := e.uniform(4*H*H, -s, s)
+	rows := walkRowsFor(c.lengths, B, T)
+	nin := c.nextRows(rows)
 	var in []float64
 	if c.in {
 		in = e.uniform(4*bh, -1, 1)
@@ -392,10 +607,17 @@ func (e *env) checkLSTMGradWalk(w device.Walker, c gradWalkCase) {
 		r := &run{act: e.vec(act), dh: e.vec(dh), dc: e.vec(dc), cs: e.vec(cs), wIn: e.vec(wts)}
 		r.dpre = r.act
 		if separate {
-			r.dpre = e.vec(nans(4 * T * bh))
+			// NaN where every element is written; with lengths the
+			// rows a step does not run keep Act's, as over Act.
+			start := nans(4 * T * bh)
+			if rows != nil {
+				start = act
+			}
+			r.dpre = e.vec(start)
 		}
 		r.a = device.LSTMGradWalk{DType: e.dt, Steps: T, Batch: B, Hidden: H, Reverse: c.reverse, Act: r.act.buf, C: r.cs.buf,
-			C0: e.vec(c0).buf, DH: r.dh.buf, DC: r.dc.buf, DPre: r.dpre.buf, W: r.wIn.buf}
+			C0: e.vec(c0).buf, DH: r.dh.buf, DC: r.dc.buf, DPre: r.dpre.buf, W: r.wIn.buf,
+			Rows: rows, RowsAt: e.rowsAt(rows), NextBatch: nin}
 		if c.in {
 			r.a.DPreIn = e.vec(in).buf
 		}
@@ -413,19 +635,24 @@ func (e *env) checkLSTMGradWalk(w device.Walker, c gradWalkCase) {
 	checkExact(e.t, "DPre (walk against its steps)", e.get("DPre", walk.dpre), e.get("DPre", steps.dpre))
 	checkExact(e.t, "DH (walk against its steps)", e.get("DH", walk.dh), e.get("DH", steps.dh))
 	checkExact(e.t, "DC (walk against its steps)", e.get("DC", walk.dc), e.get("DC", steps.dc))
-	// The reference walk back in float64.
+	// The reference walk back in float64, each step over the rows it runs,
+	// its product over those of the step it comes from (rows past the
+	// step's own take the product alone).
 	ts, next, fprev := gradWalkOrder(T, c.reverse)
-	wantDPre, wantDH, d := make([]float64, 4*T*bh), clone(dh), clone(dc)
+	wantDPre, wantDH, d := clone(act), clone(dh), clone(dc)
 	gotDPre := e.get("DPre", walk.dpre)
 	var mags []float64
 	for i, t := range ts {
-		dnext := in
+		n := walkRowsOf(rows, B, t)
+		dnext, nn := in, productRows(rows, B, t, next[i], nin)
 		if next[i] >= 0 {
 			dnext = wantDPre[4*next[i]*bh : 4*(next[i]+1)*bh]
 		}
 		full, mag := clone(dh[t*bh:(t+1)*bh]), make([]float64, bh)
 		if dnext != nil {
-			full, mag = gradProduct(B, H, 4, full, dnext, wts)
+			full, mag = gradProduct(nn, H, 4, full, dnext, wts)
+		} else {
+			nn = n
 		}
 		cp := c0
 		if fprev[i] >= 0 {
@@ -434,12 +661,13 @@ func (e *env) checkLSTMGradWalk(w device.Walker, c gradWalkCase) {
 		dp, dcp := refLSTMCellGrad(B, H, act[4*t*bh:4*(t+1)*bh], cp, cs[t*bh:(t+1)*bh], full, d)
 		mags = append(mags, mag...)
 		tol := gradWalkTolerance(e.dt, 4*H, i, mags)
-		checkClose(e.t, fmt.Sprintf("DPre at step %d (walked back %d)", t, i), gotDPre[4*t*bh:4*(t+1)*bh], dp, nil, tol)
-		copy(wantDPre[4*t*bh:], dp)
-		copy(wantDH[t*bh:], full)
-		d = dcp
+		checkClose(e.t, fmt.Sprintf("DPre at step %d (walked back %d, %d rows)", t, i, n), gotDPre[4*t*bh:4*t*bh+4*n*H], dp[:4*n*H], nil, tol)
+		setRows(wantDPre, 4*t*bh, n, 4*H, dp)
+		setRows(wantDH, t*bh, max(n, nn), H, full)
+		copy(d, dcp[:n*H])
 	}
 	tol := gradWalkTolerance(e.dt, 4*H, T, mags)
+	checkClose(e.t, "DPre", gotDPre, wantDPre, nil, tol)
 	checkClose(e.t, "DH", e.get("DH", walk.dh), wantDH, nil, tol)
 	checkClose(e.t, "DC", e.get("DC", walk.dc), d, nil, tol)
 	checkExact(e.t, "C (an input)", e.get("C", walk.cs), cs)
@@ -454,6 +682,8 @@ func (e *env) checkGRUGradWalk(w device.Walker, c gradWalkCase) {
 	hs, h0 := e.uniform(T*bh, -1, 1), e.uniform(bh, -1, 1)
 	dh := e.uniform(T*bh, -1, 1)
 	wts := e.uniform(3*H*H, -s, s)
+	rows := walkRowsFor(c.lengths, B, T)
+	nin := c.nextRows(rows)
 	var in []float64
 	if c.in {
 		in = e.uniform(3*bh, -1, 1)
@@ -466,7 +696,7 @@ func (e *env) checkGRUGradWalk(w device.Walker, c gradWalkCase) {
 		r := &run{dh: e.vec(dh), dh0: e.vec(nans(bh)), dxpre: e.vec(nans(3 * T * bh)), dhpre: e.vec(nans(3 * T * bh))}
 		r.a = device.GRUGradWalk{DType: e.dt, Steps: T, Batch: B, Hidden: H, Reverse: c.reverse, Act: e.vec(act).buf,
 			H: e.vec(hs).buf, H0: e.vec(h0).buf, DH: r.dh.buf, DH0: r.dh0.buf, DXPre: r.dxpre.buf, DHPre: r.dhpre.buf,
-			W: e.vec(wts).buf}
+			W: e.vec(wts).buf, Rows: rows, RowsAt: e.rowsAt(rows), NextBatch: nin}
 		if c.in {
 			r.a.DHPreIn = e.vec(in).buf
 		}
@@ -485,19 +715,24 @@ func (e *env) checkGRUGradWalk(w device.Walker, c gradWalkCase) {
 	}{{"DH", walk.dh, steps.dh}, {"DH0", walk.dh0, steps.dh0}, {"DXPre", walk.dxpre, steps.dxpre}, {"DHPre", walk.dhpre, steps.dhpre}} {
 		checkExact(e.t, o.name+" (walk against its steps)", e.get(o.name, o.walk), e.get(o.name, o.steps))
 	}
+	// The reference, each step over its rows as checkLSTMGradWalk's; the
+	// rows a step does not run keep what they held (NaN in the outputs).
 	ts, next, fprev := gradWalkOrder(T, c.reverse)
-	wantDH, wantDH0 := clone(dh), make([]float64, bh)
-	wantDHPre := make([]float64, 3*T*bh)
+	wantDH, wantDH0 := clone(dh), nans(bh)
+	wantDXPre, wantDHPre := nans(3*T*bh), nans(3*T*bh)
 	gotDXPre := e.get("DXPre", walk.dxpre)
 	var mags []float64
 	for i, t := range ts {
-		dnext := in
+		n := walkRowsOf(rows, B, t)
+		dnext, nn := in, productRows(rows, B, t, next[i], nin)
 		if next[i] >= 0 {
 			dnext = wantDHPre[3*next[i]*bh : 3*(next[i]+1)*bh]
 		}
 		full, mag := clone(wantDH[t*bh:(t+1)*bh]), make([]float64, bh)
 		if dnext != nil {
-			full, mag = gradProduct(B, H, 3, full, dnext, wts)
+			full, mag = gradProduct(nn, H, 3, full, dnext, wts)
+		} else {
+			nn = n
 		}
 		hp := h0
 		if fprev[i] >= 0 {
@@ -506,19 +741,21 @@ func (e *env) checkGRUGradWalk(w device.Walker, c gradWalkCase) {
 		dx, dhp, direct := refGRUCellGrad(B, H, act[4*t*bh:4*(t+1)*bh], hp, full)
 		mags = append(mags, mag...)
 		tol := gradWalkTolerance(e.dt, 3*H, i, mags)
-		checkClose(e.t, fmt.Sprintf("DXPre at step %d (walked back %d)", t, i), gotDXPre[3*t*bh:3*(t+1)*bh], dx, nil, tol)
-		copy(wantDH[t*bh:], full)
-		copy(wantDHPre[3*t*bh:], dhp)
+		checkClose(e.t, fmt.Sprintf("DXPre at step %d (walked back %d, %d rows)", t, i, n), gotDXPre[3*t*bh:3*t*bh+3*n*H], dx[:3*n*H], nil, tol)
+		setRows(wantDH, t*bh, max(n, nn), H, full)
+		setRows(wantDXPre, 3*t*bh, n, 3*H, dx)
+		setRows(wantDHPre, 3*t*bh, n, 3*H, dhp)
 		if fprev[i] >= 0 {
-			for k, v := range direct {
+			for k, v := range direct[:n*H] {
 				wantDH[fprev[i]*bh+k] += v
 			}
 		} else {
-			copy(wantDH0, direct)
+			setRows(wantDH0, 0, n, H, direct)
 		}
 	}
 	tol := gradWalkTolerance(e.dt, 3*H, T, mags)
 	checkClose(e.t, "DH", e.get("DH", walk.dh), wantDH, nil, tol)
 	checkClose(e.t, "DH0", e.get("DH0", walk.dh0), wantDH0, nil, tol)
+	checkClose(e.t, "DXPre", gotDXPre, wantDXPre, nil, tol)
 	checkClose(e.t, "DHPre", e.get("DHPre", walk.dhpre), wantDHPre, nil, tol)
 }
