@@ -54,7 +54,7 @@ type Config struct {
 	// WalkCellsUpTo is the largest hidden size at which a layer's walk
 	// over its steps and its walk back (device.LSTMWalk, GRUWalk,
 	// LSTMGradWalk and GRUGradWalk, which package rnn queues for every
-	// window of steps without lengths) run as one persistent kernel each:
+	// window of steps, with lengths too) run as one persistent kernel each:
 	// every step's fused cell (or cell gradient) kernel in one launch, its
 	// blocks all resident and meeting at a grid-wide barrier between two
 	// steps, instead of a launch per step. It runs only where the

@@ -168,7 +168,8 @@
 //
 // A whole walk of such steps (device.Walker's LSTMWalk and GRUWalk, and
 // the walks back, LSTMGradWalk and GRUGradWalk, which rnn queues for each
-// window of steps without lengths) is the per-step calls, or, up to
+// window of steps, each step over its running rows with lengths) is the
+// per-step calls, or, up to
 // Config.WalkCellsUpTo hidden units (none by default, until a GPU run has
 // measured it), one launch of a persistent kernel: each block keeps its
 // slice of W_hh in shared memory from the first step to the last, each

@@ -84,6 +84,8 @@ type branchCase struct {
 	eval bool
 	// chunk is the steps of a chunk of the products over steps (0: 1).
 	chunk int
+	// stepwise runs the stack's steps without walks (TestWalksSameBits).
+	stepwise bool
 }
 
 // The shapes of TestBranchSameBits: the stack's chunk is lowered to one
@@ -504,6 +506,7 @@ func branchSteps(t *testing.T, d device.Device, lstm bool, c branchCase, noBranc
 		Bidirectional: c.bidir, DType: device.Float64, Seed: 5, Recompute: c.recompute, NoBranches: noBranches, WaveWindows: c.wave}, cellFor(lstm))
 	must(t, err)
 	s.chunkRows = max(c.chunk*brB, 1)
+	s.stepwise = c.stepwise
 	counted := &countedBranch{}
 	if !noBranches {
 		b, err := device.NewBranch(d)

@@ -69,15 +69,17 @@ func (gruCell) forwardStep(q *queue, lp *layerPass, t int) {
 
 // forwardWalk: forwardStep's calls as one device.GRUWalk.
 func (gruCell) forwardWalk(q *queue, lp *layerPass, k device.Walker) {
+	tEnd := lp.walkEnd()
 	H, w, first := lp.H, lp.w, lp.t0
 	if lp.dir == 1 {
-		first = lp.t1 - 1
+		first = tEnd - 1
 	}
-	a := device.GRUWalk{DType: lp.dt, Steps: lp.t1 - lp.t0, Batch: lp.B, Hidden: H, Reverse: lp.dir == 1,
-		XPre: lp.steps(lp.pre, lp.t0, lp.t1, 3*H), HPre: lp.p.hpre, W: w.whh, BiasIH: w.bih, BiasHH: w.bhh,
+	a := device.GRUWalk{DType: lp.dt, Steps: tEnd - lp.t0, Batch: lp.B, Hidden: H, Reverse: lp.dir == 1,
+		XPre: lp.steps(lp.pre, lp.t0, tEnd, 3*H), HPre: lp.p.hpre, W: w.whh, BiasIH: w.bih, BiasHH: w.bhh,
 		H0: lp.hIn(first), H: lp.output()}
+	a.Rows, a.RowsAt = lp.walkRows()
 	if lp.train {
-		a.Act = lp.steps(lp.b.gates, lp.t0, lp.t1, 4*H)
+		a.Act = lp.steps(lp.b.gates, lp.t0, tEnd, 4*H)
 	}
 	q.add(k.GRUWalk(a))
 }
@@ -123,23 +125,25 @@ func (gruCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int, in p
 // tied walk's first step, into the state's gradient, then its recurrent
 // product there too.
 func (gruCell) backwardWalk(q *queue, lp *layerPass, lg *layerGrads, k device.Walker, in product) {
+	tEnd := lp.walkEnd()
 	H, dt, first := lp.H, lp.dt, lp.t0
 	if lp.dir == 1 {
-		first = lp.t1 - 1
+		first = tEnd - 1
 	}
 	toState := lp.prev(first) < 0 && lg.tied
-	a := device.GRUGradWalk{DType: dt, Steps: lp.t1 - lp.t0, Batch: lp.B, Hidden: H, Reverse: lp.dir == 1,
-		Act: lp.steps(lp.b.gates, lp.t0, lp.t1, 4*H), H: lp.output(), H0: lp.hIn(first), DH: lp.steps(lg.dh, lp.t0, lp.t1, H),
-		DH0: lg.row, DXPre: lp.steps(lg.dPre, lp.t0, lp.t1, 3*H), DHPre: lp.steps(lg.dHPre, lp.t0, lp.t1, 3*H), W: lp.w.whh}
+	a := device.GRUGradWalk{DType: dt, Steps: tEnd - lp.t0, Batch: lp.B, Hidden: H, Reverse: lp.dir == 1,
+		Act: lp.steps(lp.b.gates, lp.t0, tEnd, 4*H), H: lp.output(), H0: lp.hIn(first), DH: lp.steps(lg.dh, lp.t0, tEnd, H),
+		DH0: lg.row, DXPre: lp.steps(lg.dPre, lp.t0, tEnd, 3*H), DHPre: lp.steps(lg.dHPre, lp.t0, tEnd, 3*H), W: lp.w.whh}
+	a.Rows, a.RowsAt = lp.walkRows()
 	if toState {
 		a.DH0 = lg.stH
 	}
 	if in.from >= 0 {
-		a.DHPreIn = in.dHPre
+		a.DHPreIn, a.NextBatch = in.dHPre, in.rows
 	}
 	q.add(k.GRUGradWalk(a))
 	if toState {
-		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: lp.B, N: H, K: 3 * H, Alpha: 1, Beta: 1, A: lp.step(lg.dHPre, first, 3*H),
+		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: lp.rows(first), N: H, K: 3 * H, Alpha: 1, Beta: 1, A: lp.step(lg.dHPre, first, 3*H),
 			B: lp.w.whh, C: lg.stH}))
 	}
 }

@@ -30,10 +30,10 @@ type batchShape struct {
 	active []int
 	maxLen int
 	// idx is perm, inv, sorted and lengths on the device, B Int32 each,
-	// and the maps packing chunks of chunk steps from element packAt on
-	// (set by upload).
-	idx           device.Buffer
-	chunk, packAt int
+	// the maps packing chunks of chunk steps from element packAt on, and
+	// active's first T from element rowsAt on (set by upload).
+	idx                   device.Buffer
+	chunk, packAt, rowsAt int
 }
 
 // uniformShape is the shape of a forward without lengths.
@@ -89,9 +89,10 @@ func (sh *batchShape) rows(t int) int {
 
 // idxBytes is the size of the device copy of the permutation and lengths,
 // with the lengths past the start of each of segs segments after the
-// first, and the maps of every chunk of c steps of the T (packMaps).
+// first, the maps of every chunk of c steps of the T (packMaps), and the
+// rows each step runs (the walks' RowsAt).
 func (sh *batchShape) idxBytes(segs, c int) int64 {
-	return int64((4+2*max(segs-1, 0))*sh.B+sh.packChunks(c)*4*c*sh.B) * 4
+	return int64((4+2*max(segs-1, 0))*sh.B+sh.packChunks(c)*4*c*sh.B+sh.T) * 4
 }
 
 // packChunks is the number of chunks of c steps, from step 0, of T steps
@@ -103,8 +104,9 @@ func (sh *batchShape) packChunks(c int) int { return (sh.T + c - 1) / c }
 // sh.idx, and for each segment i of seg steps after the first (i < segs)
 // the steps past its start of every sequence, max(0, length - i·seg),
 // sorted and in the caller's order, for the gathers of that segment alone;
-// then the maps that pack each chunk of c steps (packMaps). It returns
-// when the copy is done (device.Device.Upload).
+// then the maps that pack each chunk of c steps (packMaps), and the rows
+// each step runs. It returns when the copy is done
+// (device.Device.Upload).
 func (sh *batchShape) upload(d device.Device, buf device.Buffer, seg, segs, c int) error {
 	v := make([]int32, 0, sh.idxBytes(segs, c)/4)
 	v = append(append(append(append(v, sh.perm...), sh.inv...), sh.sorted...), sh.lengths...)
@@ -118,6 +120,10 @@ func (sh *batchShape) upload(d device.Device, buf device.Buffer, seg, segs, c in
 	sh.chunk, sh.packAt = c, len(v)
 	for k := range sh.packChunks(c) {
 		v = sh.packMaps(v, k*c, c)
+	}
+	sh.rowsAt = len(v)
+	for _, n := range sh.active[:sh.T] {
+		v = append(v, int32(n))
 	}
 	b := make([]byte, 0, 4*len(v))
 	for _, x := range v {
@@ -167,6 +173,12 @@ func (sh *batchShape) packSeq(dt device.DType, ch span, cols int, x, y device.Bu
 		return device.GatherSeq{DType: dt, T: 1, B: n, Cols: cols, Index: m(0), Lengths: m(1), X: x, Y: y}
 	}
 	return device.GatherSeq{DType: dt, T: 1, B: n, Cols: cols, Index: m(2), Lengths: m(3), X: y, Y: x}
+}
+
+// devRows is the device copy of the rows steps [a, b) run, b-a Int32 (a
+// walk's RowsAt).
+func (sh *batchShape) devRows(a, b int) device.Buffer {
+	return sh.idx.Elems(device.Int32, sh.rowsAt+a, b-a)
 }
 
 // The device copies of the shape's index vectors, B Int32 each.

@@ -77,15 +77,17 @@ func (lstmCell) forwardStep(q *queue, lp *layerPass, t int) {
 // carries c in the slot the last step leaves it in (cOut), which the
 // steps would have reached through the two slots in turn.
 func (lstmCell) forwardWalk(q *queue, lp *layerPass, k device.Walker) {
-	H, w, first, last := lp.H, lp.w, lp.t0, lp.t1-1
+	tEnd := lp.walkEnd()
+	H, w, first, last := lp.H, lp.w, lp.t0, tEnd-1
 	if lp.dir == 1 {
 		first, last = last, first
 	}
-	a := device.LSTMWalk{DType: lp.dt, Steps: lp.t1 - lp.t0, Batch: lp.B, Hidden: H, Reverse: lp.dir == 1,
-		Pre: lp.steps(lp.pre, lp.t0, lp.t1, 4*H), W: w.whh, BiasIH: w.bih, BiasHH: w.bhh,
+	a := device.LSTMWalk{DType: lp.dt, Steps: tEnd - lp.t0, Batch: lp.B, Hidden: H, Reverse: lp.dir == 1,
+		Pre: lp.steps(lp.pre, lp.t0, tEnd, 4*H), W: w.whh, BiasIH: w.bih, BiasHH: w.bhh,
 		H0: lp.hIn(first), C0: lp.cIn(first), H: lp.output()}
+	a.Rows, a.RowsAt = lp.walkRows()
 	if lp.train {
-		a.C, a.Act = lp.steps(lp.b.cseq, lp.t0+1-lp.dir, lp.t1+1-lp.dir, H), a.Pre
+		a.C, a.Act = lp.steps(lp.b.cseq, lp.t0+1-lp.dir, tEnd+1-lp.dir, H), a.Pre
 	} else {
 		a.CLast = lp.cOut(last)
 	}
@@ -139,20 +141,22 @@ func (lstmCell) backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int, in 
 // tied walk's product into the initial state's gradient after the
 // forward's first step.
 func (lstmCell) backwardWalk(q *queue, lp *layerPass, lg *layerGrads, k device.Walker, in product) {
+	tEnd := lp.walkEnd()
 	H, dt, first := lp.H, lp.dt, lp.t0
 	if lp.dir == 1 {
-		first = lp.t1 - 1
+		first = tEnd - 1
 	}
-	act := lp.steps(lp.b.gates, lp.t0, lp.t1, 4*H)
-	a := device.LSTMGradWalk{DType: dt, Steps: lp.t1 - lp.t0, Batch: lp.B, Hidden: H, Reverse: lp.dir == 1, Act: act,
-		C: lp.steps(lp.b.cseq, lp.t0+1-lp.dir, lp.t1+1-lp.dir, H), C0: lp.cIn(first), DH: lp.steps(lg.dh, lp.t0, lp.t1, H),
+	act := lp.steps(lp.b.gates, lp.t0, tEnd, 4*H)
+	a := device.LSTMGradWalk{DType: dt, Steps: tEnd - lp.t0, Batch: lp.B, Hidden: H, Reverse: lp.dir == 1, Act: act,
+		C: lp.steps(lp.b.cseq, lp.t0+1-lp.dir, tEnd+1-lp.dir, H), C0: lp.cIn(first), DH: lp.steps(lg.dh, lp.t0, tEnd, H),
 		DC: lg.row, DPre: act, W: lp.w.whh}
+	a.Rows, a.RowsAt = lp.walkRows()
 	if in.from >= 0 {
-		a.DPreIn = in.dHPre
+		a.DPreIn, a.NextBatch = in.dHPre, in.rows
 	}
 	q.add(k.LSTMGradWalk(a))
 	if lp.prev(first) < 0 && lg.tied {
-		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: lp.B, N: H, K: 4 * H, Alpha: 1, A: lp.step(lp.b.gates, first, 4*H), B: lp.w.whh, C: lg.stH}))
+		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: lp.rows(first), N: H, K: 4 * H, Alpha: 1, A: lp.step(lp.b.gates, first, 4*H), B: lp.w.whh, C: lg.stH}))
 	}
 }
 

@@ -160,6 +160,9 @@ type stack struct {
 	reserve, work, out, grads, dx scratch
 	lay                           []layerBufs // reused views, as layers
 	chunkRows                     int         // rows of a chunk of steps: the device's device.ProductRows
+	// stepwise queues every step's calls, as on Kernels without walks
+	// (device.Walker), for the tests that compare the two.
+	stepwise bool
 
 	// dropSeed and drawn are the Go side of where the dropout masks come
 	// from (DropoutState): the seed, and the mask elements drawn so far.
@@ -539,6 +542,21 @@ func (lp *layerPass) prev(t int) int {
 		return t + 1
 	}
 	return -1
+}
+
+// walkEnd is the end of the window's steps walked: the window's end, or
+// the longest sequence's if it is before.
+func (lp *layerPass) walkEnd() int { return min(lp.t1, lp.sh.maxLen) }
+
+// walkRows is the rows each of the window's steps walked runs, on the
+// host and on the device (a walk's Rows and RowsAt), with lengths; none
+// without.
+func (lp *layerPass) walkRows() ([]int, device.Buffer) {
+	if !lp.sh.varlen {
+		return nil, device.Buffer{}
+	}
+	b := lp.walkEnd()
+	return lp.sh.active[lp.t0:b], lp.sh.devRows(lp.t0, b)
 }
 
 // holds reports whether step t is in the window.
@@ -1413,20 +1431,40 @@ func (s *stack) dropWindow(q *queue, lp *layerPass, base uint64, x, y, mask devi
 // projection of its steps, and the steps; with ends, the final states of
 // the sequences that end in it (lengths, forward direction).
 func (s *stack) forwardWindow(q *queue, lp *layerPass, ends bool) {
-	H := lp.H
 	s.loadEntry(q, lp)
 	lp.pre = s.cell.projection(lp)
 	s.project(q, lp)
 	ends = ends && lp.dir == 0 && lp.sh.varlen
 	ts := lp.walk()
-	if w, ok := lp.k.(device.Walker); ok && !lp.sh.varlen && len(ts) > 1 {
-		// One call for the window's steps: without lengths every step
-		// covers all rows, and nothing enters or ends between two steps
-		// (the reverse walk's initial state enters before its first).
+	if w, ok := lp.k.(device.Walker); ok && !s.stepwise && len(ts) > 1 {
+		// One call for the window's steps, each over its running rows:
+		// the sequences a reverse walk starts at each step find their
+		// initial state where they read it, put there first, and those
+		// ending are kept after, from where the walk leaves them. A
+		// sequence's rows are written only by the steps that run it, so
+		// both stay there until read. Without grad the walk carries c
+		// in one slot (the one the steps would leave it in: the last's
+		// cOut), from which every step after the first reads it.
+		carried := lp.cOut(ts[len(ts)-1])
 		if lp.dir == 1 {
-			s.enter(q, lp, ts[0])
+			for i, t := range ts {
+				c := lp.cIn(t)
+				if !lp.train && i > 0 {
+					c = carried
+				}
+				s.enterInto(q, lp, t, lp.hIn(t), c)
+			}
 		}
 		s.cell.forwardWalk(q, lp, w)
+		for _, t := range ts {
+			c := lp.cOut(t)
+			if !lp.train {
+				c = carried
+			}
+			if ends {
+				s.end(q, lp, t, c)
+			}
+		}
 		return
 	}
 	for _, t := range ts {
@@ -1434,13 +1472,23 @@ func (s *stack) forwardWindow(q *queue, lp *layerPass, ends bool) {
 			s.enter(q, lp, t)
 		}
 		s.cell.forwardStep(q, lp, t)
-		if e0, e1 := lp.rows(t+1), lp.rows(t); ends && e1 > e0 {
-			// Sequences of length t+1 end here: keep their final states.
-			q.add(lp.k.Copy(device.Copy{Dst: lp.span(lp.hEnd, e0, e1, H), Src: lp.span(lp.hOut(t), e0, e1, H)}))
-			if !lp.cEnd.IsZero() {
-				q.add(lp.k.Copy(device.Copy{Dst: lp.span(lp.cEnd, e0, e1, H), Src: lp.span(lp.cOut(t), e0, e1, H)}))
-			}
+		if ends {
+			s.end(q, lp, t, lp.cOut(t))
 		}
+	}
+}
+
+// end queues keeping the final states of the sequences of length t+1,
+// which end at step t of lp's forward walk: their rows of hOut(t), and of
+// c, where step t left its c (with lengths).
+func (s *stack) end(q *queue, lp *layerPass, t int, c device.Buffer) {
+	e0, e1 := lp.rows(t+1), lp.rows(t)
+	if e1 <= e0 {
+		return
+	}
+	q.add(lp.k.Copy(device.Copy{Dst: lp.span(lp.hEnd, e0, e1, lp.H), Src: lp.span(lp.hOut(t), e0, e1, lp.H)}))
+	if !lp.cEnd.IsZero() {
+		q.add(lp.k.Copy(device.Copy{Dst: lp.span(lp.cEnd, e0, e1, lp.H), Src: lp.span(c, e0, e1, lp.H)}))
 	}
 }
 
@@ -1488,12 +1536,16 @@ func weightCols(dt device.DType, w device.Buffer, off int) device.Buffer {
 // the sequences whose walk starts at t (those of length t+1, rows
 // [rows(t+1), rows(t)) of the sorted batch) into the state entering t,
 // unless that is where they are.
-func (s *stack) enter(q *queue, lp *layerPass, t int) {
+func (s *stack) enter(q *queue, lp *layerPass, t int) { s.enterInto(q, lp, t, lp.hIn(t), lp.cIn(t)) }
+
+// enterInto is enter with the places the step reads its state from, h
+// and c (none for no c).
+func (s *stack) enterInto(q *queue, lp *layerPass, t int, h, c device.Buffer) {
 	e0, e1 := lp.rows(t+1), lp.rows(t)
 	if e1 <= e0 || lp.zeroEntry {
 		return
 	}
-	for _, c := range [][2]device.Buffer{{lp.hIn(t), lp.h0}, {lp.cIn(t), lp.c0}} {
+	for _, c := range [][2]device.Buffer{{h, lp.h0}, {c, lp.c0}} {
 		if !c[0].IsZero() && c[0] != c[1] {
 			q.add(lp.k.Copy(device.Copy{Dst: lp.span(c[0], e0, e1, lp.H), Src: lp.span(c[1], e0, e1, lp.H)}))
 		}
@@ -1890,12 +1942,13 @@ func (s *stack) backwardWindow(q *queue, lp *layerPass, lg *layerGrads, first, l
 		pending = product{from: edgeIn, dHPre: s.cell.applyEdge(q, lp, lg, edgeIn), rows: lp.rows(edgeIn)}
 	}
 	walk := lp.walk()
-	if w, ok := lp.k.(device.Walker); ok && !lp.sh.varlen && len(walk) > 1 && !(lg.tied && lp.dir == 1) {
-		// One call for the window's steps, as forwardWindow's: without
-		// lengths each step walked back takes the product of the one
-		// before it, and the last (whose forward predecessor is outside
-		// the window) leaves none pending. (A tied reverse walk copies
-		// the initial state's gradient between steps: initialGrads.)
+	if w, ok := lp.k.(device.Walker); ok && !s.stepwise && len(walk) > 1 && !(lg.tied && lp.dir == 1) {
+		// One call for the window's steps, as forwardWindow's: each step
+		// walked back takes the product of the one before it (over that
+		// step's rows), and the last (whose forward predecessor is
+		// outside the window) leaves none pending. (A tied reverse walk
+		// copies the initial state's gradient between steps:
+		// initialGrads.)
 		in := noProduct
 		if t := walk[len(walk)-1]; pending.from >= 0 && lp.prev(pending.from) == t {
 			in = pending

@@ -212,7 +212,7 @@ func lstmWalk(l *Lib) (got, want []float64, err error) {
 	}
 	bar := make([]uint32, 2)
 	if err = launch(l, "gc_lstm_walk_f64", walkGrid, walkBlock,
-		[]uint64{ptr(h0), ptr(c0), ptr(w), ptr(pre), 0, 0, ptr(got), ptr(cs), 0, ptr(pre), T, B, H, 0, ptr(bar)},
+		[]uint64{ptr(h0), ptr(c0), ptr(w), ptr(pre), 0, 0, ptr(got), ptr(cs), 0, ptr(pre), 0, T, B, H, 0, ptr(bar)},
 		h0, c0, w, pre, got, cs, bar); err != nil {
 		return nil, nil, err
 	}
@@ -242,7 +242,7 @@ func gruWalk(l *Lib) (got, want []float64, err error) {
 	}
 	bar := make([]uint32, 2)
 	if err = launch(l, "gc_gru_walk_f64", walkGrid, walkBlock,
-		[]uint64{ptr(h0), ptr(w), ptr(xpre), ptr(hpre), 0, 0, ptr(got), 0, T, B, H, 1, ptr(bar)},
+		[]uint64{ptr(h0), ptr(w), ptr(xpre), ptr(hpre), 0, 0, ptr(got), 0, 0, T, B, H, 1, ptr(bar)},
 		h0, w, xpre, hpre, got, bar); err != nil {
 		return nil, nil, err
 	}
@@ -288,7 +288,7 @@ func lstmGradWalk(l *Lib) (got, want []float64, err error) {
 	got, want = make([]float64, len(act)), make([]float64, len(act))
 	bar := make([]uint32, 2)
 	if err = launch(l, "gc_lstm_grad_walk_f64", walkGrid, walkBlock,
-		[]uint64{ptr(act), ptr(cs), ptr(c0), ptr(dh), ptr(dc), ptr(got), ptr(w), ptr(in), T, B, H, 0, ptr(bar)},
+		[]uint64{ptr(act), ptr(cs), ptr(c0), ptr(dh), ptr(dc), ptr(got), ptr(w), ptr(in), 0, 0, T, B, H, 0, ptr(bar)},
 		act, cs, c0, dh, dc, got, w, in, bar); err != nil {
 		return nil, nil, err
 	}
@@ -336,7 +336,7 @@ func gruGradWalk(l *Lib) (got, want []float64, err error) {
 	got, want = make([]float64, T*B*3*H), make([]float64, T*B*3*H)
 	bar := make([]uint32, 2)
 	if err = launch(l, "gc_gru_grad_walk_f64", walkGrid, walkBlock,
-		[]uint64{ptr(act), ptr(hs), ptr(h0), ptr(dh), ptr(dh0), ptr(dx), ptr(got), ptr(w), ptr(in), T, B, H, 1, ptr(bar)},
+		[]uint64{ptr(act), ptr(hs), ptr(h0), ptr(dh), ptr(dh0), ptr(dx), ptr(got), ptr(w), ptr(in), 0, 0, T, B, H, 1, ptr(bar)},
 		act, hs, h0, dh, dh0, dx, got, w, in, bar); err != nil {
 		return nil, nil, err
 	}
