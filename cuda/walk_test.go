@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"regexp"
@@ -64,27 +65,34 @@ func TestEmulatedWalkConformance(t *testing.T) {
 // then takes more than 48 KiB of shared memory (4·32·100·4 = 51200
 // bytes). The walks back as the walks, but for a
 // first step walked back given no product, which is the plain cell
-// gradient, no GEMM.
+// gradient, no GEMM. With lengths (each step's running rows) the same:
+// one launch with the walks, a launch a step without.
 func TestEmulatedWalkLaunches(t *testing.T) {
 	const B, T = 3, 5
 	for _, c := range []struct {
-		cfg    Config
-		sms    string
-		hidden int
-		want   device.Counts
+		cfg     Config
+		sms     string
+		hidden  int
+		lengths bool
+		want    device.Counts
 	}{
-		{walksOn, "", 33, device.Counts{Launches: 1, Calls: 1}},
-		{walksOn, "", 256, device.Counts{Launches: 1, Calls: 1}},
-		{Config{WalkCellsUpTo: 64}, "", 64, device.Counts{Launches: 1, Calls: 1}},
-		{Config{WalkCellsUpTo: 64}, "", 65, device.Counts{Launches: T, Calls: T}},
-		{Config{}, "", 33, device.Counts{Launches: T, Calls: T}},
-		{walksOn, "", 257, device.Counts{Launches: T, GEMMs: T, Calls: 2 * T}},
-		{Config{WalkCellsUpTo: 1 << 20, FuseCellsUpTo: 16}, "", 33, device.Counts{Launches: T, GEMMs: T, Calls: 2 * T}},
-		{walksOn, "2", 64, device.Counts{Launches: 1, Calls: 1}},
-		{walksOn, "2", 65, device.Counts{Launches: T, Calls: T}},
-		{walksOn, "4", 100, device.Counts{Launches: 1, Calls: 1}},
+		{walksOn, "", 33, false, device.Counts{Launches: 1, Calls: 1}},
+		{walksOn, "", 256, false, device.Counts{Launches: 1, Calls: 1}},
+		{Config{WalkCellsUpTo: 64}, "", 64, false, device.Counts{Launches: 1, Calls: 1}},
+		{Config{WalkCellsUpTo: 64}, "", 65, false, device.Counts{Launches: T, Calls: T}},
+		{Config{}, "", 33, false, device.Counts{Launches: T, Calls: T}},
+		{walksOn, "", 257, false, device.Counts{Launches: T, GEMMs: T, Calls: 2 * T}},
+		{Config{WalkCellsUpTo: 1 << 20, FuseCellsUpTo: 16}, "", 33, false, device.Counts{Launches: T, GEMMs: T, Calls: 2 * T}},
+		{walksOn, "2", 64, false, device.Counts{Launches: 1, Calls: 1}},
+		{walksOn, "2", 65, false, device.Counts{Launches: T, Calls: T}},
+		{walksOn, "4", 100, false, device.Counts{Launches: 1, Calls: 1}},
+		{walksOn, "", 33, true, device.Counts{Launches: 1, Calls: 1}},
+		{Config{}, "", 33, true, device.Counts{Launches: T, Calls: T}},
 	} {
 		name := fmt.Sprintf("WalkCellsUpTo=%d/FuseCellsUpTo=%d/Multiprocessors=%s/Hidden=%d", c.cfg.WalkCellsUpTo, c.cfg.FuseCellsUpTo, c.sms, c.hidden)
+		if c.lengths {
+			name += "/Lengths"
+		}
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("GOCURRENT_EMU_MULTIPROCESSORS", c.sms)
 			d := openEmulated(t, c.cfg)
@@ -107,6 +115,23 @@ func TestEmulatedWalkLaunches(t *testing.T) {
 			gruBack := device.GRUGradWalk{DType: device.Float32, Steps: T, Batch: B, Hidden: H, Reverse: true, Act: buf(4 * T * B * H),
 				H: buf(T * B * H), H0: buf(B * H), DH: buf(T * B * H), DH0: buf(B * H), DXPre: buf(3 * T * B * H),
 				DHPre: buf(3 * T * B * H), W: w3}
+			if c.lengths {
+				// Sequences of lengths 5, 4 and 2: the rows each step
+				// runs, on the host and on the device.
+				rows := []int{3, 3, 2, 2, 1}
+				at := buf(T)
+				b := make([]byte, 0, 4*T)
+				for _, n := range rows {
+					b = binary.LittleEndian.AppendUint32(b, uint32(n))
+				}
+				if err := d.Upload(at, b); err != nil {
+					t.Fatal(err)
+				}
+				lstm.Rows, lstm.RowsAt = rows, at
+				gru.Rows, gru.RowsAt = rows, at
+				lstmBack.Rows, lstmBack.RowsAt, lstmBack.NextBatch = rows, at, 1
+				gruBack.Rows, gruBack.RowsAt = rows, at
+			}
 			br, err := d.Branch()
 			if err != nil {
 				t.Fatal(err)
