@@ -41,7 +41,9 @@ func openEmulated(t testing.TB, cfg Config) *Device {
 // the cuBLAS calls), the real kernel sources, the launch code, the
 // allocators, copies and the status word. Only what the driver and cuBLAS
 // do themselves is emulated. On a GPU, TestConformance runs the same
-// suite for real.
+// suite for real. The walks group runs in TestEmulatedWalkConformance,
+// with the walks on, each case there against its per-step calls on the
+// same device: here, with them off, it would run those calls twice.
 //
 // Under the race detector (CI's second run) it runs only raceGroups, where
 // the device's own Go code runs on several goroutines at once: the other
@@ -51,7 +53,7 @@ func TestEmulatedConformance(t *testing.T) {
 	openEmulated(t, Config{}).Close() // skip the whole suite, once, where there is no emulator
 	open := func(t testing.TB) device.Device { return openEmulated(t, Config{}) }
 	if !raceEnabled {
-		devicetest.Run(t, open)
+		devicetest.RunGroups(t, open, notWalks(t))
 		return
 	}
 	offered := map[string]bool{}
@@ -72,10 +74,27 @@ var raceGroups = map[string]bool{"Streams": true, "Concurrency": true, "Copies":
 // TestEmulatedConformanceInScope runs the conformance suite on a scope of
 // the emulated device: a scope, with its own compute stream, status word,
 // cuBLAS handle and allocation scope, is a device.Device of its own and
-// passes everything the device does.
+// passes everything the device does (but the walks group, as
+// TestEmulatedConformance).
 func TestEmulatedConformanceInScope(t *testing.T) {
 	openEmulated(t, Config{}).Close()
-	devicetest.Run(t, devicetest.InScope(func(t testing.TB) device.Device { return openEmulated(t, Config{}) }))
+	devicetest.RunGroups(t, devicetest.InScope(func(t testing.TB) device.Device { return openEmulated(t, Config{}) }), notWalks(t))
+}
+
+// notWalks keeps every group of the conformance suite but the walks
+// (TestEmulatedWalkConformance's), and fails t at its end if the suite
+// offered none to leave out.
+func notWalks(t *testing.T) func(group string) bool {
+	walks := false
+	t.Cleanup(func() {
+		if !walks {
+			t.Error("the suite has no group Walks to leave out")
+		}
+	})
+	return func(group string) bool {
+		walks = walks || group == "Walks"
+		return group != "Walks"
+	}
 }
 
 // TestEmulatedConformanceSmallGrids runs the conformance suite again on
