@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"unsafe"
 
@@ -451,10 +452,31 @@ func ptr[T any](s []T) uint64 { return uint64(uintptr(unsafe.Pointer(&s[0]))) }
 // kept alive until the kernel returned: an address as a uint64 does not
 // keep its memory from the collector, which, with the parallel cases
 // allocating beside, handed a kernel's input to another case mid-launch.
+// They are kept on the heap too (escaped): a slice that escape analysis
+// leaves on the goroutine's stack moves when the stack grows, as it may
+// between ptr and the kernel, which then reads where the slice was (a
+// block sum of NaN over the real kernels, one run in three or six, in
+// cases started in parallel on fresh stacks).
 func launch(l *Lib, name string, grid, block [3]uint32, args []uint64, inputs ...any) error {
+	onHeap(inputs...)
 	err := l.Launch(name, grid, block, walkShared(name), args)
 	runtime.KeepAlive(inputs)
 	return err
+}
+
+// onHeap keeps the memory its arguments point to on the heap, where an
+// address a kernel is given stays valid: storing them where escape
+// analysis cannot follow makes it allocate them there.
+func onHeap(inputs ...any) {
+	escaped.Lock()
+	escaped.last = inputs
+	escaped.Unlock()
+}
+
+// escaped holds onHeap's last arguments.
+var escaped struct {
+	sync.Mutex
+	last []any
 }
 
 // sumSquares runs gc_sum_squares_partial_f64 as one block of 256 threads

@@ -27,6 +27,7 @@ func TestCached(t *testing.T) {
 func TestLaunch(t *testing.T) {
 	l := ForTest(t)
 	x := make([]float32, 100)
+	onHeap(x) // not on the stack, which may move before the kernel writes
 	args := []uint64{uint64(uintptr(unsafe.Pointer(&x[0]))), uint64(len(x)) - 1, math.Float64bits(1.5)}
 	if err := l.Launch("gc_fill_f32", [3]uint32{3, 1, 1}, [3]uint32{32, 1, 1}, 0, args); err != nil {
 		t.Fatal(err)
