@@ -13,7 +13,9 @@ import "github.com/gocurrent/gocurrent/alloc"
 // gradient calls of the same steps in the opposite order, each given the
 // product of the one walked back before it. Its results are those of the
 // per-step calls it stands for (Queue), to the bit: a device either runs
-// those calls or computes exactly what they would.
+// those calls or computes exactly what they would. Over sequences of
+// several lengths (sorted longest first) each step covers the rows still
+// running (Rows), as its per-step call given that batch would.
 
 // Walker is implemented by Kernels that take a layer's walk as one call
 // (the CPU, CUDA and meta devices'): forward (LSTMWalk, GRUWalk) and back
