@@ -53,7 +53,7 @@ func TestEmulatedConformance(t *testing.T) {
 	openEmulated(t, Config{}).Close() // skip the whole suite, once, where there is no emulator
 	open := func(t testing.TB) device.Device { return openEmulated(t, Config{}) }
 	if !raceEnabled {
-		devicetest.RunGroups(t, open, notWalks(t))
+		devicetest.RunGroups(t, open, devicetest.Without(t, "Walks"))
 		return
 	}
 	offered := map[string]bool{}
@@ -78,23 +78,8 @@ var raceGroups = map[string]bool{"Streams": true, "Concurrency": true, "Copies":
 // TestEmulatedConformance).
 func TestEmulatedConformanceInScope(t *testing.T) {
 	openEmulated(t, Config{}).Close()
-	devicetest.RunGroups(t, devicetest.InScope(func(t testing.TB) device.Device { return openEmulated(t, Config{}) }), notWalks(t))
-}
-
-// notWalks keeps every group of the conformance suite but the walks
-// (TestEmulatedWalkConformance's), and fails t at its end if the suite
-// offered none to leave out.
-func notWalks(t *testing.T) func(group string) bool {
-	walks := false
-	t.Cleanup(func() {
-		if !walks {
-			t.Error("the suite has no group Walks to leave out")
-		}
-	})
-	return func(group string) bool {
-		walks = walks || group == "Walks"
-		return group != "Walks"
-	}
+	devicetest.RunGroups(t, devicetest.InScope(func(t testing.TB) device.Device { return openEmulated(t, Config{}) }),
+		devicetest.Without(t, "Walks"))
 }
 
 // TestEmulatedConformanceSmallGrids runs the conformance suite again on

@@ -1444,25 +1444,28 @@ func (s *stack) forwardWindow(q *queue, lp *layerPass, ends bool) {
 		// sequence's rows are written only by the steps that run it, so
 		// both stay there until read. Without grad the walk carries c
 		// in one slot (the one the steps would leave it in: the last's
-		// cOut), from which every step after the first reads it.
-		carried := lp.cOut(ts[len(ts)-1])
-		if lp.dir == 1 {
-			for i, t := range ts {
-				c := lp.cIn(t)
-				if !lp.train && i > 0 {
-					c = carried
+		// cOut), which every step writes and every step after the first
+		// reads.
+		cIn, cOut := lp.cIn, lp.cOut
+		if !lp.train {
+			carried := lp.cOut(ts[len(ts)-1])
+			cIn = func(t int) device.Buffer {
+				if t == ts[0] {
+					return lp.cIn(t)
 				}
-				s.enterInto(q, lp, t, lp.hIn(t), c)
+				return carried
+			}
+			cOut = func(int) device.Buffer { return carried }
+		}
+		if lp.dir == 1 {
+			for _, t := range ts {
+				s.enterInto(q, lp, t, lp.hIn(t), cIn(t))
 			}
 		}
 		s.cell.forwardWalk(q, lp, w)
-		for _, t := range ts {
-			c := lp.cOut(t)
-			if !lp.train {
-				c = carried
-			}
-			if ends {
-				s.end(q, lp, t, c)
+		if ends {
+			for _, t := range ts {
+				s.end(q, lp, t, cOut(t))
 			}
 		}
 		return

@@ -44,6 +44,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/gocurrent/gocurrent/device"
@@ -55,6 +56,27 @@ import (
 // opened when the test ends, and tolerates a device it already closed.
 func Run(t *testing.T, open func(t testing.TB) device.Device) {
 	RunGroups(t, open, nil)
+}
+
+// Without is a RunGroups filter that keeps every group of the suite but
+// those named, and fails t at its end for a name the suite offered no
+// group of (a group renamed, which the filter would then keep).
+func Without(t *testing.T, names ...string) func(group string) bool {
+	offered := map[string]bool{}
+	t.Cleanup(func() {
+		for _, n := range names {
+			if !offered[n] {
+				t.Errorf("the conformance suite has no group %s to leave out", n)
+			}
+		}
+	})
+	return func(group string) bool {
+		if slices.Contains(names, group) {
+			offered[group] = true
+			return false
+		}
+		return true
+	}
 }
 
 // RunGroups runs the groups of the suite whose names keep accepts ("Gemm",
