@@ -240,11 +240,12 @@ type LSTMGradWalk struct {
 	DPre Buffer
 	// W is [4·Hidden, Hidden], W_hh.
 	W Buffer
-	// DPreIn is [Batch, 4·Hidden], the pre-activation gradient of the
-	// step the forward visited after the walk's steps (the first walked
-	// back's DPreNext), or none: the first step walked back then gets no
-	// product (its call is not the fused form). It must not overlap the
-	// walk's outputs (DH, DC, DPre). DH must not overlap DC or DPre.
+	// DPreIn is [rows, 4·Hidden], the pre-activation gradient of the step
+	// the forward visited after the walk's steps (the first walked back's
+	// DPreNext), or none: the first step walked back then gets no product
+	// (its call is not the fused form). Its rows are NextBatch's (below),
+	// all the walk reads of it. It must not overlap the walk's outputs
+	// (DH, DC, DPre). DH must not overlap DC or DPre.
 	DPreIn Buffer
 	// Rows and RowsAt are the forward walk's (LSTMWalk): each step's call
 	// covers its Rows, and takes the product of the step walked back
@@ -300,16 +301,20 @@ func (a LSTMGradWalk) Check(d Device) error {
 	c.buf("DC", a.DC, a.DType, bh)
 	c.buf("DPre", a.DPre, a.DType, 4*n)
 	c.buf("W", a.W, a.DType, 4*a.Hidden*a.Hidden)
-	c.opt("DPreIn", a.DPreIn, a.DType, 4*bh)
+	c.rows(a.Rows, a.RowsAt, a.Steps, a.Batch)
+	c.nextRows(a.NextBatch, a.Batch, !a.DPreIn.IsZero(), "DPreIn")
+	if c.err != nil {
+		return c.err
+	}
+	in := 4 * gradWalkIn(a.Rows, a.Batch, a.Steps, a.Reverse, a.NextBatch) * a.Hidden
+	c.opt("DPreIn", a.DPreIn, a.DType, in)
 	c.apart("DH", a.DH, a.DType, n, "DPre", a.DPre, 4*n)
 	c.apart("DH", a.DH, a.DType, n, "DC", a.DC, bh)
 	if !a.DPreIn.IsZero() {
-		c.apart("DPreIn", a.DPreIn, a.DType, 4*bh, "DPre", a.DPre, 4*n)
-		c.apart("DPreIn", a.DPreIn, a.DType, 4*bh, "DC", a.DC, bh)
-		c.apart("DPreIn", a.DPreIn, a.DType, 4*bh, "DH", a.DH, n)
+		c.apart("DPreIn", a.DPreIn, a.DType, in, "DPre", a.DPre, 4*n)
+		c.apart("DPreIn", a.DPreIn, a.DType, in, "DC", a.DC, bh)
+		c.apart("DPreIn", a.DPreIn, a.DType, in, "DH", a.DH, n)
 	}
-	c.rows(a.Rows, a.RowsAt, a.Steps, a.Batch)
-	c.nextRows(a.NextBatch, a.Batch, !a.DPreIn.IsZero(), "DPreIn")
 	return c.err
 }
 
@@ -338,10 +343,10 @@ type GRUGradWalk struct {
 	// DXPre and DHPre are [Steps, Batch, 3·Hidden], the gradients with
 	// respect to the input and recurrent products.
 	DXPre, DHPre Buffer
-	// W is [3·Hidden, Hidden], W_hh; DHPreIn is [Batch, 3·Hidden], the
+	// W is [3·Hidden, Hidden], W_hh; DHPreIn is [rows, 3·Hidden], the
 	// DHPre of the step the forward visited after the walk's steps, or
-	// none, as LSTMGradWalk's DPreIn; it must not overlap the outputs (DH,
-	// DH0, DXPre, DHPre), nor DH the others.
+	// none, as LSTMGradWalk's DPreIn (NextBatch's rows); it must not
+	// overlap the outputs (DH, DH0, DXPre, DHPre), nor DH the others.
 	W, DHPreIn Buffer
 	// Rows, RowsAt and NextBatch (DHPreIn's rows) are LSTMGradWalk's.
 	Rows      []int
@@ -395,7 +400,13 @@ func (a GRUGradWalk) Check(d Device) error {
 	c.buf("DXPre", a.DXPre, a.DType, 3*n)
 	c.buf("DHPre", a.DHPre, a.DType, 3*n)
 	c.buf("W", a.W, a.DType, 3*a.Hidden*a.Hidden)
-	c.opt("DHPreIn", a.DHPreIn, a.DType, 3*bh)
+	c.rows(a.Rows, a.RowsAt, a.Steps, a.Batch)
+	c.nextRows(a.NextBatch, a.Batch, !a.DHPreIn.IsZero(), "DHPreIn")
+	if c.err != nil {
+		return c.err
+	}
+	in := 3 * gradWalkIn(a.Rows, a.Batch, a.Steps, a.Reverse, a.NextBatch) * a.Hidden
+	c.opt("DHPreIn", a.DHPreIn, a.DType, in)
 	c.apart("DH", a.DH, a.DType, n, "DH0", a.DH0, bh)
 	c.apart("DH", a.DH, a.DType, n, "DXPre", a.DXPre, 3*n)
 	c.apart("DH", a.DH, a.DType, n, "DHPre", a.DHPre, 3*n)
@@ -405,12 +416,21 @@ func (a GRUGradWalk) Check(d Device) error {
 			b    Buffer
 			n    int
 		}{{"DH", a.DH, n}, {"DH0", a.DH0, bh}, {"DXPre", a.DXPre, 3 * n}, {"DHPre", a.DHPre, 3 * n}} {
-			c.apart("DHPreIn", a.DHPreIn, a.DType, 3*bh, o.name, o.b, o.n)
+			c.apart("DHPreIn", a.DHPreIn, a.DType, in, o.name, o.b, o.n)
 		}
 	}
-	c.rows(a.Rows, a.RowsAt, a.Steps, a.Batch)
-	c.nextRows(a.NextBatch, a.Batch, !a.DHPreIn.IsZero(), "DHPreIn")
 	return c.err
+}
+
+// gradWalkIn is the rows of the product a walk back is handed in
+// (DPreIn, DHPreIn), all it reads of it: NextBatch, or with 0 the rows
+// of the first step walked back, whose product it is.
+func gradWalkIn(rows []int, batch, steps int, reverse bool, next int) int {
+	if next != 0 {
+		return next
+	}
+	t, _, _ := gradWalkStep(steps, reverse, 0)
+	return walkRows(rows, batch, t)
 }
 
 // gradWalkStep is the time step t of a walk back's i-th step, the step

@@ -252,9 +252,12 @@ func expectedBranch(lstm bool, c branchCase) branchCounts {
 // the branch the upper layer's input projection, one product per step;
 // with a state, copying the state into the walk's initial state and the
 // final one out (h, and c for the LSTM) in training, the final h alone
-// without grad (which reads and writes the state in place).
+// without grad (which reads and writes the state in place). With lengths
+// the state is gathered in and out (GatherSeq, not counted), and the
+// final states of the sequences ending at each step are copied out of
+// the walk's (h, and c for the LSTM), at each step where some end.
 func waveForward(lstm bool, c branchCase, train bool) branchCounts {
-	if c.layers < 2 || c.bidir || c.lengths != nil || (train && c.recompute > 0) || c.wave == 1 {
+	if c.layers < 2 || c.bidir || (train && c.recompute > 0) || c.wave == 1 {
 		return branchCounts{}
 	}
 	n := c.wave
@@ -267,8 +270,18 @@ func waveForward(lstm bool, c branchCase, train bool) branchCounts {
 		f.forks += (brT + W - 1) / W
 		f.joins++
 		f.gemms += brT
+		states := 1
+		if lstm {
+			states = 2
+		}
 		switch {
 		case !c.tied:
+		case c.lengths != nil:
+			for t := range brT {
+				if running(c, t) > running(c, t+1) {
+					f.copies += states
+				}
+			}
 		case !train:
 			f.copies++
 		case lstm:
@@ -415,7 +428,9 @@ func twoBackwards(b branchCounts) branchCounts {
 // pair, then a Fork and the lower layer's weight gradients over every
 // step (two products and the bias row sums a step, the LSTM's shared-bias
 // copy); and one Join as Backward returns. The edges between windows are
-// the steps' own buffers, not copies.
+// the steps' own buffers, not copies. With lengths the input gradient of
+// a window is a product per chunk (one step) up to the longest sequence,
+// on its running rows packed (packedWindowGrads).
 func waveBackwards(lstm bool, c branchCase) branchCounts {
 	n := c.wave
 	if n == 0 {
@@ -423,11 +438,15 @@ func waveBackwards(lstm bool, c branchCase) branchCounts {
 	}
 	W := (brT + n - 1) / n
 	K := (brT + W - 1) / W
+	inputs := K
+	if c.lengths != nil {
+		inputs = int(slices.Max(c.lengths))
+	}
 	var b branchCounts
 	for range c.layers / 2 {
 		b.forks += K + 1
 		b.joins++
-		b.gemms += K + 2*brT
+		b.gemms += inputs + 2*brT
 		if c.tied {
 			b.gemms++
 		}
@@ -545,9 +564,18 @@ func branchSteps(t *testing.T, d device.Device, lstm bool, c branchCase, noBranc
 		checkTwin(t, s, counted, lstm, c, mode == Train)
 		return y
 	}
-	for range 2 {
+	for step := range 2 {
 		x := newBuf(t, d, randoms(r, T*B*brI))
 		dy := newBuf(t, d, randoms(r, T*B*D*H))
+		if step == 1 {
+			// What the first Backward left in its buffers, made
+			// something no result may depend on: every element Backward
+			// reads must be one it wrote (zeros at padded rows and past
+			// the longest sequence among them).
+			for _, b := range []device.Buffer{s.grads.buf, s.dx.buf} {
+				up(t, d, b, slices.Repeat([]float64{7.5}, int(b.Len()/8)))
+			}
+		}
 		must(t, s.params.ZeroGrad())
 		if st != nil {
 			st.Detach()

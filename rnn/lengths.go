@@ -30,10 +30,15 @@ type batchShape struct {
 	active []int
 	maxLen int
 	// idx is perm, inv, sorted and lengths on the device, B Int32 each,
-	// the maps packing chunks of chunk steps from element packAt on, and
-	// active's first T from element rowsAt on (set by upload).
+	// the maps packing chunks of chunk steps from element packAt on,
+	// active's first T from element rowsAt on, and with wave the maps
+	// packing each piece (pieceAt on) (set by upload).
 	idx                   device.Buffer
 	chunk, packAt, rowsAt int
+	// wave is the window of a training forward's wavefront whose windows
+	// are not whole chunks (0 otherwise): its Backward packs each
+	// window's part of a chunk apart (piece), with maps of its own.
+	wave, pieceAt int
 }
 
 // uniformShape is the shape of a forward without lengths.
@@ -92,7 +97,11 @@ func (sh *batchShape) rows(t int) int {
 // first, the maps of every chunk of c steps of the T (packMaps), and the
 // rows each step runs (the walks' RowsAt).
 func (sh *batchShape) idxBytes(segs, c int) int64 {
-	return int64((4+2*max(segs-1, 0))*sh.B+sh.packChunks(c)*4*c*sh.B+sh.T) * 4
+	n := (4+2*max(segs-1, 0))*sh.B + sh.packChunks(c)*4*c*sh.B + sh.T
+	if sh.wave > 0 {
+		n += 4 * sh.T * sh.B
+	}
+	return int64(n) * 4
 }
 
 // packChunks is the number of chunks of c steps, from step 0, of T steps
@@ -125,6 +134,14 @@ func (sh *batchShape) upload(d device.Device, buf device.Buffer, seg, segs, c in
 	for _, n := range sh.active[:sh.T] {
 		v = append(v, int32(n))
 	}
+	if sh.wave > 0 {
+		sh.pieceAt = len(v)
+		for a := 0; a < sh.T; {
+			p := sh.piece(a)
+			v = sh.packMaps(v, a, p.t1-a)
+			a = p.t1
+		}
+	}
 	b := make([]byte, 0, 4*len(v))
 	for _, x := range v {
 		b = binary.LittleEndian.AppendUint32(b, uint32(x))
@@ -156,18 +173,35 @@ func (sh *batchShape) packMaps(v []int32, a, c int) []int32 {
 	return v
 }
 
+// piece is the piece of the steps that starts at step a, with wave: up
+// to the next end of a window of the wavefront or of a chunk, whichever
+// comes first. The pieces of a window are where its Backward packs its
+// input gradient's products (stack.packedWindowGrads).
+func (sh *batchShape) piece(a int) span {
+	next := func(n int) int { return (a/n + 1) * n }
+	return span{a, min(next(sh.wave), next(sh.chunk), sh.T)}
+}
+
 // packSeq returns the GatherSeq that packs the running rows of chunk ch's
 // steps of x (a [steps, B, cols] buffer's steps ch.t0 to ch.t1) into y,
 // one step after the other, zeros past them (pack), or back from y into x,
-// zeros at the padded rows (!pack). ch starts at a multiple of the chunk
-// the maps were made for (upload); y holds (ch.t1-ch.t0)·B rows.
+// zeros at the padded rows (!pack). ch is a chunk of the steps, chunk
+// steps from a multiple of chunk (the last up to T), or a piece (with
+// wave): those the maps were made for (upload); y holds (ch.t1-ch.t0)·B
+// rows.
 func (sh *batchShape) packSeq(dt device.DType, ch span, cols int, x, y device.Buffer, pack bool) device.GatherSeq {
 	n, c := (ch.t1-ch.t0)*sh.B, sh.chunk
-	if ch.t0%c != 0 || ch.t1-ch.t0 > c {
-		panic(fmt.Sprintf("rnn: steps [%d, %d) are not within one chunk of %d steps", ch.t0, ch.t1, c))
+	at, stride := sh.packAt+ch.t0/c*4*c*sh.B, c*sh.B
+	switch {
+	case ch.t0%c == 0 && (ch.t1-ch.t0 == c || ch.t1 == sh.T && ch.t1-ch.t0 < c):
+		// A chunk (the last may be short): a part of one would pack the
+		// running rows of its steps past the part too.
+	case sh.wave > 0 && sh.piece(ch.t0) == ch:
+		at, stride = sh.pieceAt+4*ch.t0*sh.B, n
+	default:
+		panic(fmt.Sprintf("rnn: steps [%d, %d) are neither within one chunk of %d steps from its start nor a piece", ch.t0, ch.t1, c))
 	}
-	at := sh.packAt + ch.t0/c*4*c*sh.B
-	m := func(i int) device.Buffer { return sh.idx.Elems(device.Int32, at+i*c*sh.B, n) }
+	m := func(i int) device.Buffer { return sh.idx.Elems(device.Int32, at+i*stride, n) }
 	y = y.Elems(dt, 0, n*cols)
 	if pack {
 		return device.GatherSeq{DType: dt, T: 1, B: n, Cols: cols, Index: m(0), Lengths: m(1), X: x, Y: y}

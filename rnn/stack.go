@@ -68,7 +68,7 @@ type Config struct {
 	// device with branches, so that layer l+1's walk over a window runs on
 	// the branch beside layer l's walk over the next one (the wavefront,
 	// wave.go): 0 means 4, 1 runs the layers one after the other (with the
-	// weight gradients on the branch). Not with lengths nor Recompute. A
+	// weight gradients on the branch). Not with Recompute. A
 	// way of running, not of the model, like NoBranches; negative values
 	// are an error.
 	WaveWindows int
@@ -322,6 +322,10 @@ type record struct {
 	br    branching // how the forward used the stack's branch
 	x     device.Buffer
 }
+
+// wavesBack reports whether Backward walks back the recorded forward as a
+// wavefront (backwardWave): after one that ran as one.
+func (rec *record) wavesBack() bool { return rec.br.wave > 0 }
 
 // layerParams are one layer's parameters and gradients in one direction,
 // views of the stack's Params.
@@ -957,10 +961,14 @@ func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg int, br 
 	}
 	if sh.varlen {
 		// Layer by layer one row serves every layer in turn; time-major,
-		// each layer has its own.
+		// each layer has its own; in a wavefront each of the pair's two
+		// layers in flight.
 		ends := 1
-		if kp == keepBoundaries {
+		switch {
+		case kp == keepBoundaries:
 			ends = L
+		case br.wave > 0:
+			ends = 2
 		}
 		p.hEnd = tmp.take(ends * B * H)
 		if s.cell.carriesC() {
@@ -1100,10 +1108,9 @@ func (s *stack) layerPass(p *pass, sh *batchShape, kp keep, seg, l, dir int, w s
 	lp := &layerPass{k: s.dev.Kernels(), dt: dt, T: sh.T, B: sh.B, H: s.cfg.Hidden, train: kp != keepNothing, sh: sh, dir: dir,
 		w: &s.layers[l*D+dir], b: s.lay[l*D+dir], p: p, t0: w.t0, t1: w.t1, seg: seg}
 	if !p.hEnd.IsZero() {
-		row := 0
-		if kp == keepBoundaries {
-			row = l
-		}
+		// A row per layer, or for the wavefront's pair of layers in
+		// flight, or one every layer uses in turn (plan).
+		row := l % int(p.hEnd.Len()/(int64(BH)*dt.Size()))
 		lp.hEnd = p.hEnd.Elems(dt, row*BH, BH)
 		if !p.cEnd.IsZero() {
 			lp.cEnd = p.cEnd.Elems(dt, row*BH, BH)
@@ -1222,6 +1229,10 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 		s.rec, s.spent = nil, false
 	}
 	br := s.branching(kp, &sh)
+	if sh.varlen && kp == keepSteps && br.wave%s.chunkSteps(sh.B) != 0 {
+		// Backward packs the windows' parts of chunks apart.
+		sh.wave = br.wave
+	}
 	p, err := s.layout(kp, &sh, seg, br)
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
@@ -1673,7 +1684,7 @@ func (s *stack) Backward(dy device.Buffer) (device.Buffer, error) {
 		switch {
 		case rec.keep == keepBoundaries:
 			s.backwardBoundaries(&q, &p, rec, dy, gb, sd)
-		case rec.br.wave > 0:
+		case rec.wavesBack():
 			s.backwardWave(&q, &p, rec, dy, gb, sd)
 		default:
 			s.backwardLayers(&q, &p, rec, dy, gb, sd)
@@ -1708,7 +1719,7 @@ func (s *stack) gradLayout(rec *record, branched bool) (gradBufs, error) {
 	take := func() (gb gradBufs) {
 		BH := B * H
 		slots := 2
-		if rec.br.wave > 0 && s.cell.edgeReadsDH() {
+		if rec.wavesBack() && s.cell.edgeReadsDH() {
 			slots = 3
 		}
 		for slot := range slots {
@@ -1718,7 +1729,7 @@ func (s *stack) gradLayout(rec *record, branched bool) (gradBufs, error) {
 		}
 		for range LD {
 			gb.rows = append(gb.rows, g.take(BH))
-			if rec.keep != keepSteps || rec.br.wave > 0 {
+			if rec.keep != keepSteps || rec.wavesBack() {
 				gb.edges = append(gb.edges, g.take(s.cell.edgeSize(B, H)))
 			}
 		}
@@ -1747,7 +1758,9 @@ func (s *stack) gradLayout(rec *record, branched bool) (gradBufs, error) {
 				}
 				pk := &gb.pk[i]
 				pk.pre, pk.in, pk.h = g.take(rows*GH), g.take(rows*in), g.take(rows*H)
-				if i == 0 {
+				if i == 0 || rec.wavesBack() {
+					// The wavefront's lower layers put their input
+					// gradients on the branch too.
 					pk.dst = g.take(rows * in)
 				}
 				if !s.cell.carriesC() {

@@ -49,13 +49,19 @@ import "github.com/gocurrent/gocurrent/device"
 //
 // Which forwards: training ones without Recompute (keepSteps) and NoGrad
 // ones of two steps or more (a sampled step, one step long, has nothing
-// to overlap). Not a bidirectional stack (a layer's reverse walk needs the
-// layer below's every step; its two directions run side by side instead,
-// the reverse one on the branch: stack.forwardLayers, backwardDirs), nor
-// with lengths (the final states of the sequences ending in a window are
-// kept in one row the layers share), nor with Recompute (its segments are
-// already time-major, every layer of a segment in turn, in one set of
+// to overlap), with lengths or without. Not a bidirectional stack (a
+// layer's reverse walk needs the layer below's every step; its two
+// directions run side by side instead, the reverse one on the branch:
+// stack.forwardLayers, backwardDirs), nor with Recompute (its segments
+// are already time-major, every layer of a segment in turn, in one set of
 // buffers).
+//
+// With lengths each window's walk covers the rows running at each of its
+// steps, as a layer's does; the final states of the sequences ending in
+// a window are kept in a row of the pass that the two layers in flight
+// do not share (stack.plan's hEnd: one per layer of a pair, where a
+// forward layer after layer has one for all), and the top layer's output
+// is gathered into the caller's order after the last Join.
 
 // branching is how a forward uses the stack's branch: as a wavefront of
 // windows of wave steps (0: not), or with the reverse direction of each
@@ -85,7 +91,7 @@ func (s *stack) waveSteps(kp keep, sh *batchShape) int {
 	if n == 0 {
 		n = 4
 	}
-	if n < 2 || sh.T < 2 || s.cfg.Layers < 2 || sh.varlen || (kp != keepSteps && kp != keepNothing) {
+	if n < 2 || sh.T < 2 || s.cfg.Layers < 2 || (kp != keepSteps && kp != keepNothing) {
 		return 0
 	}
 	// Whole chunks where a chunk is shorter than a window, so that the
@@ -102,7 +108,7 @@ func (s *stack) waveSteps(kp keep, sh *batchShape) int {
 
 // WaveWindows reports how many windows the stack's last training forward
 // was cut into: 1 when it ran its layers one after the other (one layer,
-// bidirectional, lengths, Recompute, no branch, Config.WaveWindows 1), 0
+// bidirectional, Recompute, no branch, Config.WaveWindows 1), 0
 // before the first.
 func (s *stack) WaveWindows() int { return s.waved }
 
@@ -158,7 +164,7 @@ func (s *stack) forwardWave(q *queue, p *pass, sh *batchShape, kp keep, W int, x
 				if i == 0 {
 					s.initial(q, lp, st, l)
 				}
-				s.forwardWindow(q, lp, false)
+				s.forwardWindow(q, lp, st != nil)
 				if i == len(wins)-1 {
 					s.final(q, lp, st, l)
 				}
@@ -173,7 +179,14 @@ func (s *stack) forwardWave(q *queue, p *pass, sh *batchShape, kp keep, W int, x
 			q.add(s.branch.Join())
 		}
 	}
-	return s.layerPass(p, sh, kp, T, L-1, 0, span{0, T}).output()
+	top := s.layerPass(p, sh, kp, T, L-1, 0, span{0, T}).output()
+	if !sh.varlen {
+		return top
+	}
+	// In the caller's order, zeros at padded positions.
+	dt, n := s.cfg.DType, T*sh.B*s.cfg.Hidden
+	q.add(s.dev.Kernels().GatherSeq(sh.fromSorted(dt, T, s.cfg.Hidden, top, p.out.Elems(dt, 0, n))))
+	return p.out.Elems(dt, 0, n)
 }
 
 // waveWins are the windows of W steps of T.
@@ -222,10 +235,23 @@ func waveWins(T, W int) []span {
 // without the wavefront (TestWaveSameBits; on cuBLAS within rounding, the
 // input gradient's products being cut at the windows).
 //
+// With lengths, dy and the state's gradients are sorted first, and dx and
+// the state's gradients given back in the caller's order after the last
+// Join, as backwardLayers does. Every product over steps runs on the
+// running rows packed, as there: a window's input gradient per chunk it
+// holds, or where the windows are not whole chunks (a GPU's chunks of
+// 2048 rows, longer than a window) per piece, a window's part of a chunk,
+// with packing maps of its own (batchShape.piece); the weight gradients
+// per chunk, packing their operands again. Each stream packs into its own
+// buffers (gradBufs.pk: the compute stream's, and the branch's), zeros at
+// the padded rows and past the longest sequence, as there.
+//
 // Memory: the edges (cell.edgeSize per layer: 4·B·H for the LSTM, unused
 // but allocated; 14·B·H for the GRU, whose second cell gradient writes
 // 6·B·H of it) and the GRU's third dh slot, T·B·H; the GRU's two sets of
-// pre-activation gradients, which a branched Backward has already.
+// pre-activation gradients, which a branched Backward has already. With
+// lengths, a second buffer for the packed input gradient (the branch's)
+// and 4 Int32 a padded row for the pieces' maps, where there are pieces.
 func (s *stack) backwardWave(q *queue, p *pass, rec *record, dy device.Buffer, gb gradBufs, sd *side) {
 	dt, sh := s.cfg.DType, &rec.sh
 	T, B, H, L := sh.T, sh.B, s.cfg.Hidden, s.cfg.Layers
@@ -239,7 +265,20 @@ func (s *stack) backwardWave(q *queue, p *pass, rec *record, dy device.Buffer, g
 	if s.cell.edgeReadsDH() {
 		slots = 3
 	}
-	q.add(k.Copy(device.Copy{Dst: gb.dh[(L-1)%slots][0], Src: dy.Slice(0, int64(T*B*H)*dt.Size())}))
+	if sh.varlen {
+		// In the stack's order, zeros at padded positions, as the state's
+		// gradients.
+		q.add(k.GatherSeq(sh.toSorted(dt, T, H, dy.Elems(dt, 0, T*B*H), gb.dh[(L-1)%slots][0])))
+		if tied {
+			s.sortStateGrads(q, sh, st, gb, true)
+		}
+	} else {
+		q.add(k.Copy(device.Copy{Dst: gb.dh[(L-1)%slots][0], Src: dy.Slice(0, int64(T*B*H)*dt.Size())}))
+	}
+	dx := s.dx.buf
+	if sh.varlen {
+		dx = gb.dxs
+	}
 	wins := reversed(waveWins(T, rec.br.wave))
 	all := span{0, T}
 	for top := L - 1; top >= 0; top -= 2 {
@@ -267,12 +306,16 @@ func (s *stack) backwardWave(q *queue, p *pass, rec *record, dy device.Buffer, g
 				lg.dh = gb.dh[l%slots][0].Elems(dt, w.t0*B*H, (w.t1-w.t0)*B*H)
 				lg.dxp[lg.set], lg.dhp[lg.set] = windowGrads(gb.dxp[lg.set], dt, w, B*H), windowGrads(gb.dhp[lg.set], dt, w, B*H)
 				edges[j] = s.backwardWindow(q, lp, lg, i == 0, i == len(wins)-1, edges[j])
-				dst := s.dx.buf
+				dst := dx
 				if l > 0 {
 					dst = gb.dh[(l-1)%slots][0]
 				}
 				dst = windowViews(dt, []device.Buffer{dst}, lp.in, w, B)[0]
-				s.inputGrads(q, lp, lg, []device.Buffer{dst}, false)
+				if sh.varlen {
+					s.packedWindowGrads(q, lp, lg, dst, &gb.pk[j])
+				} else {
+					s.inputGrads(q, lp, lg, []device.Buffer{dst}, false)
+				}
 				if l > 0 && !s.lay[l-1].mask.IsZero() {
 					// The window's dropout between the layers.
 					n := (w.t1 - w.t0) * B * H
@@ -299,11 +342,46 @@ func (s *stack) backwardWave(q *queue, p *pass, rec *record, dy device.Buffer, g
 				wk, sd.forked = s.branch.Kernels(), true
 			}
 			for _, ch := range s.gradChunks(lp) {
-				s.weightGrads(q, wk, lp, lg, ch)
+				if sh.varlen {
+					s.packedWeightGrads(q, wk, lp, lg, ch, &gb.pk[j], true)
+				} else {
+					s.weightGrads(q, wk, lp, lg, ch)
+				}
 			}
 			s.sharedBiasGrad(q, wk, lg, l, 0)
 			sd.notify(q, l)
 		}
+	}
+	if sh.varlen {
+		// After the last Join: the state's gradients and dx in the
+		// caller's order.
+		if tied {
+			s.sortStateGrads(q, sh, st, gb, false)
+		}
+		q.add(k.GatherSeq(sh.fromSorted(dt, T, s.cfg.Input, gb.dxs, s.dx.buf)))
+	}
+}
+
+// packedWindowGrads queues, with lengths, the gradient with respect to the
+// input of lp's window (one part: the wavefront's stacks are
+// unidirectional) into dst, the window's steps, on lp's stream: over the
+// running rows of each piece of a chunk the window holds (batchShape's
+// piece where the windows are not whole chunks), packed into pk, as
+// paramGrads' packedInputGrads over whole chunks; zeros at padded rows and
+// past the longest sequence, as there.
+func (s *stack) packedWindowGrads(q *queue, lp *layerPass, lg *layerGrads, dst device.Buffer, pk *packBufs) {
+	end, c := lp.t0, s.chunkSteps(lp.B)
+	for end < lp.walkEnd() {
+		p := span{end, min(lp.t1, (end/c+1)*c)}
+		if lp.sh.wave > 0 {
+			p = lp.sh.piece(end)
+		}
+		s.packedInputGrads(q, lp, lg, p, []device.Buffer{dst}, false, pk, true)
+		end = p.t1
+	}
+	if end < lp.t1 {
+		width := lp.in[0].width
+		q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: (lp.t1 - end) * lp.B * width, X: lp.steps(dst, end, lp.t1, width)}))
 	}
 }
 

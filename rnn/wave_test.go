@@ -48,6 +48,16 @@ func TestWaveSameBits(t *testing.T) {
 		{layers: 4, dropout: 0.3, tied: true, wave: 5, eval: true, branched: true},
 		{layers: 2, tied: true, wave: 1, eval: true, branched: true},
 		{layers: 3, dropout: 0.3, tied: true, eval: true, branched: true, chunk: brT},
+		// With lengths: the sequences ending in a window keep their
+		// final states in their pair's row (stack.plan), and Backward
+		// walks back layer after layer.
+		{layers: 2, dropout: 0.3, lengths: []int32{3, 5, 1}, tied: true, eval: true, branched: true},
+		{layers: 3, lengths: []int32{2, 5, 4}, tied: true, wave: 2, eval: true, branched: true},
+		{layers: 4, noBias: true, lengths: []int32{5, 1, 4}, eval: true, branched: true},
+		// Windows of 2 steps in chunks of 5 and 3: Backward packs each
+		// window's part of a chunk apart (batchShape.piece).
+		{layers: 3, dropout: 0.3, lengths: []int32{3, 5, 1}, tied: true, eval: true, branched: true, chunk: brT},
+		{layers: 2, lengths: []int32{2, 4, 4}, tied: true, eval: true, branched: true, chunk: 3},
 		// A bidirectional layer's reverse direction on the branch, beside
 		// the forward one (stack.forwardLayers).
 		{layers: 2, bidir: true, dropout: 0.3, tied: true, eval: true, branched: true},

@@ -518,6 +518,13 @@ func (c gradWalkCase) nextRows(rows []int) int {
 	return max(1, rows[c.steps-1]/2)
 }
 
+// inRows is the rows of the product a walk back's case hands in: its
+// nextRows, or with 0 those of the first step walked back.
+func (c gradWalkCase) inRows(rows []int) int {
+	ts, _, _ := gradWalkOrder(c.steps, c.reverse)
+	return productRows(rows, c.batch, ts[0], -1, c.nextRows(rows))
+}
+
 // productRows is the rows of the product step walked back i takes, from
 // next (the step walked back before it, -1 for the case's own product,
 // in; 0 for none): a step's NextBatch, resolved.
@@ -597,7 +604,8 @@ func (e *env) checkLSTMGradWalk(w device.Walker, c gradWalkCase) {
 	nin := c.nextRows(rows)
 	var in []float64
 	if c.in {
-		in = e.uniform(4*bh, -1, 1)
+		// Its rows alone: all a walk reads of it.
+		in = e.uniform(4*c.inRows(rows)*H, -1, 1)
 	}
 	type run struct {
 		a                          device.LSTMGradWalk
@@ -686,7 +694,8 @@ func (e *env) checkGRUGradWalk(w device.Walker, c gradWalkCase) {
 	nin := c.nextRows(rows)
 	var in []float64
 	if c.in {
-		in = e.uniform(3*bh, -1, 1)
+		// Its rows alone: all a walk reads of it.
+		in = e.uniform(3*c.inRows(rows)*H, -1, 1)
 	}
 	type run struct {
 		a                     device.GRUGradWalk
