@@ -253,9 +253,7 @@ func expectedBranch(lstm bool, c branchCase) branchCounts {
 // with a state, copying the state into the walk's initial state and the
 // final one out (h, and c for the LSTM) in training, the final h alone
 // without grad (which reads and writes the state in place). With lengths
-// the state is gathered in and out (GatherSeq, not counted), and the
-// final states of the sequences ending at each step are copied out of
-// the walk's (h, and c for the LSTM), at each step where some end.
+// the state is gathered in and out (GatherSeq, Embedding: not counted).
 func waveForward(lstm bool, c branchCase, train bool) branchCounts {
 	if c.layers < 2 || c.bidir || (train && c.recompute > 0) || c.wave == 1 {
 		return branchCounts{}
@@ -270,18 +268,8 @@ func waveForward(lstm bool, c branchCase, train bool) branchCounts {
 		f.forks += (brT + W - 1) / W
 		f.joins++
 		f.gemms += brT
-		states := 1
-		if lstm {
-			states = 2
-		}
 		switch {
-		case !c.tied:
-		case c.lengths != nil:
-			for t := range brT {
-				if running(c, t) > running(c, t+1) {
-					f.copies += states
-				}
-			}
+		case !c.tied, c.lengths != nil:
 		case !train:
 			f.copies++
 		case lstm:
@@ -301,11 +289,11 @@ func waveForward(lstm bool, c branchCase, train bool) branchCounts {
 // below), and its copies: with a state and no lengths, the state into the
 // walk's initial state and the final one out (h, and c for the LSTM) in
 // training, the final h alone without grad (which works in the state in
-// place); with lengths and a state, the initial states of the sequences
-// that start at each step but the last, copied in where the step reads
-// them (the state's own are gathered, not copied), and without grad, the
-// LSTM's initial c into the slot the first step reads, unless that is the
-// state's row (without a state, Fills zero the walk's states instead).
+// place); without lengths nor a state and without grad, the LSTM's
+// initial c into the slot the first step reads. With lengths the state's
+// values are put at every position of the walk's states, and gathered out
+// (Embedding, GatherSeq: not counted; without a state, Fills zero the
+// walk's states instead).
 func dirsForward(lstm bool, c branchCase, train bool) branchCounts {
 	if train && c.recompute > 0 {
 		return branchCounts{}
@@ -314,8 +302,6 @@ func dirsForward(lstm bool, c branchCase, train bool) branchCounts {
 	if lstm {
 		states = 2
 	}
-	running := func(t int) int { return running(c, t) }
-	inPlace := !train && c.lengths == nil && c.tied
 	var f branchCounts
 	for l := range c.layers {
 		f.forks++
@@ -325,15 +311,7 @@ func dirsForward(lstm bool, c branchCase, train bool) branchCounts {
 			parts = 2
 		}
 		f.gemms += brT * parts
-		// Without a state the lengths' reverse walk starts from zeroed
-		// states, and copies nothing in (stack.initial).
-		entries := c.lengths == nil || c.tied
-		for t := range brT - 1 {
-			if entries && running(t) > running(t+1) {
-				f.copies += states
-			}
-		}
-		if entries && lstm && !train && !inPlace && running(brT-1) > 0 {
+		if c.lengths == nil && lstm && !train && !c.tied {
 			f.copies++
 		}
 		switch {
@@ -366,9 +344,9 @@ func running(c branchCase, t int) int {
 // directions side by side (stack.backwardDirs: after forwards that ran
 // them so), and its Close: per layer a Fork and, on the branch, the
 // reverse direction's walk (with a state, its product into the initial
-// state's gradient when it walks the last step, and with lengths, the
-// initial states' gradients of the sequences that start at each step but
-// the last, copied out); then a Join, a Fork and its weight gradients
+// state's gradient when it walks the last step; with lengths, the other
+// sequences' gradients are gathered from where their walks entered,
+// Embedding, not counted); then a Join, a Fork and its weight gradients
 // (two products and the bias row sums a step or chunk, the LSTM's
 // shared-bias copy; with lengths over the running rows packed, by
 // gathers the branch does not count); and one Join as Backward returns.
@@ -384,11 +362,6 @@ func dirsBackwards(lstm bool, c branchCase) branchCounts {
 		b.gemms += brT * (parts + 1)
 		if c.tied && running(c, brT-1) > 0 {
 			b.gemms++
-		}
-		for t := range brT - 1 {
-			if c.tied && running(c, t) > running(c, t+1) {
-				b.copies++
-			}
 		}
 		addBiasGrads(&b, lstm, c)
 	}

@@ -142,6 +142,16 @@ func (gruCell) backwardWalk(q *queue, lp *layerPass, lg *layerGrads, k device.Wa
 		a.DHPreIn, a.NextBatch = in.dHPre, in.rows
 	}
 	q.add(k.GRUGradWalk(a))
+	if p := lp.prev(first); lg.tied && p >= 0 && lp.holds(p) {
+		// A tied reverse walk with lengths, the forward's first step
+		// walked before the window's last: its direct part, which the
+		// walk wrote to the scratch row, into the gradient entering it
+		// (the step past the longest sequence), where backwardStep adds
+		// it, for initialGrads to read.
+		n := lp.rows(first) * H
+		y := lp.step(lg.dh, p, H).Elems(dt, 0, n)
+		q.add(lp.k.Axpby(device.Axpby{DType: dt, N: n, Alpha: 1, X: lg.row.Elems(dt, 0, n), Beta: 1, Y: y}))
+	}
 	if toState {
 		q.add(lp.k.Gemm(device.Gemm{DType: dt, M: lp.rows(first), N: H, K: 3 * H, Alpha: 1, Beta: 1, A: lp.step(lg.dHPre, first, 3*H),
 			B: lp.w.whh, C: lg.stH}))

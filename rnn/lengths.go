@@ -31,14 +31,22 @@ type batchShape struct {
 	maxLen int
 	// idx is perm, inv, sorted and lengths on the device, B Int32 each,
 	// the maps packing chunks of chunk steps from element packAt on,
-	// active's first T from element rowsAt on, and with wave the maps
-	// packing each piece (pieceAt on) (set by upload).
+	// active's first T from element rowsAt on, with wave the maps
+	// packing each piece (pieceAt on), and the ends' rows (posAt on)
+	// (set by upload).
 	idx                   device.Buffer
 	chunk, packAt, rowsAt int
 	// wave is the window of a training forward's wavefront whose windows
 	// are not whole chunks (0 otherwise): its Backward packs each
 	// window's part of a chunk apart (piece), with maps of its own.
 	wave, pieceAt int
+	// posAt is where the rows of the sequences' ends lie among idx
+	// (devEnds, devSortedEnds, devLasts: win is the steps of the windows
+	// Backward walks back, to which the last's are relative), and with
+	// entries the rows that put each sequence's initial state at every
+	// position (devEntries).
+	posAt, win int
+	entries    bool
 }
 
 // uniformShape is the shape of a forward without lengths.
@@ -101,6 +109,10 @@ func (sh *batchShape) idxBytes(segs, c int) int64 {
 	if sh.wave > 0 {
 		n += 4 * sh.T * sh.B
 	}
+	n += 3 * sh.B
+	if sh.entries {
+		n += (sh.T + 1) * sh.B
+	}
 	return int64(n) * 4
 }
 
@@ -140,6 +152,21 @@ func (sh *batchShape) upload(d device.Device, buf device.Buffer, seg, segs, c in
 			p := sh.piece(a)
 			v = sh.packMaps(v, a, p.t1-a)
 			a = p.t1
+		}
+	}
+	sh.posAt = len(v)
+	for j, n := range sh.lengths {
+		v = append(v, n*int32(sh.B)+sh.inv[j])
+	}
+	for i, n := range sh.sorted {
+		v = append(v, n*int32(sh.B)+int32(i))
+	}
+	for i, n := range sh.sorted {
+		v = append(v, (n-1)%int32(max(sh.win, 1))*int32(sh.B)+int32(i))
+	}
+	if sh.entries {
+		for range sh.T + 1 {
+			v = append(v, sh.perm...)
 		}
 	}
 	b := make([]byte, 0, 4*len(v))
@@ -213,6 +240,36 @@ func (sh *batchShape) packSeq(dt device.DType, ch span, cols int, x, y device.Bu
 // walk's RowsAt).
 func (sh *batchShape) devRows(a, b int) device.Buffer {
 	return sh.idx.Elems(device.Int32, sh.rowsAt+a, b-a)
+}
+
+// devEnds is, for each sequence in the caller's order, the row at its
+// length's position of a [T+1, B] per-position buffer in the stack's
+// order, length·B + its sorted row, B Int32: where the forward
+// direction's walk leaves its final state (position length), and where
+// the reverse one's reads its initial state. devSortedEnds is the same in
+// the stack's order. As Embedding's IDs, they gather a sequence's state
+// from where its walk leaves or reads it.
+func (sh *batchShape) devEnds() device.Buffer { return sh.idx.Elems(device.Int32, sh.posAt, sh.B) }
+func (sh *batchShape) devSortedEnds() device.Buffer {
+	return sh.idx.Elems(device.Int32, sh.posAt+sh.B, sh.B)
+}
+
+// devLasts is, for each sequence in the stack's order, the row of its
+// last step in the per-step buffer of the window of win steps that holds
+// it, ((length-1) mod win)·B + its row, B Int32: where the gradient with
+// respect to its final state joins that of its output in Backward's
+// window (stack.finalGrads).
+func (sh *batchShape) devLasts() device.Buffer {
+	return sh.idx.Elems(device.Int32, sh.posAt+2*sh.B, sh.B)
+}
+
+// devEntries is, for every row of a [T+1, B] per-position buffer in the
+// stack's order, the sequence in the caller's order it holds (perm, T+1
+// times), (T+1)·B Int32 (with entries): as Embedding's IDs, they put every
+// sequence's initial state at each of its positions, the reverse walk's
+// entry among them.
+func (sh *batchShape) devEntries() device.Buffer {
+	return sh.idx.Elems(device.Int32, sh.posAt+3*sh.B, (sh.T+1)*sh.B)
 }
 
 // The device copies of the shape's index vectors, B Int32 each.

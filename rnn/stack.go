@@ -105,9 +105,15 @@ const RecomputeAuto = -1
 // once per forward (batchShape): the rows still running at step t are then
 // a prefix of the step's rows, and every per-step kernel covers that
 // prefix only. A sequence's reverse walk starts at its own last step, with
-// its initial state (copied into the padded position the step reads, or,
-// without a state, zeros there from the start: initial); its
-// forward walk's final state is taken after its own last step. Padded
+// its initial state (put at every position of its row, the padded one the
+// step reads among them, by one gather for all the sequences, or, without
+// a state, zeros there from the start: initial); its forward walk's final
+// state is gathered from its own last step's position, one call for all
+// (final). Backward adds the final states' gradients, and takes the
+// initial ones', at the same positions, one call each (finalGrads,
+// initialGrads). (With Recompute, whose states hold a segment's
+// positions, the walk copies them per length as it reaches them: enter,
+// end.) Padded
 // positions of the stack's own sequences are never read: the input
 // projection computes rows nobody reads, Backward's GEMMs over steps run
 // on the running rows packed, and the caller's output and input gradient
@@ -380,8 +386,10 @@ type pass struct {
 	// with Recompute, where it is workspace: Backward does not read it).
 	out device.Buffer
 	// hEnd and cEnd are [B, H] per layer with keepBoundaries, one [B, H]
-	// otherwise: with lengths, the forward direction's final states, each
-	// taken after its sequence's last step.
+	// with keepOutputs: with lengths and Recompute, the forward
+	// direction's final states, each taken after its sequence's last step
+	// (without Recompute they are gathered from their positions:
+	// layerPass.gathers).
 	hEnd, cEnd device.Buffer
 	// With keepOutputs and dropout, inDrop are a segment's input of a
 	// layer above the first, dropped, one [seg, B, H] per part, and
@@ -461,6 +469,7 @@ type layerPass struct {
 	dt      device.DType
 	T, B, H int
 	train   bool
+	kp      keep
 	sh      *batchShape
 	dir     int // 0 forward, 1 reverse
 	w       *layerParams
@@ -476,7 +485,8 @@ type layerPass struct {
 	pre device.Buffer
 	// h0 and c0 are where the direction's initial state is, [B, H].
 	h0, c0 device.Buffer
-	// hEnd and cEnd are the layer's rows of the pass's.
+	// hEnd and cEnd are the layer's rows of the pass's, with Recompute
+	// (where the walks do not keep every position: gathers).
 	hEnd, cEnd device.Buffer
 	// zeroEntry says the reverse walk's states start zero everywhere
 	// (initial): with lengths and no state, the rows where a sequence's
@@ -500,6 +510,19 @@ type layerPass struct {
 // rows is the number of rows step t covers: the batch, or the prefix of
 // the sorted batch still running at t.
 func (lp *layerPass) rows(t int) int { return lp.sh.rows(t) }
+
+// gathers reports whether, with lengths, the walks' states are kept at
+// every position (keepSteps, keepNothing: not with Recompute), so that
+// the sequences' final and initial states are gathered from and put at
+// their positions by one call for all (Embedding, at batchShape's
+// devEnds and devEntries: stack.final, stack.initial), not copied per
+// length as each walk reaches them (end, enter). Without grad, c is
+// then updated in place, in the initial state's slot (cAt), where each
+// sequence's row keeps its final c once it ends and holds its initial c
+// until the reverse walk reaches it.
+func (lp *layerPass) gathers() bool {
+	return lp.sh.varlen && (lp.kp == keepSteps || lp.kp == keepNothing)
+}
 
 // step returns step t's [B, width] block of a per-step buffer of the
 // window (position t of hseq or cseq).
@@ -599,6 +622,10 @@ func (lp *layerPass) cAt(pos int) device.Buffer {
 		return lp.stateC
 	}
 	if !lp.train {
+		if lp.gathers() {
+			// In place, where the initial state is.
+			return lp.c0
+		}
 		// Two slots in turn, whatever the window.
 		return lp.b.cseq.Elems(lp.dt, pos%2*lp.B*lp.H, lp.B*lp.H)
 	}
@@ -619,8 +646,9 @@ type layerGrads struct {
 	gradBufs
 	// dh is the gradient with respect to the direction's output over the
 	// window, [steps, B, H]; the walk back adds the recurrent part into it
-	// step by step.
-	dh device.Buffer
+	// step by step. dhAll is the whole of it, all T steps, where Backward
+	// holds them (not with keepBoundaries): initialGrads gathers there.
+	dh, dhAll device.Buffer
 	// dPre and dHPre are the gradients with respect to the input-side and
 	// recurrent pre-activations of the window's steps, [steps, B, G·H]
 	// (the same for the LSTM).
@@ -959,16 +987,13 @@ func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg int, br 
 	case D == 2 || sh.varlen:
 		p.out = res.take(T * B * D * H)
 	}
-	if sh.varlen {
-		// Layer by layer one row serves every layer in turn; time-major,
-		// each layer has its own; in a wavefront each of the pair's two
-		// layers in flight.
+	if sh.varlen && (kp == keepBoundaries || kp == keepOutputs) {
+		// Where the sequences' final states are copied as the walks reach
+		// them (layerPass.gathers): layer by layer one row serves every
+		// layer in turn; time-major, each layer has its own.
 		ends := 1
-		switch {
-		case kp == keepBoundaries:
+		if kp == keepBoundaries {
 			ends = L
-		case br.wave > 0:
-			ends = 2
 		}
 		p.hEnd = tmp.take(ends * B * H)
 		if s.cell.carriesC() {
@@ -1105,12 +1130,13 @@ func (s *stack) arenas(kp keep, sh *batchShape, seg int, br branching) (res, tmp
 // caller sets its input.
 func (s *stack) layerPass(p *pass, sh *batchShape, kp keep, seg, l, dir int, w span) *layerPass {
 	D, dt, BH := s.dirs(), s.cfg.DType, sh.B*s.cfg.Hidden
-	lp := &layerPass{k: s.dev.Kernels(), dt: dt, T: sh.T, B: sh.B, H: s.cfg.Hidden, train: kp != keepNothing, sh: sh, dir: dir,
+	lp := &layerPass{k: s.dev.Kernels(), dt: dt, T: sh.T, B: sh.B, H: s.cfg.Hidden, train: kp != keepNothing, kp: kp, sh: sh, dir: dir,
 		w: &s.layers[l*D+dir], b: s.lay[l*D+dir], p: p, t0: w.t0, t1: w.t1, seg: seg}
 	if !p.hEnd.IsZero() {
-		// A row per layer, or for the wavefront's pair of layers in
-		// flight, or one every layer uses in turn (plan).
-		row := l % int(p.hEnd.Len()/(int64(BH)*dt.Size()))
+		row := 0
+		if kp == keepBoundaries {
+			row = l
+		}
 		lp.hEnd = p.hEnd.Elems(dt, row*BH, BH)
 		if !p.cEnd.IsZero() {
 			lp.cEnd = p.cEnd.Elems(dt, row*BH, BH)
@@ -1233,6 +1259,18 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 		// Backward packs the windows' parts of chunks apart.
 		sh.wave = br.wave
 	}
+	// The steps of the windows Backward walks back (finalGrads).
+	switch {
+	case kp == keepOutputs || kp == keepBoundaries:
+		sh.win = seg
+	case br.wave > 0:
+		sh.win = br.wave
+	default:
+		sh.win = sh.T
+	}
+	// The reverse walks' initial states are put at every position of
+	// their rows (initial).
+	sh.entries = sh.varlen && st != nil && s.dirs() == 2 && (kp == keepSteps || kp == keepNothing)
 	p, err := s.layout(kp, &sh, seg, br)
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
@@ -1445,7 +1483,7 @@ func (s *stack) forwardWindow(q *queue, lp *layerPass, ends bool) {
 	s.loadEntry(q, lp)
 	lp.pre = s.cell.projection(lp)
 	s.project(q, lp)
-	ends = ends && lp.dir == 0 && lp.sh.varlen
+	ends = ends && lp.dir == 0 && lp.sh.varlen && !lp.gathers()
 	ts := lp.walk()
 	if w, ok := lp.k.(device.Walker); ok && !s.stepwise && len(ts) > 1 {
 		// One call for the window's steps, each over its running rows:
@@ -1556,7 +1594,7 @@ func (s *stack) enter(q *queue, lp *layerPass, t int) { s.enterInto(q, lp, t, lp
 // and c (none for no c).
 func (s *stack) enterInto(q *queue, lp *layerPass, t int, h, c device.Buffer) {
 	e0, e1 := lp.rows(t+1), lp.rows(t)
-	if e1 <= e0 || lp.zeroEntry {
+	if e1 <= e0 || lp.zeroEntry || lp.gathers() {
 		return
 	}
 	for _, c := range [][2]device.Buffer{{h, lp.h0}, {c, lp.c0}} {
@@ -1589,9 +1627,20 @@ func (s *stack) initial(q *queue, lp *layerPass, st *State, l int) {
 		}
 		return
 	}
-	for _, part := range []struct{ dst, src device.Buffer }{{lp.h0, st.layerH(idx, n)}, {lp.c0, st.layerC(idx, n)}} {
+	entries := st != nil && lp.dir == 1 && lp.gathers()
+	for _, part := range []struct{ dst, src, all device.Buffer }{{lp.h0, st.layerH(idx, n), lp.b.hseq}, {lp.c0, st.layerC(idx, n), lp.b.cseq}} {
 		switch {
 		case part.dst.IsZero():
+		case entries && (lp.train || part.dst == lp.h0):
+			// Each sequence's initial state at every position of its row,
+			// the one its walk enters at among them (whose rows no step
+			// writes before it reads them), the initial position too: one
+			// call, not a copy per length (enter). The others are written
+			// by the walk, or padding it never reads. (Without grad c is
+			// carried in place, in its initial slot: below.)
+			rows := (lp.T + 1) * lp.B
+			q.add(lp.k.Embedding(device.Embedding{DType: lp.dt, N: rows, Dim: lp.H, Vocab: lp.B, Table: part.src,
+				IDs: lp.sh.devEntries(), Out: part.all.Elems(lp.dt, 0, rows*lp.H)}))
 		case st == nil:
 			q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: n, X: part.dst}))
 		case lp.sh.varlen:
@@ -1604,13 +1653,18 @@ func (s *stack) initial(q *queue, lp *layerPass, st *State, l int) {
 
 // final queues copying the final state of layer l's direction into the
 // state, if there is one: the state leaving the walk's last step (the
-// forward direction's with lengths, each sequence's, kept in hEnd and
-// cEnd), in the caller's order. lp is the walk's last window.
+// forward direction's with lengths, each sequence's: gathered from their
+// positions, gatherEnds, or with Recompute kept in hEnd and cEnd), in the
+// caller's order. lp is the walk's last window.
 func (s *stack) final(q *queue, lp *layerPass, st *State, l int) {
 	if st == nil {
 		return
 	}
 	n, idx := lp.B*lp.H, l*s.dirs()+lp.dir
+	if lp.dir == 0 && lp.gathers() {
+		s.gatherEnds(q, lp, st, l)
+		return
+	}
 	var hT, cT device.Buffer
 	switch {
 	case lp.dir == 1:
@@ -1629,6 +1683,29 @@ func (s *stack) final(q *queue, lp *layerPass, st *State, l int) {
 		default:
 			q.add(lp.k.Copy(device.Copy{Dst: part.dst, Src: part.src.Elems(lp.dt, 0, n)}))
 		}
+	}
+}
+
+// gatherEnds queues final's part for the forward direction of layer l with
+// lengths and the states at every position (layerPass.gathers): each
+// sequence's final state, from its length's position (or, for c without
+// grad, from the row where it was updated in place), into the state in
+// the caller's order, one call per part.
+func (s *stack) gatherEnds(q *queue, lp *layerPass, st *State, l int) {
+	n, idx := lp.B*lp.H, l*s.dirs()
+	all := s.lay[idx] // the layer's buffers, every position (lp's are its last window's)
+	rows := (lp.T + 1) * lp.B
+	gather := func(dst, src device.Buffer) {
+		q.add(lp.k.Embedding(device.Embedding{DType: lp.dt, N: lp.B, Dim: lp.H, Vocab: rows, Table: src.Elems(lp.dt, 0, rows*lp.H),
+			IDs: lp.sh.devEnds(), Out: dst}))
+	}
+	gather(st.layerH(idx, n), all.hseq)
+	switch c := st.layerC(idx, n); {
+	case c.IsZero():
+	case lp.train:
+		gather(c, all.cseq)
+	default:
+		q.add(lp.k.GatherSeq(lp.sh.fromSorted(lp.dt, 1, lp.H, lp.c0, c)))
 	}
 }
 
@@ -1838,8 +1915,12 @@ func (s *stack) backwardLayers(q *queue, p *pass, rec *record, dy device.Buffer,
 					if rec.keep == keepOutputs {
 						s.forwardWindow(q, lp, false)
 					}
-					lg.dh = gb.dh[l%2][dir].Elems(dt, w.t0*B*H, (w.t1-w.t0)*B*H)
+					lg.dhAll = gb.dh[l%2][dir]
+					lg.dh = lg.dhAll.Elems(dt, w.t0*B*H, (w.t1-w.t0)*B*H)
 					edge = s.backwardWindow(q, lp, &lg, i == 0, i == len(order)-1, edge)
+					if i == len(order)-1 {
+						s.initialGrads(q, lp, &lg)
+					}
 					s.paramGrads(q, lp, &lg, windowViews(dt, dst, lp.in, w, B), dir > 0, sd)
 				}
 				s.sharedBiasGrad(q, sd.k, &lg, l, dir)
@@ -1958,13 +2039,11 @@ func (s *stack) backwardWindow(q *queue, lp *layerPass, lg *layerGrads, first, l
 		pending = product{from: edgeIn, dHPre: s.cell.applyEdge(q, lp, lg, edgeIn), rows: lp.rows(edgeIn)}
 	}
 	walk := lp.walk()
-	if w, ok := lp.k.(device.Walker); ok && !s.stepwise && len(walk) > 1 && !(lg.tied && lp.dir == 1) {
+	if w, ok := lp.k.(device.Walker); ok && !s.stepwise && len(walk) > 1 {
 		// One call for the window's steps, as forwardWindow's: each step
 		// walked back takes the product of the one before it (over that
 		// step's rows), and the last (whose forward predecessor is
-		// outside the window) leaves none pending. (A tied reverse walk
-		// copies the initial state's gradient between steps:
-		// initialGrads.)
+		// outside the window) leaves none pending.
 		in := noProduct
 		if t := walk[len(walk)-1]; pending.from >= 0 && lp.prev(pending.from) == t {
 			in = pending
@@ -1972,6 +2051,13 @@ func (s *stack) backwardWindow(q *queue, lp *layerPass, lg *layerGrads, first, l
 			s.addProduct(q, lp, lg, pending)
 		}
 		s.cell.backwardWalk(q, lp, lg, w, in)
+		if t := walk[0]; lg.tied && lp.prev(t) >= 0 && lp.holds(lp.prev(t)) {
+			// A tied reverse walk with lengths whose forward's first step
+			// walked is before the window's last: its product goes into
+			// the gradient entering it (the step past the longest
+			// sequence), as walkBack's last, which initialGrads reads.
+			s.addProduct(q, lp, lg, product{from: t, dHPre: lp.step(lg.dHPre, t, s.cell.gates()*lp.H), rows: lp.rows(t)})
+		}
 	} else {
 		s.walkBack(q, lp, lg, walk, pending)
 	}
@@ -2001,9 +2087,6 @@ func (s *stack) walkBack(q *queue, lp *layerPass, lg *layerGrads, walk []int, pe
 			s.addProduct(q, lp, lg, pending)
 		}
 		s.cell.backwardStep(q, lp, lg, t, in)
-		if in.from >= 0 {
-			s.initialGrads(q, lp, lg, in.from)
-		}
 		pending = noProduct
 		if p := lp.prev(t); p >= 0 && lp.holds(p) {
 			pending = product{from: t, dHPre: lp.step(lg.dHPre, t, GH), rows: lp.rows(t)}
@@ -2014,8 +2097,7 @@ func (s *stack) walkBack(q *queue, lp *layerPass, lg *layerGrads, walk []int, pe
 
 // addProduct queues adding pr, when it is one, into lg.dh's step
 // lp.prev(pr.from) as a Gemm, for a step whose cell gradient does not
-// follow in lp's window to take it, then what waits for that gradient to
-// be complete.
+// follow in lp's window to take it.
 func (s *stack) addProduct(q *queue, lp *layerPass, lg *layerGrads, pr product) {
 	if pr.from < 0 {
 		return
@@ -2023,14 +2105,29 @@ func (s *stack) addProduct(q *queue, lp *layerPass, lg *layerGrads, pr product) 
 	H := lp.H
 	q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, M: pr.rows, N: H, K: s.cell.gates() * H, Alpha: 1, Beta: 1, A: pr.dHPre,
 		B: lp.w.whh, C: lp.step(lg.dh, lp.prev(pr.from), H)}))
-	s.initialGrads(q, lp, lg, pr.from)
 }
 
 // finalGrads queues adding the gradient with respect to a final state into
 // that of the output of the step that produced it, for the steps of lp's
-// window.
+// window. With lengths, the forward direction's sequences ending in the
+// window (sorted rows [rows(t1), rows(t0)), their lengths in (t0, t1])
+// add theirs at their last steps in one call (a scatter, EmbeddingGrad:
+// each row once, at batchShape's devLasts), not one a length. The scatter
+// may write every row of the window's dh (the CUDA device's adds zero to
+// the others), so it covers the window alone, which no other stream
+// writes meanwhile (the wavefront's layer above writes the next window).
 func (s *stack) finalGrads(q *queue, lp *layerPass, lg *layerGrads) {
 	H := lp.H
+	if lp.dir == 0 && lp.sh.varlen {
+		r0, r1 := lp.rows(lp.walkEnd()), lp.rows(lp.t0)
+		if r1 > r0 {
+			rows := (lp.t1 - lp.t0) * lp.B
+			q.add(lp.k.EmbeddingGrad(device.EmbeddingGrad{DType: lp.dt, N: r1 - r0, Dim: H, Vocab: rows,
+				IDs: lp.sh.devLasts().Elems(device.Int32, r0, r1-r0), DOut: lp.span(lg.stH, r0, r1, H),
+				DTable: lg.dh.Elems(lp.dt, 0, rows*H)}))
+		}
+		return
+	}
 	for _, t := range lp.walk() {
 		e0, e1 := lp.rows(t+1), lp.rows(t)
 		if lp.dir == 1 {
@@ -2046,17 +2143,25 @@ func (s *stack) finalGrads(q *queue, lp *layerPass, lg *layerGrads) {
 	}
 }
 
-// initialGrads queues, once the gradient with respect to the state
-// entering step t of a tied reverse walk is complete, copying that of the
-// sequences whose walk started at t, in padded rows of the step before,
-// into the state's gradient.
-func (s *stack) initialGrads(q *queue, lp *layerPass, lg *layerGrads, t int) {
-	if !lg.tied || lp.dir != 1 {
+// initialGrads queues, after the whole walk back of a reverse direction
+// with lengths tied to the state (lp its last window, lg.dhAll its
+// gradients with respect to the outputs, all T steps), gathering the
+// gradient with respect to the initial state of each sequence shorter than
+// T from where its walk entered (dh at its length's position, a padded row
+// there, which the walk back leaves complete: batchShape.devSortedEnds)
+// into its row of the state's gradient (sorted): one call, not a copy per
+// length. The sequences of length T got theirs from the walk's first step
+// (backwardStep, backwardWalk).
+func (s *stack) initialGrads(q *queue, lp *layerPass, lg *layerGrads) {
+	if !lg.tied || lp.dir != 1 || !lp.sh.varlen {
 		return
 	}
-	if e0, e1 := lp.rows(t+1), lp.rows(t); e1 > e0 {
-		q.add(lp.k.Copy(device.Copy{Dst: lp.span(lg.stH, e0, e1, lp.H), Src: lp.span(lp.step(lg.dh, lp.prev(t), lp.H), e0, e1, lp.H)}))
+	r0, B, H := lp.rows(lp.T-1), lp.B, lp.H
+	if r0 == B {
+		return
 	}
+	q.add(lp.k.Embedding(device.Embedding{DType: lp.dt, N: B - r0, Dim: H, Vocab: lp.T * B, Table: lg.dhAll.Elems(lp.dt, 0, lp.T*B*H),
+		IDs: lp.sh.devSortedEnds().Elems(device.Int32, r0, B-r0), Out: lp.span(lg.stH, r0, B, H)}))
 }
 
 // paramGrads queues the gradients of a direction's weights and biases over

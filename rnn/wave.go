@@ -57,11 +57,10 @@ import "github.com/gocurrent/gocurrent/device"
 // buffers).
 //
 // With lengths each window's walk covers the rows running at each of its
-// steps, as a layer's does; the final states of the sequences ending in
-// a window are kept in a row of the pass that the two layers in flight
-// do not share (stack.plan's hEnd: one per layer of a pair, where a
-// forward layer after layer has one for all), and the top layer's output
-// is gathered into the caller's order after the last Join.
+// steps, as a layer's does; each layer's final states are gathered from
+// their positions after its last window (stack.gatherEnds), on its
+// stream, and the top layer's output into the caller's order after the
+// last Join.
 
 // branching is how a forward uses the stack's branch: as a wavefront of
 // windows of wave steps (0: not), or with the reverse direction of each
@@ -237,7 +236,8 @@ func waveWins(T, W int) []span {
 //
 // With lengths, dy and the state's gradients are sorted first, and dx and
 // the state's gradients given back in the caller's order after the last
-// Join, as backwardLayers does. Every product over steps runs on the
+// Join, as backwardLayers does; the final states' gradients join dh one
+// window at a time, once the layer above has written it (finalGrads). Every product over steps runs on the
 // running rows packed, as there: a window's input gradient per chunk it
 // holds, or where the windows are not whole chunks (a GPU's chunks of
 // 2048 rows, longer than a window) per piece, a window's part of a chunk,
@@ -419,11 +419,13 @@ func (s *stack) backwardDirs(q *queue, p *pass, rec *record, gb gradBufs, sd *si
 		lp.in = s.windowInputs(q, p, sh, keepSteps, rec.seg, l, all, p.x)
 		lg := s.layerGrads(gb, rec.state, tied, sh, l, dir)
 		lg.dh = gb.dh[l%2][dir]
+		lg.dhAll = lg.dh
 		compute := lp.k
 		if dir == 1 {
 			lp.k = s.branch.Kernels()
 		}
 		s.backwardWindow(q, lp, &lg, true, true, -1)
+		s.initialGrads(q, lp, &lg)
 		lp.k = compute
 		lps[dir], lgs[dir] = lp, lg
 	}

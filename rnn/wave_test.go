@@ -48,9 +48,9 @@ func TestWaveSameBits(t *testing.T) {
 		{layers: 4, dropout: 0.3, tied: true, wave: 5, eval: true, branched: true},
 		{layers: 2, tied: true, wave: 1, eval: true, branched: true},
 		{layers: 3, dropout: 0.3, tied: true, eval: true, branched: true, chunk: brT},
-		// With lengths: the sequences ending in a window keep their
-		// final states in their pair's row (stack.plan), and Backward
-		// walks back layer after layer.
+		// With lengths: each window's walk over its running rows, the
+		// final states gathered after a layer's last window, and
+		// Backward's products over the running rows packed.
 		{layers: 2, dropout: 0.3, lengths: []int32{3, 5, 1}, tied: true, eval: true, branched: true},
 		{layers: 3, lengths: []int32{2, 5, 4}, tied: true, wave: 2, eval: true, branched: true},
 		{layers: 4, noBias: true, lengths: []int32{5, 1, 4}, eval: true, branched: true},
