@@ -22,9 +22,12 @@ import (
 // Before 2026-11-29 the second made 2 copies more per length and
 // direction in the forward (h and c), and a copy and an Axpby more in
 // Backward; a bidirectional LSTM layer over 800 words of 15 distinct
-// lengths then made 59 copies a forward. Training (without Recompute,
-// which still copies per length: its states hold a segment) and NoGrad,
-// unidirectional and bidirectional, LSTM and GRU.
+// lengths then made 59 copies a forward. Training and NoGrad,
+// unidirectional and bidirectional, LSTM and GRU; and a unidirectional
+// stack's Recompute in segments of 3 steps (its states hold a segment:
+// the final states are gathered segment by segment, and sequences end in
+// each of the 3). A bidirectional Recompute still copies the reverse
+// walks' initial states per length (their c is kept a segment at a time).
 func TestStateCallsPerLength(t *testing.T) {
 	d := testdevice.Open(t)
 	counter, counts := d.(device.Counter)
@@ -38,9 +41,13 @@ func TestStateCallsPerLength(t *testing.T) {
 		many[i] = int32(1 + i%T)
 	}
 	for _, cell := range []string{"lstm", "gru"} {
-		for _, bidir := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/bidirectional=%v", cell, bidir), func(t *testing.T) {
-				m := newRecurrent(t, d, cell, rnn.Config{Input: I, Hidden: H, Layers: 2, Bidirectional: bidir})
+		for _, c := range []struct {
+			bidir     bool
+			recompute int
+		}{{false, 0}, {true, 0}, {false, 3}} {
+			bidir := c.bidir
+			t.Run(fmt.Sprintf("%s/bidirectional=%v/recompute%d", cell, bidir, c.recompute), func(t *testing.T) {
+				m := newRecurrent(t, d, cell, rnn.Config{Input: I, Hidden: H, Layers: 2, Bidirectional: bidir, Recompute: c.recompute})
 				D := 1
 				if bidir {
 					D = 2

@@ -112,8 +112,9 @@ const RecomputeAuto = -1
 // (final). Backward adds the final states' gradients, and takes the
 // initial ones', at the same positions, one call each (finalGrads,
 // initialGrads). (With Recompute, whose states hold a segment's
-// positions, the walk copies them per length as it reaches them: enter,
-// end.) Padded
+// positions, the final states are gathered segment by segment, end, and
+// a bidirectional stack's reverse walks copy their initial states per
+// length as they reach them, enter.) Padded
 // positions of the stack's own sequences are never read: the input
 // projection computes rows nobody reads, Backward's GEMMs over steps run
 // on the running rows packed, and the caller's output and input gradient
@@ -515,11 +516,11 @@ func (lp *layerPass) rows(t int) int { return lp.sh.rows(t) }
 // every position (keepSteps, keepNothing: not with Recompute), so that
 // the sequences' final and initial states are gathered from and put at
 // their positions by one call for all (Embedding, at batchShape's
-// devEnds and devEntries: stack.final, stack.initial), not copied per
-// length as each walk reaches them (end, enter). Without grad, c is
-// then updated in place, in the initial state's slot (cAt), where each
-// sequence's row keeps its final c once it ends and holds its initial c
-// until the reverse walk reaches it.
+// devEnds and devEntries: stack.final, stack.initial), not per window
+// (end) nor copied per length as each walk reaches them (enter). Without
+// grad, c is then updated in place, in the initial state's slot (cAt),
+// where each sequence's row keeps its final c once it ends and holds its
+// initial c until the reverse walk reaches it.
 func (lp *layerPass) gathers() bool {
 	return lp.sh.varlen && (lp.kp == keepSteps || lp.kp == keepNothing)
 }
@@ -1483,7 +1484,7 @@ func (s *stack) forwardWindow(q *queue, lp *layerPass, ends bool) {
 	s.loadEntry(q, lp)
 	lp.pre = s.cell.projection(lp)
 	s.project(q, lp)
-	ends = ends && lp.dir == 0 && lp.sh.varlen && !lp.gathers()
+	ends = ends && lp.dir == 0 && lp.sh.varlen && !lp.gathers() && lp.train
 	ts := lp.walk()
 	if w, ok := lp.k.(device.Walker); ok && !s.stepwise && len(ts) > 1 {
 		// One call for the window's steps, each over its running rows:
@@ -1495,7 +1496,7 @@ func (s *stack) forwardWindow(q *queue, lp *layerPass, ends bool) {
 		// in one slot (the one the steps would leave it in: the last's
 		// cOut), which every step writes and every step after the first
 		// reads.
-		cIn, cOut := lp.cIn, lp.cOut
+		cIn := lp.cIn
 		if !lp.train {
 			carried := lp.cOut(ts[len(ts)-1])
 			cIn = func(t int) device.Buffer {
@@ -1504,7 +1505,6 @@ func (s *stack) forwardWindow(q *queue, lp *layerPass, ends bool) {
 				}
 				return carried
 			}
-			cOut = func(int) device.Buffer { return carried }
 		}
 		if lp.dir == 1 {
 			for _, t := range ts {
@@ -1512,35 +1512,36 @@ func (s *stack) forwardWindow(q *queue, lp *layerPass, ends bool) {
 			}
 		}
 		s.cell.forwardWalk(q, lp, w)
-		if ends {
-			for _, t := range ts {
-				s.end(q, lp, t, cOut(t))
+	} else {
+		for _, t := range ts {
+			if lp.dir == 1 {
+				s.enter(q, lp, t)
 			}
+			s.cell.forwardStep(q, lp, t)
 		}
-		return
 	}
-	for _, t := range ts {
-		if lp.dir == 1 {
-			s.enter(q, lp, t)
-		}
-		s.cell.forwardStep(q, lp, t)
-		if ends {
-			s.end(q, lp, t, lp.cOut(t))
-		}
+	if ends {
+		s.end(q, lp)
 	}
 }
 
-// end queues keeping the final states of the sequences of length t+1,
-// which end at step t of lp's forward walk: their rows of hOut(t), and of
-// c, where step t left its c (with lengths).
-func (s *stack) end(q *queue, lp *layerPass, t int, c device.Buffer) {
-	e0, e1 := lp.rows(t+1), lp.rows(t)
-	if e1 <= e0 {
+// end queues keeping the final states of the sequences that end in lp's
+// window (training with Recompute: the walk's states hold the window's
+// positions only, layerPass.gathers), sorted rows [rows(t1), rows(t0)),
+// from their lengths' positions in the window (batchShape.devLasts, one
+// past): one gather each for h and c, not a copy per length.
+func (s *stack) end(q *queue, lp *layerPass) {
+	r0, r1 := lp.rows(lp.walkEnd()), lp.rows(lp.t0)
+	if r1 <= r0 {
 		return
 	}
-	q.add(lp.k.Copy(device.Copy{Dst: lp.span(lp.hEnd, e0, e1, lp.H), Src: lp.span(lp.hOut(t), e0, e1, lp.H)}))
-	if !lp.cEnd.IsZero() {
-		q.add(lp.k.Copy(device.Copy{Dst: lp.span(lp.cEnd, e0, e1, lp.H), Src: lp.span(c, e0, e1, lp.H)}))
+	rows, BH := (lp.t1-lp.t0)*lp.B, lp.B*lp.H
+	for _, part := range [][2]device.Buffer{{lp.hEnd, lp.b.hseq}, {lp.cEnd, lp.b.cseq}} {
+		if part[0].IsZero() {
+			continue
+		}
+		q.add(lp.k.Embedding(device.Embedding{DType: lp.dt, N: r1 - r0, Dim: lp.H, Vocab: rows, Table: part[1].Elems(lp.dt, BH, rows*lp.H),
+			IDs: lp.sh.devLasts().Elems(device.Int32, r0, r1-r0), Out: lp.span(part[0], r0, r1, lp.H)}))
 	}
 }
 
