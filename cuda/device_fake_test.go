@@ -431,6 +431,10 @@ func TestFakeLaunches(t *testing.T) {
 			return k.EmbeddingGrad(device.EmbeddingGrad{DType: f32, N: 2048, Dim: 64, Vocab: 70000, IDs: ids, DOut: x, DTable: buf(70000 * 64)})
 		}, []string{"gc_check_ids", "gc_embedding_grad_seq_f32"}, 6, [3]uint32{1, 1, 1}, block1},
 		{func() error {
+			// Distinct ids: a thread per element of DOut, 30·200 = 6,000, 24 blocks.
+			return k.EmbeddingGrad(device.EmbeddingGrad{DType: f32, N: 30, Dim: 200, Vocab: 97, IDs: ids, DOut: x, DTable: y, Distinct: true})
+		}, []string{"gc_check_ids", "gc_embedding_grad_rows_f32"}, 6, [3]uint32{24, 1, 1}, block1},
+		{func() error {
 			return k.SoftmaxCrossEntropy(device.SoftmaxCrossEntropy{DType: f32, N: 100, Classes: 97, Logits: x, Targets: ids, Loss: one, Scale: 0.01})
 		}, []string{"gc_softmax_xent_f32", "gc_sum_finish_f32"}, 5, [3]uint32{1, 1, 1}, block1},
 		{func() error {

@@ -24,6 +24,7 @@ const (
 	kEmbedding
 	kEmbeddingGradScan
 	kEmbeddingGradSeq
+	kEmbeddingGradRows
 	kSoftmaxXent
 	kSoftmax
 	kSample
@@ -64,6 +65,7 @@ var kernelNames = [numKernels]string{
 	kEmbedding:         "embedding",
 	kEmbeddingGradScan: "embedding_grad_scan",
 	kEmbeddingGradSeq:  "embedding_grad_seq",
+	kEmbeddingGradRows: "embedding_grad_rows",
 	kSoftmaxXent:       "softmax_xent",
 	kSoftmax:           "softmax",
 	kSample:            "sample",
@@ -538,7 +540,11 @@ func (k kernels) EmbeddingGrad(a device.EmbeddingGrad) error {
 	// Deterministic either way: the scan sums each table row's gradients
 	// in order of i, in parallel over rows and columns; for vocabularies
 	// too large to scan, the sequential kernel walks the ids in order,
-	// in parallel over columns only.
+	// in parallel over columns only. Distinct ids add their rows at once.
+	if a.Distinct {
+		return q.launch(kEmbeddingGradRows, a.DType, grid1(a.N*a.Dim), block1,
+			ptr(a.IDs), ptr(a.DOut), ptr(a.DTable), i64(a.N), i64(a.Dim), i64(a.Vocab))
+	}
 	if a.Vocab <= maxGridY && int64(a.Vocab)*int64(a.N) <= scanMaxWork {
 		grid := [3]uint32{uint32((a.Dim + scanBlock - 1) / scanBlock), uint32(a.Vocab), 1}
 		return q.launch(kEmbeddingGradScan, a.DType, grid, [3]uint32{scanBlock, 1, 1},

@@ -681,12 +681,21 @@ func (a Embedding) Check(d Device) error {
 // EmbeddingGrad is the backward of Embedding, a scatter-add:
 // DTable[IDs[i]] += DOut[i] for every i, deterministic on every device. An
 // id outside [0, Vocab) is skipped and raises ErrIndex on the stream.
+//
+// Distinct says no id appears twice (a scatter of rows, as the recurrent
+// stacks' gradients of the final states of sequences of several lengths):
+// a device may then add every row at once, and writes no row of DTable
+// that no id names (the CUDA device's scan over a small vocabulary
+// otherwise adds zero to every row). The CPU device raises ErrIndex for a
+// repeated id; the CUDA device does not look, and adds a repeated id's
+// rows in no fixed order.
 type EmbeddingGrad struct {
 	DType         DType
 	N, Dim, Vocab int
 	IDs           Buffer // [N] Int32
 	DOut          Buffer // [N, Dim]
 	DTable        Buffer // [Vocab, Dim], added into
+	Distinct      bool
 }
 
 // Check reports whether the arguments are valid for d.

@@ -2112,11 +2112,10 @@ func (s *stack) addProduct(q *queue, lp *layerPass, lg *layerGrads, pr product) 
 // that of the output of the step that produced it, for the steps of lp's
 // window. With lengths, the forward direction's sequences ending in the
 // window (sorted rows [rows(t1), rows(t0)), their lengths in (t0, t1])
-// add theirs at their last steps in one call (a scatter, EmbeddingGrad:
-// each row once, at batchShape's devLasts), not one a length. The scatter
-// may write every row of the window's dh (the CUDA device's adds zero to
-// the others), so it covers the window alone, which no other stream
-// writes meanwhile (the wavefront's layer above writes the next window).
+// add theirs at their last steps in one call (a scatter of distinct rows,
+// EmbeddingGrad, at batchShape's devLasts), not one a length: once the
+// window's dh holds what flows from above (the wavefront's layer above
+// writes it window by window), and writing no other row.
 func (s *stack) finalGrads(q *queue, lp *layerPass, lg *layerGrads) {
 	H := lp.H
 	if lp.dir == 0 && lp.sh.varlen {
@@ -2125,7 +2124,7 @@ func (s *stack) finalGrads(q *queue, lp *layerPass, lg *layerGrads) {
 			rows := (lp.t1 - lp.t0) * lp.B
 			q.add(lp.k.EmbeddingGrad(device.EmbeddingGrad{DType: lp.dt, N: r1 - r0, Dim: H, Vocab: rows,
 				IDs: lp.sh.devLasts().Elems(device.Int32, r0, r1-r0), DOut: lp.span(lg.stH, r0, r1, H),
-				DTable: lg.dh.Elems(lp.dt, 0, rows*H)}))
+				DTable: lg.dh.Elems(lp.dt, 0, rows*H), Distinct: true}))
 		}
 		return
 	}

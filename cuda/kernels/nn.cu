@@ -165,6 +165,18 @@ __device__ void embedding_grad_seq(const int* ids, const T* dout, T* dtable, lon
   }
 }
 
+// Distinct ids: every element of dout adds into its own element of
+// dtable, one thread each.
+template <typename T>
+__device__ void embedding_grad_rows(const int* ids, const T* dout, T* dtable, long long n,
+                                    long long dim, long long vocab) {
+  GC_FOR(k, n * dim) {
+    long long i = k / dim;
+    int id = ids[i];
+    if (id >= 0 && id < vocab) dtable[(long long)id * dim + (k - i * dim)] += dout[k];
+  }
+}
+
 // The warp of this thread and its row stride: all lanes of a warp share
 // the row, so they leave the loop together and every shuffle is full.
 #define GC_WARP_ROWS(row, n)                                                                  \
@@ -281,6 +293,11 @@ __device__ void dropout(const T* x, T* y, T* mask, long long n, double p,
                                                        T* dtable, long long n, long long dim, \
                                                        long long vocab) {                     \
     embedding_grad_seq(ids, dout, dtable, n, dim, vocab);                                     \
+  }                                                                                           \
+  extern "C" __global__ void gc_embedding_grad_rows_##S(const int* ids, const T* dout,        \
+                                                        T* dtable, long long n, long long dim,\
+                                                        long long vocab) {                    \
+    embedding_grad_rows(ids, dout, dtable, n, dim, vocab);                                    \
   }                                                                                           \
   extern "C" __global__ void gc_softmax_xent_##S(const T* logits, const int* targets,         \
                                                  long long n, long long classes,              \

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -401,4 +403,31 @@ func (s *stream) release() {
 	s.done.Store(1)
 	s.progress.Broadcast()
 	s.mu.Unlock()
+}
+
+// TestEmbeddingGradRepeatedDistinct: EmbeddingGrad given Distinct ids that
+// repeat one raises ErrIndex on the stream, naming the id and the two
+// positions (the CUDA device, which adds distinct rows at once, does not
+// look); the same ids without Distinct are a scatter-add like any other.
+func TestEmbeddingGradRepeatedDistinct(t *testing.T) {
+	d := open(t, Config{})
+	ids, err := d.Alloc(3*4, device.Workspace)
+	check(t, err)
+	check(t, device.UploadSlice(d, ids, []int32{1, 3, 1}))
+	dOut, table := alloc32(t, d, 3*2), alloc32(t, d, 4*2)
+	check(t, device.UploadSlice(d, dOut, []float32{1, 2, 3, 4, 5, 6}))
+	a := device.EmbeddingGrad{DType: device.Float32, N: 3, Dim: 2, Vocab: 4, IDs: ids, DOut: dOut, DTable: table, Distinct: true}
+	check(t, d.Kernels().EmbeddingGrad(a))
+	err = d.Synchronize()
+	if !errors.Is(err, device.ErrIndex) || !strings.Contains(err.Error(), "id 1 at positions 0 and 2") {
+		t.Fatalf("repeated distinct ids: %v, want ErrIndex naming id 1 at positions 0 and 2", err)
+	}
+	check(t, d.Kernels().Fill(device.Fill{DType: device.Float32, N: 8, X: table}))
+	a.Distinct = false
+	check(t, d.Kernels().EmbeddingGrad(a))
+	got := make([]float32, 8)
+	check(t, device.DownloadSlice(d, got, table))
+	if want := []float32{0, 0, 6, 8, 0, 0, 3, 4}; !slices.Equal(got, want) {
+		t.Errorf("without Distinct: %v, want %v", got, want)
+	}
 }

@@ -66,7 +66,10 @@ func (s *stream) exec(c *cmd) error {
 	case opEmbeddingGrad:
 		a := &c.embGrad
 		p.split(wg, c, a.Dim, a.N, pick(a.DType, embeddingGradPart[float32], embeddingGradPart[float64]))
-		return badIndex(s, c, "EmbeddingGrad: id", a.IDs, a.N, a.Vocab)
+		if err := badIndex(s, c, "EmbeddingGrad: id", a.IDs, a.N, a.Vocab); err != nil || !a.Distinct {
+			return err
+		}
+		return repeatedID(s, a.IDs, a.N)
 	case opSoftmaxCrossEntropy:
 		a := &c.sce
 		p.split(wg, c, a.N, 2*a.Classes, pick(a.DType, sceePart[float32], sceePart[float64]))
@@ -208,6 +211,20 @@ func badIndex(s *stream, c *cmd, what string, ids device.Buffer, n, limit int) e
 			return fmt.Errorf("%s: %s %d at position %d is outside [0, %d): %w",
 				s.ln.owner.Name(), what, elems[int32](ids, n)[j], j, limit, device.ErrIndex)
 		}
+	}
+	return nil
+}
+
+// repeatedID reports an id that appears twice among the n of ids, given
+// as distinct (EmbeddingGrad's Distinct), as the error of stream s.
+func repeatedID(s *stream, ids device.Buffer, n int) error {
+	seen := make(map[int32]int, n)
+	for i, id := range elems[int32](ids, n) {
+		if j, ok := seen[id]; ok {
+			return fmt.Errorf("%s: EmbeddingGrad: id %d at positions %d and %d, given as Distinct: %w",
+				s.ln.owner.Name(), id, j, i, device.ErrIndex)
+		}
+		seen[id] = i
 	}
 	return nil
 }

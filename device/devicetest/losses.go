@@ -119,6 +119,43 @@ func testEmbeddingGrad(t *testing.T, open opener) {
 				checkExact(e.t, "DTable of a second, identical call", e.get("DTable", v2), got)
 			})
 		}
+		// Distinct ids (a scatter of rows): each named row gets its one
+		// row added, and every other row of DTable keeps its bits, -0
+		// included (a kernel that adds zero to it makes it +0).
+		for _, s := range []struct{ n, dim, vocab int }{{1, 1, 1}, {60, 17, 61}, {300, 37, 70000}} {
+			e.run(fmt.Sprintf("Distinct/%dx%d/vocab=%d", s.n, s.dim, s.vocab), func(e *env) {
+				ids := make([]int32, s.n)
+				for i, id := range e.rng.Perm(s.vocab)[:s.n] {
+					ids[i] = int32(id)
+				}
+				named := make([]bool, s.vocab)
+				for _, id := range ids {
+					named[id] = true
+				}
+				dOut := e.uniform(s.n*s.dim, -1, 1)
+				dTable := e.uniform(s.vocab*s.dim, -1, 1)
+				for v := range s.vocab {
+					if !named[v] && v%2 == 0 {
+						for j := range s.dim {
+							dTable[v*s.dim+j] = math.Copysign(0, -1)
+						}
+					}
+				}
+				vI, vD, vT := e.ids(ids), e.vec(dOut), e.vec(dTable)
+				e.launch(device.EmbeddingGrad{DType: e.dt, N: s.n, Dim: s.dim, Vocab: s.vocab, IDs: vI.buf, DOut: vD.buf, DTable: vT.buf, Distinct: true})
+				want, mag := refEmbeddingGrad(s.dim, s.vocab, ids, dOut, dTable)
+				got := e.get("DTable", vT)
+				checkClose(e.t, "DTable", got, want, mag, SumTolerance(e.dt, 2))
+				for v := range s.vocab {
+					for j := v * s.dim; j < (v+1)*s.dim && !named[v]; j++ {
+						if math.Float64bits(got[j]) != math.Float64bits(dTable[j]) {
+							e.t.Errorf("DTable[%d] (row %d, named by no id) = %v, want %v as it was", j, v, got[j], dTable[j])
+							return
+						}
+					}
+				}
+			})
+		}
 		e.run("N=0", func(e *env) {
 			e.launch(device.EmbeddingGrad{DType: e.dt, N: 0, Dim: 4, Vocab: 3})
 			e.sync()
