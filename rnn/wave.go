@@ -237,14 +237,15 @@ func waveWins(T, W int) []span {
 // With lengths, dy and the state's gradients are sorted first, and dx and
 // the state's gradients given back in the caller's order after the last
 // Join, as backwardLayers does; the final states' gradients join dh one
-// window at a time, once the layer above has written it (finalGrads). Every product over steps runs on the
-// running rows packed, as there: a window's input gradient per chunk it
-// holds, or where the windows are not whole chunks (a GPU's chunks of
-// 2048 rows, longer than a window) per piece, a window's part of a chunk,
-// with packing maps of its own (batchShape.piece); the weight gradients
-// per chunk, packing their operands again. Each stream packs into its own
-// buffers (gradBufs.pk: the compute stream's, and the branch's), zeros at
-// the padded rows and past the longest sequence, as there.
+// window at a time, once the layer above has written it (finalGrads).
+// Every product over steps runs on the running rows packed, as there: a
+// window's input gradient per chunk it holds, or where the windows are
+// not whole chunks (a GPU's chunks of 2048 rows, longer than a window) per
+// piece, a window's part of a chunk, with packing maps of its own
+// (batchShape.piece); the weight gradients per chunk, packing their
+// operands again. Each stream packs into its own buffers (gradBufs.pk: the
+// compute stream's, and the branch's), zeros at the padded rows and past
+// the longest sequence, as there.
 //
 // Memory: the edges (cell.edgeSize per layer: 4·B·H for the LSTM, unused
 // but allocated; 14·B·H for the GRU, whose second cell gradient writes
