@@ -162,7 +162,7 @@ func (sh *batchShape) upload(d device.Device, buf device.Buffer, seg, segs, c in
 		v = append(v, n*int32(sh.B)+int32(i))
 	}
 	for i, n := range sh.sorted {
-		v = append(v, (n-1)%int32(max(sh.win, 1))*int32(sh.B)+int32(i))
+		v = append(v, (n-1)%int32(sh.win)*int32(sh.B)+int32(i))
 	}
 	if sh.entries {
 		for range sh.T + 1 {

@@ -330,10 +330,6 @@ type record struct {
 	x     device.Buffer
 }
 
-// wavesBack reports whether Backward walks back the recorded forward as a
-// wavefront (backwardWave): after one that ran as one.
-func (rec *record) wavesBack() bool { return rec.br.wave > 0 }
-
 // layerParams are one layer's parameters and gradients in one direction,
 // views of the stack's Params.
 type layerParams struct {
@@ -1484,7 +1480,7 @@ func (s *stack) forwardWindow(q *queue, lp *layerPass, ends bool) {
 	s.loadEntry(q, lp)
 	lp.pre = s.cell.projection(lp)
 	s.project(q, lp)
-	ends = ends && lp.dir == 0 && lp.sh.varlen && !lp.gathers() && lp.train
+	ends = ends && lp.dir == 0 && lp.sh.varlen && !lp.gathers()
 	ts := lp.walk()
 	if w, ok := lp.k.(device.Walker); ok && !s.stepwise && len(ts) > 1 {
 		// One call for the window's steps, each over its running rows:
@@ -1628,17 +1624,23 @@ func (s *stack) initial(q *queue, lp *layerPass, st *State, l int) {
 		}
 		return
 	}
+	// all is where the reverse walk with lengths keeps each part at every
+	// position (gathers): not c without grad, carried in place in its
+	// initial slot.
 	entries := st != nil && lp.dir == 1 && lp.gathers()
-	for _, part := range []struct{ dst, src, all device.Buffer }{{lp.h0, st.layerH(idx, n), lp.b.hseq}, {lp.c0, st.layerC(idx, n), lp.b.cseq}} {
+	parts := []struct{ dst, src, all device.Buffer }{{lp.h0, st.layerH(idx, n), lp.b.hseq}, {lp.c0, st.layerC(idx, n), lp.b.cseq}}
+	if !lp.train {
+		parts[1].all = device.Buffer{}
+	}
+	for _, part := range parts {
 		switch {
 		case part.dst.IsZero():
-		case entries && (lp.train || part.dst == lp.h0):
+		case entries && !part.all.IsZero():
 			// Each sequence's initial state at every position of its row,
 			// the one its walk enters at among them (whose rows no step
 			// writes before it reads them), the initial position too: one
 			// call, not a copy per length (enter). The others are written
-			// by the walk, or padding it never reads. (Without grad c is
-			// carried in place, in its initial slot: below.)
+			// by the walk, or padding it never reads.
 			rows := (lp.T + 1) * lp.B
 			q.add(lp.k.Embedding(device.Embedding{DType: lp.dt, N: rows, Dim: lp.H, Vocab: lp.B, Table: part.src,
 				IDs: lp.sh.devEntries(), Out: part.all.Elems(lp.dt, 0, rows*lp.H)}))
@@ -1762,7 +1764,7 @@ func (s *stack) Backward(dy device.Buffer) (device.Buffer, error) {
 		switch {
 		case rec.keep == keepBoundaries:
 			s.backwardBoundaries(&q, &p, rec, dy, gb, sd)
-		case rec.wavesBack():
+		case rec.br.wave > 0:
 			s.backwardWave(&q, &p, rec, dy, gb, sd)
 		default:
 			s.backwardLayers(&q, &p, rec, dy, gb, sd)
@@ -1797,7 +1799,7 @@ func (s *stack) gradLayout(rec *record, branched bool) (gradBufs, error) {
 	take := func() (gb gradBufs) {
 		BH := B * H
 		slots := 2
-		if rec.wavesBack() && s.cell.edgeReadsDH() {
+		if rec.br.wave > 0 && s.cell.edgeReadsDH() {
 			slots = 3
 		}
 		for slot := range slots {
@@ -1807,7 +1809,7 @@ func (s *stack) gradLayout(rec *record, branched bool) (gradBufs, error) {
 		}
 		for range LD {
 			gb.rows = append(gb.rows, g.take(BH))
-			if rec.keep != keepSteps || rec.wavesBack() {
+			if rec.keep != keepSteps || rec.br.wave > 0 {
 				gb.edges = append(gb.edges, g.take(s.cell.edgeSize(B, H)))
 			}
 		}
@@ -1836,7 +1838,7 @@ func (s *stack) gradLayout(rec *record, branched bool) (gradBufs, error) {
 				}
 				pk := &gb.pk[i]
 				pk.pre, pk.in, pk.h = g.take(rows*GH), g.take(rows*in), g.take(rows*H)
-				if i == 0 || rec.wavesBack() {
+				if i == 0 || rec.br.wave > 0 {
 					// The wavefront's lower layers put their input
 					// gradients on the branch too.
 					pk.dst = g.take(rows * in)
