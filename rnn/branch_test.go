@@ -33,6 +33,9 @@ type countedBranch struct {
 	// products are the outputs of the Gemms queued on it since the last
 	// clearing, for checkTwin.
 	products []device.Buffer
+	// inputRows are the rows of its input projections (TransB Gemms) by
+	// the width of what they project (K), TestProjectionRunningRows's.
+	inputRows map[int]int
 }
 
 func (b *countedBranch) Kernels() device.Kernels {
@@ -51,6 +54,9 @@ func (k countedKernels) Gemm(a device.Gemm) error {
 	k.b.n.gemms++
 	k.b.unjoined++
 	k.b.products = append(k.b.products, a.C)
+	if a.TransB && k.b.inputRows != nil {
+		k.b.inputRows[a.K] += a.M
+	}
 	return k.Kernels.Gemm(a)
 }
 

@@ -36,9 +36,10 @@ type batchShape struct {
 	// (set by upload).
 	idx                   device.Buffer
 	chunk, packAt, rowsAt int
-	// wave is the window of a training forward's wavefront whose windows
-	// are not whole chunks (0 otherwise): its Backward packs each
-	// window's part of a chunk apart (piece), with maps of its own.
+	// wave is the window of a forward's wavefront whose windows are not
+	// whole chunks (0 otherwise): its projections and its Backward's
+	// products pack each window's part of a chunk apart (piece), with
+	// maps of their own.
 	wave, pieceAt int
 	// posAt is where the rows of the sequences' ends lie among idx
 	// (devEnds, devSortedEnds, devLasts: win is the steps of the windows
@@ -209,6 +210,28 @@ func (sh *batchShape) piece(a int) span {
 	return span{a, min(next(sh.wave), next(sh.chunk), sh.T)}
 }
 
+// chunkAt is the chunk of the steps that starts at step a, cut at end:
+// with wave its piece, else up to the next multiple of chunk (the steps
+// the packing maps were made for, packs, when a is where one starts).
+func (sh *batchShape) chunkAt(a, end int) span {
+	if sh.wave > 0 {
+		p := sh.piece(a)
+		return span{a, min(p.t1, end)}
+	}
+	return span{a, min((a/sh.chunk+1)*sh.chunk, end, sh.T)}
+}
+
+// packs reports whether packSeq packs the steps of ch: a chunk, chunk
+// steps from a multiple of chunk (the last up to T), or with wave a
+// piece.
+func (sh *batchShape) packs(ch span) bool {
+	c := sh.chunk
+	if ch.t0%c == 0 && (ch.t1-ch.t0 == c || ch.t1 == sh.T && ch.t1-ch.t0 < c) {
+		return true
+	}
+	return sh.wave > 0 && sh.piece(ch.t0) == ch
+}
+
 // packSeq returns the GatherSeq that packs the running rows of chunk ch's
 // steps of x (a [steps, B, cols] buffer's steps ch.t0 to ch.t1) into y,
 // one step after the other, zeros past them (pack), or back from y into x,
@@ -220,13 +243,13 @@ func (sh *batchShape) packSeq(dt device.DType, ch span, cols int, x, y device.Bu
 	n, c := (ch.t1-ch.t0)*sh.B, sh.chunk
 	at, stride := sh.packAt+ch.t0/c*4*c*sh.B, c*sh.B
 	switch {
-	case ch.t0%c == 0 && (ch.t1-ch.t0 == c || ch.t1 == sh.T && ch.t1-ch.t0 < c):
-		// A chunk (the last may be short): a part of one would pack the
-		// running rows of its steps past the part too.
-	case sh.wave > 0 && sh.piece(ch.t0) == ch:
-		at, stride = sh.pieceAt+4*ch.t0*sh.B, n
-	default:
+	case !sh.packs(ch):
+		// A part of a chunk would pack the running rows of its steps past
+		// the part too.
 		panic(fmt.Sprintf("rnn: steps [%d, %d) are neither within one chunk of %d steps from its start nor a piece", ch.t0, ch.t1, c))
+	case ch.t0%c != 0 || ch.t1-ch.t0 != c && ch.t1 != sh.T:
+		// A piece, not a chunk.
+		at, stride = sh.pieceAt+4*ch.t0*sh.B, n
 	}
 	m := func(i int) device.Buffer { return sh.idx.Elems(device.Int32, at+i*stride, n) }
 	y = y.Elems(dt, 0, n*cols)

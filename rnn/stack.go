@@ -378,6 +378,11 @@ type pass struct {
 	xpre device.Buffer // GRU: the input projection [steps, B, 3H]
 	hpre device.Buffer // GRU: one step's recurrent product [B, 3H]
 	pre  device.Buffer // LSTM without grad: the gate pre-activations [T, B, 4H]
+	// With lengths, the input projection's operands packed, one chunk's
+	// running rows (stack.project): the input's parts (a chunk's rows of
+	// a part's width at part.off times the rows, as gradBufs.pk.in) and
+	// the product.
+	pkIn, pkPre device.Buffer
 	// out is the output [T, B, dirs·H] in the caller's order, when it is
 	// not the top layer's own sequence (bidirectional, with lengths, or
 	// with Recompute, where it is workspace: Backward does not read it).
@@ -977,6 +982,17 @@ func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg int, br 
 		p.second = &pass{}
 		s.cell.planPass(tmp, train, steps, B, H, p.second)
 	}
+	if sh.varlen && !train {
+		// The projection's packed operands, one chunk's rows (sized as
+		// Backward's, gradBufs.pk), for each stream that projects. A
+		// training forward packs into Backward's (packInGrads).
+		rows, GH, in := s.chunkRows+B-1, s.cell.gates()*H, max(s.cfg.Input, D*H)
+		for _, q := range []*pass{&p, p.second} {
+			if q != nil {
+				q.pkIn, q.pkPre = tmp.take(rows*in), tmp.take(rows*GH)
+			}
+		}
+	}
 	switch {
 	case kp == keepBoundaries || kp == keepOutputs:
 		// Backward recomputes from what it keeps, not from the output.
@@ -1252,8 +1268,9 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 		s.rec, s.spent = nil, false
 	}
 	br := s.branching(kp, &sh)
-	if sh.varlen && kp == keepSteps && br.wave%s.chunkSteps(sh.B) != 0 {
-		// Backward packs the windows' parts of chunks apart.
+	if sh.varlen && br.wave%s.chunkSteps(sh.B) != 0 {
+		// The windows' projections (and Backward's products) pack their
+		// parts of chunks apart.
 		sh.wave = br.wave
 	}
 	// The steps of the windows Backward walks back (finalGrads).
@@ -1274,6 +1291,11 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 	}
 	if kp == keepNothing && !sh.varlen {
 		p.state = st
+	}
+	if kp != keepNothing && sh.varlen {
+		if err := s.packInGrads(&p, &record{sh: sh, keep: kp, seg: seg, br: br}); err != nil {
+			return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
+		}
 	}
 	var q queue
 	if kp != keepNothing && s.dropping() {
@@ -1314,6 +1336,32 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, q.err)
 	}
 	return out, nil
+}
+
+// packInGrads gives a training forward with lengths (rec, before it runs)
+// the buffers its projections pack into (pass.pkIn, pkPre): Backward's
+// (gradBufs.pk, the compute stream's and the branch's), which its
+// Backward would allocate anyway, so that a training step's peak is not
+// raised by a chunk of packed operands of its own per stream (NoGrad's
+// are in its temporaries, plan). Backward's recomputed windows pack into
+// them too (recompute); a forward's packing is done before its Backward
+// packs anything.
+func (s *stack) packInGrads(p *pass, rec *record) error {
+	gb, err := s.gradLayout(rec, s.side(rec).branched())
+	if err != nil {
+		return err
+	}
+	p.packInto(gb)
+	return nil
+}
+
+// packInto makes gb's pack buffers p's projections': the compute
+// stream's for p, the branch's for its second set.
+func (p *pass) packInto(gb gradBufs) {
+	p.pkIn, p.pkPre = gb.pk[0].in, gb.pk[0].pre
+	if p.second != nil {
+		p.second.pkIn, p.second.pkPre = gb.pk[1].in, gb.pk[1].pre
+	}
 }
 
 // checkForward validates a Forward's arguments.
@@ -1542,17 +1590,56 @@ func (s *stack) end(q *queue, lp *layerPass) {
 }
 
 // project queues the input projection of lp's window, one product per
-// chunk of steps.
+// chunk of steps. With lengths a chunk's product covers its running rows
+// alone, the work of the sum of the lengths where the padded product
+// cost T·B rows: where they are the first rows of the chunk (every step
+// but its last runs all B sequences; the sequences run sorted, longest
+// first), the product over those rows; else its input packed (one gather
+// a part), the product into the pass's packed buffer, and put back into
+// the window's steps (zeros at the padded rows). A chunk past the longest
+// length has no product (no step reads it). The chunks are those of the
+// packing maps (batchShape.upload: from step 0, or with the wavefront's
+// windows within chunks their pieces); steps that are neither take the
+// padded product.
 func (s *stack) project(q *queue, lp *layerPass) {
 	GH, c := s.cell.gates()*lp.H, s.chunkSteps(lp.B)
-	for a := lp.t0; a < lp.t1; a += c {
-		b := min(a+c, lp.t1)
+	for a := lp.t0; a < lp.t1; {
+		ch := span{a, min(a+c, lp.t1)}
+		if lp.sh.varlen {
+			ch = lp.sh.chunkAt(a, lp.t1)
+		}
+		a = ch.t1
+		rows := (ch.t1 - ch.t0) * lp.B
+		if lp.sh.varlen {
+			switch n := packedRows(lp, ch); {
+			case n == 0:
+				continue
+			case n == rows:
+			case ch.t1-ch.t0 == 1 || lp.rows(ch.t1-2) == lp.B:
+				rows = n
+			case lp.sh.packs(ch):
+				s.projectPacked(q, lp, ch, n)
+				continue
+			}
+		}
 		for j, part := range lp.in {
-			q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, TransB: true, M: (b - a) * lp.B, N: GH, K: part.width,
-				Alpha: 1, Beta: float64(min(j, 1)), A: lp.steps(part.buf, a, b, part.width),
-				B: weightCols(lp.dt, lp.w.wih, part.off), LdB: lp.w.in, C: lp.steps(lp.pre, a, b, GH)}))
+			q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, TransB: true, M: rows, N: GH, K: part.width,
+				Alpha: 1, Beta: float64(min(j, 1)), A: lp.steps(part.buf, ch.t0, ch.t1, part.width),
+				B: weightCols(lp.dt, lp.w.wih, part.off), LdB: lp.w.in, C: lp.steps(lp.pre, ch.t0, ch.t1, GH)}))
 		}
 	}
+}
+
+// projectPacked is project's product over chunk ch's n running rows.
+func (s *stack) projectPacked(q *queue, lp *layerPass, ch span, n int) {
+	GH, room := s.cell.gates()*lp.H, s.chunkSteps(lp.B)*lp.B
+	for j, part := range lp.in {
+		pIn := lp.p.pkIn.Elems(lp.dt, room*part.off, room*part.width)
+		s.pack(q, lp.k, lp, ch, part.buf, pIn, part.width, true)
+		q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, TransB: true, M: n, N: GH, K: part.width, Alpha: 1, Beta: float64(min(j, 1)),
+			A: pIn, B: weightCols(lp.dt, lp.w.wih, part.off), LdB: lp.w.in, C: lp.p.pkPre}))
+	}
+	s.pack(q, lp.k, lp, ch, lp.pre, lp.p.pkPre, GH, false)
 }
 
 // loadEntry queues copying the state entering lp's window from the
@@ -1760,6 +1847,10 @@ func (s *stack) Backward(dy device.Buffer) (device.Buffer, error) {
 		gb, err = s.gradLayout(rec, sd.branched())
 	}
 	if err == nil {
+		if rec.sh.varlen {
+			// The windows recomputed pack their projections there too.
+			p.packInto(gb)
+		}
 		var q queue
 		switch {
 		case rec.keep == keepBoundaries:

@@ -138,7 +138,7 @@ func windowBufs(b layerBufs, dt device.DType, w span, BH int, train bool) layerB
 // set of the cell's temporaries.
 func (p *pass) twin() *pass {
 	t := *p
-	t.pre, t.xpre, t.hpre = p.second.pre, p.second.xpre, p.second.hpre
+	t.pre, t.xpre, t.hpre, t.pkIn, t.pkPre = p.second.pre, p.second.xpre, p.second.hpre, p.second.pkIn, p.second.pkPre
 	return &t
 }
 

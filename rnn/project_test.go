@@ -1,0 +1,63 @@
+package rnn
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/testdevice"
+)
+
+// TestProjectionRunningRows checks that a forward with lengths projects
+// the input of the running rows alone (stack.project), by the rows of the
+// products the stack's branch is asked for: those of a bidirectional
+// layer's reverse direction, and of a unidirectional stack's second layer
+// (the wavefront's upper layer, windows of 2 steps), each as many as the
+// lengths add up to, 9 of the batch's 15 (before 2026-11-29, every padded
+// row: 15). Chunks of 1 step (each a product over its running rows, the
+// first of the step), of 2 (the first a product over its first 5 rows,
+// the second packed: its first step runs 2 sequences of 3, its second 1;
+// the wavefront's windows are then whole chunks) and of all 5 steps
+// (packed; the wavefront's windows are then pieces of the chunk, packed
+// apart), for training and NoGrad forwards of LSTM and GRU stacks. The
+// values are checked elsewhere (every lengths test: TestPackedEqualsAlone,
+// the agreement with PyTorch, TestBranchSameBits and TestWaveSameBits
+// against the stack without branches, to the bit).
+func TestProjectionRunningRows(t *testing.T) {
+	d := testdevice.Open(t)
+	if _, ok := d.(device.Brancher); !ok {
+		t.Skipf("%s has no branches (device.Brancher)", d.Name())
+	}
+	lengths := []int32{3, 5, 1}
+	for _, lstm := range []bool{true, false} {
+		for _, bidir := range []bool{true, false} {
+			for _, chunk := range []int{1, 2, brT} {
+				for _, mode := range []Mode{Train, NoGrad} {
+					t.Run(fmt.Sprintf("lstm=%v/bidirectional=%v/chunk%d/%v", lstm, bidir, chunk, mode), func(t *testing.T) {
+						cfg := Config{Input: brI, Hidden: brH, Layers: 1, Bidirectional: bidir, DType: device.Float64}
+						width := brI // what the branch projects: the reverse direction's input
+						if !bidir {
+							cfg.Layers, width = 2, brH // the upper layer's input, the lower's output
+						}
+						s, err := newStack(d, cfg, cellFor(lstm))
+						must(t, err)
+						defer func() { must(t, s.Close()) }()
+						s.chunkRows = chunk * brB
+						b, err := device.NewBranch(d)
+						must(t, err)
+						counted := &countedBranch{Branch: b, inputRows: map[int]int{}}
+						s.branch, s.branchTried = counted, true
+						x := newBuf(t, d, randoms(rand.New(rand.NewPCG(1, 2)), brT*brB*brI))
+						_, err = s.ForwardLengths(mode, x, brT, brB, lengths, nil)
+						must(t, err)
+						must(t, d.Synchronize())
+						if got := counted.inputRows[width]; got != 9 {
+							t.Errorf("the branch projected %d rows of an input of %d features (%v), want the 9 that run", got, width, counted.inputRows)
+						}
+					})
+				}
+			}
+		}
+	}
+}
