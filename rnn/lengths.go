@@ -48,6 +48,11 @@ type batchShape struct {
 	// position (devEntries).
 	posAt, win int
 	entries    bool
+	// cEntries says the rows that put each sorted sequence's initial c at
+	// every position of a window of win steps follow (devCEntries): a
+	// bidirectional LSTM's Recompute, whose reverse walks keep c a window
+	// at a time.
+	cEntries bool
 }
 
 // uniformShape is the shape of a forward without lengths.
@@ -114,6 +119,9 @@ func (sh *batchShape) idxBytes(segs, c int) int64 {
 	if sh.entries {
 		n += (sh.T + 1) * sh.B
 	}
+	if sh.cEntries {
+		n += (sh.win + 1) * sh.B
+	}
 	return int64(n) * 4
 }
 
@@ -168,6 +176,13 @@ func (sh *batchShape) upload(d device.Device, buf device.Buffer, seg, segs, c in
 	if sh.entries {
 		for range sh.T + 1 {
 			v = append(v, sh.perm...)
+		}
+	}
+	if sh.cEntries {
+		for range sh.win + 1 {
+			for i := range sh.B {
+				v = append(v, int32(i))
+			}
 		}
 	}
 	b := make([]byte, 0, 4*len(v))
@@ -293,6 +308,19 @@ func (sh *batchShape) devLasts() device.Buffer {
 // entry among them.
 func (sh *batchShape) devEntries() device.Buffer {
 	return sh.idx.Elems(device.Int32, sh.posAt+3*sh.B, (sh.T+1)*sh.B)
+}
+
+// devCEntries is, for every row of a window's [win+1, B] per-position
+// buffer in the stack's order, its sorted row (0 to B-1, win+1 times),
+// (win+1)·B Int32 (with cEntries): as Embedding's IDs over a sorted
+// [B, H] state, they put every sequence's state at each position of the
+// window.
+func (sh *batchShape) devCEntries() device.Buffer {
+	at := sh.posAt + 3*sh.B
+	if sh.entries {
+		at += (sh.T + 1) * sh.B
+	}
+	return sh.idx.Elems(device.Int32, at, (sh.win+1)*sh.B)
 }
 
 // The device copies of the shape's index vectors, B Int32 each.

@@ -26,8 +26,12 @@ import (
 // unidirectional and bidirectional, LSTM and GRU; and a unidirectional
 // stack's Recompute in segments of 3 steps (its states hold a segment:
 // the final states are gathered segment by segment, and sequences end in
-// each of the 3). A bidirectional Recompute still copies the reverse
-// walks' initial states per length (their c is kept a segment at a time).
+// each of the 3), and a bidirectional stack's (its reverse walks find their
+// initial h where it was put at every position once, and their c where it
+// is put at every position of each segment; until later on 2026-11-29 they
+// copied both per length: the LSTM's training step made 523 calls at 9
+// distinct lengths, 101 of them copies, against 475 at 3; now 463, 33
+// copies, at both).
 func TestStateCallsPerLength(t *testing.T) {
 	d := testdevice.Open(t)
 	counter, counts := d.(device.Counter)
@@ -44,7 +48,7 @@ func TestStateCallsPerLength(t *testing.T) {
 		for _, c := range []struct {
 			bidir     bool
 			recompute int
-		}{{false, 0}, {true, 0}, {false, 3}} {
+		}{{false, 0}, {true, 0}, {false, 3}, {true, 3}} {
 			bidir := c.bidir
 			t.Run(fmt.Sprintf("%s/bidirectional=%v/recompute%d", cell, bidir, c.recompute), func(t *testing.T) {
 				m := newRecurrent(t, d, cell, rnn.Config{Input: I, Hidden: H, Layers: 2, Bidirectional: bidir, Recompute: c.recompute})

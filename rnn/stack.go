@@ -526,6 +526,15 @@ func (lp *layerPass) gathers() bool {
 	return lp.sh.varlen && (lp.kp == keepSteps || lp.kp == keepNothing)
 }
 
+// recomputedEntries says lp is a reverse walk with lengths and Recompute
+// (keepOutputs), whose sequences find their initial h where they enter
+// because it was put at every position of their rows once (initial), and
+// their initial c because it is put at every position of each window
+// (forwardWindow): no copy a length (enter).
+func (lp *layerPass) recomputedEntries() bool {
+	return lp.sh.varlen && lp.kp == keepOutputs && lp.dir == 1
+}
+
 // step returns step t's [B, width] block of a per-step buffer of the
 // window (position t of hseq or cseq).
 func (lp *layerPass) step(buf device.Buffer, t, width int) device.Buffer {
@@ -1284,7 +1293,10 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 	}
 	// The reverse walks' initial states are put at every position of
 	// their rows (initial).
-	sh.entries = sh.varlen && st != nil && s.dirs() == 2 && (kp == keepSteps || kp == keepNothing)
+	sh.entries = sh.varlen && st != nil && s.dirs() == 2 && (kp == keepSteps || kp == keepNothing || kp == keepOutputs)
+	// With Recompute they keep h whole and c a window at a time: c's are
+	// put in each window (forwardWindow).
+	sh.cEntries = sh.varlen && s.dirs() == 2 && kp == keepOutputs && s.cell.carriesC()
 	p, err := s.layout(kp, &sh, seg, br)
 	if err != nil {
 		return device.Buffer{}, fmt.Errorf("rnn: %s: %w", op, err)
@@ -1525,6 +1537,17 @@ func (s *stack) dropWindow(q *queue, lp *layerPass, base uint64, x, y, mask devi
 // projection of its steps, and the steps; with ends, the final states of
 // the sequences that end in it (lengths, forward direction).
 func (s *stack) forwardWindow(q *queue, lp *layerPass, ends bool) {
+	if lp.recomputedEntries() && !lp.zeroEntry && !lp.b.cseq.IsZero() {
+		// Each sequence's initial c (the sorted one, at the reverse walk's
+		// entry checkpoint) at every position of the window, where the
+		// sequences starting in it read it; the entry, loaded next, then
+		// holds the c of those running into it (and the initial c of those
+		// that have not started, which the windows walked before left
+		// there).
+		rows := (lp.t1 - lp.t0 + 1) * lp.B
+		q.add(lp.k.Embedding(device.Embedding{DType: lp.dt, N: rows, Dim: lp.H, Vocab: lp.B, Table: lp.c0,
+			IDs: lp.sh.devCEntries().Elems(device.Int32, 0, rows), Out: lp.b.cseq.Elems(lp.dt, 0, rows*lp.H)}))
+	}
 	s.loadEntry(q, lp)
 	lp.pre = s.cell.projection(lp)
 	s.project(q, lp)
@@ -1678,7 +1701,7 @@ func (s *stack) enter(q *queue, lp *layerPass, t int) { s.enterInto(q, lp, t, lp
 // and c (none for no c).
 func (s *stack) enterInto(q *queue, lp *layerPass, t int, h, c device.Buffer) {
 	e0, e1 := lp.rows(t+1), lp.rows(t)
-	if e1 <= e0 || lp.zeroEntry || lp.gathers() {
+	if e1 <= e0 || lp.zeroEntry || lp.gathers() || lp.recomputedEntries() {
 		return
 	}
 	for _, c := range [][2]device.Buffer{{h, lp.h0}, {c, lp.c0}} {
@@ -1713,11 +1736,21 @@ func (s *stack) initial(q *queue, lp *layerPass, st *State, l int) {
 	}
 	// all is where the reverse walk with lengths keeps each part at every
 	// position (gathers): not c without grad, carried in place in its
-	// initial slot.
-	entries := st != nil && lp.dir == 1 && lp.gathers()
+	// initial slot; with Recompute h alone, its outputs kept whole (the
+	// layer's, lp's window's are a part).
+	entries := st != nil && lp.dir == 1 && (lp.gathers() || lp.recomputedEntries())
 	parts := []struct{ dst, src, all device.Buffer }{{lp.h0, st.layerH(idx, n), lp.b.hseq}, {lp.c0, st.layerC(idx, n), lp.b.cseq}}
 	if !lp.train {
 		parts[1].all = device.Buffer{}
+	}
+	if lp.recomputedEntries() {
+		parts[0].all, parts[1].all = s.lay[idx].hseq, device.Buffer{}
+		if st == nil {
+			// Zeros at every position, the initial one (h0) among them.
+			rows := (lp.T + 1) * lp.B
+			q.add(lp.k.Fill(device.Fill{DType: lp.dt, N: rows * lp.H, X: parts[0].all.Elems(lp.dt, 0, rows*lp.H)}))
+			parts[0].dst = device.Buffer{}
+		}
 	}
 	for _, part := range parts {
 		switch {
