@@ -113,11 +113,12 @@ const RecomputeAuto = -1
 // initial ones', at the same positions, one call each (finalGrads,
 // initialGrads). (With Recompute, whose states hold a segment's
 // positions, the final states are gathered segment by segment, end, and
-// a bidirectional stack's reverse walks copy their initial states per
-// length as they reach them, enter.) Padded
+// a bidirectional stack's reverse walks find their initial c where one
+// gather a segment put it at every position: recomputedEntries.) Padded
 // positions of the stack's own sequences are never read: the input
-// projection computes rows nobody reads, Backward's GEMMs over steps run
-// on the running rows packed, and the caller's output and input gradient
+// projection and Backward's GEMMs over steps run on the running rows
+// (project, packed where they are not a chunk's first rows), and the
+// caller's output and input gradient
 // are gathered with zeros at padded positions. Only the gradients flowing
 // into a layer's outputs (dh) start at zero there, where the reverse walk
 // adds up the gradients of the initial states.
@@ -1638,6 +1639,7 @@ func (s *stack) project(q *queue, lp *layerPass) {
 			case n == 0:
 				continue
 			case n == rows:
+				// No padded row: the product as without lengths.
 			case ch.t1-ch.t0 == 1 || lp.rows(ch.t1-2) == lp.B:
 				rows = n
 			case lp.sh.packs(ch):
@@ -1694,14 +1696,18 @@ func weightCols(dt device.DType, w device.Buffer, off int) device.Buffer {
 // enter queues, before step t of the reverse walk, the initial states of
 // the sequences whose walk starts at t (those of length t+1, rows
 // [rows(t+1), rows(t)) of the sorted batch) into the state entering t,
-// unless that is where they are.
+// unless that is where they are, or they are put there otherwise: with
+// lengths at every position (gathers, recomputedEntries), or, with
+// Recompute, by the window's entry (loadEntry: without lengths the
+// reverse walk's first window enters with its initial c, from the
+// checkpoint that holds it).
 func (s *stack) enter(q *queue, lp *layerPass, t int) { s.enterInto(q, lp, t, lp.hIn(t), lp.cIn(t)) }
 
 // enterInto is enter with the places the step reads its state from, h
 // and c (none for no c).
 func (s *stack) enterInto(q *queue, lp *layerPass, t int, h, c device.Buffer) {
 	e0, e1 := lp.rows(t+1), lp.rows(t)
-	if e1 <= e0 || lp.zeroEntry || lp.gathers() || lp.recomputedEntries() {
+	if e1 <= e0 || lp.zeroEntry || lp.gathers() || lp.kp == keepOutputs {
 		return
 	}
 	for _, c := range [][2]device.Buffer{{h, lp.h0}, {c, lp.c0}} {
