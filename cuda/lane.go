@@ -484,6 +484,7 @@ const (
 	statusSoftmaxCrossEntropy = 4
 	statusGatherSeq           = 8
 	statusSeqPoolGrad         = 16
+	statusRepeatedID          = 32
 )
 
 // startStatus makes the status word, zeroed, and what reads it back.
@@ -589,12 +590,13 @@ func (l *lane) indexError(bits uint32) error {
 	for _, k := range []struct {
 		bit  uint32
 		name string
-	}{{statusEmbedding, "Embedding: a token id"}, {statusEmbeddingGrad, "EmbeddingGrad: a token id"},
-		{statusSoftmaxCrossEntropy, "SoftmaxCrossEntropy: a target class"}, {statusGatherSeq, "GatherSeq: a sequence index"},
-		{statusSeqPoolGrad, "SeqPoolGrad: an ArgMax step"}} {
+	}{{statusEmbedding, "Embedding: a token id out of range"}, {statusEmbeddingGrad, "EmbeddingGrad: a token id out of range"},
+		{statusSoftmaxCrossEntropy, "SoftmaxCrossEntropy: a target class out of range"},
+		{statusGatherSeq, "GatherSeq: a sequence index out of range"}, {statusSeqPoolGrad, "SeqPoolGrad: an ArgMax step out of range"},
+		{statusRepeatedID, "EmbeddingGrad: an id given as Distinct repeated"}} {
 		if bits&k.bit != 0 {
 			names = append(names, k.name)
 		}
 	}
-	return fmt.Errorf("%s: %s out of range: %w", l.name, strings.Join(names, ", "), device.ErrIndex)
+	return fmt.Errorf("%s: %s: %w", l.name, strings.Join(names, ", "), device.ErrIndex)
 }

@@ -528,13 +528,28 @@ func (k kernels) Embedding(a device.Embedding) error {
 		ptr(a.Table), ptr(a.IDs), ptr(a.Out), i64(a.N), i64(a.Dim), i64(a.Vocab), uint64(q.ln.statusDev))
 }
 
-func (k kernels) EmbeddingGrad(a device.EmbeddingGrad) error {
+func (k kernels) EmbeddingGrad(a device.EmbeddingGrad) (err error) {
 	if err := check(k, "EmbeddingGrad", a); err != nil || a.N == 0 {
 		return err
 	}
 	q := k.q
+	// Distinct ids are checked against a bitmap of the vocabulary, a bit
+	// an id, zeroed first: a repeated id raises statusRepeatedID, as the
+	// CPU device reports it, rather than racing unseen.
+	var seen alloc.Ptr
+	if a.Distinct {
+		words := (int64(a.Vocab) + 31) / 32
+		if seen, err = q.allocTemp("EmbeddingGrad", 4*words); err != nil {
+			return err
+		}
+		defer q.freeTemp("EmbeddingGrad", seen, &err)
+		d := q.ln.d
+		if err := d.api.MemsetD32Async(d.ctx, seen, 0, words, q.on); err != nil {
+			return err
+		}
+	}
 	if err := q.launchFn(q.ln.d.checkID, grid1(a.N), block1,
-		ptr(a.IDs), i64(a.N), i64(a.Vocab), uint64(q.ln.statusDev), statusEmbeddingGrad); err != nil {
+		ptr(a.IDs), i64(a.N), i64(a.Vocab), uint64(q.ln.statusDev), statusEmbeddingGrad, uint64(seen), statusRepeatedID); err != nil {
 		return err
 	}
 	// Deterministic either way: the scan sums each table row's gradients

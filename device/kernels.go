@@ -686,9 +686,10 @@ func (a Embedding) Check(d Device) error {
 // stacks' gradients of the final states of sequences of several lengths):
 // a device may then add every row at once, and writes no row of DTable
 // that no id names (the CUDA device's scan over a small vocabulary
-// otherwise adds zero to every row). The CPU device raises ErrIndex for a
-// repeated id; the CUDA device does not look, and adds a repeated id's
-// rows in no fixed order.
+// otherwise adds zero to every row). A repeated id raises ErrIndex on the
+// stream on every device; the CUDA device, which checks it against a
+// bitmap of the vocabulary, has then added that id's rows in no fixed
+// order.
 type EmbeddingGrad struct {
 	DType         DType
 	N, Dim, Vocab int

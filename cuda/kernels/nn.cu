@@ -122,11 +122,20 @@ __device__ void seq_pool_grad(const int* lengths, const T* dout, const int* argm
   }
 }
 
+// With seen (a zeroed bitmap of limit bits), each id in range also sets
+// its bit there; the second thread to set one, whichever it is, raises
+// repeated: an id given as distinct appears twice.
 extern "C" __global__ void gc_check_ids(const int* ids, long long n, long long limit,
-                                        unsigned int* status, long long bit) {
+                                        unsigned int* status, long long bit, unsigned int* seen,
+                                        long long repeated) {
   GC_FOR(i, n) {
     int id = ids[i];
-    if (id < 0 || id >= limit) atomicOr(status, (unsigned int)bit);
+    if (id < 0 || id >= limit) {
+      atomicOr(status, (unsigned int)bit);
+    } else if (seen != nullptr) {
+      unsigned int m = 1u << (id & 31);
+      if (atomicOr(&seen[id >> 5], m) & m) atomicOr(status, (unsigned int)repeated);
+    }
   }
 }
 

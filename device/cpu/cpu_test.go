@@ -407,8 +407,9 @@ func (s *stream) release() {
 
 // TestEmbeddingGradRepeatedDistinct: EmbeddingGrad given Distinct ids that
 // repeat one raises ErrIndex on the stream, naming the id and the two
-// positions (the CUDA device, which adds distinct rows at once, does not
-// look); the same ids without Distinct are a scatter-add like any other.
+// positions (the conformance suite's Distinct/Repeated holds every device
+// to the ErrIndex; the CUDA device's message names no position); the same
+// ids without Distinct are a scatter-add like any other.
 func TestEmbeddingGradRepeatedDistinct(t *testing.T) {
 	d := open(t, Config{})
 	ids, err := d.Alloc(3*4, device.Workspace)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/gocurrent/gocurrent/device"
@@ -156,6 +157,43 @@ func testEmbeddingGrad(t *testing.T, open opener) {
 				}
 			})
 		}
+		// An id given as Distinct that appears twice (positions 3 and 39,
+		// its bit in the second of three words of a bitmap) is an index
+		// error; the same ids without Distinct are a plain scatter-add, and
+		// distinct ids after it raise nothing: whatever marks what a check
+		// has seen starts from nothing each call.
+		e.run("Distinct/Repeated", func(e *env) {
+			const n, dim, vocab = 40, 3, 70
+			ids := make([]int32, n)
+			for i, id := range e.rng.Perm(vocab)[:n] {
+				ids[i] = int32(id)
+			}
+			if j := slices.Index(ids, 45); j >= 0 {
+				ids[3], ids[j] = ids[j], ids[3]
+			} else {
+				ids[3] = 45
+			}
+			fresh := slices.Clone(ids)
+			ids[39] = 45
+			dOut := e.uniform(n*dim, -1, 1)
+			dTable := e.uniform(vocab*dim, -1, 1)
+			vI, vD, vT := e.ids(ids), e.vec(dOut), e.vec(dTable)
+			a := device.EmbeddingGrad{DType: e.dt, N: n, Dim: dim, Vocab: vocab, IDs: vI.buf, DOut: vD.buf, DTable: vT.buf, Distinct: true}
+			e.checkIndexError(a)
+			vT = e.vec(dTable)
+			a.DTable, a.Distinct = vT.buf, false
+			e.launch(a)
+			want, mag := refEmbeddingGrad(dim, vocab, ids, dOut, dTable)
+			checkClose(e.t, "DTable (the repeated ids, not Distinct)", e.get("DTable", vT), want, mag, SumTolerance(e.dt, 3))
+			vI, vT = e.ids(fresh), e.vec(dTable)
+			a.IDs, a.DTable, a.Distinct = vI.buf, vT.buf, true
+			for range 3 {
+				e.launch(a)
+			}
+			e.sync()
+			want, mag = refEmbeddingGrad(dim, vocab, slices.Concat(fresh, fresh, fresh), slices.Concat(dOut, dOut, dOut), dTable)
+			checkClose(e.t, "DTable (distinct ids, three calls)", e.get("DTable", vT), want, mag, SumTolerance(e.dt, 4))
+		})
 		e.run("N=0", func(e *env) {
 			e.launch(device.EmbeddingGrad{DType: e.dt, N: 0, Dim: 4, Vocab: 3})
 			e.sync()
