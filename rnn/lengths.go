@@ -236,6 +236,55 @@ func (sh *batchShape) chunkAt(a, end int) span {
 	return span{a, min((a/sh.chunk+1)*sh.chunk, end, sh.T)}
 }
 
+// projection says how stack.project computes the input projection of
+// the steps of ch, a chunk (chunkAt's): over the chunk's first n rows,
+// or, packed, over its n running rows gathered apart. Its first n rows
+// are its running rows when every step but its last runs the whole
+// batch (the sequences run sorted, longest first); n is 0 for a chunk
+// past the longest sequence (no product: no step reads it), and the
+// chunk's every row for one that packs does not cover (none that
+// chunkAt gives).
+func (sh *batchShape) projection(ch span) (n int, packed bool) {
+	rows := (ch.t1 - ch.t0) * sh.B
+	for t := ch.t0; t < ch.t1; t++ {
+		n += sh.rows(t)
+	}
+	switch {
+	case n == 0 || n == rows || ch.t1-ch.t0 == 1 || sh.rows(ch.t1-2) == sh.B:
+		return n, false
+	case sh.packs(ch):
+		return n, true
+	}
+	return rows, false
+}
+
+// projectsPacked reports whether a chunk of the steps of a window from
+// step 0 to T, or of one of the wavefront's windows, is projected packed
+// (projection): whether a forward without grad needs buffers to pack
+// into.
+func (sh *batchShape) projectsPacked() bool {
+	for a := 0; a < sh.T; {
+		ch := sh.chunkAt(a, sh.T)
+		if _, packed := sh.projection(ch); packed {
+			return true
+		}
+		a = ch.t1
+	}
+	return false
+}
+
+// packRoom is the rows of the largest chunk chunkAt gives (chunk steps,
+// a piece's with wave, at most T, times B): where stack.project packs a
+// chunk's input, the rows of one part of it (pass.pkIn), and the most its
+// product writes.
+func (sh *batchShape) packRoom() int {
+	steps := min(sh.chunk, sh.T)
+	if sh.wave > 0 {
+		steps = min(steps, sh.wave)
+	}
+	return steps * sh.B
+}
+
 // packs reports whether packSeq packs the steps of ch: a chunk, chunk
 // steps from a multiple of chunk (the last up to T), or with wave a
 // piece.

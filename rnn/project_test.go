@@ -61,3 +61,43 @@ func TestProjectionRunningRows(t *testing.T) {
 		}
 	}
 }
+
+// TestNoGradPackRoom checks the room a NoGrad forward with lengths takes
+// for its projection's packed operands (plan: pass.pkIn and pkPre, one
+// stream's here, a unidirectional layer): the rows of its largest chunk,
+// at most T steps of the batch, each of the input's and the gates' width,
+// and nothing when no chunk is packed. It is the difference between the
+// workspace of a forward over lengths {3, 5, 1}, whose last chunk packs,
+// and one over {5, 5, 4}, whose every chunk is a product over its first
+// rows (every step but the last runs the whole batch): the rest of their
+// plans is the same shape's. Chunks of 2 steps (the second packed), and
+// of 334 (1,000 rows: T = 5 steps of 3 rows, 15, and not the 1,002 of a
+// chunk, as before 2026-11-29c).
+func TestNoGradPackRoom(t *testing.T) {
+	d := testdevice.Open(t)
+	for _, lstm := range []bool{true, false} {
+		for _, c := range []struct{ chunkRows, room int }{{2 * brB, 2 * brB}, {1000, brT * brB}} {
+			t.Run(fmt.Sprintf("lstm=%v/chunkRows=%d", lstm, c.chunkRows), func(t *testing.T) {
+				cfg := Config{Input: brI, Hidden: brH, Layers: 1, DType: device.Float64}
+				x := newBuf(t, d, randoms(rand.New(rand.NewPCG(1, 2)), brT*brB*brI))
+				work := func(lengths []int32) (int64, int) {
+					s, err := newStack(d, cfg, cellFor(lstm))
+					must(t, err)
+					defer func() { must(t, s.Close()) }()
+					s.chunkRows = c.chunkRows
+					_, err = s.ForwardLengths(NoGrad, x, brT, brB, lengths, nil)
+					must(t, err)
+					must(t, d.Synchronize())
+					return s.work.buf.Len(), s.cell.gates() * brH
+				}
+				packs, GH := work([]int32{3, 5, 1})
+				plain, _ := work([]int32{5, 5, 4})
+				aligned := func(n int) int64 { return int64((n+arenaAlign-1)/arenaAlign*arenaAlign) * 8 }
+				if got, want := packs-plain, aligned(c.room*brI)+aligned(c.room*GH); got != want {
+					t.Errorf("the packed forward's workspace is %d bytes larger, want %d: %d rows of the input's %d and the gates' %d float64s",
+						got, want, c.room, brI, GH)
+				}
+			})
+		}
+	}
+}

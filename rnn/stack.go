@@ -992,11 +992,12 @@ func (s *stack) plan(res, tmp, out *arena, kp keep, sh *batchShape, seg int, br 
 		p.second = &pass{}
 		s.cell.planPass(tmp, train, steps, B, H, p.second)
 	}
-	if sh.varlen && !train {
-		// The projection's packed operands, one chunk's rows (sized as
-		// Backward's, gradBufs.pk), for each stream that projects. A
-		// training forward packs into Backward's (packInGrads).
-		rows, GH, in := s.chunkRows+B-1, s.cell.gates()*H, max(s.cfg.Input, D*H)
+	if sh.varlen && !train && sh.projectsPacked() {
+		// The projection's packed operands, the rows of the largest chunk
+		// (packRoom), for each stream that projects; none when no chunk
+		// is packed. A training forward packs into Backward's
+		// (packInGrads).
+		rows, GH, in := sh.packRoom(), s.cell.gates()*H, max(s.cfg.Input, D*H)
 		for _, q := range []*pass{&p, p.second} {
 			if q != nil {
 				q.pkIn, q.pkPre = tmp.take(rows*in), tmp.take(rows*GH)
@@ -1283,6 +1284,8 @@ func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengt
 		// parts of chunks apart.
 		sh.wave = br.wave
 	}
+	// The chunks of steps (upload's packing maps, chunkAt), known to plan.
+	sh.chunk = s.chunkSteps(sh.B)
 	// The steps of the windows Backward walks back (finalGrads).
 	switch {
 	case kp == keepOutputs || kp == keepBoundaries:
@@ -1635,17 +1638,15 @@ func (s *stack) project(q *queue, lp *layerPass) {
 		a = ch.t1
 		rows := (ch.t1 - ch.t0) * lp.B
 		if lp.sh.varlen {
-			switch n := packedRows(lp, ch); {
+			n, packed := lp.sh.projection(ch)
+			switch {
 			case n == 0:
 				continue
-			case n == rows:
-				// No padded row: the product as without lengths.
-			case ch.t1-ch.t0 == 1 || lp.rows(ch.t1-2) == lp.B:
-				rows = n
-			case lp.sh.packs(ch):
+			case packed:
 				s.projectPacked(q, lp, ch, n)
 				continue
 			}
+			rows = n
 		}
 		for j, part := range lp.in {
 			q.add(lp.k.Gemm(device.Gemm{DType: lp.dt, TransB: true, M: rows, N: GH, K: part.width,
@@ -1657,7 +1658,7 @@ func (s *stack) project(q *queue, lp *layerPass) {
 
 // projectPacked is project's product over chunk ch's n running rows.
 func (s *stack) projectPacked(q *queue, lp *layerPass, ch span, n int) {
-	GH, room := s.cell.gates()*lp.H, s.chunkSteps(lp.B)*lp.B
+	GH, room := s.cell.gates()*lp.H, lp.sh.packRoom()
 	for j, part := range lp.in {
 		pIn := lp.p.pkIn.Elems(lp.dt, room*part.off, room*part.width)
 		s.pack(q, lp.k, lp, ch, part.buf, pIn, part.width, true)
