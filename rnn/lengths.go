@@ -236,19 +236,24 @@ func (sh *batchShape) chunkAt(a, end int) span {
 	return span{a, min((a/sh.chunk+1)*sh.chunk, end, sh.T)}
 }
 
+// running is the number of running rows of the steps of ch.
+func (sh *batchShape) running(ch span) int {
+	n := 0
+	for t := ch.t0; t < ch.t1; t++ {
+		n += sh.rows(t)
+	}
+	return n
+}
+
 // projection says how stack.project computes the input projection of
 // the steps of ch, a chunk (chunkAt's): over the chunk's first n rows,
 // or, packed, over its n running rows gathered apart. Its first n rows
 // are its running rows when every step but its last runs the whole
-// batch (the sequences run sorted, longest first); n is 0 for a chunk
-// past the longest sequence (no product: no step reads it), and the
-// chunk's every row for one that packs does not cover (none that
-// chunkAt gives).
+// batch (the sequences run sorted, longest first). n is 0 for a chunk
+// past the longest sequence (no product: no step reads it), and every
+// row of a chunk that packs cannot cover (chunkAt gives none).
 func (sh *batchShape) projection(ch span) (n int, packed bool) {
-	rows := (ch.t1 - ch.t0) * sh.B
-	for t := ch.t0; t < ch.t1; t++ {
-		n += sh.rows(t)
-	}
+	rows, n := (ch.t1-ch.t0)*sh.B, sh.running(ch)
 	switch {
 	case n == 0 || n == rows || ch.t1-ch.t0 == 1 || sh.rows(ch.t1-2) == sh.B:
 		return n, false

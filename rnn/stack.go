@@ -2428,7 +2428,7 @@ func (s *stack) inputGrads(q *queue, lp *layerPass, lg *layerGrads, dst []device
 // pre-activation gradients too; else pk.pre holds them), the same
 // products and row sums.
 func (s *stack) packedWeightGrads(q *queue, k device.Kernels, lp *layerPass, lg *layerGrads, ch span, pk *packBufs, packPre bool) {
-	GH, dt, w, n := s.cell.gates()*lp.H, lp.dt, lp.w, packedRows(lp, ch)
+	GH, dt, w, n := s.cell.gates()*lp.H, lp.dt, lp.w, lp.sh.running(ch)
 	dPre, dHPre := pk.pre, pk.pre
 	if packPre {
 		s.pack(q, k, lp, ch, lg.dPre, dPre, GH, true)
@@ -2457,7 +2457,7 @@ func (s *stack) packedWeightGrads(q *queue, k device.Kernels, lp *layerPass, lg 
 // pk.dst (dst's rows packed there first with accumulate), and put back
 // into dst, whose padded rows are written zeros.
 func (s *stack) packedInputGrads(q *queue, lp *layerPass, lg *layerGrads, ch span, dst []device.Buffer, accumulate bool, pk *packBufs, packPre bool) {
-	GH, dt, w, n := s.cell.gates()*lp.H, lp.dt, lp.w, packedRows(lp, ch)
+	GH, dt, w, n := s.cell.gates()*lp.H, lp.dt, lp.w, lp.sh.running(ch)
 	if packPre {
 		s.pack(q, lp.k, lp, ch, lg.dPre, pk.pre, GH, true)
 	}
@@ -2474,15 +2474,6 @@ func (s *stack) packedInputGrads(q *queue, lp *layerPass, lg *layerGrads, ch spa
 			B: weightCols(dt, w.wih, part.off), LdB: w.in, C: pDst}))
 		s.pack(q, lp.k, lp, ch, dst[j], pDst, part.width, false)
 	}
-}
-
-// packedRows is the number of running rows of chunk ch's steps.
-func packedRows(lp *layerPass, ch span) int {
-	n := 0
-	for t := ch.t0; t < ch.t1; t++ {
-		n += lp.rows(t)
-	}
-	return n
 }
 
 // pack queues on k packing the running rows of the steps of chunk ch of
