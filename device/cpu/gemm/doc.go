@@ -55,7 +55,9 @@
 // live as long as the process. Parts are claimed from a counter, so a
 // worker busy with another caller's product, or one the scheduler starts
 // late, leaves its parts to the caller instead of delaying it; the dot path
-// cuts four parts per goroutine to balance cores slowed by other work.
+// cuts four parts per goroutine to balance cores slowed by other work, and
+// counts its reads of B as work too (at few rows of A, as in sampling, they
+// cost more than the arithmetic).
 //
 // Waking a parked goroutine on another core takes 50–100 µs on the KVM
 // guest this was tuned on, as long as a whole recurrent-step product, so

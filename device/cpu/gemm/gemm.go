@@ -36,9 +36,24 @@ var (
 // goroutine on the dot path, which packs nothing. More parts than
 // goroutines balance the load when a core is slowed by other work, which
 // on a shared machine is the common case.
+//
+// The dot path's parts are sized by the reads of B as well as by the
+// arithmetic: dotReadFlops operations' time for each element of B read
+// (dotPasses times each). A product of one row reads each element of B
+// for two operations; on a 2-core Intel Xeon (2 MiB of L2 a core,
+// 2026-11-29) one of 768×256 took 9 µs on one goroutine with B in L2,
+// the time of about 6 operations an element at minPartFlops' rate, and
+// about twice that from L3 in the char-RNN's sampling, whose 2.6 MB of
+// GRU weights do not fit one core's L2. Counted by its arithmetic alone
+// (0.4 MFLOP) that product ran on one goroutine; counted with its reads
+// it runs on all of them, and the char-RNN's GRU sampling went from
+// 8,338-8,930 to 12,341-13,416 tokens/s (BenchmarkCharRNN/gru/sample,
+// 3 rounds alternated; the LSTM's, already split, unchanged within the
+// noise).
 var (
 	minPartFlops      = 2.5e5
 	dotPartsPerThread = 4
+	dotReadFlops      = 8.0
 )
 
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C for row-major float32
@@ -155,6 +170,18 @@ const (
 
 // method chooses how p is computed (see the blocking parameters above).
 // Each part of a split product chooses again for its own shape.
+// dotPasses is how many times the dot path reads B for m rows of A: once
+// per block of mcDot rows of the 3-row kernel's, and once more for the 1
+// or 2 rows left over.
+func dotPasses(m int) int {
+	m3 := m / 3 * 3
+	passes := (m3 + mcDot - 1) / mcDot
+	if m3 < m {
+		passes++
+	}
+	return passes
+}
+
 func (p *problem) method() method {
 	switch {
 	case p.transA:

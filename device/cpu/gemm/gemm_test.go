@@ -272,6 +272,40 @@ func TestSgemmSplit(t *testing.T) {
 	}
 }
 
+// TestSplitCountsReads checks the parts split gives products on the dot
+// path, whose cost at few rows is reading B: the batch-1 products of the
+// char-RNN's sampling (hidden 256, GRU gates 768 wide, LSTM 1024) run on
+// both of two goroutines, though their arithmetic alone (0.4 and 0.5
+// MFLOP) is under two parts of minPartFlops for the GRU's; a product too
+// small to be worth a handoff still runs whole, and one of many rows is
+// still sized by its arithmetic.
+func TestSplitCountsReads(t *testing.T) {
+	for _, c := range []struct {
+		m, n, k  int
+		min, max int // parts, for 2 goroutines
+	}{
+		{1, 768, 256, 2, 8},  // GRU sampling's recurrent product
+		{1, 1024, 256, 2, 8}, // LSTM's
+		{1, 64, 16, 1, 1},    // 1,024 elements of B: one part
+		{2, 96, 64, 1, 1},    // dot1x8's rows only, 6,144 elements: one part
+		{48, 256, 256, 8, 8}, // 6.3 MFLOP: as many as the dot path allows
+	} {
+		p := problem{transB: true, m: c.m, n: c.n, k: c.k}
+		if p.method() != dots {
+			t.Fatalf("%d×%d×%d: method %v, want the dot path", c.m, c.n, c.k, p.method())
+		}
+		parts, _, _ := split(&p, 2)
+		if parts < c.min || parts > c.max {
+			t.Errorf("%d×%d×%d: %d parts, want %d to %d", c.m, c.n, c.k, parts, c.min, c.max)
+		}
+	}
+	for _, c := range []struct{ m, want int }{{1, 1}, {2, 1}, {3, 1}, {24, 1}, {25, 2}, {26, 2}, {27, 2}, {48, 2}, {49, 3}} {
+		if got := dotPasses(c.m); got != c.want {
+			t.Errorf("dotPasses(%d) = %d, want %d", c.m, got, c.want)
+		}
+	}
+}
+
 // shape is a product's size and transpositions.
 type shape struct {
 	name           string

@@ -279,8 +279,13 @@ func split(p *problem, threads int) (parts int, byRows bool, unit int) {
 	if dot {
 		threads *= dotPartsPerThread
 	}
-	flops := 2 * float64(p.m) * float64(p.n) * float64(p.k)
-	parts = min(threads, int(flops/minPartFlops))
+	work := 2 * float64(p.m) * float64(p.n) * float64(p.k)
+	if dot {
+		// The dot path reads all of B once per block of rows of A
+		// (dotPasses): at few rows that, not the arithmetic, is its cost.
+		work += dotReadFlops * float64(p.n) * float64(p.k) * float64(dotPasses(p.m))
+	}
+	parts = min(threads, int(work/minPartFlops))
 	if parts <= 1 {
 		return 1, false, 1
 	}
