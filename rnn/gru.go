@@ -163,19 +163,25 @@ func (gruCell) backwardWalk(q *queue, lp *layerPass, lg *layerGrads, k device.Wa
 // gradients: applyEdge runs the cell gradient again to add its direct part
 // into the gradient already there, as the walk in one window does, and
 // hands the walk the recurrent pre-activation gradients, whose product the
-// next step's cell gradient adds. Its layout, in blocks of B·H: act 4, dh 1, dhp 3,
-// and 6 for the pre-activation gradients the second run writes, unread.
-// With lg.kept the first three parts are views of the step's own
-// buffers, and the edge holds the second run's output alone.
-func (gruCell) edgeSize(B, H int) int { return 14 * B * H }
-func (gruCell) edgeReadsDH() bool     { return true }
+// next step's cell gradient adds. Its layout, in blocks of B·H: 6 for the
+// pre-activation gradients the second run writes, unread, then act 4, dh 1
+// and dhp 3. With lg.kept those three are views of the step's own buffers,
+// and the edge holds the second run's output alone.
+func (gruCell) edgeSize(B, H int, kept bool) int {
+	if kept {
+		return 6 * B * H
+	}
+	return 14 * B * H
+}
+
+func (gruCell) edgeReadsDH() bool { return true }
 
 func (gruCell) saveEdge(q *queue, lp *layerPass, lg *layerGrads, t int) {
 	BH, n := lp.B*lp.H, lp.rows(t)*lp.H
 	for i, part := range []struct {
 		off, width int
 		src        device.Buffer
-	}{{0, 4, lp.b.gates}, {4, 1, lg.dh}, {5, 3, lg.dHPre}} {
+	}{{6, 4, lp.b.gates}, {10, 1, lg.dh}, {11, 3, lg.dHPre}} {
 		src := lp.step(part.src, t, part.width*lp.H).Elems(lp.dt, 0, part.width*n)
 		if lg.kept {
 			lg.own[i] = src
@@ -188,11 +194,11 @@ func (gruCell) saveEdge(q *queue, lp *layerPass, lg *layerGrads, t int) {
 func (gruCell) applyEdge(q *queue, lp *layerPass, lg *layerGrads, t int) device.Buffer {
 	H, rows, dt, BH := lp.H, lp.rows(t), lp.dt, lp.B*lp.H
 	e := func(off, blocks int) device.Buffer { return lg.edge.Elems(dt, off*BH, blocks*BH) }
-	act, dh, dhp := e(0, 4), e(4, 1), e(5, 3)
-	if lg.kept {
-		act, dh, dhp = lg.own[0], lg.own[1], lg.own[2]
+	act, dh, dhp := lg.own[0], lg.own[1], lg.own[2]
+	if !lg.kept {
+		act, dh, dhp = e(6, 4), e(10, 1), e(11, 3)
 	}
 	q.add(lp.k.GRUCellGrad(device.GRUCellGrad{DType: dt, Batch: rows, Hidden: H, Act: act, HPrev: lp.hIn(t), DH: dh,
-		DXPre: e(8, 3), DHPre: e(11, 3), DHPrev: lp.step(lg.dh, lp.prev(t), H), Accumulate: true}))
+		DXPre: e(0, 3), DHPre: e(3, 3), DHPrev: lp.step(lg.dh, lp.prev(t), H), Accumulate: true}))
 	return dhp
 }

@@ -163,9 +163,16 @@ func (lstmCell) backwardWalk(q *queue, lp *layerPass, lg *layerGrads, k device.W
 // The edge is the step's pre-activation gradients, whose product with the
 // recurrent weights is the step's part of the gradient with respect to h
 // entering it (dc went on in lg.row already).
-// With lg.kept the step's own gradients in the layer's gates serve.
-func (lstmCell) edgeSize(B, H int) int { return 4 * B * H }
-func (lstmCell) edgeReadsDH() bool     { return false }
+// With lg.kept the step's own gradients in the layer's gates serve, and
+// the edge takes no memory.
+func (lstmCell) edgeSize(B, H int, kept bool) int {
+	if kept {
+		return 0
+	}
+	return 4 * B * H
+}
+
+func (lstmCell) edgeReadsDH() bool { return false }
 
 func (lstmCell) saveEdge(q *queue, lp *layerPass, lg *layerGrads, t int) {
 	n := lp.rows(t) * 4 * lp.H

@@ -263,7 +263,7 @@ type cell interface {
 	// window.
 	backwardStep(q *queue, lp *layerPass, lg *layerGrads, t int, in product)
 	// edgeSize is the number of elements saveEdge keeps for a batch of B
-	// (with lg.kept, the scratch applyEdge needs). saveEdge copies into
+	// (kept: with lg.kept, the scratch applyEdge needs). saveEdge copies into
 	// lg.edge (with lg.kept, keeps in lg.own views of) what step t of lp's
 	// window (whose predecessor lies in the next window of the walk back)
 	// needs to add its part of the gradient with respect to the state
@@ -274,7 +274,7 @@ type cell interface {
 	// gradient, whose product the walk then adds as it does within a
 	// window. edgeReadsDH says the edge reads the step's gradient with
 	// respect to its output, which must then stay in place with lg.kept.
-	edgeSize(B, H int) int
+	edgeSize(B, H int, kept bool) int
 	edgeReadsDH() bool
 	saveEdge(q *queue, lp *layerPass, lg *layerGrads, t int)
 	applyEdge(q *queue, lp *layerPass, lg *layerGrads, t int) device.Buffer
@@ -423,7 +423,8 @@ type gradBufs struct {
 	rows []device.Buffer
 	// edges are one cell.edgeSize buffer per layer and direction, for the
 	// gradient crossing a window's boundary into the next window walked
-	// back (with Recompute).
+	// back (with Recompute, and the wavefront's, whose edges are mostly
+	// views: layerGrads.kept).
 	edges []device.Buffer
 	// dxp and dhp are the GRU's gradients with respect to the input-side
 	// and recurrent pre-activations, [steps, B, 3H]: set i for the walks
@@ -1941,7 +1942,9 @@ func (s *stack) gradLayout(rec *record, branched bool) (gradBufs, error) {
 		for range LD {
 			gb.rows = append(gb.rows, g.take(BH))
 			if rec.keep != keepSteps || rec.br.wave > 0 {
-				gb.edges = append(gb.edges, g.take(s.cell.edgeSize(B, H)))
+				// The wavefront's Backward keeps its edges as views
+				// (layerGrads.kept; it runs only over keepSteps).
+				gb.edges = append(gb.edges, g.take(s.cell.edgeSize(B, H, rec.br.wave > 0)))
 			}
 		}
 		sets := 1

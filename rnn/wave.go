@@ -247,9 +247,9 @@ func waveWins(T, W int) []span {
 // compute stream's, and the branch's), zeros at the padded rows and past
 // the longest sequence, as there.
 //
-// Memory: the edges (cell.edgeSize per layer: 4·B·H for the LSTM, unused
-// but allocated; 14·B·H for the GRU, whose second cell gradient writes
-// 6·B·H of it) and the GRU's third dh slot, T·B·H; the GRU's two sets of
+// Memory: the edges (cell.edgeSize per layer, kept: none for the LSTM;
+// 6·B·H for the GRU, what its second cell gradient writes) and the GRU's
+// third dh slot, T·B·H; the GRU's two sets of
 // pre-activation gradients, which a branched Backward has already. With
 // lengths, a second buffer for the packed input gradient (the branch's)
 // and 4 Int32 a padded row for the pieces' maps, where there are pieces.

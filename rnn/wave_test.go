@@ -2,6 +2,7 @@ package rnn
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/gocurrent/gocurrent/device"
@@ -85,5 +86,49 @@ func TestWaveSameBits(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestWaveEdgeRoom checks the memory of the wavefront's edges, which are
+// views of each step's own buffers (layerGrads.kept): a 2-layer stack's
+// Backward after a wavefront forward takes, beside what it takes after
+// the same forward layer after layer (WaveWindows 1), only each layer's
+// cell.edgeSize for kept edges (the LSTM none, the GRU the 6·B·H its
+// cell gradient writes at the edge) and the GRU's third dh slot (T·B·H).
+// Before 2026-11-29 the edges were taken as with Recompute, 4·B·H and
+// 14·B·H a layer, and this failed by 2·64 and 2·64 float64s.
+func TestWaveEdgeRoom(t *testing.T) {
+	d := testdevice.Open(t)
+	if _, ok := d.(device.Brancher); !ok {
+		t.Skipf("%s has no branches (device.Brancher)", d.Name())
+	}
+	aligned := func(n int) int64 { return int64((n+arenaAlign-1)/arenaAlign*arenaAlign) * 8 }
+	for _, lstm := range []bool{true, false} {
+		t.Run(fmt.Sprintf("lstm=%v", lstm), func(t *testing.T) {
+			grads := func(wave int) int64 {
+				s, err := newStack(d, Config{Input: brI, Hidden: brH, Layers: 2, DType: device.Float64, WaveWindows: wave}, cellFor(lstm))
+				must(t, err)
+				defer func() { must(t, s.Close()) }()
+				r := rand.New(rand.NewPCG(3, 4))
+				_, err = s.Forward(Train, newBuf(t, d, randoms(r, brT*brB*brI)), brT, brB, nil)
+				must(t, err)
+				if got := s.WaveWindows(); (got > 1) != (wave != 1) {
+					t.Fatalf("WaveWindows %d: the forward ran %d windows", wave, got)
+				}
+				_, err = s.Backward(newBuf(t, d, randoms(r, brT*brB*brH)))
+				must(t, err)
+				must(t, d.Synchronize())
+				return s.grads.buf.Len()
+			}
+			waved, plain := grads(0), grads(1)
+			BH := brB * brH
+			want := 2 * aligned(0)
+			if !lstm {
+				want = 2*aligned(6*BH) + aligned(brT*BH)
+			}
+			if got := waved - plain; got != want {
+				t.Errorf("the wavefront's Backward took %d bytes more than layer after layer, want %d", got, want)
+			}
+		})
 	}
 }
