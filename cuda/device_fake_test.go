@@ -74,8 +74,20 @@ func TestErrorMatching(t *testing.T) {
 		t.Errorf("%v: want it to match device.ErrUnavailable only", e)
 	}
 	if e := newError("cuLaunchKernel", 700, ""); errors.Is(e, device.ErrUnavailable) || errors.Is(e, alloc.ErrOutOfMemory) ||
-		e.Name != "CUDA_ERROR_ILLEGAL_ADDRESS" {
-		t.Errorf("%v: want CUDA_ERROR_ILLEGAL_ADDRESS matching neither sentinel", e)
+		errors.Is(e, device.ErrNotCapturable) || e.Name != "CUDA_ERROR_ILLEGAL_ADDRESS" {
+		t.Errorf("%v: want CUDA_ERROR_ILLEGAL_ADDRESS matching no sentinel", e)
+	}
+	// The driver's refusals during a stream capture (CUDA 11.8's codes 900
+	// to 908: a call it will not record, the capture invalidated by one,
+	// ...) match device.ErrNotCapturable alone.
+	for _, code := range []int{900, 901, 904, 906, 907, 908} {
+		e := newError("cuLaunchCooperativeKernel", code, "")
+		if !errors.Is(e, device.ErrNotCapturable) || errors.Is(e, device.ErrUnavailable) || errors.Is(e, alloc.ErrOutOfMemory) {
+			t.Errorf("%v: want it to match device.ErrNotCapturable only", e)
+		}
+	}
+	if e := newError("cuStreamEndCapture", 909, ""); errors.Is(e, device.ErrNotCapturable) {
+		t.Errorf("%v: matches device.ErrNotCapturable", e)
 	}
 	if e := newError("cuFoo", 12345, ""); e.Name != "CUDA_ERROR_12345" {
 		t.Errorf("unknown code named %q, want CUDA_ERROR_12345", e.Name)

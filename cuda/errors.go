@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
@@ -21,10 +22,16 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("cuda: %s: %s (%d)", e.Func, e.Name, e.Code) }
 
-// Is reports whether e stands for target: alloc.ErrOutOfMemory or
-// device.ErrUnavailable.
+// Is reports whether e stands for target: alloc.ErrOutOfMemory,
+// device.ErrUnavailable, or device.ErrNotCapturable, for the driver's
+// refusals of what a stream being captured cannot hold (a call the driver
+// will not record, such as a cooperative launch on a driver that cannot
+// put one in a graph, and every call after it until the capture ends), so
+// that the call that made a capture fail matches it as the Capture does.
 func (e *Error) Is(target error) bool {
 	switch target {
+	case device.ErrNotCapturable:
+		return strings.HasPrefix(e.Name, "CUDA_ERROR_STREAM_CAPTURE_") || e.Name == "CUDA_ERROR_CAPTURED_EVENT"
 	case alloc.ErrOutOfMemory:
 		return e.Name == "CUDA_ERROR_OUT_OF_MEMORY" || e.Name == "CUBLAS_STATUS_ALLOC_FAILED"
 	case device.ErrUnavailable:

@@ -134,7 +134,7 @@ func TestFakeWalkLaunch(t *testing.T) {
 // cooperative launch in a stream capture (CUDA_ERROR_STREAM_CAPTURE_
 // UNSUPPORTED, the capture invalidated, as CUDA does with an illegal call
 // in a capture): the capture of a walk fails with an error matching
-// device.ErrNotCapturable (its invalidated end's), which the trainer and
+// device.ErrNotCapturable (the launch's own, and its invalidated end's), which the trainer and
 // the sampler take to run their steps eagerly, and the same walk then
 // runs eagerly as one cooperative launch.
 func TestFakeWalkNotCapturable(t *testing.T) {
@@ -152,7 +152,14 @@ func TestFakeWalkNotCapturable(t *testing.T) {
 	walk := device.LSTMWalk{DType: device.Float32, Steps: T, Batch: B, Hidden: H, Pre: buf(4 * T * B * H), W: buf(4 * H * H),
 		H0: buf(B * H), C0: buf(B * H), H: buf(T * B * H), CLast: buf(B * H)}
 	w := d.Kernels().(device.Walker)
-	g, err := d.Capture(func() error { return w.LSTMWalk(walk) })
+	var launchErr error
+	g, err := d.Capture(func() error {
+		launchErr = w.LSTMWalk(walk)
+		return launchErr
+	})
+	if !errors.Is(launchErr, device.ErrNotCapturable) {
+		t.Errorf("the walk refused in the capture = %v, want an error matching ErrNotCapturable", launchErr)
+	}
 	if !errors.Is(err, device.ErrNotCapturable) {
 		if g != nil {
 			g.Close()
