@@ -73,7 +73,7 @@ type Config struct {
 	// scopes, run side by side where they fit and wait for each other
 	// where they do not, never half resident. Where a block's slice of W
 	// fits 39 KiB (hidden 256: 8 units in float32, 4 in float64) a
-	// multiprocessor holds three walk blocks (128 threads, at most 141
+	// multiprocessor holds three walk blocks (128 threads, at most 142
 	// registers a thread and 47.5 KiB of shared memory); with larger
 	// slices fewer, one from about 110 KiB (hidden 1024: 128 KiB), so two
 	// such walks take turns.

@@ -181,7 +181,7 @@ func walkSlice(hidden, gates, j int, back bool, dt device.DType) int64 {
 // tile that small serves: with the staging, at most 47.5 KiB of shared
 // memory a block in float64 (43.5 in float32), so that shared memory is
 // not what limits the walk blocks a multiprocessor holds (four by it,
-// three by the registers: at most 141 a thread), and the walks a stack
+// three by the registers: at most 142 a thread), and the walks a stack
 // runs at once on two streams are resident side by side.
 const walkSmallSlice = 39936
 
