@@ -170,18 +170,6 @@ const (
 
 // method chooses how p is computed (see the blocking parameters above).
 // Each part of a split product chooses again for its own shape.
-// dotPasses is how many times the dot path reads B for m rows of A: once
-// per block of mcDot rows of the 3-row kernel's, and once more for the 1
-// or 2 rows left over.
-func dotPasses(m int) int {
-	m3 := m / 3 * 3
-	passes := (m3 + mcDot - 1) / mcDot
-	if m3 < m {
-		passes++
-	}
-	return passes
-}
-
 func (p *problem) method() method {
 	switch {
 	case p.transA:
@@ -192,6 +180,18 @@ func (p *problem) method() method {
 		return directB
 	}
 	return packed
+}
+
+// dotPasses is how many times the dot path reads B for m rows of A: once
+// per block of mcDot rows of the 3-row kernel's, and once more for the 1
+// or 2 rows left over.
+func dotPasses(m int) int {
+	m3 := m / 3 * 3
+	passes := (m3 + mcDot - 1) / mcDot
+	if m3 < m {
+		passes++
+	}
+	return passes
 }
 
 // sub returns the part of p that computes rows [lo, hi) of C (byRows) or
