@@ -41,20 +41,68 @@ func TestPackedEqualsAlone(t *testing.T) {
 		for _, cell := range []string{"lstm", "gru"} {
 			for _, bidir := range []bool{false, true} {
 				t.Run(fmt.Sprintf("T%d/%s/bidirectional=%v", sh.T, cell, bidir), func(t *testing.T) {
-					packedEqualsAlone(t, cell, bidir, sh.T, sh.windows)
+					packedEqualsAlone(t, packedCase{cell: cell, bidir: bidir, T: sh.T, B: 5, layers: 2, windows: sh.windows})
 				})
 			}
 		}
 	}
 }
 
-func packedEqualsAlone(t *testing.T, cell string, bidir bool, T int, windows [][]int32) {
-	const B, I, H, L = 5, 3, 4, 2
+// TestPackedRandomShapes runs packedEqualsAlone over shapes drawn at
+// random from a fixed seed: 1 to 3 layers, uni- or bidirectional, 1 to 100
+// steps, batches of 1 to 8 (so that on the CPU device, with chunks of
+// ⌈256/B⌉ steps, some forwards span two to four chunks), lengths anywhere in
+// [1, T], the wavefront's windows (WaveWindows 0, 2 or 3, cutting the
+// chunks into pieces, or 1, off) and Recompute (off, auto, or one chunk);
+// and checks a NoGrad forward over the same window against the training
+// one. The fixed cases above pin the shapes known to matter; these look
+// for the ones nobody thought of between chunks, pieces, windows and
+// segments.
+func TestPackedRandomShapes(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	n := 200
+	if testing.Short() {
+		n = 20
+	}
+	for i := range n {
+		c := packedCase{cell: []string{"lstm", "gru"}[r.IntN(2)], bidir: r.IntN(3) == 0, T: 1 + r.IntN(100),
+			B: 1 + r.IntN(8), layers: 1 + r.IntN(3), wave: []int{0, 1, 2, 3}[r.IntN(4)],
+			recompute: []int{0, 0, rnn.RecomputeAuto, 1}[r.IntN(4)], noGrad: true}
+		for range 2 {
+			lengths := make([]int32, c.B)
+			for b := range lengths {
+				lengths[b] = 1 + int32(r.IntN(c.T))
+			}
+			c.windows = append(c.windows, lengths)
+		}
+		t.Run(fmt.Sprintf("%d/%s/layers%d/bidirectional=%v/T%d/B%d/wave%d/recompute%d/%v", i, c.cell, c.layers, c.bidir,
+			c.T, c.B, c.wave, c.recompute, c.windows), func(t *testing.T) {
+			packedEqualsAlone(t, c)
+		})
+	}
+}
+
+// packedCase is a stack and the lengths of its windows for
+// packedEqualsAlone: with noGrad, a NoGrad forward of each window is
+// checked too.
+type packedCase struct {
+	cell            string
+	bidir           bool
+	T, B, layers    int
+	wave, recompute int
+	noGrad          bool
+	windows         [][]int32
+}
+
+func packedEqualsAlone(t *testing.T, c packedCase) {
+	const I, H = 3, 4
+	B, T, L, windows := c.B, c.T, c.layers, c.windows
 	d := testdevice.Open(t)
-	cfg := rnn.Config{Input: I, Hidden: H, Layers: L, Bidirectional: bidir, DType: device.Float64, Seed: 3}
-	batch, alone := newRecurrent(t, d, cell, cfg), newRecurrent(t, d, cell, cfg)
-	D, lstm := 1, cell == "lstm"
-	if bidir {
+	cfg := rnn.Config{Input: I, Hidden: H, Layers: L, Bidirectional: c.bidir, DType: device.Float64, Seed: 3,
+		WaveWindows: c.wave, Recompute: c.recompute}
+	batch, alone := newRecurrent(t, d, c.cell, cfg), newRecurrent(t, d, c.cell, cfg)
+	D, lstm := 1, c.cell == "lstm"
+	if c.bidir {
 		D = 2
 	}
 	LD := L * D
@@ -85,6 +133,13 @@ func packedEqualsAlone(t *testing.T, cell string, bidir bool, T int, windows [][
 		ok(t, batch.Params().ZeroGrad())
 		ok(t, alone.Params().ZeroGrad())
 		st.Detach()
+		var entryH, entryC []float64
+		if c.noGrad {
+			entryH = download(t, d, st.H(), LD*B*H)
+			if lstm {
+				entryC = download(t, d, st.C(), LD*B*H)
+			}
+		}
 		out, err := batch.ForwardLengths(rnn.Train, upload(t, d, x), T, B, lengths, st)
 		ok(t, err)
 		gotOut := download(t, d, out, T*B*D*H)
@@ -99,6 +154,25 @@ func packedEqualsAlone(t *testing.T, cell string, bidir bool, T int, windows [][
 		dx, err := batch.Backward(upload(t, d, dy))
 		ok(t, err)
 		gotDX, gotDH := download(t, d, dx, T*B*I), download(t, d, st.GradH(), LD*B*H)
+		if c.noGrad {
+			// The same window without grad, from the same state: the
+			// training forward's outputs and final states.
+			sn, err := batch.NewState(B)
+			ok(t, err)
+			put(t, d, sn.H(), entryH)
+			if lstm {
+				put(t, d, sn.C(), entryC)
+			}
+			y, err := batch.ForwardLengths(rnn.NoGrad, upload(t, d, x), T, B, lengths, sn)
+			ok(t, err)
+			where := fmt.Sprintf("window %d, NoGrad", w)
+			compare(t, where+": out", download(t, d, y, T*B*D*H), gotOut, aloneTol)
+			compare(t, where+": h_n", download(t, d, sn.H(), LD*B*H), gotH, aloneTol)
+			if lstm {
+				compare(t, where+": c_n", download(t, d, sn.C(), LD*B*H), gotC, aloneTol)
+			}
+			sn.Free()
+		}
 		var gotDC []float64
 		if lstm {
 			gotDC = download(t, d, st.GradC(), LD*B*H)
