@@ -2,6 +2,7 @@ package rnn
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -106,4 +107,57 @@ func TestWalksSameBits(t *testing.T) {
 func stepwise(c branchCase) branchCase {
 	c.stepwise = true
 	return c
+}
+
+// TestWalksRandomShapes is TestWalksSameBits over 40 shapes drawn from a
+// fixed seed, as TestChunksRandomShapes draws them (LSTM or GRU, 1 to 3
+// layers, uni- or bidirectional, 1 to 12 steps, batches of 1 to 5, with
+// or without lengths, float64 or float32, dropout, the wavefront's
+// windows, Recompute), with the products over steps in one chunk or in
+// chunks of 1 to 4 steps: on the CUDA device the persistent walks give
+// the per-step launches' bits of two training steps and a NoGrad forward.
+// The walks' kernels cover each step's running rows, start reverse walks
+// where sequences end and keep final states where the walks leave them:
+// the fixed cases pin the shapes known to matter, these look for the
+// others. Together the shapes must launch fewer kernels through the
+// walks, or the walks did not run.
+func TestWalksRandomShapes(t *testing.T) {
+	steps, walks := openWalks(t)
+	r := rand.New(rand.NewPCG(41, 42))
+	n := 40
+	if testing.Short() {
+		n = 8
+	}
+	var ns, nw int64
+	for i := range n {
+		c := chunkCase{lstm: r.IntN(2) == 0, layers: 1 + r.IntN(3), bidir: r.IntN(3) == 0, T: 1 + r.IntN(12),
+			B: 1 + r.IntN(5), wave: []int{0, 1, 2, 3}[r.IntN(4)], recompute: []int{0, 0, RecomputeAuto, 2}[r.IntN(4)],
+			dropout: []float64{0, 0.3}[r.IntN(2)], chunk: r.IntN(5), dt: []device.DType{device.Float64, device.Float32}[r.IntN(2)]}
+		if r.IntN(4) > 0 {
+			c.lengths = make([]int32, c.B)
+			for b := range c.lengths {
+				c.lengths[b] = 1 + int32(r.IntN(c.T))
+			}
+		}
+		rows := c.chunk * c.B
+		if c.chunk == 0 {
+			rows = 1 << 20
+		}
+		t.Run(fmt.Sprintf("%d/lstm=%v/layers%d/bidirectional=%v/T%d/B%d/lengths=%v/wave%d/recompute%d/dropout%v/chunk%d/%v",
+			i, c.lstm, c.layers, c.bidir, c.T, c.B, c.lengths, c.wave, c.recompute, c.dropout, c.chunk, c.dt), func(t *testing.T) {
+			s0, w0 := steps.Counts(), walks.Counts()
+			want := chunkSteps(t, steps, c, rows)
+			got := chunkSteps(t, walks, c, rows)
+			ns += steps.Counts().Sub(s0).Launches
+			nw += walks.Counts().Sub(w0).Launches
+			for k, name := range want.names {
+				if j := firstDiff(got.vals[k], want.vals[k]); j >= 0 {
+					t.Errorf("%s: [%d] = %v through the walks, want %v (the per-step launches)", name, j, got.vals[k][j], want.vals[k][j])
+				}
+			}
+		})
+	}
+	if nw >= ns {
+		t.Errorf("%d launches through the walks, %d through the per-step launches: the walks did not run", nw, ns)
+	}
 }
