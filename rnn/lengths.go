@@ -290,16 +290,21 @@ func (sh *batchShape) packRoom() int {
 	return steps * sh.B
 }
 
-// packs reports whether packSeq packs the steps of ch: a chunk, chunk
-// steps from a multiple of chunk (the last up to T), or with wave a
-// piece.
+// packs reports whether packSeq packs the steps of ch: a whole chunk,
+// or with wave a piece.
 func (sh *batchShape) packs(ch span) bool {
-	c := sh.chunk
-	if ch.t0%c == 0 && (ch.t1-ch.t0 == c || ch.t1 == sh.T && ch.t1-ch.t0 < c) {
-		return true
-	}
-	return sh.wave > 0 && sh.piece(ch.t0) == ch
+	return sh.wholeChunk(ch) || sh.isPiece(ch)
 }
+
+// wholeChunk reports whether ch is a chunk of the packing maps: chunk
+// steps from a multiple of chunk (the last up to T).
+func (sh *batchShape) wholeChunk(ch span) bool {
+	c := sh.chunk
+	return ch.t0%c == 0 && (ch.t1-ch.t0 == c || ch.t1 == sh.T && ch.t1-ch.t0 < c)
+}
+
+// isPiece reports whether ch is a piece of the wavefront's (with wave).
+func (sh *batchShape) isPiece(ch span) bool { return sh.wave > 0 && sh.piece(ch.t0) == ch }
 
 // packSeq returns the GatherSeq that packs the running rows of chunk ch's
 // steps of x (a [steps, B, cols] buffer's steps ch.t0 to ch.t1) into y,
@@ -312,13 +317,13 @@ func (sh *batchShape) packSeq(dt device.DType, ch span, cols int, x, y device.Bu
 	n, c := (ch.t1-ch.t0)*sh.B, sh.chunk
 	at, stride := sh.packAt+ch.t0/c*4*c*sh.B, c*sh.B
 	switch {
-	case !sh.packs(ch):
+	case sh.wholeChunk(ch):
+	case sh.isPiece(ch):
+		at, stride = sh.pieceAt+4*ch.t0*sh.B, n
+	default:
 		// A part of a chunk would pack the running rows of its steps past
 		// the part too.
 		panic(fmt.Sprintf("rnn: steps [%d, %d) are neither within one chunk of %d steps from its start nor a piece", ch.t0, ch.t1, c))
-	case ch.t0%c != 0 || ch.t1-ch.t0 != c && ch.t1 != sh.T:
-		// A piece, not a chunk.
-		at, stride = sh.pieceAt+4*ch.t0*sh.B, n
 	}
 	m := func(i int) device.Buffer { return sh.idx.Elems(device.Int32, at+i*stride, n) }
 	y = y.Elems(dt, 0, n*cols)
