@@ -34,10 +34,22 @@ type SampleConfig struct {
 // takes memory independent of its length.
 const primeChunk = 256
 
+// primeWindows is how many windows of the prime the host stages at once:
+// their copies to the device are queued without waiting, and a window
+// waits only for the copy of the one primeWindows before it (a prime of
+// up to primeWindows·primeChunk tokens is never waited for).
+const primeWindows = 4
+
 // tokenChunk is how many drawn tokens the host reads back at once: the
-// tokens stay on the device, in a ring of tokenChunk slots, and the host
-// waits for the device once per chunk.
-const tokenChunk = 64
+// tokens stay on the device, in a ring, and the host waits for the device
+// once per read. A sample's last read takes the last whole chunk and what
+// follows it (fewer than tokenChunk tokens), so that N tokens are
+// max(1, N/tokenChunk) reads, rounded down: the ring and each read hold up
+// to ringSlots tokens.
+const (
+	tokenChunk = 64
+	ringSlots  = 2 * tokenChunk
+)
 
 // Sample generates cfg.N tokens from m without gradients, one at a time
 // with batch 1, calling emit with each, in order: memory does not grow
@@ -47,13 +59,15 @@ const tokenChunk = 64
 // device.SampleUniform seeded with cfg.Seed, token i drawn with counter i):
 // token i+1's forward reads the id the kernel wrote, and the host never
 // waits for a token. It reads the drawn tokens back in chunks of 64, an
-// asynchronous copy each, and calls emit for a chunk's tokens once its
-// copy completed: one host synchronisation per 64 tokens (and one per
-// 256 tokens of the prime, uploaded), where drawing on the host took two
-// per token. emit is called while later tokens are being drawn, so it
-// runs up to two chunks behind them; a cancelled ctx stops the draws
-// within a chunk and the emits within a token, and emit then has had
-// exact tokens only.
+// asynchronous copy each (the last chunk with the fewer than 64 tokens
+// after it), and calls emit for a chunk's tokens once its copy completed:
+// N/64 host synchronisations, rounded down (one when N is below 64),
+// where drawing on the host took two per token. The prime goes to the
+// device through pinned staging, queued without waiting (a prime above
+// 1,024 tokens waits once per 256 tokens past them). emit is called while
+// later tokens are being drawn, so it runs up to two chunks behind them;
+// a cancelled ctx stops the draws within a chunk and the emits within a
+// token, and emit then has had exact tokens only.
 //
 // When d records graphs (device.Grapher), m is Replayable in rnn.NoGrad
 // and cfg.NoGraphs is not set, the second whole chunk of 64 tokens is recorded once and it
@@ -97,14 +111,14 @@ func Sample(ctx context.Context, d device.Device, m Model, cfg SampleConfig, emi
 	// the id each drawn token's forward reads, then the ring of drawn
 	// tokens, then the index of a recorded chunk's first token (two Int32
 	// words, device.Sample's CounterAt).
-	buf, err := d.Alloc((primeChunk+tokenChunk+2)*4, device.Batches)
+	buf, err := d.Alloc((primeChunk+ringSlots+2)*4, device.Batches)
 	if err != nil {
 		return fmt.Errorf("train: Sample: %w", err)
 	}
 	defer func() { err = errors.Join(err, d.Free(buf)) }()
-	ids, ring := buf.Slice(0, primeChunk*4), buf.Slice(primeChunk*4, tokenChunk*4)
-	base := buf.Slice((primeChunk+tokenChunk)*4, 8)
-	staging, err := d.Staging(2 * tokenChunk * 4)
+	ids, ring := buf.Slice(0, primeChunk*4), buf.Slice(primeChunk*4, ringSlots*4)
+	base := buf.Slice((primeChunk+ringSlots)*4, 8)
+	staging, err := d.Staging(2 * ringSlots * 4)
 	if err != nil {
 		return fmt.Errorf("train: Sample: %w", err)
 	}
@@ -112,35 +126,44 @@ func Sample(ctx context.Context, d device.Device, m Model, cfg SampleConfig, emi
 	defer func() { err = errors.Join(err, r.close()) }()
 
 	// The logits of the last prime token, then of each drawn one.
-	var logits device.Buffer
-	row := int64(classes) * dt.Size()
-	for start := 0; start < len(cfg.Prime); start += primeChunk {
-		chunk := cfg.Prime[start:min(start+primeChunk, len(cfg.Prime))]
-		if err := device.UploadSlice(d, ids.Slice(0, int64(len(chunk))*4), chunk); err != nil {
-			return fmt.Errorf("train: Sample: %w", err)
-		}
-		out, err := m.Forward(rnn.NoGrad, ids, len(chunk), 1, st)
-		if err != nil {
-			return fmt.Errorf("train: Sample: %w", err)
-		}
-		logits = out.Slice(int64(len(chunk)-1)*row, row)
+	pr := primer{d: d}
+	defer func() { err = errors.Join(err, pr.close()) }()
+	logits, err := pr.feed(m, st, cfg.Prime, ids, int64(classes)*dt.Size())
+	if err != nil {
+		return fmt.Errorf("train: Sample: %w", err)
 	}
 	k := d.Kernels()
-	ch := chunkGraph{d: d, m: m, k: k, st: st, dt: dt, classes: classes, cfg: cfg, ids: ids, ring: ring, base: base}
+	ch := chunkGraph{d: d, m: m, k: k, st: st, dt: dt, classes: classes, cfg: cfg, ids: ids, ring: ring.Slice(0, tokenChunk*4), base: base}
 	defer func() { err = errors.Join(err, ch.close()) }()
+	// The ring holds tokens from index read on, the first not yet queued
+	// to be read back; token i goes to slot i - read.
+	read := 0
+	readAfter := func(i int) error {
+		// Read back after token i when it ends a whole chunk and another
+		// whole chunk follows, or ends the sample. The ring's next writes
+		// are queued after the copy, so the ring needs no second half;
+		// the staging buffer has two.
+		if n := i + 1 - read; (n == tokenChunk && cfg.N-(i+1) >= tokenChunk) || i == cfg.N-1 {
+			if err := r.queue(ring.Slice(0, int64(n)*4)); err != nil {
+				return err
+			}
+			read = i + 1
+		}
+		return nil
+	}
 	for i := 0; i < cfg.N; {
 		if err := ctx.Err(); err != nil {
 			return r.stopped(err)
 		}
-		if i%tokenChunk == 0 && cfg.N-i >= tokenChunk {
-			// A whole chunk ahead: one replay of its recorded tokens when
-			// the device and model allow.
+		if i == read && cfg.N-i >= tokenChunk {
+			// A whole chunk ahead, from the ring's first slot: one replay
+			// of its recorded tokens when the device and model allow.
 			ran, err := ch.run(i, logits)
 			if err != nil {
 				return fmt.Errorf("train: Sample: %w", err)
 			}
 			if ran {
-				if err := r.queue(ring); err != nil {
+				if err := readAfter(i + tokenChunk - 1); err != nil {
 					return err
 				}
 				i += tokenChunk
@@ -150,18 +173,13 @@ func Sample(ctx context.Context, d device.Device, m Model, cfg SampleConfig, emi
 				continue
 			}
 		}
-		slot := i % tokenChunk
 		err := k.Sample(device.Sample{DType: dt, N: 1, Classes: classes, Logits: logits, Temperature: cfg.Temperature,
-			TopK: cfg.TopK, Seed: cfg.Seed, Counter: uint64(i), IDs: ids.Slice(0, 4), Tokens: ring.Slice(int64(slot)*4, 4)})
+			TopK: cfg.TopK, Seed: cfg.Seed, Counter: uint64(i), IDs: ids.Slice(0, 4), Tokens: ring.Slice(int64(i-read)*4, 4)})
 		if err != nil {
 			return fmt.Errorf("train: Sample: %w", err)
 		}
-		if slot == tokenChunk-1 || i == cfg.N-1 {
-			// The ring's next writes are queued after this copy, so the
-			// ring needs no second half; the staging buffer has two.
-			if err := r.queue(ring.Slice(0, int64(slot+1)*4)); err != nil {
-				return err
-			}
+		if err := readAfter(i); err != nil {
+			return err
 		}
 		if i < cfg.N-1 {
 			if logits, err = m.Forward(rnn.NoGrad, ids, 1, 1, st); err != nil {
@@ -174,6 +192,79 @@ func Sample(ctx context.Context, d device.Device, m Model, cfg SampleConfig, emi
 		i++
 	}
 	return r.drain()
+}
+
+// primer feeds Sample's prime to the model through pinned staging: each
+// window's copy to the device is queued on the compute stream, after the
+// forward that read the window before and before the one that reads it,
+// and the host waits for a copy only to stage a window in its slot again.
+// The staging is freed when the sample ends, by when the reads of the
+// drawn tokens have waited for work queued after every copy.
+type primer struct {
+	d       device.Device
+	staging device.HostBuffer // primeWindows slots of primeChunk int32, or the prime's length
+	copies  []device.Event    // each slot's last copy, nil before its first
+}
+
+// feed runs the forwards of prime p, a window of primeChunk tokens at a
+// time, from state st, each window's ids copied into ids; it returns the
+// logits of p's last token, row bytes.
+func (p *primer) feed(m Model, st State, prime []int32, ids device.Buffer, row int64) (logits device.Buffer, err error) {
+	windows := (len(prime) + primeChunk - 1) / primeChunk
+	slots := min(windows, primeWindows)
+	if p.staging, err = p.d.Staging(int64(min(len(prime), slots*primeChunk)) * 4); err != nil {
+		return device.Buffer{}, err
+	}
+	p.copies = make([]device.Event, slots)
+	for w := range windows {
+		win := prime[w*primeChunk : min((w+1)*primeChunk, len(prime))]
+		slot := w % slots
+		if err := settle(p.copies[slot]); err != nil {
+			return device.Buffer{}, err
+		}
+		h := p.staging.Slice(int64(slot*primeChunk)*4, int64(len(win))*4)
+		b := h.Bytes()
+		for i, id := range win {
+			// The host's byte order, as the device's int32s.
+			binary.NativeEndian.PutUint32(b[4*i:], uint32(id))
+		}
+		if p.copies[slot], err = p.d.CopyToDevice(ids.Slice(0, h.Len()), h, p.d.Stream()); err != nil {
+			return device.Buffer{}, err
+		}
+		out, err := m.Forward(rnn.NoGrad, ids, len(win), 1, st)
+		if err != nil {
+			return device.Buffer{}, err
+		}
+		logits = out.Slice(int64(len(win)-1)*row, row)
+	}
+	return logits, nil
+}
+
+// close waits for the copies not yet complete and frees the staging.
+func (p *primer) close() error {
+	if p.staging.Device() == nil {
+		return nil
+	}
+	var errs []error
+	for _, ev := range p.copies {
+		errs = append(errs, settle(ev))
+	}
+	errs = append(errs, p.d.FreeStaging(p.staging))
+	p.staging, p.copies = device.HostBuffer{}, nil
+	return errors.Join(errs...)
+}
+
+// settle returns once the work before ev (nil: none) completed, waiting
+// (a host synchronisation) only if it had not yet.
+func settle(ev device.Event) error {
+	if ev == nil {
+		return nil
+	}
+	done, err := ev.Done()
+	if err != nil || done {
+		return err
+	}
+	return ev.Wait()
 }
 
 // chunkGraph is Sample's recording of a chunk of tokens (device.Grapher):
@@ -291,7 +382,7 @@ func (c *chunkGraph) close() error {
 type tokenReader struct {
 	ctx     context.Context
 	d       device.Device
-	staging device.HostBuffer // two halves of tokenChunk int32
+	staging device.HostBuffer // two halves of ringSlots int32
 	emit    func(int32) error
 	// inFlight are the copies not yet emitted, oldest first (at most 2):
 	// the half of staging each went into and its tokens.
@@ -315,7 +406,7 @@ func (r *tokenReader) queue(src device.Buffer) error {
 		}
 	}
 	n := src.Len() / 4
-	ev, err := r.d.CopyToHost(r.staging.Slice(int64(r.next)*tokenChunk*4, n*4), src, r.d.Stream())
+	ev, err := r.d.CopyToHost(r.staging.Slice(int64(r.next)*ringSlots*4, n*4), src, r.d.Stream())
 	if err != nil {
 		return fmt.Errorf("train: Sample: %w", err)
 	}
@@ -358,7 +449,7 @@ func (r *tokenReader) emitOldest() error {
 	if err := c.ev.Wait(); err != nil {
 		return fmt.Errorf("train: Sample: %w", err)
 	}
-	b := r.staging.Slice(int64(c.half)*tokenChunk*4, int64(c.tokens)*4).Bytes()
+	b := r.staging.Slice(int64(c.half)*ringSlots*4, int64(c.tokens)*4).Bytes()
 	for i := range c.tokens {
 		if err := r.ctx.Err(); err != nil {
 			return r.stopped(err)

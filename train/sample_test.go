@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/gocurrent/gocurrent/device/cpu"
 	"github.com/gocurrent/gocurrent/internal/cudaemu"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
+	"github.com/gocurrent/gocurrent/rnn"
 	"github.com/gocurrent/gocurrent/train"
 )
 
@@ -48,7 +50,7 @@ func TestSampleChunks(t *testing.T) {
 				t.Fatalf("token %d outside the vocabulary of 10", id)
 			}
 		}
-		for _, n := range []int{0, 1, 63, 64, 65, 127, 128, 129} {
+		for _, n := range []int{0, 1, 63, 64, 65, 127, 128, 129, 191, 192, 193} {
 			c.N = n
 			if got := sampleIDs(t, d, m, c); !slices.Equal(got, all[:n]) {
 				t.Errorf("%+v: %v, want the first %d of %v", c, got, n, all)
@@ -61,9 +63,11 @@ func TestSampleChunks(t *testing.T) {
 // 64 drawn tokens, counted by the device (device.Counter), not timed: the
 // counts of 1,024 more tokens (16 chunks) are at most 16 syncs, and every
 // token is at least one launch (its draw, device.Sample). Drawing on the
-// host took 2 syncs per token. (Copies are not asserted: the model's
-// forward makes device-to-device copies of its own besides the chunks'
-// read-backs.)
+// host took 2 syncs per token. A whole call waits N/64 times, rounded down
+// (the last chunk is read with the tokens after it, and the prime's copies
+// are not waited for), and once below 64 tokens. (Copies are not asserted:
+// the model's forward makes device-to-device copies of its own besides the
+// chunks' read-backs.)
 func TestSampleSyncsPerToken(t *testing.T) {
 	d := testdevice.Open(t)
 	counter, ok := d.(device.Counter)
@@ -71,9 +75,9 @@ func TestSampleSyncsPerToken(t *testing.T) {
 		t.Skipf("%s counts nothing (device.Counter)", d.Name())
 	}
 	m := newLM(t, d, lmConfig{vocab: 10, embed: 5, hidden: 8, layers: 1, dtype: device.Float32, seed: 1})
-	counts := func(n int) device.Counts {
+	counts := func(n int, prime ...int32) device.Counts {
 		before := counter.Counts()
-		sampleIDs(t, d, m, train.SampleConfig{N: n, Temperature: 1, Prime: []int32{1, 2}, Seed: 1})
+		sampleIDs(t, d, m, train.SampleConfig{N: n, Temperature: 1, Prime: append([]int32{1, 2}, prime...), Seed: 1})
 		return counter.Counts().Sub(before)
 	}
 	const base, more = 64, 16 * 64
@@ -87,10 +91,95 @@ func TestSampleSyncsPerToken(t *testing.T) {
 	if diff.Launches < more {
 		t.Errorf("%d more tokens took %d more launches, want at least one each (the draw)", more, diff.Launches)
 	}
-	// The whole call: the prime's upload and one wait per chunk.
-	if want := int64(1 + (base+more+63)/64); long.Syncs > want {
-		t.Errorf("a sample of %d tokens after a 2-token prime took %d syncs, want at most %d", base+more, long.Syncs, want)
+	// Whole calls: one wait per read, the last chunk's taking the tokens
+	// after it; a prime of four windows (1,024 tokens) is copied without
+	// waiting.
+	for _, c := range []struct {
+		n, prime int
+		want     int64
+	}{{1, 0, 1}, {63, 0, 1}, {64, 0, 1}, {127, 0, 1}, {128, 0, 2}, {200, 0, 3}, {base + more, 0, (base + more) / 64}, {100, 1022, 1}} {
+		if got := counts(c.n, make([]int32, c.prime)...); got.Syncs != c.want {
+			t.Errorf("a sample of %d tokens after a %d-token prime took %d syncs, want %d", c.n, c.prime+2, got.Syncs, c.want)
+		}
 	}
+}
+
+// TestSamplePrimeWindows: a prime of 1,300 tokens (six windows of 256, two
+// of the staging's four slots taken again) leaves the state as uploading
+// each window and waiting for it did: the sample after it draws the tokens
+// that a loop of the same draws (device.Sample, token i with counter i),
+// each read back before the next forward, draws after those forwards. The
+// prime is random tokens, and the draws depend on them (a prime that
+// differs in one token of its fifth window leads elsewhere), so a window
+// fed twice or a slot overwritten before its copy shows. (Only the
+// prime's last tokens matter to this small model's state, whose memory
+// fades over some dozens, so that token is 50 from the end.)
+func TestSamplePrimeWindows(t *testing.T) {
+	d := testdevice.Open(t)
+	m := newLM(t, d, lmConfig{vocab: 10, embed: 5, hidden: 8, layers: 2, dtype: device.Float32, seed: 4})
+	// Weights 8 times their initial size: logits that vary with the
+	// state, where the initial ones are nearly uniform whatever it is.
+	for _, g := range m.Groups() {
+		for p := range g.Params.All() {
+			v, err := g.Params.Value(p.Name)
+			check(t, err)
+			for i, x := range v.Data().([]float32) {
+				v.Data().([]float32)[i] = 8 * x
+			}
+			check(t, g.Params.SetValue(p.Name, v))
+		}
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	prime := make([]int32, 1300)
+	for i := range prime {
+		prime[i] = int32(rng.IntN(10))
+	}
+	c := train.SampleConfig{N: 40, Temperature: 1, Prime: prime, Seed: 3}
+	got := sampleIDs(t, d, m, c)
+	if want := sampleStepwise(t, d, m, c); !slices.Equal(got, want) {
+		t.Errorf("after a 1,300-token prime: %v, want %v (windows uploaded one at a time)", got, want)
+	}
+	c.Prime = slices.Clone(prime)
+	c.Prime[1250] = (c.Prime[1250] + 1) % 10
+	if slices.Equal(sampleIDs(t, d, m, c), got) {
+		t.Errorf("a prime differing at token 1,250 drew the same %d tokens %v", c.N, got)
+	}
+}
+
+// sampleStepwise draws c.N tokens as Sample does, one step at a time and
+// waiting at each: the prime fed in windows of 256 tokens, each uploaded
+// (Upload waits), then each token drawn by the device's kernel and read
+// back before the next forward.
+func sampleStepwise(t *testing.T, d device.Device, m train.Model, c train.SampleConfig) []int32 {
+	t.Helper()
+	st, err := m.NewState(1)
+	check(t, err)
+	defer func() { check(t, st.Free()) }()
+	ids, err := d.Alloc(256*4, device.Batches)
+	check(t, err)
+	defer func() { check(t, d.Free(ids)) }()
+	tok, err := d.Alloc(4, device.Batches)
+	check(t, err)
+	defer func() { check(t, d.Free(tok)) }()
+	row := int64(m.Classes()) * 4
+	var logits device.Buffer
+	forward := func(win []int32) {
+		check(t, device.UploadSlice(d, ids.Slice(0, int64(len(win))*4), win))
+		out, err := m.Forward(rnn.NoGrad, ids, len(win), 1, st)
+		check(t, err)
+		logits = out.Slice(int64(len(win)-1)*row, row)
+	}
+	for w := 0; w < len(c.Prime); w += 256 {
+		forward(c.Prime[w:min(w+256, len(c.Prime))])
+	}
+	out := make([]int32, c.N)
+	for i := range out {
+		check(t, d.Kernels().Sample(device.Sample{DType: device.Float32, N: 1, Classes: m.Classes(), Logits: logits,
+			Temperature: c.Temperature, TopK: c.TopK, Seed: c.Seed, Counter: uint64(i), IDs: ids.Slice(0, 4), Tokens: tok}))
+		check(t, device.DownloadSlice(d, out[i:i+1], tok))
+		forward(out[i : i+1])
+	}
+	return out
 }
 
 // TestSampleStops: a cancelled context stops the sample within the token,
