@@ -183,13 +183,15 @@ func sampleStepwise(t *testing.T, d device.Device, m train.Model, c train.Sample
 }
 
 // TestSampleStops: a cancelled context stops the sample within the token,
-// and what was emitted before is the uncancelled sample's first tokens.
+// and what was emitted before is the uncancelled sample's first tokens:
+// in the first chunk, at and after its end, and (290 of 300) within the
+// last read, which holds the 108 tokens from 192.
 func TestSampleStops(t *testing.T) {
 	d := testdevice.Open(t)
 	m := newLM(t, d, lmConfig{vocab: 10, embed: 5, hidden: 8, layers: 1, dtype: device.Float32, seed: 2})
 	c := train.SampleConfig{N: 300, Temperature: 1, Prime: []int32{3}, Seed: 9}
 	all := sampleIDs(t, d, m, c)
-	for _, stopAt := range []int{1, 64, 70, 200} {
+	for _, stopAt := range []int{1, 64, 70, 200, 290} {
 		ctx, cancel := context.WithCancel(context.Background())
 		var got []int32
 		err := train.Sample(ctx, d, m, c, func(id int32) error {
