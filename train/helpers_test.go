@@ -61,16 +61,19 @@ func newLM(t testing.TB, d device.Device, c lmConfig) *lm {
 	check(t, err)
 	m.out, err = rnn.NewLinear(d, rnn.LinearConfig{In: c.hidden, Out: c.vocab, DType: c.dtype, Seed: c.seed + 2})
 	check(t, err)
-	t.Cleanup(func() {
-		m.emb.Close()
-		m.out.Close()
-		if m.gru != nil {
-			m.gru.Close()
-		} else {
-			m.lstm.Close()
-		}
-	})
+	t.Cleanup(func() { m.close() })
 	return m
+}
+
+// close frees the layers' memory (again: newLM's cleanup calls it too).
+func (m *lm) close() error {
+	errs := []error{m.emb.Close(), m.out.Close()}
+	if m.gru != nil {
+		errs = append(errs, m.gru.Close())
+	} else {
+		errs = append(errs, m.lstm.Close())
+	}
+	return errors.Join(errs...)
 }
 
 func (m *lm) stackParams() *rnn.Params {

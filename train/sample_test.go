@@ -9,9 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/cpu"
+	"github.com/gocurrent/gocurrent/device/meta"
 	"github.com/gocurrent/gocurrent/internal/cudaemu"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
 	"github.com/gocurrent/gocurrent/rnn"
@@ -268,4 +270,42 @@ func firstDiff(a, b []int32) int {
 		return min(len(a), len(b))
 	}
 	return -1
+}
+
+// TestSampleAllocationFails: a sample whose k-th allocation fails, for
+// every k of the sample (the state, the ids and ring, the layers' outputs),
+// returns the out-of-memory error, leaves no staging allocated (the
+// prime's and the read-backs'), and, once the model is closed (its layers
+// keep their outputs for the next call), no device memory. On meta, a
+// device that keeps the books and runs nothing, whose FailAlloc fails its
+// Alloc calls (not its Staging's).
+func TestSampleAllocationFails(t *testing.T) {
+	cfg := train.SampleConfig{N: 100, Temperature: 1, Prime: make([]int32, 600), Seed: 1}
+	run := func(k int) (n int, err error) {
+		d, err := meta.Open(meta.Config{})
+		check(t, err)
+		defer func() { check(t, d.Close()) }()
+		m := newLM(t, d, lmConfig{vocab: 10, embed: 5, hidden: 8, layers: 2, dtype: device.Float32, seed: 1})
+		d.FailAlloc(k)
+		err = train.Sample(context.Background(), d, m, cfg, func(int32) error { return nil })
+		n = d.Allocs()
+		if left := d.StagingMemory().Stats().AllocatedBytes[alloc.AllPools].Current; left != 0 {
+			t.Errorf("allocation %d failed: %d bytes of staging left allocated", k, left)
+		}
+		check(t, m.close())
+		if left := d.MemStats().AllocatedBytes[alloc.AllPools].Current; left != 0 {
+			t.Errorf("allocation %d failed: %d bytes left allocated once the model closed", k, left)
+		}
+		return n, err
+	}
+	n, err := run(0)
+	check(t, err)
+	if n < 3 {
+		t.Fatalf("the sample made %d allocations", n)
+	}
+	for k := 1; k <= n; k++ {
+		if _, err := run(k); !errors.Is(err, alloc.ErrOutOfMemory) {
+			t.Errorf("allocation %d of %d failed: %v, want the out-of-memory error", k, n, err)
+		}
+	}
 }
