@@ -142,19 +142,25 @@ func GRUCell[T Float](hidden int, xPre, hPre, bih, bhh, hPrev, h, act []T) {
 		n := min(chunk, hidden-j0)
 		b := bias[:4*n]
 		clear(b)
-		if bih != nil {
-			for k := range b[:3*n] {
-				gate, kk := k/n, k%n
-				b[k] = float64(bih[gate*hidden+j0+kk])
+		// A gate's n biases at a time, as LSTMCell: no index arithmetic
+		// per element (at batch 1, a sampled token's, the bias sums are as
+		// many operations as the cell's).
+		for gate := range 3 {
+			bg := b[gate*n : gate*n+n]
+			if bih != nil {
+				for k, v := range bih[gate*hidden+j0 : gate*hidden+j0+n] {
+					bg[k] = float64(v)
+				}
+			}
+			if bhh != nil && gate < 2 {
+				for k, v := range bhh[gate*hidden+j0 : gate*hidden+j0+n] {
+					bg[k] += float64(v)
+				}
 			}
 		}
 		if bhh != nil {
-			for k := range b[:2*n] {
-				gate, kk := k/n, k%n
-				b[k] += float64(bhh[gate*hidden+j0+kk])
-			}
-			for k := range n {
-				b[3*n+k] = float64(bhh[2*hidden+j0+k])
+			for k, v := range bhh[2*hidden+j0 : 2*hidden+j0+n] {
+				b[3*n+k] = float64(v)
 			}
 		}
 		brz, bin, bhn := b[:2*n], b[2*n:3*n], b[3*n:4*n]
