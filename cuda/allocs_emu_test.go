@@ -13,7 +13,7 @@ import (
 // device. Kernels that take a temporary from the caching allocator take it
 // from its cache, which allocates nothing either once warm. The same
 // holds on a branch (its own launch arguments, cuBLAS handle and
-// allocator stream), and for its Fork and Join.
+// allocator stream), and for its Fork and Join, and for Kernels itself.
 func TestEmulatedKernelCallsAllocateNothing(t *testing.T) {
 	d := openEmulated(t, Config{})
 	const b, h = 4, 8
@@ -41,6 +41,10 @@ func TestEmulatedKernelCallsAllocateNothing(t *testing.T) {
 	defer br.Close()
 	if err := br.Fork(); err != nil {
 		t.Fatal(err)
+	}
+	// Kernels itself, which the layers call for each kernel they queue.
+	if n := testing.AllocsPerRun(20, func() { _, _ = d.Kernels(), br.Kernels() }); n != 0 {
+		t.Errorf("Kernels of the device and a branch allocates %v times, want 0", n)
 	}
 	for _, on := range []struct {
 		name string

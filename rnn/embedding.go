@@ -75,7 +75,7 @@ func (e *Embedding) Forward(mode Mode, ids device.Buffer, n int) (device.Buffer,
 	if err := positive(op, []string{"n"}, n); err != nil {
 		return device.Buffer{}, err
 	}
-	if err := input(op, "ids", e.dev, ids, device.Int32, n, "n"); err != nil {
+	if err := input(op, "ids", e.dev, ids, device.Int32, n, shapeOf("n")); err != nil {
 		return device.Buffer{}, err
 	}
 	dt, k := e.cfg.DType, e.dev.Kernels()
@@ -119,7 +119,7 @@ func (e *Embedding) Backward(dOut device.Buffer) error {
 		return noForward(op, e.spent)
 	}
 	n, dt := e.n, e.cfg.DType
-	if err := input(op, "dOut", e.dev, dOut, dt, n*e.cfg.Dim, fmt.Sprintf("n·dim = %d·%d", n, e.cfg.Dim)); err != nil {
+	if err := input(op, "dOut", e.dev, dOut, dt, n*e.cfg.Dim, shapeOf("n·dim", n, e.cfg.Dim)); err != nil {
 		return err
 	}
 	e.n, e.spent = 0, true

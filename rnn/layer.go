@@ -3,6 +3,7 @@ package rnn
 import (
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/gocurrent/gocurrent/device"
 )
@@ -85,9 +86,40 @@ func (a *arena) take(n int) device.Buffer {
 	return b
 }
 
+// dims is a size as the product of named factors, e.g. "rows·in" of 3
+// and 8, written "rows·in = 3·8" (just the names without factors): the
+// shape input names in its errors, formatted only for one, so that a
+// check that passes allocates nothing.
+type dims struct {
+	names string
+	v     [3]int
+	n     int // the factors in v
+}
+
+// shapeOf is the dims of names and its factors (at most 3).
+func shapeOf(names string, v ...int) dims {
+	d := dims{names: names, n: len(v)}
+	copy(d.v[:], v)
+	return d
+}
+
+func (d dims) String() string {
+	if d.n == 0 {
+		return d.names
+	}
+	s := d.names + " = "
+	for i, v := range d.v[:d.n] {
+		if i > 0 {
+			s += "·"
+		}
+		s += strconv.Itoa(v)
+	}
+	return s
+}
+
 // input checks that a caller's buffer is on the layer's device and holds at
 // least n elements of dt, and names it in the error otherwise.
-func input(op, name string, d device.Device, b device.Buffer, dt device.DType, n int, shape string) error {
+func input(op, name string, d device.Device, b device.Buffer, dt device.DType, n int, shape dims) error {
 	if b.IsZero() {
 		return fmt.Errorf("rnn: %s: %s is missing (want %s = %d %v values): %w", op, name, shape, n, dt, device.ErrShape)
 	}

@@ -89,7 +89,7 @@ func (l *Linear) Forward(mode Mode, x device.Buffer, rows int) (device.Buffer, e
 		return device.Buffer{}, err
 	}
 	c, dt := l.cfg, l.cfg.DType
-	if err := input(op, "x", l.dev, x, dt, rows*c.In, fmt.Sprintf("rows·in = %d·%d", rows, c.In)); err != nil {
+	if err := input(op, "x", l.dev, x, dt, rows*c.In, shapeOf("rows·in", rows, c.In)); err != nil {
 		return device.Buffer{}, err
 	}
 	y, err := l.out.get(l.dev, device.Workspace, int64(rows*c.Out)*dt.Size())
@@ -125,7 +125,7 @@ func (l *Linear) Backward(dy device.Buffer) (device.Buffer, error) {
 		return device.Buffer{}, noForward(op, l.spent)
 	}
 	c, dt, rows := l.cfg, l.cfg.DType, l.rows
-	if err := input(op, "dy", l.dev, dy, dt, rows*c.Out, fmt.Sprintf("rows·out = %d·%d", rows, c.Out)); err != nil {
+	if err := input(op, "dy", l.dev, dy, dt, rows*c.Out, shapeOf("rows·out", rows, c.Out)); err != nil {
 		return device.Buffer{}, err
 	}
 	x := l.x

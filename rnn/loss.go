@@ -127,10 +127,10 @@ func (c *CrossEntropy) ForwardSum(mode Mode, logits, targets device.Buffer, rows
 	if err := positive(op, []string{"rows"}, rows); err != nil {
 		return err
 	}
-	if err := input(op, "logits", c.dev, logits, c.dtype, rows*c.classes, fmt.Sprintf("rows·classes = %d·%d", rows, c.classes)); err != nil {
+	if err := input(op, "logits", c.dev, logits, c.dtype, rows*c.classes, shapeOf("rows·classes", rows, c.classes)); err != nil {
 		return err
 	}
-	if err := input(op, "targets", c.dev, targets, device.Int32, rows, "rows"); err != nil {
+	if err := input(op, "targets", c.dev, targets, device.Int32, rows, shapeOf("rows")); err != nil {
 		return err
 	}
 	a := device.SoftmaxCrossEntropy{DType: c.dtype, N: rows, Classes: c.classes, Logits: logits, Targets: targets,

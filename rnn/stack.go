@@ -1390,7 +1390,7 @@ func (s *stack) checkForward(op string, mode Mode, x device.Buffer, seq, batch i
 		return err
 	}
 	c, dt := s.cfg, s.cfg.DType
-	if err := input(op, "x", s.dev, x, dt, seq*batch*c.Input, fmt.Sprintf("seq·batch·input = %d·%d·%d", seq, batch, c.Input)); err != nil {
+	if err := input(op, "x", s.dev, x, dt, seq*batch*c.Input, shapeOf("seq·batch·input", seq, batch, c.Input)); err != nil {
 		return err
 	}
 	if st == nil {
@@ -1877,7 +1877,11 @@ func (s *stack) Backward(dy device.Buffer) (device.Buffer, error) {
 	}
 	c, dt := s.cfg, s.cfg.DType
 	T, B, H, I, D := rec.sh.T, rec.sh.B, c.Hidden, c.Input, s.dirs()
-	if err := input(op, "dy", s.dev, dy, dt, T*B*D*H, fmt.Sprintf("seq·batch·%shidden = %d·%d·%d", map[bool]string{true: "2·"}[D == 2], T, B, D*H)); err != nil {
+	names := "seq·batch·hidden"
+	if D == 2 {
+		names = "seq·batch·2·hidden"
+	}
+	if err := input(op, "dy", s.dev, dy, dt, T*B*D*H, shapeOf(names, T, B, D*H)); err != nil {
 		return device.Buffer{}, err
 	}
 	s.rec, s.spent = nil, true

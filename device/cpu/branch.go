@@ -15,8 +15,9 @@ import (
 // order the host queues them, which is an order every Fork and Join
 // allows: the replay runs them on the compute stream, one after another.
 type branch struct {
-	l *lane
-	s *stream
+	l    *lane
+	s    *stream
+	kern kernels // what Kernels hands out (lane.kern says why a pointer)
 
 	// rec is the graph being recorded that the branch was forked into and
 	// not yet joined from, nil when none; under s.mu.
@@ -41,12 +42,13 @@ func (l *lane) Branch() (device.Branch, error) {
 	b := &branch{l: l}
 	b.s = newStream(l, false)
 	b.s.branch = b
+	b.kern = kernels{l: l, s: b.s}
 	l.streams = append(l.streams, b.s)
 	return b, nil
 }
 
 // Kernels are the lane's kernels on the branch's stream.
-func (b *branch) Kernels() device.Kernels { return kernels{l: b.l, s: b.s} }
+func (b *branch) Kernels() device.Kernels { return &b.kern }
 
 func (b *branch) checkOpen(what string) error {
 	if err := b.l.checkOpen("Branch." + what); err != nil {

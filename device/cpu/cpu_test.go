@@ -79,10 +79,21 @@ func TestStreamRunsAhead(t *testing.T) {
 
 // TestKernelCallsAllocateNothing checks the steady-state promise: queuing
 // and running kernels makes no Go garbage (AllocsPerRun counts the stream
-// and pool goroutines' allocations too).
+// and pool goroutines' allocations too), Kernels itself included, which
+// the layers call for each kernel they queue: on the device, a scope and a
+// branch.
 func TestKernelCallsAllocateNothing(t *testing.T) {
 	const b, h = 32, 256
 	d := open(t, Config{})
+	sc, err := d.Scope(device.ScopeConfig{})
+	check(t, err)
+	defer sc.Close()
+	br, err := d.Branch()
+	check(t, err)
+	defer br.Close()
+	if n := testing.AllocsPerRun(20, func() { _, _, _ = d.Kernels(), sc.Kernels(), br.Kernels() }); n != 0 {
+		t.Errorf("Kernels of the device, a scope and a branch allocates %v times, want 0", n)
+	}
 	k := d.Kernels()
 	pre, act := alloc32(t, d, b*4*h), alloc32(t, d, b*4*h)
 	w := alloc32(t, d, 4*h*h)
@@ -97,6 +108,7 @@ func TestKernelCallsAllocateNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	step := func() {
+		k := d.Kernels()
 		check(t, k.Gemm(device.Gemm{DType: device.Float32, TransB: true, M: b, N: 4 * h, K: h, Alpha: 1, Beta: 1, A: hh, B: w, C: pre}))
 		check(t, k.LSTMCell(device.LSTMCell{DType: device.Float32, Batch: b, Hidden: h, Pre: pre, CPrev: cPrev, C: c, H: hh, Act: act}))
 		check(t, k.LSTMCellGrad(device.LSTMCellGrad{DType: device.Float32, Batch: b, Hidden: h, Act: act, CPrev: cPrev, C: c, DH: hh, DC: cPrev, DPre: act, DCPrev: cPrev}))

@@ -102,6 +102,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d.mem, d.pool = mem, newPool(cfg.Threads)
 	d.lane.d, d.lane.owner, d.lane.label = d, d, "the device"
+	d.lane.kern = kernels{l: &d.lane}
 	d.compute = newStream(&d.lane, true)
 	return d, nil
 }

@@ -27,6 +27,10 @@ type lane struct {
 
 	compute *stream
 	graphs  graphs // graph.go
+	// kern is what Kernels hands out, a pointer to it: an interface
+	// holding a pointer allocates nothing, where one holding the
+	// two-word kernels value did, at every call.
+	kern kernels
 
 	mu      sync.Mutex             // guards streams and staging
 	streams []*stream              // NewStream streams still open
@@ -280,7 +284,7 @@ func (l *lane) Synchronize() error {
 }
 
 // Kernels returns the kernels, which run on the compute stream.
-func (l *lane) Kernels() device.Kernels { return kernels{l: l} }
+func (l *lane) Kernels() device.Kernels { return &l.kern }
 
 // shutdown marks the lane closed, drains and stops its streams, and
 // returns their pending errors.

@@ -40,6 +40,7 @@ func (d *Device) Scope(cfg device.ScopeConfig) (device.Scope, error) {
 	}
 	s := &Scope{name: "cpu/" + name, limit: cfg.Limit}
 	s.lane = lane{d: d, owner: s, label: "the scope", scope: id, staging: map[alloc.Ptr]struct{}{}}
+	s.lane.kern = kernels{l: &s.lane}
 	s.compute = newStream(&s.lane, true)
 	d.scopesMu.Lock()
 	if d.closing {
