@@ -63,8 +63,9 @@ const (
 // after it), and calls emit for a chunk's tokens once its copy completed:
 // N/64 host synchronisations, rounded down (one when N is below 64),
 // where drawing on the host took two per token. The prime goes to the
-// device through pinned staging, queued without waiting (a prime above
-// 1,024 tokens waits once per 256 tokens past them). emit is called while
+// device through pinned staging, queued without waiting (past its first
+// 1,024 tokens, at most one wait per 256, where a window's staging is
+// still being copied from). emit is called while
 // later tokens are being drawn, so it runs up to two chunks behind them;
 // a cancelled ctx stops the draws within a chunk and the emits within a
 // token, and emit then has had exact tokens only.
@@ -206,9 +207,9 @@ type primer struct {
 	copies  []device.Event    // each slot's last copy, nil before its first
 }
 
-// feed runs the forwards of prime p, a window of primeChunk tokens at a
+// feed runs the forwards of prime, a window of primeChunk tokens at a
 // time, from state st, each window's ids copied into ids; it returns the
-// logits of p's last token, row bytes.
+// logits of prime's last token, row bytes.
 func (p *primer) feed(m Model, st State, prime []int32, ids device.Buffer, row int64) (logits device.Buffer, err error) {
 	windows := (len(prime) + primeChunk - 1) / primeChunk
 	slots := min(windows, primeWindows)
