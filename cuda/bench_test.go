@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/cudaemu"
 )
 
 // BenchmarkAlloc compares an allocation served by the caching allocator
@@ -370,4 +372,113 @@ func gpuTime(b *testing.B, d *Device, queue func()) float64 {
 		b.Fatal(err)
 	}
 	return float64(ms)
+}
+
+// BenchmarkWalk sets a layer's persistent walk over a window of steps
+// (Config.WalkCellsUpTo: one cooperative launch, its blocks meeting at a
+// grid barrier between steps, each keeping its slice of W_hh on chip)
+// against the same steps as launches one after the other: the fused
+// kernel per step (the walk's own Queue, walks off) and cuBLAS's GEMM
+// then the plain cell per step (FuseCellsUpTo -1). It is what a barrier
+// costs against a launch, the figure ARCHITECTURE §4's persistent walks
+// wait on: the LSTM's and GRU's forward walks and the LSTM's walk back, at
+// issue 21's hidden 256 and 1024, batch 32, 64 steps (16 units, batch 4,
+// 8 steps on the emulator). Each call is one layer's window, timed as
+// BenchmarkLaunch times its calls (back to back behind blocker GEMMs);
+// ns/op is the host's time to queue a window, gpu-ns/step and ns/step
+// the GPU's and the host's per step, launches/op the device's count per
+// window (1 for a walk: a walk that ran step by step fails the
+// benchmark rather than be reported as one). Inputs are random and the
+// arithmetic FP32; values drift from call to call, which changes no
+// timing.
+func BenchmarkWalk(b *testing.B) {
+	// The shapes depend on whether the device is the emulator: a device
+	// opened and closed to say.
+	probe, err := Open(gpuConfig())
+	if errors.Is(err, device.ErrUnavailable) {
+		noGPU(b, err.Error())
+	}
+	if err != nil {
+		b.Fatalf("cuda.Open: %v", err)
+	}
+	emulated := cudaemu.IsEmulator(probe.Info().Name)
+	steps, batch, hiddens := 64, 32, []int{256, 1024}
+	if emulated {
+		steps, batch, hiddens = 8, 4, []int{16}
+	}
+	if err := probe.Close(); err != nil {
+		b.Fatal(err)
+	}
+	type way struct {
+		name       string
+		fuse, walk int // Config.FuseCellsUpTo and WalkCellsUpTo; 0 for the hidden size
+	}
+	ways := []way{{"walk", 0, 0}, {"fused-steps", 0, -1}, {"cublas-steps", -1, -1}}
+	for _, cell := range []string{"lstm", "gru", "lstm-back"} {
+		for _, h := range hiddens {
+			for _, w := range ways {
+				b.Run(fmt.Sprintf("%s-%dx%d/%s", cell, h, batch, w.name), func(b *testing.B) {
+					cfg := gpuConfig()
+					cfg.FuseCellsUpTo, cfg.WalkCellsUpTo = h, h
+					if w.fuse != 0 {
+						cfg.FuseCellsUpTo = w.fuse
+					}
+					if w.walk != 0 {
+						cfg.WalkCellsUpTo = w.walk
+					}
+					d := openGPU(b, cfg)
+					call := walkCall(b, d, cell, steps, batch, h)
+					c0 := d.Counts()
+					call()
+					launches := d.Counts().Sub(c0).Launches
+					if w.name == "walk" && launches != 1 {
+						b.Fatalf("the walk made %d launches, not 1: it ran step by step on %s", launches, d.Info().Name)
+					}
+					hostNS, gpuNS, calls := launchChunks(b, d, call)
+					b.ReportMetric(hostNS/float64(calls), "ns/op")
+					b.ReportMetric(hostNS/float64(calls*steps), "ns/step")
+					b.ReportMetric(gpuNS/float64(calls*steps), "gpu-ns/step")
+					b.ReportMetric(float64(launches), "launches/op")
+				})
+			}
+		}
+	}
+}
+
+// walkCall is one call of a layer's walk over steps steps of batch rows
+// of hidden units on d (cell "lstm", "gru" or "lstm-back"), on random
+// FP32 buffers of its own.
+func walkCall(b *testing.B, d *Device, cell string, steps, batch, hidden int) func() {
+	r := rand.New(rand.NewPCG(5, 6))
+	buf := func(elems int) device.Buffer { return randomBuffer(b, d, r, int64(elems)*4) }
+	bh, tbh := batch*hidden, steps*batch*hidden
+	w, ok := d.Kernels().(device.Walker)
+	if !ok {
+		b.Fatalf("%s's kernels have no walks (device.Walker)", d.Name())
+	}
+	var run func() error
+	switch cell {
+	case "lstm":
+		// Act is Pre: the gates replace the pre-activations, so that
+		// calls do not add products into them without bound.
+		pre := buf(4 * tbh)
+		a := device.LSTMWalk{DType: device.Float32, Steps: steps, Batch: batch, Hidden: hidden, Pre: pre, W: buf(4 * hidden * hidden),
+			BiasIH: buf(4 * hidden), BiasHH: buf(4 * hidden), H0: buf(bh), C0: buf(bh), H: buf(tbh), C: buf(tbh), Act: pre}
+		run = func() error { return w.LSTMWalk(a) }
+	case "gru":
+		a := device.GRUWalk{DType: device.Float32, Steps: steps, Batch: batch, Hidden: hidden, XPre: buf(3 * tbh), HPre: buf(3 * bh),
+			W: buf(3 * hidden * hidden), BiasIH: buf(3 * hidden), BiasHH: buf(3 * hidden), H0: buf(bh), H: buf(tbh), Act: buf(4 * tbh)}
+		run = func() error { return w.GRUWalk(a) }
+	case "lstm-back":
+		a := device.LSTMGradWalk{DType: device.Float32, Steps: steps, Batch: batch, Hidden: hidden, Act: buf(4 * tbh), C: buf(tbh),
+			C0: buf(bh), DH: buf(tbh), DC: buf(bh), DPre: buf(4 * tbh), W: buf(4 * hidden * hidden), DPreIn: buf(4 * bh)}
+		run = func() error { return w.LSTMGradWalk(a) }
+	default:
+		b.Fatalf("no walk %q", cell)
+	}
+	return func() {
+		if err := run(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
