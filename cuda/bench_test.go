@@ -381,7 +381,7 @@ func gpuTime(b *testing.B, d *Device, queue func()) float64 {
 // kernel per step (the walk's own Queue, walks off) and cuBLAS's GEMM
 // then the plain cell per step (FuseCellsUpTo -1). It is what a barrier
 // costs against a launch, the figure ARCHITECTURE §4's persistent walks
-// wait on: the LSTM's and GRU's forward walks and the LSTM's walk back, at
+// wait on: the LSTM's and GRU's walks and walks back, at
 // issue 21's hidden 256 and 1024, batch 32, 64 steps (16 units, batch 4,
 // 8 steps on the emulator). Each call is one layer's window, timed as
 // BenchmarkLaunch times its calls (back to back behind blocker GEMMs);
@@ -414,7 +414,7 @@ func BenchmarkWalk(b *testing.B) {
 		fuse, walk int // Config.FuseCellsUpTo and WalkCellsUpTo; 0 for the hidden size
 	}
 	ways := []way{{"walk", 0, 0}, {"fused-steps", 0, -1}, {"cublas-steps", -1, -1}}
-	for _, cell := range []string{"lstm", "gru", "lstm-back"} {
+	for _, cell := range []string{"lstm", "gru", "lstm-back", "gru-back"} {
 		for _, h := range hiddens {
 			for _, w := range ways {
 				b.Run(fmt.Sprintf("%s-%dx%d/%s", cell, h, batch, w.name), func(b *testing.B) {
@@ -446,8 +446,8 @@ func BenchmarkWalk(b *testing.B) {
 }
 
 // walkCall is one call of a layer's walk over steps steps of batch rows
-// of hidden units on d (cell "lstm", "gru" or "lstm-back"), on random
-// FP32 buffers of its own.
+// of hidden units on d (cell "lstm", "gru", "lstm-back" or "gru-back"),
+// on random FP32 buffers of its own.
 func walkCall(b *testing.B, d *Device, cell string, steps, batch, hidden int) func() {
 	r := rand.New(rand.NewPCG(5, 6))
 	buf := func(elems int) device.Buffer { return randomBuffer(b, d, r, int64(elems)*4) }
@@ -473,6 +473,10 @@ func walkCall(b *testing.B, d *Device, cell string, steps, batch, hidden int) fu
 		a := device.LSTMGradWalk{DType: device.Float32, Steps: steps, Batch: batch, Hidden: hidden, Act: buf(4 * tbh), C: buf(tbh),
 			C0: buf(bh), DH: buf(tbh), DC: buf(bh), DPre: buf(4 * tbh), W: buf(4 * hidden * hidden), DPreIn: buf(4 * bh)}
 		run = func() error { return w.LSTMGradWalk(a) }
+	case "gru-back":
+		a := device.GRUGradWalk{DType: device.Float32, Steps: steps, Batch: batch, Hidden: hidden, Act: buf(4 * tbh), H: buf(tbh),
+			H0: buf(bh), DH: buf(tbh), DH0: buf(bh), DXPre: buf(3 * tbh), DHPre: buf(3 * tbh), W: buf(3 * hidden * hidden), DHPreIn: buf(3 * bh)}
+		run = func() error { return w.GRUGradWalk(a) }
 	default:
 		b.Fatalf("no walk %q", cell)
 	}
