@@ -198,7 +198,8 @@ func Sample(ctx context.Context, d device.Device, m Model, cfg SampleConfig, emi
 // primer feeds Sample's prime to the model through pinned staging: each
 // window's copy to the device is queued on the compute stream, after the
 // forward that read the window before and before the one that reads it,
-// and the host waits for a copy only to stage a window in its slot again.
+// and the host waits for a copy (copied) only to stage a window in its
+// slot again.
 // The staging is freed when the sample ends, by when the reads of the
 // drawn tokens have waited for work queued after every copy.
 type primer struct {
@@ -220,9 +221,7 @@ func (p *primer) feed(m Model, st State, prime []int32, ids device.Buffer, row i
 	for w := range windows {
 		win := prime[w*primeChunk : min((w+1)*primeChunk, len(prime))]
 		slot := w % slots
-		if err := settle(p.copies[slot]); err != nil {
-			return device.Buffer{}, err
-		}
+		copied(p.copies[slot])
 		h := p.staging.Slice(int64(slot*primeChunk)*4, int64(len(win))*4)
 		b := h.Bytes()
 		for i, id := range win {
@@ -241,31 +240,19 @@ func (p *primer) feed(m Model, st State, prime []int32, ids device.Buffer, row i
 	return logits, nil
 }
 
-// close waits for the copies not yet complete and frees the staging.
+// close waits for the copies not yet complete and frees the staging. An
+// error of the work before a copy is the token reads' to report, as the
+// trainer's values' (copied).
 func (p *primer) close() error {
 	if p.staging.Device() == nil {
 		return nil
 	}
-	var errs []error
 	for _, ev := range p.copies {
-		errs = append(errs, settle(ev))
+		copied(ev)
 	}
-	errs = append(errs, p.d.FreeStaging(p.staging))
+	err := p.d.FreeStaging(p.staging)
 	p.staging, p.copies = device.HostBuffer{}, nil
-	return errors.Join(errs...)
-}
-
-// settle returns once the work before ev (nil: none) completed, waiting
-// (a host synchronisation) only if it had not yet.
-func settle(ev device.Event) error {
-	if ev == nil {
-		return nil
-	}
-	done, err := ev.Done()
-	if err != nil || done {
-		return err
-	}
-	return ev.Wait()
+	return err
 }
 
 // chunkGraph is Sample's recording of a chunk of tokens (device.Grapher):
