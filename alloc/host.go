@@ -5,6 +5,8 @@ import (
 	"sort"
 	"sync"
 	"unsafe"
+
+	"github.com/gocurrent/gocurrent/internal/checked"
 )
 
 // Host is the memory of the CPU device: segments mapped straight from the
@@ -49,9 +51,22 @@ func (h *Host) Allocate(size int64) (Ptr, error) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.capacity > 0 && h.used+size > h.capacity {
+	need, ok := checked.Add64(h.used, size)
+	if !ok {
+		return 0, fmt.Errorf("alloc: host: %d bytes requested with %d in use overflow int64: %w", size, h.used, ErrOutOfMemory)
+	}
+	if h.capacity > 0 && need > h.capacity {
 		return 0, fmt.Errorf("alloc: host: %d bytes requested with %d of the %d-byte capacity in use: %w",
 			size, h.used, h.capacity, ErrOutOfMemory)
+	}
+	// Without a capacity the machine's memory is the cap: the kernel maps
+	// more than that lazily, one segment at a time, and the process is
+	// killed once the pages are touched, where a GPU's allocator would
+	// have refused. (What is free is not the cap: other processes' pages
+	// may be given back.)
+	if _, total, err := systemMemory(); h.capacity == 0 && err == nil && total > 0 && need > total {
+		return 0, fmt.Errorf("alloc: host: %d bytes requested with %d in use, more than the machine's %d bytes of memory: %w",
+			size, h.used, total, ErrOutOfMemory)
 	}
 	mem, err := mapMemory(size)
 	if err != nil {

@@ -1,6 +1,8 @@
 package alloc_test
 
 import (
+	"errors"
+	"math"
 	"testing"
 
 	"github.com/gocurrent/gocurrent/alloc"
@@ -62,5 +64,39 @@ func TestCachingOnHost(t *testing.T) {
 	}
 	if n := alloc.HostSegments(h); n != 0 {
 		t.Errorf("%d host segments mapped after Close, want 0", n)
+	}
+}
+
+// TestHostRefusesMoreThanTheMachine: without a capacity the machine's
+// memory caps the host source (issue 46: a model's values and gradients,
+// each mapped lazily below the machine's size, got the process killed
+// once initialised), and sizes whose sum overflows int64 are refused, not
+// wrapped.
+func TestHostRefusesMoreThanTheMachine(t *testing.T) {
+	h := alloc.NewHost(0)
+	_, total, err := h.MemInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int64{total + 1, 1 << 62, math.MaxInt64} {
+		p, err := h.Allocate(size)
+		if !errors.Is(err, alloc.ErrOutOfMemory) {
+			t.Errorf("Allocate(%d) on a machine of %d bytes = %v, %v; want an error matching ErrOutOfMemory", size, total, p, err)
+		}
+	}
+	// A segment in use counts: what is left is less than the machine.
+	p, err := h.Allocate(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Allocate(total - (1 << 20) + 1); !errors.Is(err, alloc.ErrOutOfMemory) {
+		t.Errorf("Allocate(total - 1 MiB + 1) with 1 MiB in use = %v, want ErrOutOfMemory", err)
+	}
+	if err := h.Release(p, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	c := alloc.NewHost(64 << 20)
+	if _, err := c.Allocate(math.MaxInt64); !errors.Is(err, alloc.ErrOutOfMemory) {
+		t.Errorf("capped Allocate(MaxInt64) = %v, want ErrOutOfMemory", err)
 	}
 }

@@ -3,6 +3,8 @@ package device
 import (
 	"fmt"
 	"math"
+
+	"github.com/gocurrent/gocurrent/internal/checked"
 )
 
 // Kernels are the operations the layers and the trainer run on a device.
@@ -130,15 +132,19 @@ func (g Gemm) Check(d Device) error {
 	c.atLeast("LdA", w.LdA, ca)
 	c.atLeast("LdB", w.LdB, cb)
 	c.atLeast("LdC", w.LdC, g.N)
+	// WithDefaults's strides are products that may have overflowed.
+	c.fits("A", c.mul(ra, w.LdA))
+	c.fits("B", c.mul(rb, w.LdB))
+	c.fits("C", c.mul(g.M, w.LdC))
 	c.nonNegative("StrideA", w.StrideA)
 	c.nonNegative("StrideB", w.StrideB)
 	c.nonNegative("StrideC", w.StrideC)
 	if c.err != nil {
 		return c.err
 	}
-	c.buf("A", g.A, g.DType, (w.Batch-1)*w.StrideA+(ra-1)*w.LdA+ca)
-	c.buf("B", g.B, g.DType, (w.Batch-1)*w.StrideB+(rb-1)*w.LdB+cb)
-	c.buf("C", g.C, g.DType, (w.Batch-1)*w.StrideC+(g.M-1)*w.LdC+g.N)
+	c.buf("A", g.A, g.DType, c.add(c.mul(w.Batch-1, w.StrideA), c.span(ra, w.LdA, ca)))
+	c.buf("B", g.B, g.DType, c.add(c.mul(w.Batch-1, w.StrideB), c.span(rb, w.LdB, cb)))
+	c.buf("C", g.C, g.DType, c.add(c.mul(w.Batch-1, w.StrideC), c.span(g.M, w.LdC, g.N)))
 	return c.err
 }
 
@@ -205,19 +211,19 @@ func (a LSTMCell) Check(d Device) error {
 	if !c.cell(a.DType, a.Batch, a.Hidden) {
 		return c.err
 	}
-	bh := a.Batch * a.Hidden
-	c.buf("Pre", a.Pre, a.DType, 4*bh)
+	bh := c.mul(a.Batch, a.Hidden)
+	c.buf("Pre", a.Pre, a.DType, c.mul(4, bh))
 	if a.HPrev.IsZero() != a.W.IsZero() {
 		c.fail("HPrev and W are the recurrent product: give both or neither")
 	}
 	c.opt("HPrev", a.HPrev, a.DType, bh)
-	c.opt("W", a.W, a.DType, 4*a.Hidden*a.Hidden)
-	c.opt("BiasIH", a.BiasIH, a.DType, 4*a.Hidden)
-	c.opt("BiasHH", a.BiasHH, a.DType, 4*a.Hidden)
+	c.opt("W", a.W, a.DType, c.mul(4, c.mul(a.Hidden, a.Hidden)))
+	c.opt("BiasIH", a.BiasIH, a.DType, c.mul(4, a.Hidden))
+	c.opt("BiasHH", a.BiasHH, a.DType, c.mul(4, a.Hidden))
 	c.buf("CPrev", a.CPrev, a.DType, bh)
 	c.buf("C", a.C, a.DType, bh)
 	c.buf("H", a.H, a.DType, bh)
-	c.opt("Act", a.Act, a.DType, 4*bh)
+	c.opt("Act", a.Act, a.DType, c.mul(4, bh))
 	return c.err
 }
 
@@ -307,13 +313,13 @@ func (a LSTMCellGrad) Check(d Device) error {
 	if !c.cell(a.DType, a.Batch, a.Hidden) {
 		return c.err
 	}
-	bh := a.Batch * a.Hidden
-	c.buf("Act", a.Act, a.DType, 4*bh)
+	bh := c.mul(a.Batch, a.Hidden)
+	c.buf("Act", a.Act, a.DType, c.mul(4, bh))
 	c.buf("CPrev", a.CPrev, a.DType, bh)
 	c.buf("C", a.C, a.DType, bh)
 	c.recurrentGrad(4, a.DType, a.Batch, a.Hidden, a.NextBatch, "DPreNext", a.DPreNext, a.W, a.DH)
 	c.buf("DC", a.DC, a.DType, bh)
-	c.buf("DPre", a.DPre, a.DType, 4*bh)
+	c.buf("DPre", a.DPre, a.DType, c.mul(4, bh))
 	c.buf("DCPrev", a.DCPrev, a.DType, bh)
 	return c.err
 }
@@ -371,15 +377,15 @@ func (a GRUCell) Check(d Device) error {
 	if !c.cell(a.DType, a.Batch, a.Hidden) {
 		return c.err
 	}
-	bh := a.Batch * a.Hidden
-	c.buf("XPre", a.XPre, a.DType, 3*bh)
-	c.buf("HPre", a.HPre, a.DType, 3*bh)
-	c.opt("W", a.W, a.DType, 3*a.Hidden*a.Hidden)
-	c.opt("BiasIH", a.BiasIH, a.DType, 3*a.Hidden)
-	c.opt("BiasHH", a.BiasHH, a.DType, 3*a.Hidden)
+	bh := c.mul(a.Batch, a.Hidden)
+	c.buf("XPre", a.XPre, a.DType, c.mul(3, bh))
+	c.buf("HPre", a.HPre, a.DType, c.mul(3, bh))
+	c.opt("W", a.W, a.DType, c.mul(3, c.mul(a.Hidden, a.Hidden)))
+	c.opt("BiasIH", a.BiasIH, a.DType, c.mul(3, a.Hidden))
+	c.opt("BiasHH", a.BiasHH, a.DType, c.mul(3, a.Hidden))
 	c.buf("HPrev", a.HPrev, a.DType, bh)
 	c.buf("H", a.H, a.DType, bh)
-	c.opt("Act", a.Act, a.DType, 4*bh)
+	c.opt("Act", a.Act, a.DType, c.mul(4, bh))
 	return c.err
 }
 
@@ -447,12 +453,12 @@ func (a GRUCellGrad) Check(d Device) error {
 	if !c.cell(a.DType, a.Batch, a.Hidden) {
 		return c.err
 	}
-	bh := a.Batch * a.Hidden
-	c.buf("Act", a.Act, a.DType, 4*bh)
+	bh := c.mul(a.Batch, a.Hidden)
+	c.buf("Act", a.Act, a.DType, c.mul(4, bh))
 	c.buf("HPrev", a.HPrev, a.DType, bh)
 	c.recurrentGrad(3, a.DType, a.Batch, a.Hidden, a.NextBatch, "DHPreNext", a.DHPreNext, a.W, a.DH)
-	c.buf("DXPre", a.DXPre, a.DType, 3*bh)
-	c.buf("DHPre", a.DHPre, a.DType, 3*bh)
+	c.buf("DXPre", a.DXPre, a.DType, c.mul(3, bh))
+	c.buf("DHPre", a.DHPre, a.DType, c.mul(3, bh))
 	c.buf("DHPrev", a.DHPrev, a.DType, bh)
 	return c.err
 }
@@ -512,8 +518,8 @@ func (a GatherSeq) Check(d Device) error {
 	}
 	c.opt("Index", a.Index, Int32, a.B)
 	c.opt("Lengths", a.Lengths, Int32, a.B)
-	c.buf("X", a.X, a.DType, (a.T*a.B-1)*w.LdX+a.Cols)
-	c.buf("Y", a.Y, a.DType, (a.T*a.B-1)*w.LdY+a.Cols)
+	c.buf("X", a.X, a.DType, c.span(c.mul(a.T, a.B), w.LdX, a.Cols))
+	c.buf("Y", a.Y, a.DType, c.span(c.mul(a.T, a.B), w.LdY, a.Cols))
 	return c.err
 }
 
@@ -582,11 +588,11 @@ func (a SeqPool) Check(d Device) error {
 	}
 	c.opt("Lengths", a.Lengths, Int32, a.B)
 	if a.T > 0 {
-		c.buf("Y", a.Y, a.DType, (a.T*a.B-1)*w.LdY+a.Cols)
+		c.buf("Y", a.Y, a.DType, c.span(c.mul(a.T, a.B), w.LdY, a.Cols))
 	}
-	c.buf("Out", a.Out, a.DType, (a.B-1)*w.LdOut+a.Cols)
+	c.buf("Out", a.Out, a.DType, c.span(a.B, w.LdOut, a.Cols))
 	if a.Max {
-		c.opt("ArgMax", a.ArgMax, Int32, a.B*a.Cols)
+		c.opt("ArgMax", a.ArgMax, Int32, c.mul(a.B, a.Cols))
 	}
 	return c.err
 }
@@ -644,11 +650,11 @@ func (a SeqPoolGrad) Check(d Device) error {
 		return c.err
 	}
 	c.opt("Lengths", a.Lengths, Int32, a.B)
-	c.buf("DOut", a.DOut, a.DType, (a.B-1)*w.LdDOut+a.Cols)
+	c.buf("DOut", a.DOut, a.DType, c.span(a.B, w.LdDOut, a.Cols))
 	if a.Max {
-		c.buf("ArgMax", a.ArgMax, Int32, a.B*a.Cols)
+		c.buf("ArgMax", a.ArgMax, Int32, c.mul(a.B, a.Cols))
 	}
-	c.buf("DY", a.DY, a.DType, (a.T*a.B-1)*w.LdDY+a.Cols)
+	c.buf("DY", a.DY, a.DType, c.span(c.mul(a.T, a.B), w.LdDY, a.Cols))
 	return c.err
 }
 
@@ -672,9 +678,9 @@ func (a Embedding) Check(d Device) error {
 	if c.err != nil || a.N == 0 {
 		return c.err
 	}
-	c.buf("Table", a.Table, a.DType, a.Vocab*a.Dim)
+	c.buf("Table", a.Table, a.DType, c.mul(a.Vocab, a.Dim))
 	c.buf("IDs", a.IDs, Int32, a.N)
-	c.buf("Out", a.Out, a.DType, a.N*a.Dim)
+	c.buf("Out", a.Out, a.DType, c.mul(a.N, a.Dim))
 	return c.err
 }
 
@@ -710,8 +716,8 @@ func (a EmbeddingGrad) Check(d Device) error {
 		return c.err
 	}
 	c.buf("IDs", a.IDs, Int32, a.N)
-	c.buf("DOut", a.DOut, a.DType, a.N*a.Dim)
-	c.buf("DTable", a.DTable, a.DType, a.Vocab*a.Dim)
+	c.buf("DOut", a.DOut, a.DType, c.mul(a.N, a.Dim))
+	c.buf("DTable", a.DTable, a.DType, c.mul(a.Vocab, a.Dim))
 	return c.err
 }
 
@@ -760,10 +766,10 @@ func (a SoftmaxCrossEntropy) Check(d Device) error {
 	if c.err != nil {
 		return c.err
 	}
-	c.buf("Logits", a.Logits, a.DType, a.N*a.Classes)
+	c.buf("Logits", a.Logits, a.DType, c.mul(a.N, a.Classes))
 	c.buf("Targets", a.Targets, Int32, a.N)
 	c.buf("Loss", a.Loss, a.DType, 1)
-	c.opt("DLogits", a.DLogits, a.DType, a.N*a.Classes)
+	c.opt("DLogits", a.DLogits, a.DType, c.mul(a.N, a.Classes))
 	c.opt("Weights", a.Weights, a.DType, a.Classes)
 	return c.err
 }
@@ -789,8 +795,8 @@ func (a Softmax) Check(d Device) error {
 	if c.err != nil {
 		return c.err
 	}
-	c.buf("Logits", a.Logits, a.DType, a.N*a.Classes)
-	c.buf("Probs", a.Probs, a.DType, a.N*a.Classes)
+	c.buf("Logits", a.Logits, a.DType, c.mul(a.N, a.Classes))
+	c.buf("Probs", a.Probs, a.DType, c.mul(a.N, a.Classes))
 	return c.err
 }
 
@@ -873,7 +879,7 @@ func (a Sample) Check(d Device) error {
 	if c.err != nil {
 		return c.err
 	}
-	c.buf("Logits", a.Logits, a.DType, a.N*a.Classes)
+	c.buf("Logits", a.Logits, a.DType, c.mul(a.N, a.Classes))
 	c.buf("IDs", a.IDs, Int32, a.N)
 	c.opt("Tokens", a.Tokens, Int32, a.N)
 	c.word64("CounterAt", a.CounterAt, 1, true)
@@ -977,7 +983,7 @@ func (a AddBias) Check(d Device) error {
 		return c.err
 	}
 	c.buf("Bias", a.Bias, a.DType, a.Cols)
-	c.buf("Y", a.Y, a.DType, a.Rows*a.Cols)
+	c.buf("Y", a.Y, a.DType, c.mul(a.Rows, a.Cols))
 	return c.err
 }
 
@@ -1001,7 +1007,7 @@ func (a SumRows) Check(d Device) error {
 	if c.err != nil {
 		return c.err
 	}
-	c.buf("X", a.X, a.DType, a.Rows*a.Cols)
+	c.buf("X", a.X, a.DType, c.mul(a.Rows, a.Cols))
 	c.buf("Out", a.Out, a.DType, a.Cols)
 	return c.err
 }
@@ -1429,9 +1435,51 @@ func (c *checker) recurrentGrad(gates int, dt DType, batch, hidden, next int, dN
 	if fused {
 		rows = max(batch, nextBatch(batch, next))
 	}
-	c.opt(dNextName, dNext, dt, nextBatch(batch, next)*gates*hidden)
-	c.opt("W", w, dt, gates*hidden*hidden)
-	c.buf("DH", dh, dt, rows*hidden)
+	c.opt(dNextName, dNext, dt, c.mul(nextBatch(batch, next), c.mul(gates, hidden)))
+	c.opt("W", w, dt, c.mul(gates, c.mul(hidden, hidden)))
+	c.buf("DH", dh, dt, c.mul(rows, hidden))
+}
+
+// mul is a·b, or -1 when the product overflows int (or an operand is
+// -1, an overflow further down): a caller's 2^62 rows must not wrap into
+// a size that passes the buffer checks. The buffer check given -1 fails,
+// naming the buffer.
+func (c *checker) mul(a, b int) int {
+	p, ok := checked.Mul(a, b)
+	if !ok {
+		return -1
+	}
+	return p
+}
+
+// add is a+b, or -1 as mul.
+func (c *checker) add(a, b int) int {
+	s, ok := checked.Add(a, b)
+	if !ok {
+		return -1
+	}
+	return s
+}
+
+// span is the elements from the first of n rows of cols elements, ld
+// apart, to the end of the last: (n-1)·ld + cols, 0 for no rows, -1 as
+// mul.
+func (c *checker) span(n, ld, cols int) int {
+	switch {
+	case n < 0:
+		return -1
+	case n == 0:
+		return 0
+	}
+	return c.add(c.mul(n-1, ld), cols)
+}
+
+// fits fails, naming name, when size is -1: a product of the
+// arguments' sizes that overflows int.
+func (c *checker) fits(name string, size int) {
+	if size < 0 {
+		c.fail("%s: the sizes give it more elements than an int holds", name)
+	}
 }
 
 func (c *checker) positive(name string, v int) {
@@ -1476,8 +1524,13 @@ func checkOwner(d Device, op, name string, owner Device) error {
 // of t.
 func (c *checker) buf(name string, b Buffer, t DType, n int) {
 	c.owned(name, b)
-	if c.err == nil && b.size < int64(n)*t.Size() {
-		c.fail("%s holds %d bytes, needs %d (%d %v)", name, b.size, int64(n)*t.Size(), n, t)
+	if c.err != nil {
+		return
+	}
+	if need, ok := checked.Mul64(int64(n), t.Size()); !ok {
+		c.fail("%s: the sizes give it more elements than an int holds", name)
+	} else if b.size < need {
+		c.fail("%s holds %d bytes, needs %d (%d %v)", name, b.size, need, n, t)
 	}
 }
 
@@ -1488,7 +1541,7 @@ func (c *checker) word64(name string, b Buffer, n int, optional bool) {
 	if optional && b.IsZero() {
 		return
 	}
-	c.buf(name, b, Int32, 2*n)
+	c.buf(name, b, Int32, c.mul(2, n))
 	if c.err == nil && b.Addr()%8 != 0 {
 		c.fail("%s at %#x is not 8-byte aligned", name, uintptr(b.Addr()))
 	}

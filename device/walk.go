@@ -118,6 +118,9 @@ func (a LSTMWalk) Check(d Device) error {
 		return c.err
 	}
 	c.positive("Steps", a.Steps)
+	if !c.walkSizes(a.Steps, a.Batch, a.Hidden) {
+		return c.err
+	}
 	bh, n := a.Batch*a.Hidden, a.Steps*a.Batch*a.Hidden
 	c.buf("Pre", a.Pre, a.DType, 4*n)
 	c.buf("W", a.W, a.DType, 4*a.Hidden*a.Hidden)
@@ -198,6 +201,9 @@ func (a GRUWalk) Check(d Device) error {
 		return c.err
 	}
 	c.positive("Steps", a.Steps)
+	if !c.walkSizes(a.Steps, a.Batch, a.Hidden) {
+		return c.err
+	}
 	bh, n := a.Batch*a.Hidden, a.Steps*a.Batch*a.Hidden
 	c.buf("XPre", a.XPre, a.DType, 3*n)
 	c.buf("HPre", a.HPre, a.DType, 3*bh)
@@ -293,6 +299,9 @@ func (a LSTMGradWalk) Check(d Device) error {
 		return c.err
 	}
 	c.positive("Steps", a.Steps)
+	if !c.walkSizes(a.Steps, a.Batch, a.Hidden) {
+		return c.err
+	}
 	bh, n := a.Batch*a.Hidden, a.Steps*a.Batch*a.Hidden
 	c.buf("Act", a.Act, a.DType, 4*n)
 	c.buf("C", a.C, a.DType, n)
@@ -391,6 +400,9 @@ func (a GRUGradWalk) Check(d Device) error {
 		return c.err
 	}
 	c.positive("Steps", a.Steps)
+	if !c.walkSizes(a.Steps, a.Batch, a.Hidden) {
+		return c.err
+	}
 	bh, n := a.Batch*a.Hidden, a.Steps*a.Batch*a.Hidden
 	c.buf("Act", a.Act, a.DType, 4*n)
 	c.buf("H", a.H, a.DType, n)
@@ -529,4 +541,15 @@ func (c *checker) apart(name1 string, b1 Buffer, t DType, n1 int, name2 string, 
 	if lo1 < hi2 && lo2 < hi1 {
 		c.fail("%s overlaps %s", name1, name2)
 	}
+}
+
+// walkSizes checks that a walk's sizes, up to four gate blocks of every
+// step's rows and of W, fit an int, so that the products of its checks
+// and of its steps' views (bh, n, 4·n, 4·Hidden²) cannot overflow; false
+// when they do not.
+func (c *checker) walkSizes(steps, batch, hidden int) bool {
+	if c.mul(4, c.mul(steps, c.mul(batch, hidden))) < 0 || c.mul(4, c.mul(hidden, hidden)) < 0 {
+		c.fail("Steps %d, Batch %d, Hidden %d: 4·Steps·Batch·Hidden or 4·Hidden² elements overflow int", steps, batch, hidden)
+	}
+	return c.err == nil
 }

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,15 +83,15 @@ type recurrent interface {
 // newRecurrent builds the stack cell names. On error it returns a nil
 // interface: a nil *rnn.LSTM in a recurrent would be a non-nil interface
 // whose Close dereferences nil.
-func newRecurrent(d device.Device, cell string, c rnn.Config) (recurrent, error) {
+func newRecurrent(ctx context.Context, d device.Device, cell string, c rnn.Config) (recurrent, error) {
 	if cell == "gru" {
-		g, err := rnn.NewGRU(d, c)
+		g, err := rnn.NewGRU(ctx, d, c)
 		if err != nil {
 			return nil, err
 		}
 		return g, nil
 	}
-	l, err := rnn.NewLSTM(d, c)
+	l, err := rnn.NewLSTM(ctx, d, c)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +112,7 @@ type CharRNN struct {
 // drawn with PyTorch's initialisation from seed. An invalid cfg, an empty
 // vocabulary or a layer the device cannot hold (an error wrapping
 // alloc.ErrOutOfMemory) is an error, and what was built is freed.
-func NewCharRNN(d device.Device, cfg CharRNNConfig, vocab *loader.Vocab, seed uint64) (_ *CharRNN, err error) {
+func NewCharRNN(ctx context.Context, d device.Device, cfg CharRNNConfig, vocab *loader.Vocab, seed uint64) (_ *CharRNN, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -126,7 +127,7 @@ func NewCharRNN(d device.Device, cfg CharRNNConfig, vocab *loader.Vocab, seed ui
 	}()
 	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout, Recompute: cfg.Recompute,
 		NoBranches: cfg.NoBranches, WaveWindows: cfg.WaveWindows}
-	if err := m.build(d, "char-RNN", cfg.Cell, vocab.Len(), vocab.Len(), rc, seed); err != nil {
+	if err := m.build(ctx, d, "char-RNN", cfg.Cell, vocab.Len(), vocab.Len(), rc, seed); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -232,26 +233,26 @@ type chain struct {
 // linear layer over its output, in rc.DType, drawing three seeds from one
 // so the layers do not draw the same numbers. name says which model in
 // errors. On error the layers built so far stay for close.
-func (c *chain) build(d device.Device, name, cell string, vocab, classes int, rc rnn.Config, seed uint64) error {
-	return c.buildEmbed(d, name, cell, vocab, rc.Input, classes, rc, seed)
+func (c *chain) build(ctx context.Context, d device.Device, name, cell string, vocab, classes int, rc rnn.Config, seed uint64) error {
+	return c.buildEmbed(ctx, d, name, cell, vocab, rc.Input, classes, rc, seed)
 }
 
 // buildEmbed is build with an embedding of embed features, fewer than the
 // stack's rc.Input when the model puts more features beside them (the
 // tagger's character features).
-func (c *chain) buildEmbed(d device.Device, name, cell string, vocab, embed, classes int, rc rnn.Config, seed uint64) (err error) {
-	if c.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: vocab, Dim: embed, DType: rc.DType, Seed: seed*3 + 1}); err != nil {
+func (c *chain) buildEmbed(ctx context.Context, d device.Device, name, cell string, vocab, embed, classes int, rc rnn.Config, seed uint64) (err error) {
+	if c.emb, err = rnn.NewEmbedding(ctx, d, rnn.EmbeddingConfig{Vocab: vocab, Dim: embed, DType: rc.DType, Seed: seed*3 + 1}); err != nil {
 		return fmt.Errorf("models: %s embedding: %w", name, err)
 	}
 	rc.Seed = seed*3 + 2
-	if c.rnn, err = newRecurrent(d, cell, rc); err != nil {
+	if c.rnn, err = newRecurrent(ctx, d, cell, rc); err != nil {
 		return fmt.Errorf("models: %s %s stack: %w", name, strings.ToUpper(cell), err)
 	}
 	in := rc.Hidden
 	if rc.Bidirectional {
 		in *= 2
 	}
-	if c.out, err = rnn.NewLinear(d, rnn.LinearConfig{In: in, Out: classes, DType: rc.DType, Seed: seed*3 + 3}); err != nil {
+	if c.out, err = rnn.NewLinear(ctx, d, rnn.LinearConfig{In: in, Out: classes, DType: rc.DType, Seed: seed*3 + 3}); err != nil {
 		return fmt.Errorf("models: %s output layer: %w", name, err)
 	}
 	return nil
@@ -357,12 +358,12 @@ func (c *chain) SetRecompute(k int) error { return c.rnn.SetRecompute(k) }
 // Resume). Metadata that is missing, of another format or inconsistent
 // is an error wrapping train.ErrMismatch; a damaged file, one wrapping
 // train.ErrCorrupt.
-func LoadCharRNN(d device.Device, path string) (*CharRNN, *train.Checkpoint, error) {
+func LoadCharRNN(ctx context.Context, d device.Device, path string) (*CharRNN, *train.Checkpoint, error) {
 	ck, err := train.ReadCheckpoint(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := CharRNNFromCheckpoint(d, ck)
+	m, err := CharRNNFromCheckpoint(ctx, d, ck)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -371,12 +372,12 @@ func LoadCharRNN(d device.Device, path string) (*CharRNN, *train.Checkpoint, err
 
 // CharRNNFromCheckpoint is LoadCharRNN for a checkpoint already read, for
 // a caller that looks at it first (DescribeCharRNN, its Record).
-func CharRNNFromCheckpoint(d device.Device, ck *train.Checkpoint) (*CharRNN, error) {
+func CharRNNFromCheckpoint(ctx context.Context, d device.Device, ck *train.Checkpoint) (*CharRNN, error) {
 	cfg, vocab, err := DescribeCharRNN(ck)
 	if err != nil {
 		return nil, err
 	}
-	m, err := NewCharRNN(d, cfg, vocab, 0)
+	m, err := NewCharRNN(ctx, d, cfg, vocab, 0)
 	if err != nil {
 		return nil, fmt.Errorf("models: %s: %w", ck.Path(), err)
 	}

@@ -1,6 +1,7 @@
 package models_test
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"slices"
@@ -62,7 +63,7 @@ func TestNewCharRNNOutOfMemory(t *testing.T) {
 		t.Run(cell, func(t *testing.T) {
 			d := openLimited(t, limit)
 			cfg.Cell = cell
-			m, err := models.NewCharRNN(d, cfg, vocab(t, "abc"), 1)
+			m, err := models.NewCharRNN(context.Background(), d, cfg, vocab(t, "abc"), 1)
 			if m != nil {
 				m.Close()
 				t.Fatalf("NewCharRNN on %d bytes built a model of %+v", limit, cfg)
@@ -86,7 +87,7 @@ func TestLoadCharRNNOutOfMemory(t *testing.T) {
 	cfg := models.CharRNNConfig{Cell: "lstm", Embed: 16, Hidden: 512, Layers: 1}
 	path := filepath.Join(t.TempDir(), "big.safetensors")
 	d := testdevice.Open(t)
-	m, err := models.NewCharRNN(d, cfg, vocab(t, "abc"), 1)
+	m, err := models.NewCharRNN(context.Background(), d, cfg, vocab(t, "abc"), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestLoadCharRNNOutOfMemory(t *testing.T) {
 
 	const limit = 4 << 20
 	small := openLimited(t, limit)
-	m, ck, err := models.LoadCharRNN(small, path)
+	m, ck, err := models.LoadCharRNN(context.Background(), small, path)
 	if m != nil || ck != nil {
 		m.Close()
 		t.Fatalf("LoadCharRNN on %d bytes built a model of %+v", limit, cfg)
@@ -115,7 +116,7 @@ func TestLoadCharRNNOutOfMemory(t *testing.T) {
 // to add them (it used to say only `format "", want ...`).
 func TestLoadCharRNNWithoutMetadata(t *testing.T) {
 	d := testdevice.Open(t)
-	m, err := models.NewCharRNN(d, models.CharRNNConfig{Cell: "gru", Embed: 3, Hidden: 4, Layers: 1}, vocab(t, "ab"), 1)
+	m, err := models.NewCharRNN(context.Background(), d, models.CharRNNConfig{Cell: "gru", Embed: 3, Hidden: 4, Layers: 1}, vocab(t, "ab"), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestLoadCharRNNWithoutMetadata(t *testing.T) {
 		if err := train.SaveWeights(path, d, m.Groups(), c.meta); err != nil {
 			t.Fatal(err)
 		}
-		_, _, err := models.LoadCharRNN(d, path)
+		_, _, err := models.LoadCharRNN(context.Background(), d, path)
 		if !errors.Is(err, train.ErrMismatch) || !strings.Contains(err.Error(), "no "+c.missing+" metadata") ||
 			!strings.Contains(err.Error(), "Models from PyTorch") {
 			t.Errorf("LoadCharRNN of a file with metadata %v: got %v, want ErrMismatch naming %s and the documentation", c.meta, err, c.missing)
@@ -152,7 +153,7 @@ func TestCharRNNNoGradBetweenTrainAndBackward(t *testing.T) {
 	v := vocab(t, "abcdefg")
 	for _, cell := range []string{"lstm", "gru"} {
 		t.Run(cell, func(t *testing.T) {
-			m, err := models.NewCharRNN(d, models.CharRNNConfig{Cell: cell, Embed: 4, Hidden: 6, Layers: 2}, v, 1)
+			m, err := models.NewCharRNN(context.Background(), d, models.CharRNNConfig{Cell: cell, Embed: 4, Hidden: 6, Layers: 2}, v, 1)
 			check(t, err)
 			defer m.Close()
 			ce, err := rnn.NewCrossEntropy(d, v.Len(), device.Float32)

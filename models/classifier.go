@@ -1,6 +1,7 @@
 package models
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -142,7 +143,7 @@ func (s *scratch) get(d device.Device, cat device.Category, dt device.DType, n i
 // NewClassifier builds a classifier on d over the token and label
 // vocabularies, its parameters drawn with PyTorch's initialisation from
 // seed.
-func NewClassifier(d device.Device, cfg ClassifierConfig, tokens *loader.Words, labels *loader.Labels, seed uint64) (_ *Classifier, err error) {
+func NewClassifier(ctx context.Context, d device.Device, cfg ClassifierConfig, tokens *loader.Words, labels *loader.Labels, seed uint64) (_ *Classifier, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -173,7 +174,7 @@ func NewClassifier(d device.Device, cfg ClassifierConfig, tokens *loader.Words, 
 	}()
 	rc := rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout, Bidirectional: cfg.Bidirectional,
 		DType: cfg.DType, Recompute: cfg.Recompute}
-	if err := m.build(d, "classifier", cfg.Cell, tokens.Len(), labels.Len(), rc, seed); err != nil {
+	if err := m.build(ctx, d, "classifier", cfg.Cell, tokens.Len(), labels.Len(), rc, seed); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -415,12 +416,12 @@ func (m *Classifier) Metadata() map[string]string {
 // of more than one character for input "chars") is an error wrapping
 // train.ErrMismatch, and so are tensors that do not fit the
 // configuration; a damaged file is one wrapping train.ErrCorrupt.
-func LoadClassifier(d device.Device, path string) (*Classifier, *train.Checkpoint, error) {
+func LoadClassifier(ctx context.Context, d device.Device, path string) (*Classifier, *train.Checkpoint, error) {
 	ck, err := train.ReadCheckpoint(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := ClassifierFromCheckpoint(d, ck)
+	m, err := ClassifierFromCheckpoint(ctx, d, ck)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -428,7 +429,7 @@ func LoadClassifier(d device.Device, path string) (*Classifier, *train.Checkpoin
 }
 
 // ClassifierFromCheckpoint is LoadClassifier for a checkpoint already read.
-func ClassifierFromCheckpoint(d device.Device, ck *train.Checkpoint) (*Classifier, error) {
+func ClassifierFromCheckpoint(ctx context.Context, d device.Device, ck *train.Checkpoint) (*Classifier, error) {
 	bad := func(format string, args ...any) error { return mismatch(ck, format, args...) }
 	var cfg ClassifierConfig
 	var vocab, labels []string
@@ -443,7 +444,7 @@ func ClassifierFromCheckpoint(d device.Device, ck *train.Checkpoint) (*Classifie
 	if err != nil {
 		return nil, bad("labels metadata: %v", err)
 	}
-	m, err := NewClassifier(d, cfg, tv, lv, 0)
+	m, err := NewClassifier(ctx, d, cfg, tv, lv, 0)
 	if err != nil {
 		return nil, built(ck, err)
 	}

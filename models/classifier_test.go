@@ -1,6 +1,7 @@
 package models_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,7 +66,7 @@ func TestClassifierAgreesWithTorch(t *testing.T) {
 	for _, c := range fx.Cases {
 		t.Run(fmt.Sprintf("%s/%s/layers%d/bidirectional=%v", c.Pool, c.Cell, c.Layers, c.Bidirectional), func(t *testing.T) {
 			words, labels := fixtureVocabs(t, c.Vocab, []string{"x", "y", "z"}[:c.Classes])
-			m, err := models.NewClassifier(d, models.ClassifierConfig{Cell: c.Cell, Embed: c.Embed, Hidden: c.Hidden, Layers: c.Layers,
+			m, err := models.NewClassifier(context.Background(), d, models.ClassifierConfig{Cell: c.Cell, Embed: c.Embed, Hidden: c.Hidden, Layers: c.Layers,
 				Bidirectional: c.Bidirectional, Pool: c.Pool, DType: device.Float64}, words, labels, 1)
 			check(t, err)
 			defer m.Close()
@@ -204,7 +205,7 @@ func TestClassifierGradientsFiniteDifference(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%s/layers%d/bidirectional=%v", cfg.Pool, cfg.Cell, cfg.Layers, cfg.Bidirectional), func(t *testing.T) {
 			cfg.DType = device.Float64
 			words, labels := fixtureVocabs(t, V, []string{"x", "y", "z"})
-			m, err := models.NewClassifier(d, cfg, words, labels, 5)
+			m, err := models.NewClassifier(context.Background(), d, cfg, words, labels, 5)
 			check(t, err)
 			defer m.Close()
 			// Weights three times PyTorch's initial ones: gradients that
@@ -307,7 +308,7 @@ func TestClassifierSaveLoad(t *testing.T) {
 		{Cell: "lstm", Embed: 3, Hidden: 2, Layers: 2, Bidirectional: true, Input: models.InputChars}, // "last", recorded as such
 	} {
 		t.Run(fmt.Sprintf("pool=%q/%s", cfg.Pool, cfg.Cell), func(t *testing.T) {
-			m, err := models.NewClassifier(d, cfg, chars, labels, 7)
+			m, err := models.NewClassifier(context.Background(), d, cfg, chars, labels, 7)
 			check(t, err)
 			defer m.Close()
 			meta := m.Metadata()
@@ -328,7 +329,7 @@ func TestClassifierSaveLoad(t *testing.T) {
 			}
 			path := filepath.Join(t.TempDir(), "classifier.safetensors")
 			check(t, train.SaveWeights(path, d, m.Groups(), meta))
-			loaded, ck, err := models.LoadClassifier(d, path)
+			loaded, ck, err := models.LoadClassifier(context.Background(), d, path)
 			check(t, err)
 			defer loaded.Close()
 			if ck == nil || loaded.Config() != m.Config() || !slices.Equal(loaded.Vocab().Items(), chars.Items()) ||
@@ -359,7 +360,7 @@ func TestLoadClassifierMismatch(t *testing.T) {
 	check(t, err)
 	labels, err := loader.NewLabels([]string{"neg", "pos"})
 	check(t, err)
-	m, err := models.NewClassifier(d, models.ClassifierConfig{Cell: "lstm", Embed: 3, Hidden: 2, Layers: 1, Pool: models.PoolMean}, words, labels, 1)
+	m, err := models.NewClassifier(context.Background(), d, models.ClassifierConfig{Cell: "lstm", Embed: 3, Hidden: 2, Layers: 1, Pool: models.PoolMean}, words, labels, 1)
 	check(t, err)
 	defer m.Close()
 	dir := t.TempDir()
@@ -408,7 +409,7 @@ func TestLoadClassifierMismatch(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(dir, c.name+".safetensors")
 			check(t, train.SaveWeights(path, d, m.Groups(), c.meta))
-			_, _, err := models.LoadClassifier(d, path)
+			_, _, err := models.LoadClassifier(context.Background(), d, path)
 			t.Log(err)
 			if !errors.Is(err, train.ErrMismatch) {
 				t.Errorf("LoadClassifier = %v, want an error wrapping train.ErrMismatch", err)
@@ -416,12 +417,12 @@ func TestLoadClassifierMismatch(t *testing.T) {
 		})
 	}
 	t.Run("CharRNN", func(t *testing.T) {
-		if _, _, err := models.LoadClassifier(d, "testdata/torch_lstm.safetensors"); !errors.Is(err, train.ErrMismatch) {
+		if _, _, err := models.LoadClassifier(context.Background(), d, "testdata/torch_lstm.safetensors"); !errors.Is(err, train.ErrMismatch) {
 			t.Errorf("loading a char-RNN checkpoint as a classifier: %v, want ErrMismatch", err)
 		}
 	})
 	t.Run("Missing", func(t *testing.T) {
-		if _, _, err := models.LoadClassifier(d, filepath.Join(dir, "none.safetensors")); !errors.Is(err, fs.ErrNotExist) {
+		if _, _, err := models.LoadClassifier(context.Background(), d, filepath.Join(dir, "none.safetensors")); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("LoadClassifier of a missing file = %v, want fs.ErrNotExist", err)
 		}
 	})
@@ -430,7 +431,7 @@ func TestLoadClassifierMismatch(t *testing.T) {
 		// "last" classifier of words.
 		path := filepath.Join(dir, "defaults.safetensors")
 		check(t, train.SaveWeights(path, d, m.Groups(), config(`,"pool":"mean","input":"words"`, ``)))
-		loaded, _, err := models.LoadClassifier(d, path)
+		loaded, _, err := models.LoadClassifier(context.Background(), d, path)
 		check(t, err)
 		defer loaded.Close()
 		if c := loaded.Config(); c.Pool != models.PoolLast || c.Input != models.InputWords {
@@ -440,7 +441,7 @@ func TestLoadClassifierMismatch(t *testing.T) {
 	// A classifier's file is not a tagger's either.
 	path := filepath.Join(dir, "classifier.safetensors")
 	check(t, train.SaveWeights(path, d, m.Groups(), m.Metadata()))
-	if _, _, err := models.LoadTagger(d, path); !errors.Is(err, train.ErrMismatch) {
+	if _, _, err := models.LoadTagger(context.Background(), d, path); !errors.Is(err, train.ErrMismatch) {
 		t.Errorf("LoadTagger of a classifier checkpoint = %v, want ErrMismatch", err)
 	}
 }

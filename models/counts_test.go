@@ -68,7 +68,7 @@ func TestCopyCounts(t *testing.T) {
 				if cell == "gru" {
 					model, step, carried = int64(2+2*L), int64(3+2*L), 1
 				}
-				m, err := models.NewCharRNN(d, models.CharRNNConfig{Cell: cell, Embed: 8, Hidden: 16, Layers: L}, v, 1)
+				m, err := models.NewCharRNN(context.Background(), d, models.CharRNNConfig{Cell: cell, Embed: 8, Hidden: 16, Layers: L}, v, 1)
 				check(t, err)
 				defer m.Close()
 

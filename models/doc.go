@@ -45,7 +45,7 @@
 // (train.Sample) feeds each drawn character back in; evaluation
 // (train.Evaluate) gives the loss in nats and bits per character.
 //
-//	m, err := models.NewCharRNN(d, models.CharRNNConfig{Cell: "lstm", Embed: 64, Hidden: 256, Layers: 2}, text.Vocab(), 1)
+//	m, err := models.NewCharRNN(ctx, d, models.CharRNNConfig{Cell: "lstm", Embed: 64, Hidden: 256, Layers: 2}, text.Vocab(), 1)
 //	...
 //	tr, err := train.New(d, m, batches, train.Config{Optimizer: opt, Steps: 1000,
 //		Checkpoint: "run.safetensors", Metadata: m.Metadata()})

@@ -40,7 +40,7 @@ func ExampleNewTaggerChars() {
 	defer data.Close()
 
 	cfg := models.TaggerConfig{Cell: "lstm", Embed: 8, Hidden: 16, Layers: 1, Bidirectional: true, CharEmbed: 4, CharHidden: 8}
-	m, err := models.NewTaggerChars(d, cfg, data.Words, data.Chars, data.Labels, 1)
+	m, err := models.NewTaggerChars(context.Background(), d, cfg, data.Words, data.Chars, data.Labels, 1)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	m, err := models.NewCharRNN(d, models.CharRNNConfig{Cell: "lstm", Embed: 16, Hidden: 64, Layers: 1}, text.Vocab(), 1)
+	m, err := models.NewCharRNN(context.Background(), d, models.CharRNNConfig{Cell: "lstm", Embed: 16, Hidden: 64, Layers: 1}, text.Vocab(), 1)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func ExampleLoadCharRNN() {
 	}
 	defer d.Close()
 
-	m, ck, err := models.LoadCharRNN(d, "testdata/torch_gru.safetensors")
+	m, ck, err := models.LoadCharRNN(context.Background(), d, "testdata/torch_gru.safetensors")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -38,27 +39,27 @@ func TestEveryLoadAllocationFails(t *testing.T) {
 		load  func(d device.Device, path string) (model, error)
 	}{
 		{"charrnn", func(d device.Device) (model, error) {
-			return NewCharRNN(d, CharRNNConfig{Cell: "gru", Embed: 4, Hidden: 6, Layers: 2}, vocab, 1)
+			return NewCharRNN(context.Background(), d, CharRNNConfig{Cell: "gru", Embed: 4, Hidden: 6, Layers: 2}, vocab, 1)
 		}, func(d device.Device, path string) (model, error) {
-			m, _, err := LoadCharRNN(d, path)
+			m, _, err := LoadCharRNN(context.Background(), d, path)
 			if m == nil {
 				return nil, err
 			}
 			return m, err
 		}},
 		{"tagger", func(d device.Device) (model, error) {
-			return NewTaggerChars(d, TaggerConfig{Cell: "lstm", Embed: 4, Hidden: 6, Layers: 2, Bidirectional: true, CharEmbed: 3, CharHidden: 4}, words, chars, labels, 1)
+			return NewTaggerChars(context.Background(), d, TaggerConfig{Cell: "lstm", Embed: 4, Hidden: 6, Layers: 2, Bidirectional: true, CharEmbed: 3, CharHidden: 4}, words, chars, labels, 1)
 		}, func(d device.Device, path string) (model, error) {
-			m, _, err := LoadTagger(d, path)
+			m, _, err := LoadTagger(context.Background(), d, path)
 			if m == nil {
 				return nil, err
 			}
 			return m, err
 		}},
 		{"classifier", func(d device.Device) (model, error) {
-			return NewClassifier(d, ClassifierConfig{Cell: "lstm", Embed: 4, Hidden: 6, Layers: 1, Pool: PoolMax}, words, labels, 1)
+			return NewClassifier(context.Background(), d, ClassifierConfig{Cell: "lstm", Embed: 4, Hidden: 6, Layers: 1, Pool: PoolMax}, words, labels, 1)
 		}, func(d device.Device, path string) (model, error) {
-			m, _, err := LoadClassifier(d, path)
+			m, _, err := LoadClassifier(context.Background(), d, path)
 			if m == nil {
 				return nil, err
 			}

@@ -207,7 +207,7 @@ func charRNNRun(ctx context.Context, d device.Device, spec MemorySpec, opt train
 	if err != nil {
 		return nil, err
 	}
-	m, err := NewCharRNN(d, *spec.CharRNN, vocab, 1)
+	m, err := NewCharRNN(ctx, d, *spec.CharRNN, vocab, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -257,13 +257,13 @@ func seqRun(ctx context.Context, d device.Device, spec MemorySpec, opt train.Opt
 	var m seqModel
 	switch {
 	case spec.Tagger != nil && chars:
-		m, err = asSeqModel(NewTaggerChars(d, *spec.Tagger, data.Words, data.Chars, data.Labels, 1))
+		m, err = asSeqModel(NewTaggerChars(ctx, d, *spec.Tagger, data.Words, data.Chars, data.Labels, 1))
 	case spec.Tagger != nil:
-		m, err = asSeqModel(NewTagger(d, *spec.Tagger, data.Words, data.Labels, 1))
+		m, err = asSeqModel(NewTagger(ctx, d, *spec.Tagger, data.Words, data.Labels, 1))
 	case texts:
-		m, err = asSeqModel(NewClassifier(d, *spec.Classifier, data.Chars, data.Labels, 1))
+		m, err = asSeqModel(NewClassifier(ctx, d, *spec.Classifier, data.Chars, data.Labels, 1))
 	default:
-		m, err = asSeqModel(NewClassifier(d, *spec.Classifier, data.Words, data.Labels, 1))
+		m, err = asSeqModel(NewClassifier(ctx, d, *spec.Classifier, data.Words, data.Labels, 1))
 	}
 	if err != nil {
 		return nil, err

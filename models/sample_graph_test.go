@@ -32,7 +32,7 @@ func TestSampleGraph(t *testing.T) {
 	for _, cell := range []string{"lstm", "gru"} {
 		for _, topK := range []int{0, 5} {
 			t.Run(cell, func(t *testing.T) {
-				m, err := models.NewCharRNN(d, models.CharRNNConfig{Cell: cell, Embed: 8, Hidden: 24, Layers: 2}, v, 3)
+				m, err := models.NewCharRNN(context.Background(), d, models.CharRNNConfig{Cell: cell, Embed: 8, Hidden: 24, Layers: 2}, v, 3)
 				check(t, err)
 				defer m.Close()
 				sample := func(model train.Model) (ids []int32, graphs int64) {

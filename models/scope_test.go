@@ -57,7 +57,7 @@ func (j *scopeJob) run(ctx context.Context, d device.Device) (err error) {
 			return err
 		}
 	}
-	m, err := NewCharRNN(s, CharRNNConfig{Cell: "lstm", Embed: 8, Hidden: 16, Layers: 2}, modelVocab, 7)
+	m, err := NewCharRNN(context.Background(), s, CharRNNConfig{Cell: "lstm", Embed: 8, Hidden: 16, Layers: 2}, modelVocab, 7)
 	if err != nil {
 		return err
 	}

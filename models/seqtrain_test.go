@@ -76,12 +76,12 @@ func seqModel(t *testing.T, d device.Device, data *loader.Dataset, cell string, 
 } {
 	t.Helper()
 	if data.Tagging {
-		m, err := models.NewTagger(d, models.TaggerConfig{Cell: cell, Embed: 6, Hidden: 5, Layers: 2, Bidirectional: true,
+		m, err := models.NewTagger(context.Background(), d, models.TaggerConfig{Cell: cell, Embed: 6, Hidden: 5, Layers: 2, Bidirectional: true,
 			Dropout: dropout, DType: device.Float64}, data.Words, data.Labels, 11)
 		check(t, err)
 		return m
 	}
-	m, err := models.NewClassifier(d, models.ClassifierConfig{Cell: cell, Embed: 6, Hidden: 5, Layers: 2, Bidirectional: true,
+	m, err := models.NewClassifier(context.Background(), d, models.ClassifierConfig{Cell: cell, Embed: 6, Hidden: 5, Layers: 2, Bidirectional: true,
 		Dropout: dropout, DType: device.Float64}, data.Words, data.Labels, 11)
 	check(t, err)
 	return m

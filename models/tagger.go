@@ -1,6 +1,7 @@
 package models
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -105,8 +106,8 @@ type Tagger struct {
 // parameters drawn with PyTorch's initialisation from seed. What was built
 // is freed on error. A config with character features needs
 // NewTaggerChars.
-func NewTagger(d device.Device, cfg TaggerConfig, words *loader.Words, tags *loader.Labels, seed uint64) (*Tagger, error) {
-	return NewTaggerChars(d, cfg, words, nil, tags, seed)
+func NewTagger(ctx context.Context, d device.Device, cfg TaggerConfig, words *loader.Words, tags *loader.Labels, seed uint64) (*Tagger, error) {
+	return NewTaggerChars(ctx, d, cfg, words, nil, tags, seed)
 }
 
 // NewTaggerChars is NewTagger for a config with character features
@@ -114,7 +115,7 @@ func NewTagger(d device.Device, cfg TaggerConfig, words *loader.Words, tags *loa
 // "<pad>", 1 "<unk>": a dataset's loader.Dataset.Chars, or a checkpoint's);
 // chars must be nil for a config without. The character layers' seeds
 // are drawn from seed too, differing from the other layers'.
-func NewTaggerChars(d device.Device, cfg TaggerConfig, words, chars *loader.Words, tags *loader.Labels, seed uint64) (_ *Tagger, err error) {
+func NewTaggerChars(ctx context.Context, d device.Device, cfg TaggerConfig, words, chars *loader.Words, tags *loader.Labels, seed uint64) (_ *Tagger, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -134,7 +135,7 @@ func NewTaggerChars(d device.Device, cfg TaggerConfig, words, chars *loader.Word
 	}()
 	rc := rnn.Config{Input: cfg.Embed + 2*cfg.CharHidden, Hidden: cfg.Hidden, Layers: cfg.Layers, Dropout: cfg.Dropout,
 		Bidirectional: cfg.Bidirectional, DType: cfg.DType, Recompute: cfg.Recompute}
-	if err := m.buildEmbed(d, "tagger", cfg.Cell, words.Len(), cfg.Embed, tags.Len(), rc, seed); err != nil {
+	if err := m.buildEmbed(ctx, d, "tagger", cfg.Cell, words.Len(), cfg.Embed, tags.Len(), rc, seed); err != nil {
 		return nil, err
 	}
 	if !cfg.hasChars() {
@@ -142,10 +143,10 @@ func NewTaggerChars(d device.Device, cfg TaggerConfig, words, chars *loader.Word
 	}
 	// The chain drew seed·3 + 1, 2, 3; seed·5 + 4 and 5 are none of those
 	// (for seeds below 2^61).
-	if m.charEmb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: chars.Len(), Dim: cfg.CharEmbed, DType: cfg.DType, Seed: seed*5 + 4}); err != nil {
+	if m.charEmb, err = rnn.NewEmbedding(ctx, d, rnn.EmbeddingConfig{Vocab: chars.Len(), Dim: cfg.CharEmbed, DType: cfg.DType, Seed: seed*5 + 4}); err != nil {
 		return nil, fmt.Errorf("models: tagger character embedding: %w", err)
 	}
-	if m.charRNN, err = rnn.NewLSTM(d, rnn.Config{Input: cfg.CharEmbed, Hidden: cfg.CharHidden, Layers: 1, Bidirectional: true,
+	if m.charRNN, err = rnn.NewLSTM(ctx, d, rnn.Config{Input: cfg.CharEmbed, Hidden: cfg.CharHidden, Layers: 1, Bidirectional: true,
 		DType: cfg.DType, Seed: seed*5 + 5}); err != nil {
 		return nil, fmt.Errorf("models: tagger character LSTM: %w", err)
 	}
@@ -448,12 +449,12 @@ func (m *Tagger) Close() error {
 // words and tags metadata, and chars with character features) on d and loads its weights. Metadata that is
 // missing, of another format or inconsistent is an error wrapping
 // train.ErrMismatch; a damaged file, one wrapping train.ErrCorrupt.
-func LoadTagger(d device.Device, path string) (*Tagger, *train.Checkpoint, error) {
+func LoadTagger(ctx context.Context, d device.Device, path string) (*Tagger, *train.Checkpoint, error) {
 	ck, err := train.ReadCheckpoint(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := TaggerFromCheckpoint(d, ck)
+	m, err := TaggerFromCheckpoint(ctx, d, ck)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -461,7 +462,7 @@ func LoadTagger(d device.Device, path string) (*Tagger, *train.Checkpoint, error
 }
 
 // TaggerFromCheckpoint is LoadTagger for a checkpoint already read.
-func TaggerFromCheckpoint(d device.Device, ck *train.Checkpoint) (*Tagger, error) {
+func TaggerFromCheckpoint(ctx context.Context, d device.Device, ck *train.Checkpoint) (*Tagger, error) {
 	bad := func(format string, args ...any) error { return mismatch(ck, format, args...) }
 	var cfg TaggerConfig
 	var words, tags []string
@@ -493,7 +494,7 @@ func TaggerFromCheckpoint(d device.Device, ck *train.Checkpoint) (*Tagger, error
 			return nil, bad("chars metadata: %v", err)
 		}
 	}
-	m, err := NewTaggerChars(d, cfg, wv, cv, tv, 0)
+	m, err := NewTaggerChars(ctx, d, cfg, wv, cv, tv, 0)
 	if err != nil {
 		return nil, built(ck, err)
 	}

@@ -1,6 +1,7 @@
 package models_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -210,7 +211,7 @@ func replayTraining(t *testing.T, d device.Device, dt device.DType, tr trainFixt
 	if c.CharEmbed > 0 {
 		chars = fixtureChars(t, tr.CharVocab)
 	}
-	m, err := models.NewTaggerChars(d, models.TaggerConfig{Cell: c.Cell, Embed: c.Embed, Hidden: c.Hidden, Layers: c.Layers,
+	m, err := models.NewTaggerChars(context.Background(), d, models.TaggerConfig{Cell: c.Cell, Embed: c.Embed, Hidden: c.Hidden, Layers: c.Layers,
 		Bidirectional: c.Bidirectional, CharEmbed: c.CharEmbed, CharHidden: c.CharHidden, DType: dt}, words, chars, tags, 1)
 	check(t, err)
 	defer m.Close()
@@ -317,7 +318,7 @@ func charsTagger(t *testing.T, d device.Device, cell string, bidir bool) (*model
 	t.Helper()
 	words, tags := fixtureVocabs(t, 6, []string{"A", "B", "C"})
 	chars := fixtureChars(t, 5)
-	m, err := models.NewTaggerChars(d, models.TaggerConfig{Cell: cell, Embed: 2, Hidden: 2, Layers: 1, Bidirectional: bidir,
+	m, err := models.NewTaggerChars(context.Background(), d, models.TaggerConfig{Cell: cell, Embed: 2, Hidden: 2, Layers: 1, Bidirectional: bidir,
 		CharEmbed: 2, CharHidden: 2, DType: device.Float64}, words, chars, tags, 11)
 	check(t, err)
 	t.Cleanup(func() { m.Close() })
@@ -471,14 +472,14 @@ func TestTaggerCharsErrors(t *testing.T) {
 	} {
 		cfg := base
 		cfg.CharEmbed, cfg.CharHidden = c.embed, c.hid
-		if m, err := models.NewTaggerChars(d, cfg, words, c.chars, tags, 1); err == nil {
+		if m, err := models.NewTaggerChars(context.Background(), d, cfg, words, c.chars, tags, 1); err == nil {
 			m.Close()
 			t.Errorf("%s: no error", c.name)
 		}
 	}
 	cfg := base
 	cfg.CharEmbed, cfg.CharHidden = 3, 2
-	if m, err := models.NewTagger(d, cfg, words, tags, 1); err == nil {
+	if m, err := models.NewTagger(context.Background(), d, cfg, words, tags, 1); err == nil {
 		m.Close()
 		t.Error("NewTagger with character features: no error")
 	}
@@ -501,7 +502,7 @@ func TestTaggerCharsErrors(t *testing.T) {
 	delete(meta, "chars")
 	path := filepath.Join(t.TempDir(), "nochars.safetensors")
 	check(t, train.SaveWeights(path, d, m.Groups(), meta))
-	if _, _, err := models.LoadTagger(d, path); !errors.Is(err, train.ErrMismatch) || !strings.Contains(err.Error(), "chars") {
+	if _, _, err := models.LoadTagger(context.Background(), d, path); !errors.Is(err, train.ErrMismatch) || !strings.Contains(err.Error(), "chars") {
 		t.Errorf("loading without chars metadata: %v, want ErrMismatch naming chars", err)
 	}
 	// And after all that, the model still trains.

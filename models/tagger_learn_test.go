@@ -53,7 +53,7 @@ func TestTaggerLearnsTheNextWord(t *testing.T) {
 	defer data.Close()
 	for _, bidir := range []bool{true, false} {
 		t.Run(fmt.Sprint("bidirectional=", bidir), func(t *testing.T) {
-			m, err := models.NewTagger(d, models.TaggerConfig{Cell: "lstm", Embed: 8, Hidden: 16, Layers: 1, Bidirectional: bidir},
+			m, err := models.NewTagger(context.Background(), d, models.TaggerConfig{Cell: "lstm", Embed: 8, Hidden: 16, Layers: 1, Bidirectional: bidir},
 				data.Words, data.Labels, 5)
 			check(t, err)
 			defer m.Close()
@@ -135,7 +135,7 @@ func TestTaggerLearnsSuffixes(t *testing.T) {
 			if chars {
 				cfg.CharEmbed, cfg.CharHidden, cv = 8, 16, data.Chars
 			}
-			m, err := models.NewTaggerChars(d, cfg, data.Words, cv, data.Labels, 5)
+			m, err := models.NewTaggerChars(context.Background(), d, cfg, data.Words, cv, data.Labels, 5)
 			check(t, err)
 			defer m.Close()
 			ce, err := rnn.NewCrossEntropyConfig(d, rnn.CrossEntropyConfig{Classes: data.Labels.Len(), Ignore: true, IgnoreIndex: loader.IgnoreLabel})

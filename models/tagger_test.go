@@ -1,6 +1,7 @@
 package models_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -85,7 +86,7 @@ func TestTaggerAgreesWithTorch(t *testing.T) {
 			if c.CharEmbed > 0 {
 				chars = fixtureChars(t, c.CharVocab)
 			}
-			m, err := models.NewTaggerChars(d, models.TaggerConfig{Cell: c.Cell, Embed: c.Embed, Hidden: c.Hidden, Layers: c.Layers,
+			m, err := models.NewTaggerChars(context.Background(), d, models.TaggerConfig{Cell: c.Cell, Embed: c.Embed, Hidden: c.Hidden, Layers: c.Layers,
 				Bidirectional: c.Bidirectional, CharEmbed: c.CharEmbed, CharHidden: c.CharHidden, DType: device.Float64}, words, chars, tags, 1)
 			check(t, err)
 			defer m.Close()
@@ -172,12 +173,12 @@ func TestTaggerSaveLoad(t *testing.T) {
 				"char_rnn.weight_ih_l0_reverse", "char_rnn.weight_hh_l0_reverse", "char_rnn.bias_ih_l0_reverse", "char_rnn.bias_hh_l0_reverse"}},
 	} {
 		t.Run(fmt.Sprintf("chars=%d,%d", c.cfg.CharEmbed, c.cfg.CharHidden), func(t *testing.T) {
-			m, err := models.NewTaggerChars(d, c.cfg, words, c.chars, tags, 7)
+			m, err := models.NewTaggerChars(context.Background(), d, c.cfg, words, c.chars, tags, 7)
 			check(t, err)
 			defer m.Close()
 			path := filepath.Join(t.TempDir(), "tagger.safetensors")
 			check(t, train.SaveWeights(path, d, m.Groups(), m.Metadata()))
-			back, _, err := models.LoadTagger(d, path)
+			back, _, err := models.LoadTagger(context.Background(), d, path)
 			check(t, err)
 			defer back.Close()
 			if back.Config() != m.Config() || !slices.Equal(back.Words().Items(), words.Items()) || !slices.Equal(back.Tags().Items(), tags.Items()) {
@@ -218,7 +219,7 @@ func TestTaggerSaveLoad(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := models.LoadTagger(d, "testdata/torch_lstm.safetensors"); !errors.Is(err, train.ErrMismatch) {
+	if _, _, err := models.LoadTagger(context.Background(), d, "testdata/torch_lstm.safetensors"); !errors.Is(err, train.ErrMismatch) {
 		t.Errorf("loading a char-RNN checkpoint as a tagger: %v, want ErrMismatch", err)
 	}
 }
@@ -238,7 +239,7 @@ func TestTaggerAccumulation(t *testing.T) {
 	check(t, err)
 	tags, err := loader.NewLabels([]string{"A", "B", "C"})
 	check(t, err)
-	m, err := models.NewTagger(d, models.TaggerConfig{Cell: "lstm", Embed: 4, Hidden: 5, Layers: 2, Bidirectional: true, DType: device.Float64}, words, tags, 3)
+	m, err := models.NewTagger(context.Background(), d, models.TaggerConfig{Cell: "lstm", Embed: 4, Hidden: 5, Layers: 2, Bidirectional: true, DType: device.Float64}, words, tags, 3)
 	check(t, err)
 	defer m.Close()
 	ce, err := rnn.NewCrossEntropyConfig(d, rnn.CrossEntropyConfig{Classes: 3, DType: device.Float64, Ignore: true, IgnoreIndex: loader.IgnoreLabel})

@@ -33,7 +33,7 @@ var cells = []string{"lstm", "gru"}
 // fixture corpus in its vocabulary; both are closed when the test ends.
 func loadTorch(t *testing.T, d device.Device, cell string) (*models.CharRNN, *loader.Text) {
 	t.Helper()
-	m, _, err := models.LoadCharRNN(d, fixtures.TorchCheckpoint(cell))
+	m, _, err := models.LoadCharRNN(context.Background(), d, fixtures.TorchCheckpoint(cell))
 	if err != nil {
 		t.Fatal(err)
 	}

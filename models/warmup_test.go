@@ -45,9 +45,9 @@ func TestWarmUp(t *testing.T) {
 					}
 					var m seqModel
 					if spec.Tagger != nil {
-						m, err = NewTaggerChars(d, *spec.Tagger, data.Words, data.Chars, data.Labels, 7)
+						m, err = NewTaggerChars(context.Background(), d, *spec.Tagger, data.Words, data.Chars, data.Labels, 7)
 					} else {
-						m, err = NewClassifier(d, *spec.Classifier, data.Words, data.Labels, 7)
+						m, err = NewClassifier(context.Background(), d, *spec.Classifier, data.Words, data.Labels, 7)
 					}
 					if err != nil {
 						t.Fatal(err)

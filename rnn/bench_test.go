@@ -1,6 +1,7 @@
 package rnn_test
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -110,10 +111,10 @@ func newCharRNN(b testing.TB, cell string, hidden, layers, batch, seq int) *char
 	d := testdevice.Open(b)
 	c := &charRNN{d: d, T: seq, B: batch, V: V}
 	var err error
-	c.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: V, Dim: E, Seed: 1})
+	c.emb, err = rnn.NewEmbedding(context.Background(), d, rnn.EmbeddingConfig{Vocab: V, Dim: E, Seed: 1})
 	ok(b, err)
 	c.rnn = newRecurrent(b, d, cell, rnn.Config{Input: E, Hidden: hidden, Layers: layers, Seed: 2})
-	c.out, err = rnn.NewLinear(d, rnn.LinearConfig{In: hidden, Out: V, Seed: 3})
+	c.out, err = rnn.NewLinear(context.Background(), d, rnn.LinearConfig{In: hidden, Out: V, Seed: 3})
 	ok(b, err)
 	c.ce, err = rnn.NewCrossEntropy(d, V, device.Float32)
 	ok(b, err)

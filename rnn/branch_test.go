@@ -1,6 +1,7 @@
 package rnn
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -154,7 +155,7 @@ func metaStep(t *testing.T, cfg meta.Config) (*meta.Device, *stack, func() error
 	d, err := meta.Open(cfg)
 	must(t, err)
 	t.Cleanup(func() { _ = d.Close() })
-	s, err := newStack(d, Config{Input: brI, Hidden: brH, Layers: 2}, lstmCell{})
+	s, err := newStack(context.Background(), d, Config{Input: brI, Hidden: brH, Layers: 2}, lstmCell{})
 	must(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	x, err := d.Alloc(brT*brB*brI*4, device.Activations)
@@ -500,7 +501,7 @@ func (r *branchResult) add(name string, v []float64) {
 // stack would open it at its first Backward.
 func branchSteps(t *testing.T, d device.Device, lstm bool, c branchCase, noBranches bool) (_ branchResult, n branchCounts) {
 	t.Helper()
-	s, err := newStack(d, Config{Input: brI, Hidden: brH, Layers: c.layers, Dropout: c.dropout, NoBias: c.noBias,
+	s, err := newStack(context.Background(), d, Config{Input: brI, Hidden: brH, Layers: c.layers, Dropout: c.dropout, NoBias: c.noBias,
 		Bidirectional: c.bidir, DType: device.Float64, Seed: 5, Recompute: c.recompute, NoBranches: noBranches, WaveWindows: c.wave}, cellFor(lstm))
 	must(t, err)
 	s.chunkRows = max(c.chunk*brB, 1)

@@ -1,6 +1,7 @@
 package rnn
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -91,7 +92,7 @@ type chunkCase struct {
 func chunkSteps(t *testing.T, d device.Device, c chunkCase, chunkRows int) branchResult {
 	t.Helper()
 	const I, H = 3, 4
-	s, err := newStack(d, Config{Input: I, Hidden: H, Layers: c.layers, Dropout: c.dropout, Bidirectional: c.bidir,
+	s, err := newStack(context.Background(), d, Config{Input: I, Hidden: H, Layers: c.layers, Dropout: c.dropout, Bidirectional: c.bidir,
 		DType: c.dt, Seed: 7, Recompute: c.recompute, WaveWindows: c.wave}, cellFor(c.lstm))
 	must(t, err)
 	defer func() { must(t, s.Close()) }()

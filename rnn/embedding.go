@@ -1,9 +1,11 @@
 package rnn
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/checked"
 )
 
 // EmbeddingConfig describes an embedding table, as PyTorch's
@@ -31,8 +33,11 @@ type Embedding struct {
 	spent         bool
 }
 
-// NewEmbedding allocates an embedding table on d and initialises it.
-func NewEmbedding(d device.Device, c EmbeddingConfig) (*Embedding, error) {
+// NewEmbedding allocates an embedding table on d and initialises it; the
+// initialisation stops with ctx (an error wrapping ctx.Err(), nothing left
+// allocated). A table whose size overflows is refused before anything is
+// allocated.
+func NewEmbedding(ctx context.Context, d device.Device, c EmbeddingConfig) (*Embedding, error) {
 	if d == nil {
 		return nil, fmt.Errorf("rnn: NewEmbedding: no device")
 	}
@@ -44,7 +49,10 @@ func NewEmbedding(d device.Device, c EmbeddingConfig) (*Embedding, error) {
 	if c.Vocab <= 0 || c.Dim <= 0 {
 		return nil, fmt.Errorf("rnn: NewEmbedding: vocab %d, dim %d: each must be positive: %w", c.Vocab, c.Dim, device.ErrShape)
 	}
-	p, err := newParams(d, dt, c.Seed, []paramSpec{{name: "weight", shape: []int{c.Vocab, c.Dim}, normal: true}})
+	if _, ok := checked.Mul(c.Vocab, c.Dim); !ok {
+		return nil, fmt.Errorf("rnn: NewEmbedding: vocab %d × dim %d overflows int: %w", c.Vocab, c.Dim, device.ErrShape)
+	}
+	p, err := newParams(ctx, d, dt, c.Seed, []paramSpec{{name: "weight", shape: []int{c.Vocab, c.Dim}, normal: true}})
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +84,9 @@ func (e *Embedding) Forward(mode Mode, ids device.Buffer, n int) (device.Buffer,
 		return device.Buffer{}, err
 	}
 	if err := input(op, "ids", e.dev, ids, device.Int32, n, shapeOf("n")); err != nil {
+		return device.Buffer{}, err
+	}
+	if err := sizeOK(op, shapeOf("n·dim", n, e.cfg.Dim)); err != nil {
 		return device.Buffer{}, err
 	}
 	dt, k := e.cfg.DType, e.dev.Kernels()

@@ -1,6 +1,7 @@
 package rnn_test
 
 import (
+	"context"
 	"errors"
 	"math"
 	"slices"
@@ -35,10 +36,10 @@ func TestInputMismatches(t *testing.T) {
 	wrongBatch, err := lstm.NewState(B + 1)
 	ok(t, err)
 	defer wrongBatch.Free()
-	emb, err := rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: 5, Dim: I})
+	emb, err := rnn.NewEmbedding(context.Background(), d, rnn.EmbeddingConfig{Vocab: 5, Dim: I})
 	ok(t, err)
 	defer emb.Close()
-	lin, err := rnn.NewLinear(d, rnn.LinearConfig{In: H, Out: 5})
+	lin, err := rnn.NewLinear(context.Background(), d, rnn.LinearConfig{In: H, Out: 5})
 	ok(t, err)
 	defer lin.Close()
 	ce, err := rnn.NewCrossEntropy(d, 5, device.Float32)
@@ -118,20 +119,32 @@ func TestConfigErrors(t *testing.T) {
 		name string
 		make func() error
 	}{
-		{"hidden 0", func() error { _, err := rnn.NewLSTM(d, rnn.Config{Input: 3}); return err }},
-		{"negative layers", func() error { _, err := rnn.NewGRU(d, rnn.Config{Input: 3, Hidden: 2, Layers: -1}); return err }},
-		{"dropout 1", func() error { _, err := rnn.NewLSTM(d, rnn.Config{Input: 3, Hidden: 2, Dropout: 1}); return err }},
+		{"hidden 0", func() error { _, err := rnn.NewLSTM(context.Background(), d, rnn.Config{Input: 3}); return err }},
+		{"negative layers", func() error {
+			_, err := rnn.NewGRU(context.Background(), d, rnn.Config{Input: 3, Hidden: 2, Layers: -1})
+			return err
+		}},
+		{"dropout 1", func() error {
+			_, err := rnn.NewLSTM(context.Background(), d, rnn.Config{Input: 3, Hidden: 2, Dropout: 1})
+			return err
+		}},
 		{"dropout NaN", func() error {
-			_, err := rnn.NewLSTM(d, rnn.Config{Input: 3, Hidden: 2, Dropout: math.NaN()})
+			_, err := rnn.NewLSTM(context.Background(), d, rnn.Config{Input: 3, Hidden: 2, Dropout: math.NaN()})
 			return err
 		}},
 		{"int32 parameters", func() error {
-			_, err := rnn.NewGRU(d, rnn.Config{Input: 3, Hidden: 2, DType: device.Int32})
+			_, err := rnn.NewGRU(context.Background(), d, rnn.Config{Input: 3, Hidden: 2, DType: device.Int32})
 			return err
 		}},
-		{"no device", func() error { _, err := rnn.NewLSTM(nil, rnn.Config{Input: 3, Hidden: 2}); return err }},
-		{"vocab 0", func() error { _, err := rnn.NewEmbedding(d, rnn.EmbeddingConfig{Dim: 3}); return err }},
-		{"linear out 0", func() error { _, err := rnn.NewLinear(d, rnn.LinearConfig{In: 3}); return err }},
+		{"no device", func() error {
+			_, err := rnn.NewLSTM(context.Background(), nil, rnn.Config{Input: 3, Hidden: 2})
+			return err
+		}},
+		{"vocab 0", func() error {
+			_, err := rnn.NewEmbedding(context.Background(), d, rnn.EmbeddingConfig{Dim: 3})
+			return err
+		}},
+		{"linear out 0", func() error { _, err := rnn.NewLinear(context.Background(), d, rnn.LinearConfig{In: 3}); return err }},
 		{"classes 0", func() error { _, err := rnn.NewCrossEntropy(d, 0, 0); return err }},
 	} {
 		if err := c.make(); err == nil || !strings.HasPrefix(err.Error(), "rnn: ") {
@@ -185,7 +198,7 @@ func TestParamsMatchPyTorch(t *testing.T) {
 		t.Errorf("GRU without bias: %d parameters, want %d", n, 3*H*(I+H))
 	}
 
-	emb, err := rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: 100, Dim: 50, DType: device.Float64, Seed: 1})
+	emb, err := rnn.NewEmbedding(context.Background(), d, rnn.EmbeddingConfig{Vocab: 100, Dim: 50, DType: device.Float64, Seed: 1})
 	ok(t, err)
 	defer emb.Close()
 	w, err := emb.Params().Value("weight")
@@ -206,7 +219,7 @@ func TestParamsMatchPyTorch(t *testing.T) {
 // errors that say what is there.
 func TestParamsHostAccess(t *testing.T) {
 	d := testdevice.Open(t)
-	lin, err := rnn.NewLinear(d, rnn.LinearConfig{In: 3, Out: 2})
+	lin, err := rnn.NewLinear(context.Background(), d, rnn.LinearConfig{In: 3, Out: 2})
 	ok(t, err)
 	defer lin.Close()
 	p := lin.Params()
@@ -301,10 +314,10 @@ func TestGradientsAccumulate(t *testing.T) {
 func TestLayerCallsAllocateNothing(t *testing.T) {
 	d := testdevice.Open(t)
 	const n, dim, classes = 6, 4, 5
-	emb, err := rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: classes, Dim: dim})
+	emb, err := rnn.NewEmbedding(context.Background(), d, rnn.EmbeddingConfig{Vocab: classes, Dim: dim})
 	ok(t, err)
 	defer emb.Close()
-	lin, err := rnn.NewLinear(d, rnn.LinearConfig{In: dim, Out: classes})
+	lin, err := rnn.NewLinear(context.Background(), d, rnn.LinearConfig{In: dim, Out: classes})
 	ok(t, err)
 	defer lin.Close()
 	ce, err := rnn.NewCrossEntropy(d, classes, device.Float32)

@@ -1,6 +1,7 @@
 package rnn_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -38,13 +39,13 @@ func twoWindows() (err error) {
 	defer func() { err = errors.Join(err, d.Close()) }()
 	const seq, batch, vocab = 4, 2, 10
 	var m model
-	if m.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: vocab, Dim: 8, Seed: 1}); err != nil {
+	if m.emb, err = rnn.NewEmbedding(context.Background(), d, rnn.EmbeddingConfig{Vocab: vocab, Dim: 8, Seed: 1}); err != nil {
 		return err
 	}
-	if m.lstm, err = rnn.NewLSTM(d, rnn.Config{Input: 8, Hidden: 16, Layers: 2, Seed: 1}); err != nil {
+	if m.lstm, err = rnn.NewLSTM(context.Background(), d, rnn.Config{Input: 8, Hidden: 16, Layers: 2, Seed: 1}); err != nil {
 		return err
 	}
-	if m.head, err = rnn.NewLinear(d, rnn.LinearConfig{In: 16, Out: vocab, Seed: 1}); err != nil {
+	if m.head, err = rnn.NewLinear(context.Background(), d, rnn.LinearConfig{In: 16, Out: vocab, Seed: 1}); err != nil {
 		return err
 	}
 	if m.loss, err = rnn.NewCrossEntropy(d, vocab, device.Float32); err != nil {
@@ -150,7 +151,7 @@ func packedBatch() (err error) {
 	}
 	defer func() { err = errors.Join(err, d.Close()) }()
 	const T, B, I, H = 4, 3, 2, 3
-	gru, err := rnn.NewGRU(d, rnn.Config{Input: I, Hidden: H, Bidirectional: true, DType: device.Float64, Seed: 1})
+	gru, err := rnn.NewGRU(context.Background(), d, rnn.Config{Input: I, Hidden: H, Bidirectional: true, DType: device.Float64, Seed: 1})
 	if err != nil {
 		return err
 	}

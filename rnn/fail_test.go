@@ -1,6 +1,7 @@
 package rnn_test
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -54,12 +55,14 @@ func TestInitFailures(t *testing.T) {
 		name string
 		make func() (closer, error)
 	}{
-		{"LSTM", func() (closer, error) { return rnn.NewLSTM(d, rnn.Config{Input: 3, Hidden: 4, Layers: 2}) }},
-		{"GRU", func() (closer, error) { return rnn.NewGRU(d, rnn.Config{Input: 3, Hidden: 4}) }},
-		{"Embedding", func() (closer, error) {
-			return rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: 5, Dim: 3})
+		{"LSTM", func() (closer, error) {
+			return rnn.NewLSTM(context.Background(), d, rnn.Config{Input: 3, Hidden: 4, Layers: 2})
 		}},
-		{"Linear", func() (closer, error) { return rnn.NewLinear(d, rnn.LinearConfig{In: 3, Out: 5}) }},
+		{"GRU", func() (closer, error) { return rnn.NewGRU(context.Background(), d, rnn.Config{Input: 3, Hidden: 4}) }},
+		{"Embedding", func() (closer, error) {
+			return rnn.NewEmbedding(context.Background(), d, rnn.EmbeddingConfig{Vocab: 5, Dim: 3})
+		}},
+		{"Linear", func() (closer, error) { return rnn.NewLinear(context.Background(), d, rnn.LinearConfig{In: 3, Out: 5}) }},
 		{"CrossEntropy", func() (closer, error) { return rnn.NewCrossEntropy(d, 5, 0) }},
 	}
 	for _, fail := range []struct {

@@ -1,6 +1,7 @@
 package rnn_test
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -77,9 +78,9 @@ func gorgCheck(t *testing.T, d device.Device, lstm bool, cfg rnn.Config, T, B in
 	var layer gorgLayer
 	var err error
 	if lstm {
-		layer, err = rnn.NewLSTM(d, cfg)
+		layer, err = rnn.NewLSTM(context.Background(), d, cfg)
 	} else {
-		layer, err = rnn.NewGRU(d, cfg)
+		layer, err = rnn.NewGRU(context.Background(), d, cfg)
 	}
 	if err != nil {
 		t.Fatal(err)

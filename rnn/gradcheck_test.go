@@ -1,6 +1,7 @@
 package rnn
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -143,7 +144,7 @@ func TestRecurrentGradientsFiniteDifference(t *testing.T) {
 				lstm, c.layers, !c.noBias, c.dropout, c.state, c.bidir, c.lengths, c.recompute)
 			t.Run(name, func(t *testing.T) {
 				d := testdevice.Open(t)
-				s, err := newStack(d, Config{Input: I, Hidden: H, Layers: c.layers, Dropout: c.dropout, NoBias: c.noBias,
+				s, err := newStack(context.Background(), d, Config{Input: I, Hidden: H, Layers: c.layers, Dropout: c.dropout, NoBias: c.noBias,
 					Bidirectional: c.bidir, DType: device.Float64, Seed: 7, Recompute: c.recompute}, cellFor(lstm))
 				must(t, err)
 				defer s.Close()
@@ -235,13 +236,13 @@ func TestModelGradientsFiniteDifference(t *testing.T) {
 	for _, lstm := range []bool{true, false} {
 		t.Run(fmt.Sprintf("lstm=%v", lstm), func(t *testing.T) {
 			d := testdevice.Open(t)
-			emb, err := NewEmbedding(d, EmbeddingConfig{Vocab: V, Dim: E, DType: device.Float64, Seed: 1})
+			emb, err := NewEmbedding(context.Background(), d, EmbeddingConfig{Vocab: V, Dim: E, DType: device.Float64, Seed: 1})
 			must(t, err)
 			defer emb.Close()
-			s, err := newStack(d, Config{Input: E, Hidden: H, Layers: L, DType: device.Float64, Seed: 2}, cellFor(lstm))
+			s, err := newStack(context.Background(), d, Config{Input: E, Hidden: H, Layers: L, DType: device.Float64, Seed: 2}, cellFor(lstm))
 			must(t, err)
 			defer s.Close()
-			lin, err := NewLinear(d, LinearConfig{In: H, Out: V, DType: device.Float64, Seed: 3})
+			lin, err := NewLinear(context.Background(), d, LinearConfig{In: H, Out: V, DType: device.Float64, Seed: 3})
 			must(t, err)
 			defer lin.Close()
 			ce, err := NewCrossEntropy(d, V, device.Float64)

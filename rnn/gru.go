@@ -1,6 +1,10 @@
 package rnn
 
-import "github.com/gocurrent/gocurrent/device"
+import (
+	"context"
+
+	"github.com/gocurrent/gocurrent/device"
+)
 
 // GRU is a stack of GRU layers with PyTorch's (and cuDNN's) equations, in
 // which the reset gate multiplies the recurrent product plus its bias; gate
@@ -8,9 +12,10 @@ import "github.com/gocurrent/gocurrent/device"
 // for concurrent use.
 type GRU struct{ *stack }
 
-// NewGRU allocates a GRU stack on d and initialises its parameters.
-func NewGRU(d device.Device, c Config) (*GRU, error) {
-	s, err := newStack(d, c, gruCell{})
+// NewGRU allocates a GRU stack on d and initialises its parameters, as
+// NewLSTM does.
+func NewGRU(ctx context.Context, d device.Device, c Config) (*GRU, error) {
+	s, err := newStack(ctx, d, c, gruCell{})
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@
 package rnn_test
 
 import (
+	"context"
 	"testing"
 
 	"gorgonia.org/tensor"
@@ -40,9 +41,9 @@ func newRecurrent(t testing.TB, d device.Device, cell string, c rnn.Config) recu
 		err error
 	)
 	if cell == "lstm" {
-		r, err = rnn.NewLSTM(d, c)
+		r, err = rnn.NewLSTM(context.Background(), d, c)
 	} else {
-		r, err = rnn.NewGRU(d, c)
+		r, err = rnn.NewGRU(context.Background(), d, c)
 	}
 	if err != nil {
 		t.Fatal(err)

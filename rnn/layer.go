@@ -3,9 +3,11 @@ package rnn
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/checked"
 )
 
 // Mode says what a forward pass is for.
@@ -92,11 +94,11 @@ func (a *arena) take(n int) device.Buffer {
 // check that passes allocates nothing.
 type dims struct {
 	names string
-	v     [3]int
+	v     [4]int
 	n     int // the factors in v
 }
 
-// shapeOf is the dims of names and its factors (at most 3).
+// shapeOf is the dims of names and its factors (at most 4).
 func shapeOf(names string, v ...int) dims {
 	d := dims{names: names, n: len(v)}
 	copy(d.v[:], v)
@@ -117,9 +119,33 @@ func (d dims) String() string {
 	return s
 }
 
+// callSizeLimit bounds the product of a call's sizes (sizeOK): the
+// buffers a layer sizes from them, a few gate blocks of them in elements,
+// then in bytes, summed over a stack's layers in its arenas, stay far
+// from overflowing int64 under it (a factor of 256 to spare), whatever
+// seq, batch or rows a caller passes.
+const callSizeLimit = math.MaxInt64 / 256
+
+// sizeOK checks that the product of shape's factors stays under
+// callSizeLimit, and names the factors otherwise.
+func sizeOK(op string, shape dims) error {
+	if p, ok := checked.Mul(shape.v[:shape.n]...); !ok || p > callSizeLimit {
+		return fmt.Errorf("rnn: %s: %s overflows the sizes a call can take (at most %d): %w", op, shape, callSizeLimit, device.ErrShape)
+	}
+	return nil
+}
+
 // input checks that a caller's buffer is on the layer's device and holds at
-// least n elements of dt, and names it in the error otherwise.
+// least n elements of dt, and names it in the error otherwise. When shape
+// has factors, n is their product, checked for overflow (a caller's
+// 2^62 steps must not wrap into a size the buffer holds).
 func input(op, name string, d device.Device, b device.Buffer, dt device.DType, n int, shape dims) error {
+	if shape.n > 0 {
+		if err := sizeOK(op, shape); err != nil {
+			return err
+		}
+		n, _ = checked.Mul(shape.v[:shape.n]...)
+	}
 	if b.IsZero() {
 		return fmt.Errorf("rnn: %s: %s is missing (want %s = %d %v values): %w", op, name, shape, n, dt, device.ErrShape)
 	}

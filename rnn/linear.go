@@ -1,9 +1,12 @@
 package rnn
 
 import (
+	"context"
 	"fmt"
+	"math"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/checked"
 )
 
 // LinearConfig describes an affine layer, as PyTorch's nn.Linear(In, Out,
@@ -34,8 +37,9 @@ type Linear struct {
 	spent bool
 }
 
-// NewLinear allocates a linear layer on d and initialises it.
-func NewLinear(d device.Device, c LinearConfig) (*Linear, error) {
+// NewLinear allocates a linear layer on d and initialises it, as
+// NewEmbedding does.
+func NewLinear(ctx context.Context, d device.Device, c LinearConfig) (*Linear, error) {
 	if d == nil {
 		return nil, fmt.Errorf("rnn: NewLinear: no device")
 	}
@@ -47,12 +51,15 @@ func NewLinear(d device.Device, c LinearConfig) (*Linear, error) {
 	if c.In <= 0 || c.Out <= 0 {
 		return nil, fmt.Errorf("rnn: NewLinear: in %d, out %d: each must be positive: %w", c.In, c.Out, device.ErrShape)
 	}
+	if _, ok := checked.Mul(c.Out, c.In+1); !ok || c.In == math.MaxInt {
+		return nil, fmt.Errorf("rnn: NewLinear: in %d, out %d: out × (in + 1) parameters overflow int: %w", c.In, c.Out, device.ErrShape)
+	}
 	bound := uniformBound(c.In)
 	specs := []paramSpec{{name: "weight", shape: []int{c.Out, c.In}, bound: bound}}
 	if !c.NoBias {
 		specs = append(specs, paramSpec{name: "bias", shape: []int{c.Out}, bound: bound})
 	}
-	p, err := newParams(d, dt, c.Seed, specs)
+	p, err := newParams(ctx, d, dt, c.Seed, specs)
 	if err != nil {
 		return nil, err
 	}
@@ -90,6 +97,9 @@ func (l *Linear) Forward(mode Mode, x device.Buffer, rows int) (device.Buffer, e
 	}
 	c, dt := l.cfg, l.cfg.DType
 	if err := input(op, "x", l.dev, x, dt, rows*c.In, shapeOf("rows·in", rows, c.In)); err != nil {
+		return device.Buffer{}, err
+	}
+	if err := sizeOK(op, shapeOf("rows·out", rows, c.Out)); err != nil {
 		return device.Buffer{}, err
 	}
 	y, err := l.out.get(l.dev, device.Workspace, int64(rows*c.Out)*dt.Size())

@@ -1,6 +1,10 @@
 package rnn
 
-import "github.com/gocurrent/gocurrent/device"
+import (
+	"context"
+
+	"github.com/gocurrent/gocurrent/device"
+)
 
 // LSTM is a stack of LSTM layers with PyTorch's equations, gate order
 // (i, f, g, o), parameter names and shapes: weight_ih_l{k} [4·Hidden, in],
@@ -8,9 +12,13 @@ import "github.com/gocurrent/gocurrent/device"
 // [4·Hidden]. It is not safe for concurrent use.
 type LSTM struct{ *stack }
 
-// NewLSTM allocates an LSTM stack on d and initialises its parameters.
-func NewLSTM(d device.Device, c Config) (*LSTM, error) {
-	s, err := newStack(d, c, lstmCell{})
+// NewLSTM allocates an LSTM stack on d and initialises its parameters. A
+// configuration whose parameters overflow or outnumber what a device can
+// hold is refused before anything is allocated (Config: MaxLayers), and
+// the initialisation stops with ctx (an error wrapping ctx.Err(), nothing
+// left allocated).
+func NewLSTM(ctx context.Context, d device.Device, c Config) (*LSTM, error) {
+	s, err := newStack(ctx, d, c, lstmCell{})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package rnn_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -168,10 +169,10 @@ func TestBackwardNeedsATrainingForward(t *testing.T) {
 	d := testdevice.Open(t)
 	const n = 6
 	ids := uploadInt32(t, d, []int32{0, 1, 2, 3, 0, 1})
-	emb, err := rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: 4, Dim: 3, DType: device.Float64})
+	emb, err := rnn.NewEmbedding(context.Background(), d, rnn.EmbeddingConfig{Vocab: 4, Dim: 3, DType: device.Float64})
 	ok(t, err)
 	defer emb.Close()
-	lin, err := rnn.NewLinear(d, rnn.LinearConfig{In: 3, Out: 4, DType: device.Float64})
+	lin, err := rnn.NewLinear(context.Background(), d, rnn.LinearConfig{In: 3, Out: 4, DType: device.Float64})
 	ok(t, err)
 	defer lin.Close()
 	lstm := newRecurrent(t, d, "lstm", rnn.Config{Input: 3, Hidden: 3, DType: device.Float64})
@@ -222,11 +223,11 @@ func TestNoGradMemoryIsConstant(t *testing.T) {
 	for _, cell := range []string{"lstm", "gru"} {
 		t.Run(cell, func(t *testing.T) {
 			d := testdevice.Open(t)
-			emb, err := rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: V, Dim: E})
+			emb, err := rnn.NewEmbedding(context.Background(), d, rnn.EmbeddingConfig{Vocab: V, Dim: E})
 			ok(t, err)
 			defer emb.Close()
 			m := newRecurrent(t, d, cell, rnn.Config{Input: E, Hidden: H, Layers: L, Dropout: 0.2})
-			lin, err := rnn.NewLinear(d, rnn.LinearConfig{In: H, Out: V})
+			lin, err := rnn.NewLinear(context.Background(), d, rnn.LinearConfig{In: H, Out: V})
 			ok(t, err)
 			defer lin.Close()
 			st, err := m.NewState(1)

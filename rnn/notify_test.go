@@ -1,6 +1,7 @@
 package rnn_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -37,9 +38,9 @@ func TestNotifyLayers(t *testing.T) {
 			var s stack
 			var err error
 			if c.gru {
-				s, err = rnn.NewGRU(d, cfg)
+				s, err = rnn.NewGRU(context.Background(), d, cfg)
 			} else {
-				s, err = rnn.NewLSTM(d, cfg)
+				s, err = rnn.NewLSTM(context.Background(), d, cfg)
 			}
 			if err != nil {
 				t.Fatal(err)

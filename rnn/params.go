@@ -1,6 +1,7 @@
 package rnn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"iter"
@@ -12,6 +13,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/checked"
 )
 
 // Param is one named parameter of a layer: views of its values and of its
@@ -55,41 +57,46 @@ type paramSpec struct {
 	normal bool
 }
 
+// initChunk is how many parameters newParams draws and uploads at a
+// time: the host memory initialisation takes (8 MiB of float64s) whatever
+// the layer's size, and how often it looks at its ctx (a few milliseconds
+// of drawing apart).
+const initChunk = 1 << 20
+
 // newParams allocates the flat buffers for specs, initialises the values
-// from seed and zeroes the gradients.
-func newParams(d device.Device, dt device.DType, seed uint64, specs []paramSpec) (*Params, error) {
+// from seed and zeroes the gradients. The initialisation checks ctx
+// between chunks: a cancelled build frees what it allocated and returns an
+// error wrapping ctx.Err(). Sizes whose products overflow are an error
+// matching device.ErrShape; the constructors check their fields first and
+// name them.
+func newParams(ctx context.Context, d device.Device, dt device.DType, seed uint64, specs []paramSpec) (*Params, error) {
 	p := &Params{dev: d, dtype: dt}
+	var n checked.Sum
 	for _, s := range specs {
-		p.n += Param{Shape: s.shape}.Len()
+		n.AddMul(s.shape...)
 	}
+	total, ok := n.Total()
+	bytes, okBytes := checked.Mul64(int64(total), dt.Size())
+	if !ok || !okBytes {
+		return nil, fmt.Errorf("rnn: parameters: the sizes of %d tensors overflow int64: %w", len(specs), device.ErrShape)
+	}
+	p.n = total
 	var err error
-	if p.value, err = d.Alloc(int64(p.n)*dt.Size(), device.Parameters); err != nil {
+	if p.value, err = d.Alloc(bytes, device.Parameters); err != nil {
 		return nil, fmt.Errorf("rnn: parameters: %w", err)
 	}
-	if p.grad, err = d.Alloc(int64(p.n)*dt.Size(), device.Gradients); err != nil {
+	if p.grad, err = d.Alloc(bytes, device.Gradients); err != nil {
 		return nil, fmt.Errorf("rnn: parameter gradients: %w", errors.Join(err, d.Free(p.value)))
 	}
-	// The generator's second word is fixed so that a seed alone names
-	// the initial values; "gocurren" in ASCII.
-	rng := rand.New(rand.NewPCG(seed, 0x676f63757272656e))
-	host := make([]float64, p.n)
 	off := 0
 	for _, s := range specs {
 		q := Param{Name: s.name, Shape: s.shape}
-		n := q.Len()
-		for i := range n {
-			if s.normal {
-				host[off+i] = rng.NormFloat64()
-			} else {
-				host[off+i] = (2*rng.Float64() - 1) * s.bound
-			}
-		}
-		q.Value = p.value.Elems(dt, off, n)
-		q.Grad = p.grad.Elems(dt, off, n)
+		q.Value = p.value.Elems(dt, off, q.Len())
+		q.Grad = p.grad.Elems(dt, off, q.Len())
 		p.list = append(p.list, q)
-		off += n
+		off += q.Len()
 	}
-	err = upload(d, dt, p.value, host)
+	err = p.init(ctx, seed, specs)
 	if err == nil {
 		err = p.ZeroGrad()
 	}
@@ -97,6 +104,43 @@ func newParams(d device.Device, dt device.DType, seed uint64, specs []paramSpec)
 		return nil, fmt.Errorf("rnn: initialising parameters: %w", errors.Join(err, p.free()))
 	}
 	return p, nil
+}
+
+// init draws the values of specs, in order, from one generator seeded by
+// seed, initChunk at a time, and uploads them; it stops with ctx.
+func (p *Params) init(ctx context.Context, seed uint64, specs []paramSpec) error {
+	// The generator's second word is fixed so that a seed alone names
+	// the initial values; "gocurren" in ASCII.
+	rng := rand.New(rand.NewPCG(seed, 0x676f63757272656e))
+	host := make([]float64, min(p.n, initChunk))
+	at := 0 // the element of the flat buffer host[0] goes to
+	fill := 0
+	flush := func() error {
+		if fill == 0 {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("building stopped after %d of %d parameters: %w", at, p.n, err)
+		}
+		err := upload(p.dev, p.dtype, p.value.Elems(p.dtype, at, fill), host[:fill])
+		at, fill = at+fill, 0
+		return err
+	}
+	for _, s := range specs {
+		for range (Param{Shape: s.shape}).Len() {
+			if s.normal {
+				host[fill] = rng.NormFloat64()
+			} else {
+				host[fill] = (2*rng.Float64() - 1) * s.bound
+			}
+			if fill++; fill == len(host) {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return flush()
 }
 
 // All visits every parameter in PyTorch's order.

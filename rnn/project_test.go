@@ -1,6 +1,7 @@
 package rnn
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -40,7 +41,7 @@ func TestProjectionRunningRows(t *testing.T) {
 						if !bidir {
 							cfg.Layers, width = 2, brH // the upper layer's input, the lower's output
 						}
-						s, err := newStack(d, cfg, cellFor(lstm))
+						s, err := newStack(context.Background(), d, cfg, cellFor(lstm))
 						must(t, err)
 						defer func() { must(t, s.Close()) }()
 						s.chunkRows = chunk * brB
@@ -81,7 +82,7 @@ func TestNoGradPackRoom(t *testing.T) {
 				cfg := Config{Input: brI, Hidden: brH, Layers: 1, DType: device.Float64}
 				x := newBuf(t, d, randoms(rand.New(rand.NewPCG(1, 2)), brT*brB*brI))
 				work := func(lengths []int32) (int64, int) {
-					s, err := newStack(d, cfg, cellFor(lstm))
+					s, err := newStack(context.Background(), d, cfg, cellFor(lstm))
 					must(t, err)
 					defer func() { must(t, s.Close()) }()
 					s.chunkRows = c.chunkRows

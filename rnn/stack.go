@@ -1,10 +1,12 @@
 package rnn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/checked"
 )
 
 // Config describes a stack of recurrent layers with the arguments of
@@ -14,7 +16,8 @@ type Config struct {
 	// Input is the number of features of the input at each step
 	// (input_size); Hidden is the size of h and c (hidden_size).
 	Input, Hidden int
-	// Layers is the number of stacked layers (num_layers); 0 means 1.
+	// Layers is the number of stacked layers (num_layers); 0 means 1, at
+	// most MaxLayers.
 	Layers int
 	// Dropout is the probability of zeroing each output of every layer
 	// but the last during Train forwards, in [0, 1). It has no effect on
@@ -73,6 +76,12 @@ type Config struct {
 	// are an error.
 	WaveWindows int
 }
+
+// MaxLayers is the most layers a stack takes: far past any recurrent
+// stack that trains (published ones have tens), and each layer costs
+// host memory to describe and a launch a step whatever its size, so a
+// larger count is a mistake to report, not a model to build.
+const MaxLayers = 1 << 16
 
 // RecomputeAuto is the Config.Recompute that chooses the segment length
 // of each training forward from its number of steps T: k = ⌈√T⌉, which
@@ -686,7 +695,7 @@ type layerGrads struct {
 	own  [3]device.Buffer
 }
 
-func newStack(d device.Device, c Config, kind cell) (*stack, error) {
+func newStack(ctx context.Context, d device.Device, c Config, kind cell) (*stack, error) {
 	s := &stack{dev: d, cell: kind, dropSeed: c.Seed, chunkRows: device.ProductRows(d)}
 	name := kind.name()
 	if d == nil {
@@ -704,6 +713,8 @@ func newStack(d device.Device, c Config, kind cell) (*stack, error) {
 	case c.Input <= 0 || c.Hidden <= 0 || c.Layers < 0:
 		return nil, fmt.Errorf("rnn: New%s: input %d, hidden %d, layers %d: each must be positive: %w",
 			name, c.Input, c.Hidden, c.Layers, device.ErrShape)
+	case c.Layers > MaxLayers:
+		return nil, fmt.Errorf("rnn: New%s: layers %d, more than MaxLayers (%d): %w", name, c.Layers, MaxLayers, device.ErrShape)
 	case !(c.Dropout >= 0 && c.Dropout < 1):
 		return nil, fmt.Errorf("rnn: New%s: dropout %v, want [0, 1)", name, c.Dropout)
 	case c.Recompute < RecomputeAuto:
@@ -713,7 +724,12 @@ func newStack(d device.Device, c Config, kind cell) (*stack, error) {
 		return nil, fmt.Errorf("rnn: New%s: wave windows %d, want 0 (the default, 4), 1 (off) or more", name, c.WaveWindows)
 	}
 	s.cfg = c
-	if s.params, err = newParams(d, dt, c.Seed, s.paramSpecs()); err != nil {
+	if _, ok := s.paramCount(); !ok {
+		return nil, fmt.Errorf("rnn: New%s: input %d, hidden %d, layers %d: its parameters, %d·hidden·(input + hidden) "+
+			"and %d·hidden·(%d·hidden + hidden) a layer and direction above the first, overflow int: %w",
+			name, c.Input, c.Hidden, c.Layers, kind.gates(), kind.gates(), s.dirs(), device.ErrShape)
+	}
+	if s.params, err = newParams(ctx, d, dt, c.Seed, s.paramSpecs()); err != nil {
 		return nil, err
 	}
 	if s.dropping() {
@@ -731,6 +747,32 @@ func newStack(d device.Device, c Config, kind cell) (*stack, error) {
 	}
 	s.lay = make([]layerBufs, c.Layers*s.dirs())
 	return s, nil
+}
+
+// paramCount is the number of parameters, and false when it overflows
+// int: what the configuration asks for, computed before the layers'
+// lists are built (a count of layers in the trillions would otherwise
+// take all the host's memory to describe).
+func (s *stack) paramCount() (int, bool) {
+	c := s.cfg
+	bias := 0
+	if !c.NoBias {
+		bias = 2
+	}
+	var first, above checked.Sum
+	first.AddMul(s.cell.gates(), c.Hidden, c.Input)
+	first.AddMul(s.cell.gates(), c.Hidden, c.Hidden)
+	first.AddMul(bias, s.cell.gates(), c.Hidden)
+	above.AddMul(s.cell.gates(), c.Hidden, s.dirs(), c.Hidden)
+	above.AddMul(s.cell.gates(), c.Hidden, c.Hidden)
+	above.AddMul(bias, s.cell.gates(), c.Hidden)
+	f, ok1 := first.Total()
+	a, ok2 := above.Total()
+	var total checked.Sum
+	total.AddMul(s.dirs(), f)
+	total.AddMul(s.dirs(), c.Layers-1, a)
+	n, ok := total.Total()
+	return n, ok && ok1 && ok2
 }
 
 // dirs is the number of directions: 2 for a bidirectional stack, else 1.
@@ -1390,6 +1432,12 @@ func (s *stack) checkForward(op string, mode Mode, x device.Buffer, seq, batch i
 		return err
 	}
 	c, dt := s.cfg, s.cfg.DType
+	// The stack's buffers are a few gate blocks of seq·batch·hidden for
+	// every layer and direction.
+	if err := sizeOK(op, shapeOf("seq·batch·(layers·directions·gates)·max(input, hidden)", seq, batch,
+		c.Layers*s.dirs()*s.cell.gates(), max(c.Input, c.Hidden))); err != nil {
+		return err
+	}
 	if err := input(op, "x", s.dev, x, dt, seq*batch*c.Input, shapeOf("seq·batch·input", seq, batch, c.Input)); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package rnn
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -106,7 +107,7 @@ func TestWaveEdgeRoom(t *testing.T) {
 	for _, lstm := range []bool{true, false} {
 		t.Run(fmt.Sprintf("lstm=%v", lstm), func(t *testing.T) {
 			grads := func(wave int) int64 {
-				s, err := newStack(d, Config{Input: brI, Hidden: brH, Layers: 2, DType: device.Float64, WaveWindows: wave}, cellFor(lstm))
+				s, err := newStack(context.Background(), d, Config{Input: brI, Hidden: brH, Layers: 2, DType: device.Float64, WaveWindows: wave}, cellFor(lstm))
 				must(t, err)
 				defer func() { must(t, s.Close()) }()
 				r := rand.New(rand.NewPCG(3, 4))

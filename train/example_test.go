@@ -22,13 +22,13 @@ type charModel struct {
 }
 
 func newCharModel(d device.Device, vocab, hidden int) (*charModel, error) {
-	emb, err := rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: vocab, Dim: 8, Seed: 1})
+	emb, err := rnn.NewEmbedding(context.Background(), d, rnn.EmbeddingConfig{Vocab: vocab, Dim: 8, Seed: 1})
 	if err != nil {
 		return nil, err
 	}
 	m := &charModel{emb: emb}
-	if m.lstm, err = rnn.NewLSTM(d, rnn.Config{Input: 8, Hidden: hidden, Seed: 2}); err == nil {
-		m.out, err = rnn.NewLinear(d, rnn.LinearConfig{In: hidden, Out: vocab, Seed: 3})
+	if m.lstm, err = rnn.NewLSTM(context.Background(), d, rnn.Config{Input: 8, Hidden: hidden, Seed: 2}); err == nil {
+		m.out, err = rnn.NewLinear(context.Background(), d, rnn.LinearConfig{In: hidden, Out: vocab, Seed: 3})
 	}
 	if err != nil {
 		return nil, errors.Join(err, m.Close())

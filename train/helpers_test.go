@@ -50,16 +50,16 @@ func newLM(t testing.TB, d device.Device, c lmConfig) *lm {
 	t.Helper()
 	m := &lm{v: c.vocab}
 	var err error
-	m.emb, err = rnn.NewEmbedding(d, rnn.EmbeddingConfig{Vocab: c.vocab, Dim: c.embed, DType: c.dtype, Seed: c.seed})
+	m.emb, err = rnn.NewEmbedding(context.Background(), d, rnn.EmbeddingConfig{Vocab: c.vocab, Dim: c.embed, DType: c.dtype, Seed: c.seed})
 	check(t, err)
 	rc := rnn.Config{Input: c.embed, Hidden: c.hidden, Layers: c.layers, Dropout: c.dropout, DType: c.dtype, Seed: c.seed + 1}
 	if c.gru {
-		m.gru, err = rnn.NewGRU(d, rc)
+		m.gru, err = rnn.NewGRU(context.Background(), d, rc)
 	} else {
-		m.lstm, err = rnn.NewLSTM(d, rc)
+		m.lstm, err = rnn.NewLSTM(context.Background(), d, rc)
 	}
 	check(t, err)
-	m.out, err = rnn.NewLinear(d, rnn.LinearConfig{In: c.hidden, Out: c.vocab, DType: c.dtype, Seed: c.seed + 2})
+	m.out, err = rnn.NewLinear(context.Background(), d, rnn.LinearConfig{In: c.hidden, Out: c.vocab, DType: c.dtype, Seed: c.seed + 2})
 	check(t, err)
 	t.Cleanup(func() { m.close() })
 	return m

@@ -72,12 +72,20 @@ func (e *env) misuseCases() []misuseCase {
 		shapeCase{"A", with(g, "LdA", 5)},
 		shapeCase{"B", with(g, "LdB", 4)},
 		shapeCase{"C", with(g, "LdC", 4)},
+		// Sizes whose products overflow int (issue 46: a hidden size of
+		// 2^62 reached Gemm as N = 0): a product that wrapped would pass
+		// the buffers' checks.
+		shapeCase{"A", with(g, "M", 1<<62)},
+		shapeCase{"B", with(g, "N", math.MaxInt)},
+		shapeCase{"A", with(with(g, "Batch", 2), "StrideA", math.MaxInt)},
 	)})
 
 	lstm := device.LSTMCell{DType: f32, Batch: 2, Hidden: 3, Pre: z(24), BiasIH: z(12), BiasHH: z(12), CPrev: z(6), C: z(6), H: z(6), Act: z(24)}
 	add(misuseCase{args: lstm, optional: []string{"BiasIH", "BiasHH", "Act"},
 		shapes: append(shapes(lstm, "Batch", 0, "Hidden", -1, "DType", device.Int32),
-			shapeCase{"Pre", with(lstm, "Hidden", 4)})})
+			shapeCase{"Pre", with(lstm, "Hidden", 4)},
+			shapeCase{"Pre", with(lstm, "Batch", 1<<62)},
+			shapeCase{"Pre", with(lstm, "Hidden", 1<<62)})})
 
 	lg := device.LSTMCellGrad{DType: f32, Batch: 2, Hidden: 3, Act: z(24), CPrev: z(6), C: z(6), DH: z(6), DC: z(6), DPre: z(24), DCPrev: z(6)}
 	add(misuseCase{args: lg, shapes: shapes(lg, "Batch", 0, "Hidden", 0, "DType", device.Int32)})
@@ -89,7 +97,8 @@ func (e *env) misuseCases() []misuseCase {
 
 	gru := device.GRUCell{DType: f32, Batch: 2, Hidden: 3, XPre: z(18), HPre: z(18), BiasIH: z(9), BiasHH: z(9), HPrev: z(6), H: z(6), Act: z(24)}
 	add(misuseCase{args: gru, optional: []string{"BiasIH", "BiasHH", "Act"},
-		shapes: shapes(gru, "Batch", -1, "Hidden", 0, "DType", device.Int32)})
+		shapes: append(shapes(gru, "Batch", -1, "Hidden", 0, "DType", device.Int32),
+			shapeCase{"XPre", with(gru, "Hidden", 1<<61)})})
 
 	// The fused form: W_hh is [3·Hidden, Hidden]; without it the call is
 	// the plain cell.
@@ -120,7 +129,8 @@ func (e *env) misuseCases() []misuseCase {
 	add(misuseCase{args: gs, optional: []string{"Index", "Lengths"}, shapes: append(shapes(gs,
 		"T", -1, "B", -1, "Cols", 0, "LdX", 3, "LdY", -1, "DType", device.Int32),
 		// The strides are checked when there is nothing to copy, too.
-		shapeCase{"LdX", with(with(gs, "T", 0), "LdX", 3)})})
+		shapeCase{"LdX", with(with(gs, "T", 0), "LdX", 3)},
+		shapeCase{"X", with(gs, "T", 1<<62)})})
 
 	// Strides past Cols, as GatherSeq's.
 	sp := device.SeqPool{DType: f32, T: 3, B: 2, Cols: 4, Max: true, LdY: 5, LdOut: 6,
@@ -142,13 +152,15 @@ func (e *env) misuseCases() []misuseCase {
 	add(misuseCase{name: "SeqPoolGrad/Mean", args: spgMean, optional: []string{"Lengths"}})
 
 	emb := device.Embedding{DType: f32, N: 4, Dim: 3, Vocab: 5, Table: z(15), IDs: zi(4), Out: z(12)}
-	add(misuseCase{args: emb, shapes: shapes(emb, "N", -1, "Dim", 0, "Vocab", 0, "DType", device.Int32)})
+	add(misuseCase{args: emb, shapes: append(shapes(emb, "N", -1, "Dim", 0, "Vocab", 0, "DType", device.Int32),
+		shapeCase{"Table", with(emb, "Vocab", 1<<62)}, shapeCase{"IDs", with(emb, "N", 1<<62)})})
 
 	eg := device.EmbeddingGrad{DType: f32, N: 4, Dim: 3, Vocab: 5, IDs: zi(4), DOut: z(12), DTable: z(15)}
 	add(misuseCase{args: eg, shapes: shapes(eg, "N", -1, "Dim", 0, "Vocab", -1, "DType", device.Int32)})
 
 	ce := device.SoftmaxCrossEntropy{DType: f32, N: 2, Classes: 3, Logits: z(6), Targets: zi(2), Scale: 1, Loss: z(1), DLogits: z(6), Weights: z(3)}
-	add(misuseCase{args: ce, optional: []string{"DLogits", "Weights"}, shapes: shapes(ce, "N", 0, "Classes", 0, "DType", device.Int32)})
+	add(misuseCase{args: ce, optional: []string{"DLogits", "Weights"}, shapes: append(shapes(ce, "N", 0, "Classes", 0, "DType", device.Int32),
+		shapeCase{"Logits", with(ce, "Classes", 1<<62)})})
 
 	sm := device.Softmax{DType: f32, N: 2, Classes: 3, Logits: z(6), Probs: z(6)}
 	add(misuseCase{args: sm, shapes: shapes(sm, "N", 0, "Classes", -1, "Temperature", -1.0, "DType", device.Int32)})
@@ -169,13 +181,16 @@ func (e *env) misuseCases() []misuseCase {
 		{"At", with(adv, "At", zi(4).Slice(4, 8))}, {"Prev", with(adv, "Prev", zi(4).Slice(4, 8))}}})
 
 	ab := device.AddBias{DType: f32, Rows: 2, Cols: 3, Bias: z(3), Y: z(6)}
-	add(misuseCase{args: ab, shapes: shapes(ab, "Rows", 0, "Cols", 0, "DType", device.Int32)})
+	add(misuseCase{args: ab, shapes: append(shapes(ab, "Rows", 0, "Cols", 0, "DType", device.Int32),
+		shapeCase{"Y", with(ab, "Rows", 1<<62)})})
 
 	sr := device.SumRows{DType: f32, Rows: 2, Cols: 3, X: z(6), Out: z(3)}
 	add(misuseCase{args: sr, shapes: shapes(sr, "Rows", -1, "Cols", 0, "DType", device.Int32)})
 
 	fill := device.Fill{DType: f32, N: 5, X: z(5), Value: 1}
-	add(misuseCase{args: fill, shapes: shapes(fill, "N", -1, "DType", device.DType(0), "X", fill.X.Slice(0, 19))})
+	// N = 2^62 float32 are 2^64 bytes, which int64 arithmetic wraps to 0.
+	add(misuseCase{args: fill, shapes: append(shapes(fill, "N", -1, "DType", device.DType(0), "X", fill.X.Slice(0, 19)),
+		shapeCase{"X", with(fill, "N", 1<<62)})})
 
 	cp := device.Copy{Dst: z(4), Src: z(4)}
 	add(misuseCase{args: cp, longEnough: []string{"Src"}})

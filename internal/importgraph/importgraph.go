@@ -18,6 +18,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -54,6 +55,12 @@ var testAllowed = []string{"cuda", "devices", "internal", "dist"}
 // prologues): the devices themselves. Layers, loader, trainer and models
 // see device only.
 var implementers = []string{"device", "cuda"}
+
+// leaves are packages every tree may import: they import nothing of the
+// module's. internal/checked is the overflow-checked arithmetic of sizes
+// that a caller's numbers derive (the allocator's, the layers', the
+// loader's alike).
+var leaves = []string{"internal/checked"}
 
 // driverPath is the implementer package, relative to the module root.
 const driverPath = "device/driver"
@@ -134,7 +141,14 @@ func Check(imports []Import) []Violation {
 			out = append(out, Violation{im, fmt.Sprintf("%s is for device implementations (%v); consumers use device", driverPath, implementers)})
 			continue
 		}
+		if dir := path.Dir(im.File); slices.Contains(leaves, dir) {
+			out = append(out, Violation{im, fmt.Sprintf("%s is a leaf every tree imports: it imports nothing of the module's", dir)})
+			continue
+		}
 		to := tree(rel)
+		if slices.Contains(leaves, rel) {
+			continue
+		}
 		if to == from {
 			continue
 		}

@@ -94,7 +94,7 @@ func Sample(ctx context.Context, f SampleFlags, env Env) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, d.Close()) }()
-	m, _, err := models.LoadCharRNN(d, f.Checkpoint)
+	m, _, err := models.LoadCharRNN(ctx, d, f.Checkpoint)
 	if err != nil {
 		return err
 	}
@@ -198,7 +198,7 @@ func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err e
 		return ev, err
 	}
 	defer func() { err = errors.Join(err, d.Close()) }()
-	m, _, err := models.LoadCharRNN(d, f.Checkpoint)
+	m, _, err := models.LoadCharRNN(ctx, d, f.Checkpoint)
 	if err != nil {
 		return ev, err
 	}
@@ -351,7 +351,7 @@ func Bench(ctx context.Context, f BenchFlags, env Env) (res BenchResult, err err
 	if err != nil {
 		return res, err
 	}
-	m, err := models.NewCharRNN(d, models.CharRNNConfig{Cell: f.Cell, Embed: 64, Hidden: f.Hidden, Layers: f.Layers, NoBranches: env.NoBranches,
+	m, err := models.NewCharRNN(ctx, d, models.CharRNNConfig{Cell: f.Cell, Embed: 64, Hidden: f.Hidden, Layers: f.Layers, NoBranches: env.NoBranches,
 		WaveWindows: env.WaveWindows}, vocab, 0)
 	if err != nil {
 		return res, err

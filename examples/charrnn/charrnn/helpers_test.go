@@ -79,7 +79,7 @@ func smallTrain(t testing.TB, ckpt string, extra ...string) []string {
 func saveWeights(t *testing.T, from, to string, meta map[string]string) {
 	t.Helper()
 	d := testdevice.Open(t)
-	m, _, err := models.LoadCharRNN(d, from)
+	m, _, err := models.LoadCharRNN(context.Background(), d, from)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -226,7 +226,7 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 	}
 	// The model: from a checkpoint (its shape and vocabulary, which the
 	// text is read in), or new once the text has given the vocabulary.
-	if err := r.loadModel(); err != nil {
+	if err := r.loadModel(ctx); err != nil {
 		return err
 	}
 	if err := r.readText(ctx); err != nil {
@@ -238,7 +238,7 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 		}
 	}
 	if r.m == nil {
-		if r.m, err = models.NewCharRNN(r.d, r.f.Model, r.text.Vocab(), r.f.Seed); err != nil {
+		if r.m, err = models.NewCharRNN(ctx, r.d, r.f.Model, r.text.Vocab(), r.f.Seed); err != nil {
 			return r.advise(ctx, err)
 		}
 	}
@@ -351,11 +351,11 @@ func (r *trainRun) close() error {
 
 // loadModel loads the model of the checkpoint of -init or -resume, if
 // there is one.
-func (r *trainRun) loadModel() (err error) {
+func (r *trainRun) loadModel(ctx context.Context) (err error) {
 	if r.ck == nil {
 		return nil
 	}
-	if r.m, err = models.CharRNNFromCheckpoint(r.d, r.ck); err != nil {
+	if r.m, err = models.CharRNNFromCheckpoint(ctx, r.d, r.ck); err != nil {
 		return err
 	}
 	return r.m.SetRecompute(r.f.Model.Recompute) // not recorded: the flag's

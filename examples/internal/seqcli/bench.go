@@ -97,7 +97,7 @@ func (f *BenchFlags) run(ctx context.Context, env Env) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, data.Close()) }()
-	m, err := newModel(f.task, d, f.Model, data, f.Seed)
+	m, err := newModel(ctx, f.task, d, f.Model, data, f.Seed)
 	if err != nil {
 		return err
 	}

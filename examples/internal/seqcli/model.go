@@ -1,6 +1,7 @@
 package seqcli
 
 import (
+	"context"
 	"errors"
 
 	"github.com/gocurrent/gocurrent/device"
@@ -80,13 +81,13 @@ func (f ModelFlags) describe(task Task, spec *models.MemorySpec) {
 }
 
 // newModel builds the task's model over data's vocabularies.
-func newModel(task Task, d device.Device, f ModelFlags, data *loader.Dataset, seed uint64) (model, error) {
+func newModel(ctx context.Context, task Task, d device.Device, f ModelFlags, data *loader.Dataset, seed uint64) (model, error) {
 	if task == Tagging {
 		var chars *loader.Words
 		if f.CharEmbed > 0 {
 			chars = data.Chars
 		}
-		m, err := models.NewTaggerChars(d, f.taggerConfig(), data.Words, chars, data.Labels, seed)
+		m, err := models.NewTaggerChars(ctx, d, f.taggerConfig(), data.Words, chars, data.Labels, seed)
 		if err != nil {
 			return nil, err
 		}
@@ -96,7 +97,7 @@ func newModel(task Task, d device.Device, f ModelFlags, data *loader.Dataset, se
 	if f.Input == "chars" {
 		vocab = data.Chars
 	}
-	m, err := models.NewClassifier(d, f.classifierConfig(), vocab, data.Labels, seed)
+	m, err := models.NewClassifier(ctx, d, f.classifierConfig(), vocab, data.Labels, seed)
 	if err != nil {
 		return nil, err
 	}
@@ -104,15 +105,15 @@ func newModel(task Task, d device.Device, f ModelFlags, data *loader.Dataset, se
 }
 
 // loadModel builds the task's model a checkpoint holds.
-func loadModel(task Task, d device.Device, ck *train.Checkpoint) (model, error) {
+func loadModel(ctx context.Context, task Task, d device.Device, ck *train.Checkpoint) (model, error) {
 	if task == Tagging {
-		m, err := models.TaggerFromCheckpoint(d, ck)
+		m, err := models.TaggerFromCheckpoint(ctx, d, ck)
 		if err != nil {
 			return nil, err
 		}
 		return tagger{m}, nil
 	}
-	m, err := models.ClassifierFromCheckpoint(d, ck)
+	m, err := models.ClassifierFromCheckpoint(ctx, d, ck)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +123,7 @@ func loadModel(task Task, d device.Device, ck *train.Checkpoint) (model, error) 
 // openModel reads the checkpoint at path (before opening the device, so a
 // bad file costs nothing), opens the device spec names and builds the
 // model on it; closeAll frees both.
-func openModel(task Task, path, spec string, env Env) (d device.Device, m model, closeAll func() error, err error) {
+func openModel(ctx context.Context, task Task, path, spec string, env Env) (d device.Device, m model, closeAll func() error, err error) {
 	ck, err := train.ReadCheckpoint(path)
 	if err != nil {
 		return nil, nil, nil, err
@@ -130,7 +131,7 @@ func openModel(task Task, path, spec string, env Env) (d device.Device, m model,
 	if d, err = openDevice(spec, env.CUDA); err != nil {
 		return nil, nil, nil, err
 	}
-	if m, err = loadModel(task, d, ck); err != nil {
+	if m, err = loadModel(ctx, task, d, ck); err != nil {
 		return nil, nil, nil, errors.Join(err, d.Close())
 	}
 	return d, m, func() error { return errors.Join(m.Close(), d.Close()) }, nil

@@ -59,7 +59,7 @@ func (f *EvalFlags) validate() error {
 // or the sequences, in nats), accuracy and the task's other figures.
 func (f *EvalFlags) run(ctx context.Context, env Env) (err error) {
 	p := &printer{W: env.Stdout, JSON: f.JSON}
-	d, m, closeAll, err := openModel(f.task, f.Checkpoint, f.Device, env)
+	d, m, closeAll, err := openModel(ctx, f.task, f.Checkpoint, f.Device, env)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ const predictChunk = 1024
 // label, one line per input line; an empty line gives an empty line.
 func (f *PredictFlags) run(ctx context.Context, env Env) (err error) {
 	p := &printer{W: env.Stdout, JSON: f.JSON}
-	d, m, closeAll, err := openModel(f.task, f.Checkpoint, f.Device, env)
+	d, m, closeAll, err := openModel(ctx, f.task, f.Checkpoint, f.Device, env)
 	if err != nil {
 		return err
 	}

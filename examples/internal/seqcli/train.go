@@ -314,7 +314,7 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 	if resume != nil {
 		// The vocabularies are the checkpoint's: build the model it holds
 		// and read the data in its terms.
-		if m, err = loadModel(f.task, d, resume); err != nil {
+		if m, err = loadModel(ctx, f.task, d, resume); err != nil {
 			return err
 		}
 		cleanup = append(cleanup, m.Close)
@@ -356,7 +356,7 @@ func (f *TrainFlags) run(ctx context.Context, env Env) (err error) {
 		f.Batch, f.Accum = spec.Batch, spec.Accum
 	}
 	if m == nil {
-		if m, err = newModel(f.task, d, f.Model, data, f.Seed); err != nil {
+		if m, err = newModel(ctx, f.task, d, f.Model, data, f.Seed); err != nil {
 			return advise(ctx, err, d, memorySpec())
 		}
 		cleanup = append(cleanup, m.Close)

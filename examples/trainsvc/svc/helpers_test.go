@@ -2,6 +2,7 @@ package svc_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -215,7 +216,7 @@ func metric(text, name string, labels ...string) (float64, bool) {
 // weights reads a checkpoint's model tensors, by name, as bytes.
 func weights(t *testing.T, d device.Device, path string) map[string][]byte {
 	t.Helper()
-	m, _, err := models.LoadCharRNN(d, path)
+	m, _, err := models.LoadCharRNN(context.Background(), d, path)
 	if err != nil {
 		t.Fatal(err)
 	}

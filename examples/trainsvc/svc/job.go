@@ -60,7 +60,7 @@ func (s *Server) train(ctx context.Context, j *job, resume bool) (err error) {
 	if err != nil {
 		return err
 	}
-	m, err := models.NewCharRNN(sc, spec.Model.charRNN(), vocab, spec.Seed)
+	m, err := models.NewCharRNN(ctx, sc, spec.Model.charRNN(), vocab, spec.Seed)
 	if err != nil {
 		return err
 	}

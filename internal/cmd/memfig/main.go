@@ -106,7 +106,7 @@ func recomputeFigure(ctx context.Context, png string) error {
 // input on d: what the stack keeps for its backward (its reserve; the
 // input is the caller's, kept by reference).
 func stackActivations(d *cpu.Device, c rnn.Config, T, B int) (int64, error) {
-	m, err := rnn.NewLSTM(d, c)
+	m, err := rnn.NewLSTM(context.Background(), d, c)
 	if err != nil {
 		return 0, err
 	}
