@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/gocurrent/gocurrent/internal/checked"
 )
 
 // BucketConfig says how the examples of a labelled dataset are grouped
@@ -54,6 +56,10 @@ func (c BucketConfig) withDefaults() (BucketConfig, error) {
 	}
 	if c.Accum == 0 {
 		c.Accum = 1
+	}
+	// A pool is Pool·Batch·Accum examples; the sum must not wrap.
+	if _, ok := checked.Mul(c.Pool, c.Batch, c.Accum); !ok {
+		return c, fmt.Errorf("loader: bucketing: Pool × Batch × Accum = %d × %d × %d overflows int", c.Pool, c.Batch, c.Accum)
 	}
 	return c, nil
 }

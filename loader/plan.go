@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+
+	"github.com/gocurrent/gocurrent/internal/checked"
 )
 
 // Mode says how a text is cut into batches.
@@ -36,6 +38,14 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
 
+// MaxPrefetch and MaxWorkers bound Config.Prefetch and Config.Workers:
+// each prefetched batch holds a staging slot on the host and on the
+// device, each worker a goroutine, and more than these gain nothing.
+const (
+	MaxPrefetch = 1024
+	MaxWorkers  = 1024
+)
+
 // ErrTooShort is returned when a text cannot fill one batch.
 var ErrTooShort = errors.New("loader: text too short for one batch")
 
@@ -59,11 +69,11 @@ type Config struct {
 	// consumer stops when it has had enough).
 	Epochs int
 	// Prefetch is the number of batches prepared ahead of the one the
-	// consumer holds; 0 means 2. It fixes the staging ring: Prefetch+1
-	// slots, allocated once.
+	// consumer holds; 0 means 2, at most MaxPrefetch. It fixes the
+	// staging ring: Prefetch+1 slots, allocated once.
 	Prefetch int
 	// Workers is the number of producer goroutines filling slots; 0
-	// means 2.
+	// means 2, at most MaxWorkers.
 	Workers int
 	// Shard makes the loader one rank's part of a data-parallel job: the
 	// text is cut as for batches of Batch·Shard.Of rows, and the loader
@@ -109,6 +119,30 @@ func (c Config) validate() error {
 		if f.v <= 0 {
 			return fmt.Errorf("loader: %s = %d, want > 0", f.name, f.v)
 		}
+	}
+	// The sizes derived from them must not wrap (issue 46: Batch 2^40
+	// and Accum 2^24 are 2^64 streams, which int64 arithmetic made 0, and
+	// a divide by zero followed): rows, streams, a window and its target,
+	// the staging slot of a batch in bytes, the ring.
+	rows, okRows := checked.Mul(c.Batch, c.Shard.ranks())
+	streams, okStreams := checked.Mul(rows, c.Accum)
+	window, okWindow := checked.Add(c.Seq, 1)
+	_, okSlot := checked.Mul(2*4, window, rows)
+	switch {
+	case !okRows:
+		return fmt.Errorf("loader: Batch × Shard.Of = %d × %d overflows int", c.Batch, c.Shard.Of)
+	case !okStreams:
+		return fmt.Errorf("loader: Batch × Accum = %d × %d overflows int", rows, c.Accum)
+	case !okWindow:
+		return fmt.Errorf("loader: Seq = %d: a window of Seq inputs and their targets, Seq + 1 tokens, overflows int", c.Seq)
+	case !okSlot:
+		return fmt.Errorf("loader: Batch × (Seq + 1) = %d × %d tokens of a batch's staging overflow int", rows, window)
+	case streams > 0 && window > math.MaxInt/streams:
+		return fmt.Errorf("loader: Batch × Accum × (Seq + 1) = %d × %d tokens overflows int", streams, window)
+	case c.Prefetch > MaxPrefetch:
+		return fmt.Errorf("loader: Prefetch = %d, want at most %d", c.Prefetch, MaxPrefetch)
+	case c.Workers > MaxWorkers:
+		return fmt.Errorf("loader: Workers = %d, want at most %d", c.Workers, MaxWorkers)
 	}
 	switch {
 	case c.Epochs < 0:

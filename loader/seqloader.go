@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"slices"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/checked"
 )
 
 // SeqConfig says how a SeqLoader batches a labelled dataset.
@@ -153,6 +155,9 @@ func NewSeqLoader(d device.Device, data *Dataset, cfg SeqConfig) (*SeqLoader, er
 	if cfg.Epochs < 0 || cfg.Prefetch < 0 {
 		return nil, fmt.Errorf("loader: Epochs %d, Prefetch %d; neither may be negative", cfg.Epochs, cfg.Prefetch)
 	}
+	if cfg.Prefetch > MaxPrefetch {
+		return nil, fmt.Errorf("loader: Prefetch = %d, want at most %d", cfg.Prefetch, MaxPrefetch)
+	}
 	if cfg.Prefetch == 0 {
 		cfg.Prefetch = 2
 	}
@@ -161,12 +166,21 @@ func NewSeqLoader(d device.Device, data *Dataset, cfg SeqConfig) (*SeqLoader, er
 	for i := range data.Len() {
 		longest = max(longest, data.Length(i))
 	}
-	l := &SeqLoader{dev: d, data: data, cfg: cfg, cap: b.Batch * longest, epochs: map[int]epochBatches{}}
+	capTokens, ok := checked.Mul(b.Batch, longest)
+	if !ok {
+		return nil, fmt.Errorf("loader: Batch × the longest sequence = %d × %d tokens overflows int", b.Batch, longest)
+	}
+	l := &SeqLoader{dev: d, data: data, cfg: cfg, cap: capTokens, epochs: map[int]epochBatches{}}
 	if b.MaxTokens > 0 {
 		l.cap = min(l.cap, max(b.MaxTokens, longest))
 	}
 	if cfg.Chars {
 		l.wordLen = cfg.wordLen(data.LongestWord())
+	}
+	// A slot is five int32 arrays of cap, Batch lengths and wordLen
+	// characters per token (slotLen), in bytes.
+	if _, ok := checked.Mul(4, l.cap, 5+l.wordLen); !ok || b.Batch > math.MaxInt/16 {
+		return nil, fmt.Errorf("loader: a batch of %d tokens with words of %d characters overflows a staging slot's size", l.cap, l.wordLen)
 	}
 	if l.copy, err = d.NewStream(); err != nil {
 		return nil, fmt.Errorf("loader: copy stream: %w", err)

@@ -50,7 +50,13 @@ type CharRNNConfig struct {
 	WaveWindows int `json:"-"`
 }
 
-func (c CharRNNConfig) validate() error {
+// Validate checks the configuration without building the model: each
+// field in its range, and sizes whose parameters can be counted (at most
+// rnn.MaxLayers layers, a count that does not overflow), so that a
+// configuration from a flag, a job spec or a checkpoint's metadata is
+// refused by name, not after allocating. The vocabulary's size is the
+// constructor's to check.
+func (c CharRNNConfig) Validate() error {
 	switch {
 	case c.Cell != "lstm" && c.Cell != "gru":
 		return fmt.Errorf("models: char-RNN cell %q, want lstm or gru", c.Cell)
@@ -58,6 +64,24 @@ func (c CharRNNConfig) validate() error {
 		return fmt.Errorf("models: char-RNN embed %d, hidden %d, layers %d; each must be > 0", c.Embed, c.Hidden, c.Layers)
 	case !(c.Dropout >= 0 && c.Dropout < 1):
 		return fmt.Errorf("models: char-RNN dropout %v, want [0, 1)", c.Dropout)
+	}
+	return stackSizes("char-RNN", c.Cell, rnn.Config{Input: c.Embed, Hidden: c.Hidden, Layers: c.Layers})
+}
+
+// stackSizes checks that the recurrent stack of cell of a model (name,
+// for the message) can be counted: at most rnn.MaxLayers layers, and
+// parameters whose count does not overflow (what rnn's constructors
+// refuse, said in the model's terms before anything is built).
+func stackSizes(name, cell string, c rnn.Config) error {
+	gates := rnn.LSTMGates
+	if cell == "gru" {
+		gates = rnn.GRUGates
+	}
+	switch _, ok := c.ParamCount(gates); {
+	case c.Layers > rnn.MaxLayers:
+		return fmt.Errorf("models: %s layers %d, more than rnn.MaxLayers (%d)", name, c.Layers, rnn.MaxLayers)
+	case !ok:
+		return fmt.Errorf("models: %s input %d, hidden %d, layers %d: the recurrent stack's parameters overflow int", name, c.Input, c.Hidden, c.Layers)
 	}
 	return nil
 }
@@ -113,7 +137,7 @@ type CharRNN struct {
 // vocabulary or a layer the device cannot hold (an error wrapping
 // alloc.ErrOutOfMemory) is an error, and what was built is freed.
 func NewCharRNN(ctx context.Context, d device.Device, cfg CharRNNConfig, vocab *loader.Vocab, seed uint64) (_ *CharRNN, err error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if vocab == nil || vocab.Len() == 0 {
@@ -377,6 +401,12 @@ func CharRNNFromCheckpoint(ctx context.Context, d device.Device, ck *train.Check
 	if err != nil {
 		return nil, err
 	}
+	v := vocab.Len()
+	want := append([]tensorShape{{"emb.weight", []int{v, cfg.Embed}}, {"out.weight", []int{v, cfg.Hidden}}},
+		stackTensors("rnn", cfg.Cell, rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers})...)
+	if err := checkShapes(ck, map[string]int{"rnn": cfg.Layers}, want); err != nil {
+		return nil, err
+	}
 	m, err := NewCharRNN(ctx, d, cfg, vocab, 0)
 	if err != nil {
 		return nil, fmt.Errorf("models: %s: %w", ck.Path(), err)
@@ -413,7 +443,7 @@ func DescribeCharRNN(ck *train.Checkpoint) (CharRNNConfig, *loader.Vocab, error)
 	if err := json.Unmarshal([]byte(meta["config"]), &cfg); err != nil {
 		return cfg, nil, bad("config metadata: %v", err)
 	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return cfg, nil, bad("%v", err)
 	}
 	var chars []string

@@ -64,7 +64,13 @@ const (
 	InputChars = "chars"
 )
 
-func (c ClassifierConfig) validate() error {
+// Validate checks the configuration without building the model: each
+// field in its range, and sizes whose parameters can be counted (at most
+// rnn.MaxLayers layers, a count that does not overflow), so that a
+// configuration from a flag, a job spec or a checkpoint's metadata is
+// refused by name, not after allocating. The vocabulary's size is the
+// constructor's to check.
+func (c ClassifierConfig) Validate() error {
 	switch {
 	case c.Cell != "lstm" && c.Cell != "gru":
 		return fmt.Errorf("models: classifier cell %q, want lstm or gru", c.Cell)
@@ -77,7 +83,7 @@ func (c ClassifierConfig) validate() error {
 	case c.Input != "" && c.Input != InputWords && c.Input != InputChars:
 		return fmt.Errorf("models: classifier input %q, want words or chars", c.Input)
 	}
-	return nil
+	return stackSizes("classifier", c.Cell, rnn.Config{Input: c.Embed, Hidden: c.Hidden, Layers: c.Layers, Bidirectional: c.Bidirectional})
 }
 
 // Classifier labels whole sequences (of words, or of a text's characters):
@@ -144,7 +150,7 @@ func (s *scratch) get(d device.Device, cat device.Category, dt device.DType, n i
 // vocabularies, its parameters drawn with PyTorch's initialisation from
 // seed.
 func NewClassifier(ctx context.Context, d device.Device, cfg ClassifierConfig, tokens *loader.Words, labels *loader.Labels, seed uint64) (_ *Classifier, err error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if tokens == nil || labels == nil {
@@ -180,8 +186,11 @@ func NewClassifier(ctx context.Context, d device.Device, cfg ClassifierConfig, t
 	return m, nil
 }
 
-func (m *Classifier) directions() int {
-	if m.cfg.Bidirectional {
+func (m *Classifier) directions() int { return m.cfg.directions() }
+
+// directions is the stack's: 2 when bidirectional, else 1.
+func (c ClassifierConfig) directions() int {
+	if c.Bidirectional {
 		return 2
 	}
 	return 1
@@ -443,6 +452,14 @@ func ClassifierFromCheckpoint(ctx context.Context, d device.Device, ck *train.Ch
 	lv, err := loader.NewLabels(labels)
 	if err != nil {
 		return nil, bad("labels metadata: %v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, bad("%v", err)
+	}
+	want := append([]tensorShape{{"emb.weight", []int{tv.Len(), cfg.Embed}}, {"out.weight", []int{lv.Len(), cfg.directions() * cfg.Hidden}}},
+		stackTensors("rnn", cfg.Cell, rnn.Config{Input: cfg.Embed, Hidden: cfg.Hidden, Layers: cfg.Layers, Bidirectional: cfg.Bidirectional})...)
+	if err := checkShapes(ck, map[string]int{"rnn": cfg.Layers}, want); err != nil {
+		return nil, err
 	}
 	m, err := NewClassifier(ctx, d, cfg, tv, lv, 0)
 	if err != nil {

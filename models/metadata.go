@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/rnn"
 	"github.com/gocurrent/gocurrent/train"
 )
 
@@ -63,6 +66,75 @@ func decodeMetadata(ck *train.Checkpoint, name, format string, parts ...metaPart
 	for _, p := range parts {
 		if err := json.Unmarshal([]byte(meta[p.key]), p.v); err != nil {
 			return mismatch(ck, "%s metadata: %v", p.key, err)
+		}
+	}
+	return nil
+}
+
+// tensorShape is a tensor a configuration read from a checkpoint implies,
+// with the shape it implies.
+type tensorShape struct {
+	name  string
+	shape []int
+}
+
+// stackTensors are the tensors of the recurrent stack group of cell with
+// c (rnn's names, PyTorch's) that fix its shape: the first and the top
+// layer's weights in every direction. The count of layers is checked by
+// checkShapes: the top layer's are there, the next one's are not.
+func stackTensors(group, cell string, c rnn.Config) []tensorShape {
+	gates, dirs := rnn.LSTMGates, 1
+	if cell == "gru" {
+		gates = rnn.GRUGates
+	}
+	if c.Bidirectional {
+		dirs = 2
+	}
+	layers := max(c.Layers, 1)
+	var out []tensorShape
+	for _, l := range []int{0, layers - 1} {
+		in := c.Input
+		if l > 0 {
+			in = dirs * c.Hidden
+		}
+		for d := range dirs {
+			sfx := ""
+			if d == 1 {
+				sfx = "_reverse"
+			}
+			out = append(out,
+				tensorShape{fmt.Sprintf("%s.weight_ih_l%d%s", group, l, sfx), []int{gates * c.Hidden, in}},
+				tensorShape{fmt.Sprintf("%s.weight_hh_l%d%s", group, l, sfx), []int{gates * c.Hidden, c.Hidden}})
+		}
+		if layers == 1 {
+			break
+		}
+	}
+	return out
+}
+
+// checkShapes holds a configuration read from ck's metadata to the
+// tensors the file holds before a model of it is built (after its
+// Validate, which bounds the products): each tensor want names has the
+// shape the configuration implies, and each stack (its group, and the
+// configuration's layers) holds its top layer and no layer above it. A
+// contradiction is an error wrapping train.ErrMismatch that names the
+// configuration's value and the tensor: a config of 2^40 layers in a file
+// of two is refused in microseconds, not allocated.
+func checkShapes(ck *train.Checkpoint, stacks map[string]int, want []tensorShape) error {
+	for _, t := range want {
+		got, ok := ck.Shape(t.name)
+		switch {
+		case !ok:
+			return mismatch(ck, "the config implies a tensor %q of shape %v; the file holds none", t.name, t.shape)
+		case !slices.Equal(got, t.shape):
+			return mismatch(ck, "the config implies tensor %q of shape %v; the file's is %v", t.name, t.shape, got)
+		}
+	}
+	for _, group := range slices.Sorted(maps.Keys(stacks)) {
+		layers := stacks[group]
+		if _, ok := ck.Shape(fmt.Sprintf("%s.weight_ih_l%d", group, layers)); ok {
+			return mismatch(ck, "the config says %d layers; the file holds %s.weight_ih_l%d, of a deeper stack", layers, group, layers)
 		}
 	}
 	return nil

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/checked"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/rnn"
 	"github.com/gocurrent/gocurrent/train"
@@ -48,7 +50,13 @@ type TaggerConfig struct {
 	Recompute int `json:"-"`
 }
 
-func (c TaggerConfig) validate() error {
+// Validate checks the configuration without building the model: each
+// field in its range, and sizes whose parameters can be counted (at most
+// rnn.MaxLayers layers, a count that does not overflow), so that a
+// configuration from a flag, a job spec or a checkpoint's metadata is
+// refused by name, not after allocating. The vocabulary's size is the
+// constructor's to check.
+func (c TaggerConfig) Validate() error {
 	switch {
 	case c.Cell != "lstm" && c.Cell != "gru":
 		return fmt.Errorf("models: tagger cell %q, want lstm or gru", c.Cell)
@@ -59,7 +67,16 @@ func (c TaggerConfig) validate() error {
 	case c.CharEmbed < 0 || c.CharHidden < 0 || (c.CharEmbed == 0) != (c.CharHidden == 0):
 		return fmt.Errorf("models: tagger char_embed %d, char_hidden %d; both > 0 for character features, or both 0 for none", c.CharEmbed, c.CharHidden)
 	}
-	return nil
+	input, ok := checked.Add(c.Embed, 2*c.CharHidden)
+	if !ok || c.CharHidden > math.MaxInt/2 {
+		return fmt.Errorf("models: tagger embed %d + 2 × char_hidden %d overflows int", c.Embed, c.CharHidden)
+	}
+	if c.hasChars() {
+		if err := stackSizes("tagger's character", "lstm", rnn.Config{Input: c.CharEmbed, Hidden: c.CharHidden, Bidirectional: true}); err != nil {
+			return err
+		}
+	}
+	return stackSizes("tagger", c.Cell, rnn.Config{Input: input, Hidden: c.Hidden, Layers: c.Layers, Bidirectional: c.Bidirectional})
 }
 
 // hasChars reports whether the config asks for character features.
@@ -116,7 +133,7 @@ func NewTagger(ctx context.Context, d device.Device, cfg TaggerConfig, words *lo
 // chars must be nil for a config without. The character layers' seeds
 // are drawn from seed too, differing from the other layers'.
 func NewTaggerChars(ctx context.Context, d device.Device, cfg TaggerConfig, words, chars *loader.Words, tags *loader.Labels, seed uint64) (_ *Tagger, err error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	switch {
@@ -493,6 +510,24 @@ func TaggerFromCheckpoint(ctx context.Context, d device.Device, ck *train.Checkp
 		if cv, err = loader.NewWords(chars); err != nil {
 			return nil, bad("chars metadata: %v", err)
 		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, bad("%v", err)
+	}
+	dirs := 1
+	if cfg.Bidirectional {
+		dirs = 2
+	}
+	want := append([]tensorShape{{"emb.weight", []int{wv.Len(), cfg.Embed}}, {"out.weight", []int{tv.Len(), dirs * cfg.Hidden}}},
+		stackTensors("rnn", cfg.Cell, rnn.Config{Input: cfg.Embed + 2*cfg.CharHidden, Hidden: cfg.Hidden, Layers: cfg.Layers, Bidirectional: cfg.Bidirectional})...)
+	stacks := map[string]int{"rnn": cfg.Layers}
+	if cv != nil {
+		want = append(append(want, tensorShape{"char_emb.weight", []int{cv.Len(), cfg.CharEmbed}}),
+			stackTensors("char_rnn", "lstm", rnn.Config{Input: cfg.CharEmbed, Hidden: cfg.CharHidden, Bidirectional: true})...)
+		stacks["char_rnn"] = 1
+	}
+	if err := checkShapes(ck, stacks, want); err != nil {
+		return nil, err
 	}
 	m, err := NewTaggerChars(ctx, d, cfg, wv, cv, tv, 0)
 	if err != nil {

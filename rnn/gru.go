@@ -37,7 +37,7 @@ type gruCell struct{}
 var _ cell = gruCell{}
 
 func (gruCell) name() string   { return "GRU" }
-func (gruCell) gates() int     { return 3 }
+func (gruCell) gates() int     { return GRUGates }
 func (gruCell) carriesC() bool { return false }
 
 // planPass: the input projection of a window's steps and one step's

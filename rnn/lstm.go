@@ -39,7 +39,7 @@ type lstmCell struct{}
 var _ cell = lstmCell{}
 
 func (lstmCell) name() string   { return "LSTM" }
-func (lstmCell) gates() int     { return 4 }
+func (lstmCell) gates() int     { return LSTMGates }
 func (lstmCell) carriesC() bool { return true }
 
 // planPass: without grad the pre-activations of every step, which in

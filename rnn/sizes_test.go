@@ -207,3 +207,30 @@ func TestCallSizes(t *testing.T) {
 	}
 	ok(t, d.Synchronize())
 }
+
+// TestParamCount: the count computed without building a stack is the
+// count of the stack built, for each cell, direction and bias.
+func TestParamCount(t *testing.T) {
+	d := capped(t)
+	for _, cell := range []string{"lstm", "gru"} {
+		for _, c := range []rnn.Config{
+			{Input: 5, Hidden: 3},
+			{Input: 5, Hidden: 3, Layers: 3},
+			{Input: 2, Hidden: 7, Layers: 2, Bidirectional: true},
+			{Input: 4, Hidden: 6, Layers: 3, NoBias: true, Bidirectional: true},
+		} {
+			s := newRecurrent(t, d, cell, c)
+			gates := rnn.LSTMGates
+			if cell == "gru" {
+				gates = rnn.GRUGates
+			}
+			n, ok := c.ParamCount(gates)
+			if !ok || n != s.Params().Len() {
+				t.Errorf("%s %+v: ParamCount = %d, %v; the stack holds %d", cell, c, n, ok, s.Params().Len())
+			}
+		}
+	}
+	if _, ok := (rnn.Config{Input: 1, Hidden: 1 << 31, Layers: 2}).ParamCount(rnn.LSTMGates); ok {
+		t.Error("ParamCount of hidden 2^31 (4·2^62 weights) is ok, want an overflow")
+	}
+}

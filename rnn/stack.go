@@ -77,6 +77,43 @@ type Config struct {
 	WaveWindows int
 }
 
+// LSTMGates and GRUGates are the gate blocks of H rows in an LSTM's and a
+// GRU's weights (Config.ParamCount).
+const (
+	LSTMGates = 4
+	GRUGates  = 3
+)
+
+// ParamCount is the number of parameters of a stack of c whose cells
+// have gates gate blocks (LSTMGates, GRUGates), computed without building
+// it, with Layers 0 read as 1; false when the count overflows int, which
+// NewLSTM and NewGRU refuse. For gates·H rows of weights a layer and
+// direction, it is D·(G·H·(Input + H) + b) + (Layers-1)·D·(G·H·(D·H + H)
+// + b), with D the directions and b = 2·G·H the biases (0 with NoBias).
+func (c Config) ParamCount(gates int) (int, bool) {
+	layers, dirs, bias := max(c.Layers, 1), 1, 2
+	if c.Bidirectional {
+		dirs = 2
+	}
+	if c.NoBias {
+		bias = 0
+	}
+	var first, above checked.Sum
+	first.AddMul(gates, c.Hidden, c.Input)
+	first.AddMul(gates, c.Hidden, c.Hidden)
+	first.AddMul(bias, gates, c.Hidden)
+	above.AddMul(gates, c.Hidden, dirs, c.Hidden)
+	above.AddMul(gates, c.Hidden, c.Hidden)
+	above.AddMul(bias, gates, c.Hidden)
+	f, okFirst := first.Total()
+	a, okAbove := above.Total()
+	var total checked.Sum
+	total.AddMul(dirs, f)
+	total.AddMul(dirs, layers-1, a)
+	n, ok := total.Total()
+	return n, ok && okFirst && okAbove
+}
+
 // MaxLayers is the most layers a stack takes: far past any recurrent
 // stack that trains (published ones have tens), and each layer costs
 // host memory to describe and a launch a step whatever its size, so a
@@ -753,27 +790,7 @@ func newStack(ctx context.Context, d device.Device, c Config, kind cell) (*stack
 // int: what the configuration asks for, computed before the layers'
 // lists are built (a count of layers in the trillions would otherwise
 // take all the host's memory to describe).
-func (s *stack) paramCount() (int, bool) {
-	c := s.cfg
-	bias := 0
-	if !c.NoBias {
-		bias = 2
-	}
-	var first, above checked.Sum
-	first.AddMul(s.cell.gates(), c.Hidden, c.Input)
-	first.AddMul(s.cell.gates(), c.Hidden, c.Hidden)
-	first.AddMul(bias, s.cell.gates(), c.Hidden)
-	above.AddMul(s.cell.gates(), c.Hidden, s.dirs(), c.Hidden)
-	above.AddMul(s.cell.gates(), c.Hidden, c.Hidden)
-	above.AddMul(bias, s.cell.gates(), c.Hidden)
-	f, ok1 := first.Total()
-	a, ok2 := above.Total()
-	var total checked.Sum
-	total.AddMul(s.dirs(), f)
-	total.AddMul(s.dirs(), c.Layers-1, a)
-	n, ok := total.Total()
-	return n, ok && ok1 && ok2
-}
+func (s *stack) paramCount() (int, bool) { return s.cfg.ParamCount(s.cell.gates()) }
 
 // dirs is the number of directions: 2 for a bidirectional stack, else 1.
 func (s *stack) dirs() int {

@@ -56,6 +56,14 @@ func (c *Checkpoint) Path() string { return c.path }
 // Metadata returns a copy of the file's __metadata__.
 func (c *Checkpoint) Metadata() map[string]string { return maps.Clone(c.file.meta) }
 
+// Shape is the shape of the tensor called name, and false when the file
+// holds none: what a loader checks a configuration read from the
+// metadata against before it builds a model of that size.
+func (c *Checkpoint) Shape(name string) ([]int, bool) {
+	t, ok := c.file.tensors[name]
+	return slices.Clone(t.shape), ok
+}
+
 // Resumable reports whether the file holds a trainer's state (Save wrote
 // it) and not only weights.
 func (c *Checkpoint) Resumable() bool {

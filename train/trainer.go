@@ -93,7 +93,7 @@ type Config struct {
 	// ends after the steps already queued (cancelling from OnStep
 	// included), and Save from OnStep is refused while later steps are
 	// queued (CheckpointEvery saves at its step). Memory: three float64
-	// per pipelined step.
+	// per pipelined step. At most MaxPipeline.
 	Pipeline int
 
 	// Graphs records the device work of a step's micro-batches once, as
@@ -374,6 +374,10 @@ func carriedStates(m Model, lc loader.Config) ([]State, error) {
 	return states, nil
 }
 
+// MaxPipeline bounds Config.Pipeline: a few thousand steps in flight
+// gain nothing over eight, and each holds device memory and a graph slot.
+const MaxPipeline = 4096
+
 func (c Config) validate(src source) error {
 	if err := c.Optimizer.validate(); err != nil {
 		return err
@@ -389,8 +393,8 @@ func (c Config) validate(src source) error {
 		return errors.New("train: neither Steps nor the loader's Epochs say when to stop")
 	case bad(c.ClipNorm) || bad(c.ClipValue):
 		return fmt.Errorf("train: ClipNorm %v, ClipValue %v; want finite and >= 0", c.ClipNorm, c.ClipValue)
-	case c.Pipeline < 0:
-		return fmt.Errorf("train: Pipeline %d; want >= 0", c.Pipeline)
+	case c.Pipeline < 0 || c.Pipeline > MaxPipeline:
+		return fmt.Errorf("train: Pipeline %d; want 0 to %d", c.Pipeline, MaxPipeline)
 	}
 	return nil
 }
