@@ -12,6 +12,18 @@ import "github.com/gocurrent/gocurrent/alloc"
 //		...
 //	}
 
+// Valueless is implemented by a Device whose buffers hold no values: an
+// upload is checked and dropped, a download gives zeros, kernels check
+// their arguments and compute nothing (device/meta, the planner's
+// device). Code that computes values only to upload them, such as a
+// layer's initial parameters (of any size a plan asks about), skips the
+// computing on it; the calls and the allocations are what such a device
+// is for.
+type Valueless interface {
+	// HoldsNoValues marks the capability; it does nothing.
+	HoldsNoValues()
+}
+
 // Allocator is implemented by a Device whose buffers come from a caching
 // allocator it exposes: for snapshots, traces, EmptyCache and the
 // allocator's settings. The CPU and the CUDA device implement it.

@@ -64,6 +64,14 @@ func (c BucketConfig) withDefaults() (BucketConfig, error) {
 	return c, nil
 }
 
+// Validate checks the configuration, its defaults filled in, as
+// Buckets and NewSeqLoader do: no field negative, a pool whose size does
+// not overflow.
+func (c BucketConfig) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
 // Buckets returns epoch's batches of the examples whose lengths are given:
 // each batch a list of example indices, longest first; every example is in
 // exactly one batch. The result depends only on the lengths, c and epoch.

@@ -76,6 +76,11 @@ type Loader struct {
 	plan  plan
 	copy  device.Stream // the copy stream
 	slots []slot
+	// valueless says the device holds no values (device.Valueless, the
+	// planner's): the producers then read no text and fill no staging,
+	// whose pages stay untouched, and the batches' copies are queued all
+	// the same.
+	valueless bool
 
 	batches, tokens, waitNS atomic.Int64
 
@@ -170,6 +175,7 @@ func New(d device.Device, text *Text, cfg Config) (*Loader, error) {
 		return nil, err
 	}
 	l := &Loader{dev: d, text: text, cfg: cfg, plan: p}
+	_, l.valueless = d.(device.Valueless)
 	if l.copy, err = d.NewStream(); err != nil {
 		return nil, fmt.Errorf("loader: copy stream: %w", err)
 	}
@@ -430,17 +436,22 @@ func (l *Loader) dispatch(run *iteration, pos Position, jobs chan<- job) {
 // without touching the slot.
 func (l *Loader) produce(run *iteration, jobs <-chan job) {
 	defer run.crew.done()
-	window := make([]int32, l.cfg.Seq+1)
-	ids := make([]int32, 2*l.cfg.Seq*l.cfg.Batch)
+	var window, ids []int32
+	if !l.valueless {
+		window, ids = make([]int32, l.cfg.Seq+1), make([]int32, 2*l.cfg.Seq*l.cfg.Batch)
+	}
 	for j := range jobs {
 		run.crew.read()
-		err := l.read(j, window, ids)
+		var err error
+		if !l.valueless {
+			err = l.read(j, window, ids)
+		}
 		if !run.crew.resume() {
 			return
 		}
 		s := &l.slots[j.slot]
 		r := result{pos: j.pos, err: err}
-		if r.err == nil {
+		if r.err == nil && !l.valueless {
 			r.err = l.fill(s, ids)
 		}
 		if r.err == nil && s.released != nil {

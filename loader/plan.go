@@ -111,6 +111,13 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Validate checks the configuration, its defaults filled in, without a
+// text: each field in its range and the sizes derived from them (rows,
+// streams, a window, a batch's staging) free of overflow, each error
+// naming the fields and their values. New runs it; a command line or a
+// service checks its flags or a job's spec with it before any work.
+func (c Config) Validate() error { return c.withDefaults().validate() }
+
 func (c Config) validate() error {
 	for _, f := range []struct {
 		name string

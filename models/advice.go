@@ -147,6 +147,26 @@ type MemoryError struct {
 func (e *MemoryError) Error() string { return e.Err.Error() + "\nPlanner: " + e.Advice.String() }
 func (e *MemoryError) Unwrap() error { return e.Err }
 
+// CheckFits plans spec's run on the device target describes (PlanMemory)
+// and refuses it, before anything is allocated on the device, when its
+// planned peak does not fit target's capacity: the error then wraps
+// alloc.ErrOutOfMemory, is a *MemoryError carrying Advise's advice, and
+// takes milliseconds where the run would have allocated its parameters
+// and optimizer state (minutes of initialisation for a large model)
+// before failing at its first step. It returns nil when the run fits, and
+// when the planner cannot plan it for another reason (the run itself
+// then reports what it meets), but for a cancelled ctx.
+func CheckFits(ctx context.Context, target meta.Config, spec MemorySpec) error {
+	_, err := PlanMemory(ctx, target, spec)
+	switch {
+	case errors.Is(err, alloc.ErrOutOfMemory):
+		return WithAdvice(ctx, fmt.Errorf("models: the run does not fit %s: %w", target.Name, err), target, spec)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return nil
+}
+
 // WithAdvice returns err, when it is an out-of-memory error of spec's run
 // on the device target describes, as a *MemoryError carrying Advise's
 // advice; any other error (or one the planner cannot advise on) as it is.

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/meta"
+	"github.com/gocurrent/gocurrent/internal/checked"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/train"
 )
@@ -201,7 +203,13 @@ func runSpec(ctx context.Context, d device.Device, spec MemorySpec, after func()
 func charRNNRun(ctx context.Context, d device.Device, spec MemorySpec, opt train.Optimizer, accum int, cleanup *[]func() error) (*train.Trainer, error) {
 	chars := make([]string, spec.Vocab)
 	for i := range chars {
-		chars[i] = string(rune(0x4e00 + i)) // distinct characters, as many as asked
+		// Distinct characters, as many as asked: one byte each when
+		// they fit in ASCII, which the tokenizer reads fastest.
+		if spec.Vocab <= utf8.RuneSelf {
+			chars[i] = string(rune(i))
+		} else {
+			chars[i] = string(rune(0x4e00 + i))
+		}
 	}
 	vocab, err := loader.NewVocab(chars)
 	if err != nil {
@@ -212,11 +220,16 @@ func charRNNRun(ctx context.Context, d device.Device, spec MemorySpec, opt train
 		return nil, err
 	}
 	*cleanup = append(*cleanup, m.Close)
-	var raw strings.Builder
-	for i := range spec.Batch * accum * (planSteps*spec.Seq + 1) {
-		raw.WriteString(chars[i%len(chars)])
+	// The text cycles through the characters, read from the cycle on
+	// demand: a plan of a large batch holds no text of its size (the
+	// loader on the meta device reads none of it either).
+	cycle := []byte(strings.Join(chars, ""))
+	tokens, ok := checked.Mul(spec.Batch, accum, planSteps*spec.Seq+1)
+	size, okSize := checked.Mul(tokens, len(cycle)/len(chars))
+	if !ok || !okSize {
+		return nil, fmt.Errorf("models: a plan of batch %d, accum %d, seq %d overflows int", spec.Batch, accum, spec.Seq)
 	}
-	text, err := loader.Tokenize(ctx, loader.NewCorpus(strings.NewReader(raw.String()), int64(raw.Len()), "plan"), loader.TokenizeConfig{Vocab: vocab})
+	text, err := loader.Tokenize(ctx, loader.NewCorpus(cyclic(cycle), int64(size), "plan"), loader.TokenizeConfig{Vocab: vocab})
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +246,18 @@ func charRNNRun(ctx context.Context, d device.Device, spec MemorySpec, opt train
 		*cleanup = append(*cleanup, cfg.Validation.Close)
 	}
 	return train.New(d, m, data, cfg)
+}
+
+// cyclic is an endless text repeating its bytes, read at any offset.
+type cyclic []byte
+
+func (c cyclic) ReadAt(p []byte, off int64) (int, error) {
+	for n := 0; n < len(p); {
+		i := int(off % int64(len(c)))
+		k := copy(p[n:], c[i:])
+		n, off = n+k, off+int64(k)
+	}
+	return len(p), nil
 }
 
 // seqRun is the tagger's or the classifier's run: a dataset of the

@@ -96,7 +96,9 @@ func newParams(ctx context.Context, d device.Device, dt device.DType, seed uint6
 		p.list = append(p.list, q)
 		off += q.Len()
 	}
-	err = p.init(ctx, seed, specs)
+	if _, planning := d.(device.Valueless); !planning {
+		err = p.init(ctx, seed, specs)
+	}
 	if err == nil {
 		err = p.ZeroGrad()
 	}

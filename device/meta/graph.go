@@ -22,8 +22,9 @@ type graph struct {
 }
 
 var (
-	_ device.Grapher = (*Device)(nil)
-	_ device.Graph   = (*graph)(nil)
+	_ device.Grapher   = (*Device)(nil)
+	_ device.Valueless = (*Device)(nil)
+	_ device.Graph     = (*graph)(nil)
 )
 
 // Capture runs record and keeps the books of the graph's memory as the

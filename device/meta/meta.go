@@ -142,6 +142,10 @@ func Open(cfg Config) (*Device, error) {
 	return d, nil
 }
 
+// HoldsNoValues makes the device a device.Valueless: its buffers hold no
+// values, so layers skip drawing their initial parameters on it.
+func (d *Device) HoldsNoValues() {}
+
 // Name is the Config's name.
 func (d *Device) Name() string { return d.cfg.Name }
 

@@ -70,6 +70,7 @@ func (f *PlanFlags) validate() error {
 	c.Positive("batch", int64(f.Batch))
 	c.Positive("seq", int64(f.Seq))
 	c.Positive("accum", int64(f.Accum))
+	checkBatches(&c, f.Batch, f.Seq, f.Accum)
 	c.NonNegative("vocab", int64(f.Vocab))
 	c.NonNegative("effective-batch", int64(f.EffectiveBatch))
 	if f.Vocab > 0 && f.Vocab < 3 {

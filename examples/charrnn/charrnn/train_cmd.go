@@ -232,8 +232,15 @@ func Train(ctx context.Context, f TrainFlags, env Env) (err error) {
 	if err := r.readText(ctx); err != nil {
 		return err
 	}
-	if f.BatchAuto {
+	switch {
+	case f.BatchAuto:
 		if err := r.fitBatch(ctx); err != nil {
+			return err
+		}
+	case r.comm == nil:
+		// A run that cannot fit is refused before it allocates (a
+		// data-parallel rank's share of the batch is not the plan's).
+		if err := models.CheckFits(ctx, devices.MetaConfig(r.d), r.memorySpec()); err != nil {
 			return err
 		}
 	}

@@ -12,7 +12,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/gocurrent/gocurrent/examples/internal/cli"
+	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/models"
+	"github.com/gocurrent/gocurrent/train"
 )
 
 // flagCheck collects the first bad flag of a command (cli.FlagCheck):
@@ -28,6 +30,7 @@ func (f *TrainFlags) validate() error {
 	c.Positive("batch", int64(f.Batch))
 	c.Positive("seq", int64(f.Seq))
 	c.Positive("accum", int64(f.Accum))
+	checkBatches(&c, f.Batch, f.Seq, f.Accum)
 	c.NonNegative("effective-batch", int64(f.EffectiveBatch))
 	switch {
 	case f.BatchAuto && f.Resume != "":
@@ -55,6 +58,9 @@ func (f *TrainFlags) validate() error {
 	c.Finite("temperature", f.SampleTemperature, 0)
 	c.NonNegative("max-skips", f.MaxSkips)
 	c.NonNegative("pipeline", int64(f.Pipeline))
+	if f.Pipeline > train.MaxPipeline {
+		c.Fail("pipeline", f.Pipeline, fmt.Sprintf("at most %d", train.MaxPipeline))
+	}
 	c.OneOf("graphs", f.Graphs, "auto", "on", "off")
 	c.Device(f.Device)
 	if f.Plot != "" && !strings.EqualFold(filepath.Ext(f.Plot), ".png") {
@@ -68,9 +74,18 @@ func (f *TrainFlags) validate() error {
 	return err
 }
 
-// checkModel checks the model's flags (registerModel's).
+// checkModel checks the model's flags (registerModel's): each in its
+// range, then the sizes they give (models.CharRNNConfig.Validate).
 func checkModel(c *flagCheck, m models.CharRNNConfig) {
 	c.Recurrent(m.Cell, m.Embed, m.Hidden, m.Layers, m.Dropout)
+	c.Sizes("-embed, -hidden, -layers", m.Validate())
+}
+
+// checkBatches checks the sizes -batch, -seq and -accum give together
+// (loader.Config.Validate: products that overflow); batch 0 is -batch
+// auto, whose batch is found later.
+func checkBatches(c *flagCheck, batch, seq, accum int) {
+	c.Sizes("-batch, -seq, -accum", loader.Config{Batch: max(batch, 1), Seq: seq, Accum: accum}.Validate())
 }
 
 func (f *SampleFlags) validate() error {
@@ -90,6 +105,7 @@ func (f *EvalFlags) validate() error {
 	var c flagCheck
 	c.Positive("batch", int64(f.Batch))
 	c.Positive("seq", int64(f.Seq))
+	checkBatches(&c, f.Batch, f.Seq, 1)
 	c.Device(f.Device)
 	if f.Unknown != "" && utf8.RuneCountInString(f.Unknown) != 1 {
 		c.Fail("unknown", strconv.Quote(f.Unknown), "one character")
@@ -106,6 +122,8 @@ func (f *BenchFlags) validate() error {
 	c.Positive("seq", int64(f.Seq))
 	c.Positive("steps", int64(f.Steps))
 	c.Positive("n", int64(f.N))
+	c.Sizes("-hidden, -layers", models.CharRNNConfig{Cell: f.Cell, Embed: 64, Hidden: f.Hidden, Layers: f.Layers}.Validate())
+	checkBatches(&c, f.Batch, f.Seq, 1)
 	c.OneOf("graphs", f.Graphs, "auto", "on", "off")
 	c.Device(f.Device)
 	return c.Err

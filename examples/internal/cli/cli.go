@@ -75,6 +75,15 @@ func (c *FlagCheck) Fail(name string, value any, want string) {
 	}
 }
 
+// Sizes records err, a library's check of the sizes some flags give (a
+// loader's or a model's Validate: products that overflow, counts past a
+// maximum), as a usage error naming the flags.
+func (c *FlagCheck) Sizes(flags string, err error) {
+	if c.Err == nil && err != nil {
+		c.Err = fmt.Errorf("%w: %s: %v", ErrUsage, flags, err)
+	}
+}
+
 func (c *FlagCheck) Positive(name string, v int64) {
 	if v <= 0 {
 		c.Fail(name, v, "> 0")

@@ -60,6 +60,10 @@ func (f *BenchFlags) validate() error {
 	c.Positive("hidden", int64(f.Model.Hidden))
 	c.Positive("layers", int64(f.Model.Layers))
 	c.Positive("batch", int64(f.Batch))
+	if c.Err == nil {
+		f.Model.check(&c, f.task)
+	}
+	checkBatches(&c, f.Batch, 1, 0)
 	c.Positive("steps", int64(f.Steps))
 	c.NonNegative("warmup", int64(f.Warmup))
 	c.Device(f.Device)

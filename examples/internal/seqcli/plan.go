@@ -102,6 +102,7 @@ func (f *PlanFlags) validate() error {
 	}
 	c.Positive("batch", int64(f.Batch))
 	c.Positive("accum", int64(f.Accum))
+	checkBatches(&c, f.Batch, f.Accum, f.MaxTokens)
 	checkBatchAuto(&c, f.BatchAuto, f.EffectiveBatch, f.Explicit["accum"])
 	c.NonNegative("max-tokens", int64(f.MaxTokens))
 	c.OneOf("optimizer", f.Optimizer, "sgd", "adam", "adamw", "rmsprop")

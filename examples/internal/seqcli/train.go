@@ -65,7 +65,17 @@ func (m ModelFlags) check(c *flagCheck, task Task) {
 	if task == Classification {
 		c.OneOf("pool", m.Pool, "last", "mean", "max")
 		c.OneOf("input", m.Input, "words", "chars")
+		c.Sizes("-embed, -hidden, -layers", m.classifierConfig().Validate())
+	} else {
+		c.Sizes("-embed, -hidden, -layers, -char-embed, -char-hidden", m.taggerConfig().Validate())
 	}
+}
+
+// checkBatches checks the sizes -batch, -accum and -max-tokens give
+// together (loader.BucketConfig.Validate: a pool whose size overflows);
+// batch 0 is -batch auto, whose batch is found later.
+func checkBatches(c *flagCheck, batch, accum, maxTokens int) {
+	c.Sizes("-batch, -accum, -max-tokens", loader.BucketConfig{Batch: max(batch, 1), Accum: accum, MaxTokens: maxTokens}.Validate())
 }
 
 // DataFlags say how to read a labelled file.
@@ -167,6 +177,7 @@ func (f *TrainFlags) validate() error {
 		c.Fail("batch", "auto", "a number with -resume (the run's batch is recorded)")
 	}
 	c.NonNegative("max-tokens", int64(f.MaxTokens))
+	checkBatches(&c, f.Batch, f.Accum, f.MaxTokens)
 	c.NonNegative("epochs", int64(f.Epochs))
 	c.NonNegative("steps", f.Steps)
 	if f.Steps == 0 && f.Epochs == 0 {
