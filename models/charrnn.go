@@ -425,6 +425,9 @@ func DescribeCharRNN(ck *train.Checkpoint) (CharRNNConfig, *loader.Vocab, error)
 		return fmt.Errorf("models: %s: %w: %s", ck.Path(), train.ErrMismatch, fmt.Sprintf(format, args...))
 	}
 	var cfg CharRNNConfig
+	if err := checkFormat(ck, meta, CharRNNFormat); err != nil {
+		return cfg, nil, err
+	}
 	var missing []string
 	for _, k := range []string{"format", "config", "vocab"} {
 		if _, ok := meta[k]; !ok {
@@ -436,9 +439,6 @@ func DescribeCharRNN(ck *train.Checkpoint) (CharRNNConfig, *loader.Vocab, error)
 		return cfg, nil, bad("no %s metadata: a char-RNN checkpoint holds \"format\": %q, \"config\" (the model's shape as JSON) "+
 			"and \"vocab\" (its characters as a JSON array); the models package documentation, \"Models from PyTorch, and to it\", "+
 			"shows how to write them with safetensors' save_file", strings.Join(missing, ", "), CharRNNFormat)
-	}
-	if f := meta["format"]; f != CharRNNFormat {
-		return cfg, nil, bad("format %q, want %q", f, CharRNNFormat)
 	}
 	if err := json.Unmarshal([]byte(meta["config"]), &cfg); err != nil {
 		return cfg, nil, bad("config metadata: %v", err)

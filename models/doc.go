@@ -88,7 +88,9 @@
 //
 // and PyTorch loads ours with safetensors.torch.load_file and
 // load_state_dict, after dropping the "optim." tensors of a training
-// checkpoint. testdata/torch_fixture.py writes such files (without the
+// checkpoint. Ours carry checksums, metadata keys starting with "crc32c."
+// that PyTorch ignores; a file without them, as PyTorch writes it, loads
+// unchecked. testdata/torch_fixture.py writes such files (without the
 // safetensors package) and records PyTorch's losses, gradient norms and
 // trained weights, which this package's tests match.
 //
@@ -97,9 +99,14 @@
 // NewCharRNN returns an error for an invalid CharRNNConfig or an empty
 // vocabulary, and one wrapping alloc.ErrOutOfMemory when the device cannot
 // hold a layer; what it had built is freed. LoadCharRNN's errors wrap
-// fs.ErrNotExist for a missing file, train.ErrCorrupt for a damaged one and
+// fs.ErrNotExist for a missing file, train.ErrCorrupt for a damaged one
+// (whose bytes do not match the checksums it records) and
 // train.ErrMismatch for metadata of another format or tensors that do not
-// fit the configuration.
+// fit the configuration. A checkpoint of another of this package's models
+// (or a format it does not know), given to LoadCharRNN, LoadTagger or
+// LoadClassifier, says so in one line: "models: x.safetensors is a tagger
+// checkpoint (format gocurrent.tagger/1), not a char-RNN one
+// (gocurrent.charrnn/1)".
 //
 // # Concurrency
 //

@@ -40,12 +40,47 @@ func built(ck *train.Checkpoint, err error) error {
 	return mismatch(ck, "%v", err)
 }
 
+// kinds names the model each format of this package's checkpoints holds.
+var kinds = map[string]string{CharRNNFormat: "char-RNN", TaggerFormat: "tagger", ClassifierFormat: "classifier"}
+
+// formatError is the error of a checkpoint of another format than the
+// loader's: one line that says what the file is, for a command that was
+// given another command's checkpoint, rather than a list of the metadata
+// keys it lacks, which reads as though it were PyTorch's.
+type formatError struct {
+	path, format, want string
+}
+
+func (e *formatError) Error() string {
+	if kind, ok := kinds[e.format]; ok {
+		return fmt.Sprintf("models: %s is a %s checkpoint (format %s), not a %s one (%s)", e.path, kind, e.format, kinds[e.want], e.want)
+	}
+	return fmt.Sprintf("models: %s is a checkpoint of format %q, not a %s one (%s)", e.path, e.format, kinds[e.want], e.want)
+}
+
+// Unwrap makes the error match train.ErrMismatch: the file is whole, and
+// of another model.
+func (e *formatError) Unwrap() error { return train.ErrMismatch }
+
+// checkFormat is the error of ck's metadata naming a format other than
+// want; a file without a format (PyTorch's state dict alone) passes, for
+// the message about the keys it lacks.
+func checkFormat(ck *train.Checkpoint, meta map[string]string, want string) error {
+	if f, ok := meta["format"]; ok && f != want {
+		return &formatError{path: ck.Path(), format: f, want: want}
+	}
+	return nil
+}
+
 // decodeMetadata checks that ck's metadata holds "format" equal to format
 // and every part's key, and decodes each part's JSON; name is the kind of
 // model, for the message about missing keys. Its errors wrap
 // train.ErrMismatch.
 func decodeMetadata(ck *train.Checkpoint, name, format string, parts ...metaPart) error {
 	meta := ck.Metadata()
+	if err := checkFormat(ck, meta, format); err != nil {
+		return err
+	}
 	keys := []string{`"format"`}
 	var missing []string
 	if _, ok := meta["format"]; !ok {
@@ -59,9 +94,6 @@ func decodeMetadata(ck *train.Checkpoint, name, format string, parts ...metaPart
 	}
 	if len(missing) > 0 {
 		return mismatch(ck, "no %s metadata: a %s checkpoint holds %s (format %q)", strings.Join(missing, ", "), name, strings.Join(keys, ", "), format)
-	}
-	if f := meta["format"]; f != format {
-		return mismatch(ck, "format %q, want %q", f, format)
 	}
 	for _, p := range parts {
 		if err := json.Unmarshal([]byte(meta[p.key]), p.v); err != nil {

@@ -37,12 +37,21 @@ type Checkpoint struct {
 }
 
 // ReadCheckpoint reads and validates the safetensors file at path. A file
-// that is not one (truncated, corrupt) gives an error wrapping ErrCorrupt.
+// that is not one (truncated, corrupt) gives an error wrapping ErrCorrupt,
+// and so does one whose bytes do not match the checksums it records (the
+// files this package writes record them; see docs/ARCHITECTURE.md): the
+// error names the tensor, or the metadata, that is damaged. A file without
+// checksums (PyTorch's) is checked for its structure alone.
 func ReadCheckpoint(path string) (*Checkpoint, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("train: reading checkpoint: %w", err)
 	}
+	return readCheckpoint(path, b)
+}
+
+// readCheckpoint is ReadCheckpoint of the file's bytes b.
+func readCheckpoint(path string, b []byte) (*Checkpoint, error) {
 	f, err := decodeTensors(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -53,7 +62,8 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 // Path is the file the checkpoint was read from.
 func (c *Checkpoint) Path() string { return c.path }
 
-// Metadata returns a copy of the file's __metadata__.
+// Metadata returns a copy of the file's __metadata__, without the
+// checksums, which ReadCheckpoint verified: what its writer passed.
 func (c *Checkpoint) Metadata() map[string]string { return maps.Clone(c.file.meta) }
 
 // Shape is the shape of the tensor called name, and false when the file
@@ -209,6 +219,8 @@ func addWeights(d device.Device, f *tensorFile, groups []Group) error {
 
 // SaveWeights writes the parameters of groups, with meta as the file's
 // metadata, to path atomically: a crash leaves the old file or the new one.
+// The file also records the checksums of its tensors and metadata, under
+// keys starting with "crc32c.", which meta may therefore not hold.
 func SaveWeights(path string, d device.Device, groups []Group, meta map[string]string) error {
 	f := &tensorFile{meta: maps.Clone(meta), tensors: map[string]tensorData{}}
 	if err := addWeights(d, f, groups); err != nil {

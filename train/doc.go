@@ -62,6 +62,13 @@
 // new one; only over a regular file (never a directory or /dev/null),
 // through symbolic links, with the usual mode, and removing what a killed
 // writer left behind.
+// Every file written records the CRC-32C of each tensor's bytes and of the
+// rest of the metadata under metadata keys starting with "crc32c."
+// (docs/ARCHITECTURE.md has the exact form), which ReadCheckpoint verifies:
+// a flipped bit anywhere in the file is an error wrapping ErrCorrupt that
+// names the tensor or the metadata, where it used to load as another model
+// (or resume another run). A file without them, PyTorch's, is read as
+// before.
 // Trainer.Resume continues bit for bit as if the run had not stopped; a file
 // that does not fit (another model shape, another batch cut, another
 // optimizer) is an error wrapping ErrMismatch and a damaged one wraps

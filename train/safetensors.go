@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -17,14 +18,17 @@ import (
 // of a JSON object mapping tensor names to {"dtype", "shape",
 // "data_offsets": [begin, end]} (offsets into the data that follows) and
 // an optional "__metadata__" object of strings, then the tensor data,
-// every byte of it belonging to exactly one tensor.
+// every byte of it belonging to exactly one tensor. The files this package
+// writes add checksums to the metadata (checksum.go).
 
 // maxHeader bounds the JSON header a reader accepts, as the reference
 // implementation does (100 MiB), so a corrupt length cannot make it
 // allocate without limit.
 const maxHeader = 100 << 20
 
-// ErrCorrupt is wrapped by every error about a checkpoint file's bytes.
+// ErrCorrupt is wrapped by every error about a checkpoint file's bytes:
+// a file that is not safetensors, or one whose tensors or metadata do not
+// match the checksums it records.
 var ErrCorrupt = errors.New("train: corrupt checkpoint")
 
 // tensorFile is the content of a safetensors file.
@@ -50,19 +54,24 @@ type headerEntry struct {
 }
 
 // encode writes f in safetensors form, tensors in name order, the header
-// padded with spaces to a multiple of 8 bytes so tensor data is aligned.
+// padded with spaces to a multiple of 8 bytes so tensor data is aligned,
+// and the metadata holding the checksums of the tensors and of itself.
 func (f *tensorFile) encode(w io.Writer) error {
 	names := make([]string, 0, len(f.tensors))
 	for n := range f.tensors {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	header := map[string]any{}
-	if len(f.meta) > 0 {
-		header["__metadata__"] = f.meta
+	meta, err := f.checksummed()
+	if err != nil {
+		return err
 	}
+	header := map[string]any{"__metadata__": meta}
 	var off int64
 	for _, n := range names {
+		if n == "__metadata__" {
+			return fmt.Errorf("train: tensor name %q is the safetensors header's key of the metadata", n)
+		}
 		t := f.tensors[n]
 		if err := t.check(n); err != nil {
 			return err
@@ -146,10 +155,8 @@ func decodeTensors(b []byte) (*tensorFile, error) {
 			}
 			continue
 		}
-		var e headerEntry
-		dec := json.NewDecoder(bytes.NewReader(v))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&e); err != nil {
+		e, err := decodeEntry(v)
+		if err != nil {
 			return nil, bad("tensor %q: %v", name, err)
 		}
 		begin, end := e.DataOffsets[0], e.DataOffsets[1]
@@ -179,5 +186,43 @@ func decodeTensors(b []byte) (*tensorFile, error) {
 	if at != int64(len(data)) {
 		return nil, bad("the tensors cover %d of the %d data bytes", at, len(data))
 	}
+	if err := f.verifyChecksums(); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// decodeEntry decodes a tensor's header entry. Its field names must be
+// spelled exactly (encoding/json alone matches them ignoring case, so a
+// flipped case bit in "dtype" would pass unseen) and its data offsets
+// must be two numbers.
+func decodeEntry(v json.RawMessage) (headerEntry, error) {
+	var e headerEntry
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(v, &fields); err != nil {
+		return e, err
+	}
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		var err error
+		switch k {
+		case "dtype":
+			err = json.Unmarshal(fields[k], &e.DType)
+		case "shape":
+			err = json.Unmarshal(fields[k], &e.Shape)
+		case "data_offsets":
+			var offsets []int64
+			if err = json.Unmarshal(fields[k], &offsets); err == nil && len(offsets) != 2 {
+				err = fmt.Errorf("%d data offsets, want 2", len(offsets))
+			}
+			if err == nil {
+				e.DataOffsets = [2]int64(offsets)
+			}
+		default:
+			return e, fmt.Errorf("unknown field %q", k)
+		}
+		if err != nil {
+			return e, fmt.Errorf("%s: %w", k, err)
+		}
+	}
+	return e, nil
 }

@@ -3,8 +3,12 @@ package train
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"hash/crc32"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -158,4 +162,96 @@ func FuzzDecodeTensors(f *testing.F) {
 			t.Fatalf("round trip of a decoded file: %v", err)
 		}
 	})
+}
+
+// headerMeta is the __metadata__ a safetensors file b holds.
+func headerMeta(t *testing.T, b []byte) map[string]string {
+	t.Helper()
+	n := binary.LittleEndian.Uint64(b)
+	var header struct {
+		Meta map[string]string `json:"__metadata__"`
+	}
+	if err := json.Unmarshal(b[8:8+n], &header); err != nil {
+		t.Fatal(err)
+	}
+	return header.Meta
+}
+
+// TestChecksumsRecorded: an encoded file's metadata holds the checksums
+// as docs/ARCHITECTURE.md says, computed here from that text alone; they
+// are checked and taken out when it is read, and the same file without
+// them (as PyTorch writes it) reads the same.
+func TestChecksumsRecorded(t *testing.T) {
+	// The CRC-32C check value: the checksum of "123456789" is e3069283
+	// (RFC 3720, appendix B.4; the CRC catalogue's CRC-32/ISCSI).
+	table := crc32.MakeTable(crc32.Castagnoli)
+	if got := fmt.Sprintf("%08x", crc32.Checksum([]byte("123456789"), table)); got != "e3069283" {
+		t.Fatalf("CRC-32C of 123456789: %s, want e3069283", got)
+	}
+	f := sampleFile()
+	b := encoded(t, f)
+	meta := headerMeta(t, b)
+	want := maps.Clone(f.meta)
+	for name, tn := range f.tensors {
+		want["crc32c."+name] = fmt.Sprintf("%08x", crc32.Checksum(tn.data, table))
+	}
+	// The metadata's sum: each key not starting with "crc32c." in byte
+	// order, then its value, each preceded by its length as 8 bytes,
+	// little-endian.
+	var canon []byte
+	for _, k := range slices.Sorted(maps.Keys(f.meta)) {
+		canon = binary.LittleEndian.AppendUint64(canon, uint64(len(k)))
+		canon = append(canon, k...)
+		canon = binary.LittleEndian.AppendUint64(canon, uint64(len(f.meta[k])))
+		canon = append(canon, f.meta[k]...)
+	}
+	want["crc32c.__metadata__"] = fmt.Sprintf("%08x", crc32.Checksum(canon, table))
+	if !maps.Equal(meta, want) {
+		t.Errorf("metadata %v, want %v", meta, want)
+	}
+	got, err := decodeTensors(b)
+	if err != nil || !sameFile(got, sampleFile()) {
+		t.Errorf("decoded %+v (%v), want %+v without the checksums", got, err, sampleFile())
+	}
+	// Without checksums: the metadata as written before them.
+	plain := &tensorFile{meta: maps.Clone(f.meta), tensors: f.tensors}
+	header := map[string]any{"__metadata__": plain.meta}
+	var off int64
+	for _, name := range slices.Sorted(maps.Keys(f.tensors)) {
+		tn := f.tensors[name]
+		header[name] = headerEntry{tn.dtype, tn.shape, [2]int64{off, off + int64(len(tn.data))}}
+		off += int64(len(tn.data))
+	}
+	js, err := json.Marshal(header)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := append(binary.LittleEndian.AppendUint64(nil, uint64(len(js))), js...)
+	for _, name := range slices.Sorted(maps.Keys(f.tensors)) {
+		raw = append(raw, f.tensors[name].data...)
+	}
+	if got, err := decodeTensors(raw); err != nil || !sameFile(got, sampleFile()) {
+		t.Errorf("the file without checksums decoded to %+v (%v), want %+v", got, err, sampleFile())
+	}
+}
+
+// TestChecksumsMetadataKeys: metadata of the caller's that would read back
+// as checksums is refused when written, and metadata that is not valid
+// UTF-8 (JSON holds it as U+FFFD) reads back: the checksum is over what
+// the file holds.
+func TestChecksumsMetadataKeys(t *testing.T) {
+	f := sampleFile()
+	f.meta["crc32c.rnn.weight_ih_l0"] = "00000000"
+	if err := f.encode(io.Discard); err == nil || !strings.Contains(err.Error(), `"crc32c.rnn.weight_ih_l0"`) {
+		t.Errorf("encoding metadata with a checksum key of the caller's: %v, want an error naming it", err)
+	}
+	f = sampleFile()
+	f.meta["note\xff"] = "caf\xe9"
+	got, err := decodeTensors(encoded(t, f))
+	if err != nil {
+		t.Fatalf("metadata not valid UTF-8: %v", err)
+	}
+	if got.meta["note\uFFFD"] != "caf\uFFFD" {
+		t.Errorf("metadata not valid UTF-8 read back as %q, want note\uFFFD: caf\uFFFD", got.meta)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/gocurrent/gocurrent/alloc"
@@ -62,7 +63,8 @@ type Config struct {
 	// as "stopped": "non-finite step N"). New takes an advisory lock beside
 	// the file (".NAME.lock") until Close: a second trainer on the same
 	// file, in any process, fails with ErrCheckpointInUse. Metadata is added to every checkpoint's
-	// metadata (a model's format, configuration, vocabulary).
+	// metadata (a model's format, configuration, vocabulary); keys
+	// starting with "crc32c." are the checkpoint's checksums, an error.
 	Checkpoint      string
 	CheckpointEvery int64
 	Metadata        map[string]string
@@ -395,6 +397,13 @@ func (c Config) validate(src source) error {
 		return fmt.Errorf("train: ClipNorm %v, ClipValue %v; want finite and >= 0", c.ClipNorm, c.ClipValue)
 	case c.Pipeline < 0 || c.Pipeline > MaxPipeline:
 		return fmt.Errorf("train: Pipeline %d; want 0 to %d", c.Pipeline, MaxPipeline)
+	}
+	// At New, not at the first checkpoint, which encode would refuse
+	// after the run had trained its steps.
+	for k := range c.Metadata {
+		if strings.HasPrefix(k, checksumPrefix) {
+			return fmt.Errorf("train: Metadata key %q: keys starting with %q hold the checkpoint's checksums", k, checksumPrefix)
+		}
 	}
 	return nil
 }

@@ -410,6 +410,7 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown schedule", train.Config{Steps: 1, Schedule: train.Schedule{Decay: "linear"}}},
 		{"cosine without end", train.Config{Steps: 0, Schedule: train.Schedule{Decay: "cosine"}}},
 		{"negative steps", train.Config{Steps: -1}},
+		{"checksum metadata", train.Config{Steps: 1, Metadata: map[string]string{"crc32c.emb.weight": "00000000"}}},
 	}
 	for _, c := range bad {
 		t.Run(c.name, func(t *testing.T) {

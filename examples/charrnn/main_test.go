@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocurrent/gocurrent/internal/testdevice"
+	"github.com/gocurrent/gocurrent/loader"
+	"github.com/gocurrent/gocurrent/models"
 	"github.com/gocurrent/gocurrent/train"
 )
 
@@ -109,6 +112,43 @@ func TestErrorExit(t *testing.T) {
 		if msg := stderr.String(); !strings.HasPrefix(msg, "charrnn: ") || strings.Contains(msg, "charrnn: charrnn:") || !strings.Contains(msg, c.says) {
 			t.Errorf("%v: stderr %q, want one charrnn: prefix and %q", c.args, msg, c.says)
 		}
+	}
+}
+
+// TestOtherModelExit: sample given a tagger's checkpoint says so in one
+// line and exits with status 1; it used to print a paragraph about the
+// metadata a file PyTorch wrote must add (issue 46, item 9).
+func TestOtherModelExit(t *testing.T) {
+	d := testdevice.Open(t)
+	words, err := loader.NewWords([]string{"<pad>", "<unk>", "the", "cat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags, err := loader.NewLabels([]string{"DET", "NOUN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := models.NewTagger(d, models.TaggerConfig{Cell: "lstm", Embed: 3, Hidden: 4, Layers: 1}, words, tags, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	path := filepath.Join(t.TempDir(), "tagger.safetensors")
+	if err := train.SaveWeights(path, d, m.Groups(), m.Metadata()); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "sample", "-device", "cpu", "-checkpoint", path)
+	cmd.Env = append(os.Environ(), "CHARRNN_TEST_MAIN=1")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("sample of a tagger checkpoint ended with %v, want exit status 1", err)
+	}
+	want := "charrnn: models: " + path + " is a tagger checkpoint (format gocurrent.tagger/1), not a char-RNN one (gocurrent.charrnn/1)\n"
+	if stderr.String() != want || stdout.Len() != 0 {
+		t.Errorf("stderr %q, stdout %q; want stderr %q and nothing on stdout", stderr.String(), stdout.String(), want)
 	}
 }
 
