@@ -2,6 +2,7 @@ package models_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -47,20 +48,20 @@ func saveEachModel(t *testing.T, d device.Device) []saved {
 		check(t, train.SaveWeights(path, d, m.Groups(), m.Metadata()))
 		return path
 	}
-	charRNN, err := models.NewCharRNN(d, models.CharRNNConfig{Cell: "gru", Embed: 3, Hidden: 4, Layers: 1}, vocab(t, "abc"), 1)
-	tagger, terr := models.NewTagger(d, models.TaggerConfig{Cell: "lstm", Embed: 3, Hidden: 4, Layers: 1}, words, labels, 1)
-	classifier, cerr := models.NewClassifier(d, models.ClassifierConfig{Cell: "gru", Embed: 3, Hidden: 4, Layers: 1}, words, labels, 1)
+	charRNN, err := models.NewCharRNN(context.Background(), d, models.CharRNNConfig{Cell: "gru", Embed: 3, Hidden: 4, Layers: 1}, vocab(t, "abc"), 1)
+	tagger, terr := models.NewTagger(context.Background(), d, models.TaggerConfig{Cell: "lstm", Embed: 3, Hidden: 4, Layers: 1}, words, labels, 1)
+	classifier, cerr := models.NewClassifier(context.Background(), d, models.ClassifierConfig{Cell: "gru", Embed: 3, Hidden: 4, Layers: 1}, words, labels, 1)
 	return []saved{
 		{"char-RNN", models.CharRNNFormat, save("charrnn", charRNN, err), func(d device.Device, path string) error {
-			m, _, err := models.LoadCharRNN(d, path)
+			m, _, err := models.LoadCharRNN(context.Background(), d, path)
 			return closed(m, err)
 		}},
 		{"tagger", models.TaggerFormat, save("tagger", tagger, terr), func(d device.Device, path string) error {
-			m, _, err := models.LoadTagger(d, path)
+			m, _, err := models.LoadTagger(context.Background(), d, path)
 			return closed(m, err)
 		}},
 		{"classifier", models.ClassifierFormat, save("classifier", classifier, cerr), func(d device.Device, path string) error {
-			m, _, err := models.LoadClassifier(d, path)
+			m, _, err := models.LoadClassifier(context.Background(), d, path)
 			return closed(m, err)
 		}},
 	}
@@ -100,13 +101,13 @@ func TestLoadOtherFormat(t *testing.T) {
 	}
 	// A format of a later version, which this package does not know.
 	path := filepath.Join(t.TempDir(), "later.safetensors")
-	m, err := models.NewCharRNN(d, models.CharRNNConfig{Cell: "gru", Embed: 3, Hidden: 4, Layers: 1}, vocab(t, "abc"), 1)
+	m, err := models.NewCharRNN(context.Background(), d, models.CharRNNConfig{Cell: "gru", Embed: 3, Hidden: 4, Layers: 1}, vocab(t, "abc"), 1)
 	check(t, err)
 	defer m.Close()
 	meta := m.Metadata()
 	meta["format"] = "gocurrent.charrnn/2"
 	check(t, train.SaveWeights(path, d, m.Groups(), meta))
-	_, _, err = models.LoadCharRNN(d, path)
+	_, _, err = models.LoadCharRNN(context.Background(), d, path)
 	want := fmt.Sprintf(`models: %s is a checkpoint of format "gocurrent.charrnn/2", not a char-RNN one (gocurrent.charrnn/1)`, path)
 	if !errors.Is(err, train.ErrMismatch) || err.Error() != want {
 		t.Errorf("LoadCharRNN of format gocurrent.charrnn/2: got %v, want ErrMismatch saying %q", err, want)

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -128,7 +129,7 @@ func TestOtherModelExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := models.NewTagger(d, models.TaggerConfig{Cell: "lstm", Embed: 3, Hidden: 4, Layers: 1}, words, tags, 1)
+	m, err := models.NewTagger(context.Background(), d, models.TaggerConfig{Cell: "lstm", Embed: 3, Hidden: 4, Layers: 1}, words, tags, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
