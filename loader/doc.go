@@ -25,7 +25,9 @@
 // Labels) or check it against given ones, and to index it (each example's
 // offset and length), then reads any example from disk: memory holds a few
 // numbers per example. Malformed input is a *LineError with the file, the
-// line and the reason. Buckets groups examples of similar lengths into
+// line and the reason; so is a line longer than ReadConfig.MaxLine (1 MiB
+// by default), found without reading the line whole, so that memory stays
+// bounded whatever the input. Buckets groups examples of similar lengths into
 // batches (sorted within pools of batches, seeded per epoch, an optional
 // token budget), Padding says what fraction of a batching is padding,
 // Collate lays a batch out time-major with its lengths and labels
