@@ -4,7 +4,9 @@
 // # Corpus, vocabulary, text
 //
 // A Corpus is a file, a directory tree (regular files in lexical order of
-// their paths, read as one continuous stream) or any io.ReaderAt. Tokenize
+// their paths, read as one continuous stream; files that are not text,
+// binary by their first 8 KiB or safetensors checkpoints, are left out
+// and listed by Corpus.Skipped) or any io.ReaderAt. Tokenize
 // reads it once, in chunks: it validates UTF-8, builds the vocabulary (the
 // distinct characters sorted by code point) or checks the characters
 // against a given one, counts the tokens and keeps a sparse index (the byte
