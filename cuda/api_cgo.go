@@ -91,6 +91,24 @@ typedef struct {
 		double*, int, long long, int);
 } gcBLAS;
 
+// gc_dlopen opens name with dlopen and, when that fails, returns in
+// *why the loader's reason, copied into memory the caller frees. dlerror
+// is read in this same call: its state is the calling thread's, and a
+// second cgo call may run on another OS thread, whose dlerror has nothing
+// (or another library's failure) to say.
+static void* gc_dlopen(const char* name, int flags, char** why) {
+	void* lib = dlopen(name, flags);
+	*why = NULL;
+	if (!lib) {
+		const char* e = dlerror();
+		if (!e) e = "dlopen failed and gave no reason";
+		size_t n = strlen(e) + 1;
+		*why = malloc(n);
+		if (*why) memcpy(*why, e, n);
+	}
+	return lib;
+}
+
 // gc_sym looks name up in lib and stores it in *slot; it returns name when
 // the symbol is missing, NULL when found.
 static const char* gc_sym(void* lib, const char* name, void** slot) {
@@ -427,14 +445,20 @@ func loadAPI(libs libraries) (api, error) {
 	return a, nil
 }
 
-// The C library is never closed: a loaded driver stays loaded for the life
-// of the process, as it would if the binary were linked against it.
+// dlopen opens the C library name for good: a loaded driver stays loaded
+// for the life of the process, as it would if the binary were linked
+// against it. Its error is the loader's reason.
 func dlopen(name string) (unsafe.Pointer, error) {
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
-	lib := C.dlopen(cname, C.RTLD_NOW|C.RTLD_LOCAL)
+	var why *C.char
+	lib := C.gc_dlopen(cname, C.RTLD_NOW|C.RTLD_LOCAL, &why)
 	if lib == nil {
-		return nil, errors.New(C.GoString(C.dlerror()))
+		if why == nil {
+			return nil, errors.New(name + ": dlopen failed, and there was no memory for its reason")
+		}
+		defer C.free(unsafe.Pointer(why))
+		return nil, errors.New(C.GoString(why))
 	}
 	return lib, nil
 }

@@ -1,6 +1,8 @@
 package loader
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 )
 
 // corpusMaxOpen bounds the files a directory corpus keeps open while idle.
@@ -31,12 +34,46 @@ const corpusMaxOpen = 32
 // a file that grows afterwards is read up to its old size, one that shrinks
 // makes ReadAt fail.
 type Corpus struct {
-	name   string // the path given to Open, or the name given to NewCorpus
-	size   int64
-	parts  []corpusPart // in stream order; empty files are left out
-	files  *corpusFiles // open file handles; nil for NewCorpus
-	closed atomic.Bool
+	name  string // the path given to Open, or the name given to NewCorpus
+	size  int64
+	parts []corpusPart // in stream order; empty files are left out
+	files *corpusFiles // open file handles; nil for NewCorpus
+	// skipped are the files of a directory left out as not text, in
+	// stream order.
+	skipped []SkippedFile
+	closed  atomic.Bool
 }
+
+// SkippedFile is a file of a directory that Open left out of the corpus
+// because it is not text.
+type SkippedFile struct {
+	// Path is the directory given to Open joined with the file's path
+	// under it.
+	Path string
+	// Reason says how the file's start showed it is not text.
+	Reason SkipReason
+}
+
+// SkipReason is why Open left a file of a directory out.
+type SkipReason string
+
+const (
+	// SkipBinary is a file whose first sniffLen bytes (8 KiB) hold a NUL
+	// byte or bytes that are not UTF-8, as git and grep tell binary files
+	// (they look for a NUL in the first 8,000 bytes); the bytes of a
+	// character cut by the file's start or by the end of those 8 KiB do
+	// not count, since a character may span files.
+	SkipBinary SkipReason = "binary"
+	// SkipCheckpoint is a safetensors file, such as the checkpoint a
+	// training run writes into the directory it reads: 8 bytes of
+	// little-endian header length N, a header that starts with '{', and
+	// at least 8+N bytes.
+	SkipCheckpoint SkipReason = "checkpoint"
+)
+
+// sniffLen is how much of each file of a directory Open reads to tell
+// text from the rest.
+const sniffLen = 8 << 10
 
 // corpusPart is one file (or the whole source of NewCorpus) within the stream.
 type corpusPart struct {
@@ -58,8 +95,19 @@ type corpusPart struct {
 // nowhere is an error. The root itself is opened even when its name starts
 // with ".".
 //
-// A directory without regular files, or whose files are all empty, is not an
-// error: the corpus has size 0 and Tokenize reports ErrEmpty.
+// Files of a directory that are not text are left out and listed by
+// Skipped: Open reads the first 8 KiB of each and leaves out a file whose
+// start is a safetensors header (SkipCheckpoint: a run's own checkpoint,
+// written into the directory it trains on) or holds a NUL byte or bytes
+// that are not UTF-8 (SkipBinary). Invalid UTF-8 further into a file is
+// still Tokenize's error, with its offset. A single file given as path is
+// taken as it is, whatever it holds. A training run's lock and temporary
+// files (".NAME.lock", ".NAME.tmp-gocurrent-*") are hidden names, left
+// out with the rest.
+//
+// A directory without regular files, or whose files are all empty or not
+// text, is not an error: the corpus has size 0 and Tokenize reports
+// ErrEmpty.
 //
 // Files are opened when first read and closed when a small cache of open
 // files is full, so a directory of any number of files stays within the
@@ -95,15 +143,21 @@ func OpenFunc(path string, keep func(rel string) bool) (*Corpus, error) {
 			return nil, err
 		}
 		slices.SortFunc(found, func(a, b corpusFound) int { return strings.Compare(a.rel, b.rel) })
+		buf := make([]byte, sniffLen)
 		for _, f := range found {
 			if f.size == 0 || (keep != nil && !keep(f.rel)) {
 				continue
 			}
-			c.parts = append(c.parts, corpusPart{
-				name:  filepath.Join(path, filepath.FromSlash(f.rel)),
-				start: c.size,
-				size:  f.size,
-			})
+			name := filepath.Join(path, filepath.FromSlash(f.rel))
+			why, err := sniff(name, f.size, buf)
+			if err != nil {
+				return nil, err
+			}
+			if why != "" {
+				c.skipped = append(c.skipped, SkippedFile{Path: name, Reason: why})
+				continue
+			}
+			c.parts = append(c.parts, corpusPart{name: name, start: c.size, size: f.size})
 			c.size += f.size
 		}
 	default:
@@ -111,6 +165,60 @@ func OpenFunc(path string, keep func(rel string) bool) (*Corpus, error) {
 	}
 	return c, nil
 }
+
+// sniff reads the start of the file at name, size bytes long when the
+// directory was walked, into buf and says why the file is not text: ""
+// when it may be (the corpus's reads check the rest).
+func sniff(name string, size int64, buf []byte) (SkipReason, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return "", fmt.Errorf("loader: open corpus: %w", err)
+	}
+	defer f.Close() // read-only: nothing to lose on close
+	n, err := io.ReadFull(f, buf[:min(int64(len(buf)), size)])
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return "", fmt.Errorf("loader: open corpus: %s: %w", name, err)
+	}
+	return sniffed(buf[:n], size), nil
+}
+
+// sniffed says why a file of size bytes that starts with b is not text.
+func sniffed(b []byte, size int64) SkipReason {
+	if len(b) > 8 && b[8] == '{' {
+		if n := binary.LittleEndian.Uint64(b); n <= uint64(size-8) {
+			return SkipCheckpoint
+		}
+	}
+	if bytes.IndexByte(b, 0) >= 0 {
+		return SkipBinary
+	}
+	// The end of a character begun in the previous file (at most 3
+	// continuation bytes) is the corpus's to check.
+	i := 0
+	for i < len(b) && i < utf8.UTFMax-1 && !utf8.RuneStart(b[i]) {
+		i++
+	}
+	for i < len(b) {
+		if b[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			if !utf8.FullRune(b[i:]) {
+				break // cut by the end of b: the corpus checks the rest
+			}
+			return SkipBinary
+		}
+		i += n
+	}
+	return ""
+}
+
+// Skipped lists the files of a directory that Open left out because they
+// are not text, in the order the corpus would have read them; nil for a
+// single file, NewCorpus, or a directory of text only.
+func (c *Corpus) Skipped() []SkippedFile { return slices.Clone(c.skipped) }
 
 // corpusFound is a regular file found while walking a directory corpus.
 type corpusFound struct {

@@ -4,7 +4,9 @@
 // # Corpus, vocabulary, text
 //
 // A Corpus is a file, a directory tree (regular files in lexical order of
-// their paths, read as one continuous stream) or any io.ReaderAt. Tokenize
+// their paths, read as one continuous stream; files that are not text,
+// binary by their first 8 KiB or safetensors checkpoints, are left out
+// and listed by Corpus.Skipped) or any io.ReaderAt. Tokenize
 // reads it once, in chunks: it validates UTF-8, builds the vocabulary (the
 // distinct characters sorted by code point) or checks the characters
 // against a given one, counts the tokens and keeps a sparse index (the byte
@@ -25,7 +27,9 @@
 // Labels) or check it against given ones, and to index it (each example's
 // offset and length), then reads any example from disk: memory holds a few
 // numbers per example. Malformed input is a *LineError with the file, the
-// line and the reason. Buckets groups examples of similar lengths into
+// line and the reason; so is a line longer than ReadConfig.MaxLine (1 MiB
+// by default), found without reading the line whole, so that memory stays
+// bounded whatever the input. Buckets groups examples of similar lengths into
 // batches (sorted within pools of batches, seeded per epoch, an optional
 // token budget), Padding says what fraction of a batching is padding,
 // Collate lays a batch out time-major with its lengths and labels

@@ -92,7 +92,20 @@ type ReadConfig struct {
 	Format Format
 	// Column is the CoNLL-U tag column: "upos" (the default) or "xpos".
 	Column string
+	// MaxLine is the most bytes a line may hold, its line ending ("\n" or
+	// "\r\n") not counted: 0 takes DefaultMaxLine (1 MiB), a negative
+	// value is an error. A longer line is a *LineError saying "line
+	// longer than N bytes", found having read at most N+1 bytes of it and
+	// a buffer (64 KiB): a reader holds at most about twice MaxLine,
+	// however long the lines of its input, where it used to hold whole
+	// lines (a 1 GB JSON line took 4.7 GB to decode).
+	MaxLine int
 }
+
+// DefaultMaxLine is ReadConfig.MaxLine's default, 1 MiB: far more than a
+// sentence of CoNLL-U, TSV or JSON holds (the longest line of Universal
+// Dependencies' treebanks is a few kilobytes), and little memory.
+const DefaultMaxLine = 1 << 20
 
 // resolve fills in the defaults for path and checks the configuration.
 func (c ReadConfig) resolve(path string) (ReadConfig, error) {
@@ -113,6 +126,12 @@ func (c ReadConfig) resolve(path string) (ReadConfig, error) {
 	default:
 		return c, fmt.Errorf("loader: CoNLL-U column %q, want upos or xpos", c.Column)
 	}
+	switch {
+	case c.MaxLine < 0:
+		return c, fmt.Errorf("loader: ReadConfig.MaxLine %d, want 0 (the default, %d bytes) or a positive number of bytes", c.MaxLine, DefaultMaxLine)
+	case c.MaxLine == 0:
+		c.MaxLine = DefaultMaxLine
+	}
 	return c, nil
 }
 
@@ -124,6 +143,9 @@ type ExampleReader struct {
 	r    *bufio.Reader
 	line int   // lines read so far
 	off  int64 // bytes read so far
+	// err is the error of a line too long, returned by every later call:
+	// the reader stopped inside that line, so what follows is not a line.
+	err error
 }
 
 // NewExampleReader reads the examples of r, which is named name in
@@ -146,18 +168,30 @@ func (x *ExampleReader) Offset() int64 { return x.off }
 func (x *ExampleReader) Line() int { return x.line }
 
 // nextLine returns the next line without its line ending ("\n" or
-// "\r\n"), the offset it starts at, and io.EOF after the last.
+// "\r\n"), the offset it starts at, and io.EOF after the last. A line
+// longer than cfg.MaxLine fails as soon as more than MaxLine+1 of its
+// bytes are read, so that no line is held whole: the bytes a line spans
+// beyond the buffer are gathered only up to that bound.
 func (x *ExampleReader) nextLine() ([]byte, int64, error) {
 	start := x.off
+	if x.err != nil {
+		return nil, start, x.err
+	}
+	// At most one '\r' before the '\n' is not the line's, so a line
+	// that has more than MaxLine+1 bytes and no '\n' yet is too long.
+	limit := x.cfg.MaxLine + 1
 	b, err := x.r.ReadSlice('\n')
 	if errors.Is(err, bufio.ErrBufferFull) {
-		// A long line: gather it.
-		long := append([]byte(nil), b...)
+		// A line longer than the buffer: gather it, up to the bound.
+		var long []byte
 		for errors.Is(err, bufio.ErrBufferFull) {
-			b, err = x.r.ReadSlice('\n')
+			if len(long)+len(b) > limit {
+				return nil, start, x.tooLong()
+			}
 			long = append(long, b...)
+			b, err = x.r.ReadSlice('\n')
 		}
-		b = long
+		b = append(long, b...)
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, start, fmt.Errorf("loader: %s: %w", x.name, err)
@@ -166,13 +200,24 @@ func (x *ExampleReader) nextLine() ([]byte, int64, error) {
 		return nil, start, io.EOF
 	}
 	x.off += int64(len(b))
-	x.line++
 	b = bytes.TrimSuffix(b, []byte("\n"))
 	b = bytes.TrimSuffix(b, []byte("\r"))
+	if len(b) > x.cfg.MaxLine {
+		return nil, start, x.tooLong()
+	}
+	x.line++
 	if !utf8.Valid(b) {
 		return nil, start, x.fail("invalid UTF-8")
 	}
 	return b, start, nil
+}
+
+// tooLong is the error of the line after x.line being longer than
+// cfg.MaxLine; it stays the reader's error.
+func (x *ExampleReader) tooLong() error {
+	x.line++
+	x.err = x.fail("line longer than %d bytes", x.cfg.MaxLine)
+	return x.err
 }
 
 func (x *ExampleReader) fail(format string, args ...any) error {

@@ -375,6 +375,7 @@ func planDataset(ctx context.Context, spec MemorySpec, lengths []int, chars, tex
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	for _, n := range lengths {
+		start := buf.Len()
 		ex := map[string]any{}
 		switch {
 		case texts:
@@ -395,6 +396,10 @@ func planDataset(ctx context.Context, spec MemorySpec, lengths []int, chars, tex
 		if err := enc.Encode(ex); err != nil {
 			return nil, err
 		}
+		// The lines are ours and in memory already: the reader's bound on
+		// a line (1 MiB by default, which a tagger's sequence of 50,000
+		// words of 16 characters passes) is their longest.
+		cfg.MaxLine = max(cfg.MaxLine, buf.Len()-start)
 	}
 	return loader.NewDataset(ctx, bytes.NewReader(buf.Bytes()), int64(buf.Len()), "plan.jsonl", cfg)
 }

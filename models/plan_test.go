@@ -169,3 +169,23 @@ func TestPlanMatchesTestDevice(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanDatasetLongLines: the dataset a plan makes in memory holds a
+// sequence per JSON line, so a long sequence is a long line: a tagger's
+// 60,000 words of 16 characters is about 1.4 MiB (24 bytes a word and
+// its tag), past the labelled readers' default bound of 1 MiB, and must
+// still be planned (the bound is the longest line planDataset wrote).
+func TestPlanDatasetLongLines(t *testing.T) {
+	spec := MemorySpec{Tagger: &TaggerConfig{Cell: "lstm", Embed: 8, Hidden: 8, Layers: 1}, Vocab: 10, Classes: 3, LongestWord: 16}
+	d, err := planDataset(context.Background(), spec, []int{3, 60000}, false, false)
+	if err != nil {
+		t.Fatalf("a sequence of 60,000 words: %v", err)
+	}
+	defer d.Close()
+	if d.Len() != 2 || d.Length(1) != 60000 {
+		t.Errorf("%d examples, the second of %d tokens; want 2 and 60000", d.Len(), d.Length(1))
+	}
+	if ex, err := d.Example(1); err != nil || len(ex.Tokens) != 60000 {
+		t.Errorf("reading it back: %d tokens, %v; want 60000", len(ex.Tokens), err)
+	}
+}

@@ -24,8 +24,8 @@ var ErrCheckpointInUse = errors.New("train: checkpoint in use by another trainer
 
 // lockCheckpoint takes the advisory lock of the checkpoint at path (on
 // ".NAME.lock" beside the file the path resolves to, so two paths to one
-// file share it) and returns its release. The lock file stays: removing a
-// lock file others may have opened would let two holders in.
+// file share it) and returns its release, which removes the lock file
+// (lockFile says why that is safe).
 func lockCheckpoint(path string) (func() error, error) {
 	dest, _, err := destination(path)
 	if err != nil {

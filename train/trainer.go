@@ -61,8 +61,9 @@ type Config struct {
 	// when it is cancelled, and when a step's loss or gradient is not
 	// finite (the state before that step, marked in the "trainer" metadata
 	// as "stopped": "non-finite step N"). New takes an advisory lock beside
-	// the file (".NAME.lock") until Close: a second trainer on the same
-	// file, in any process, fails with ErrCheckpointInUse. Metadata is added to every checkpoint's
+	// the file (".NAME.lock") until Close, which removes it: a second
+	// trainer on the same file, in any process, fails with
+	// ErrCheckpointInUse. Metadata is added to every checkpoint's
 	// metadata (a model's format, configuration, vocabulary); keys
 	// starting with "crc32c." are the checkpoint's checksums, an error.
 	Checkpoint      string

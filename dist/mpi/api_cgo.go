@@ -6,6 +6,7 @@ package mpi
 #cgo linux LDFLAGS: -ldl
 #include <dlfcn.h>
 #include <stdlib.h>
+#include <string.h>
 
 // Our own minimal declarations of the few MPI entry points we use: no MPI
 // header is needed to build. In Open MPI, MPI_Comm, MPI_Datatype, MPI_Op
@@ -30,6 +31,24 @@ typedef struct {
 	int (*MPI_Error_string)(int, char*, int*);
 	gmHandle comm_world, float_, double_, byte_, op_sum, errors_return;
 } gmMPI;
+
+// gm_dlopen opens name with dlopen and, when that fails, returns in
+// *why the loader's reason, copied into memory the caller frees. dlerror
+// is read in this same call: its state is the calling thread's, and a
+// second cgo call may run on another OS thread, whose dlerror has nothing
+// (or another library's failure) to say.
+static void* gm_dlopen(const char* name, int flags, char** why) {
+	void* lib = dlopen(name, flags);
+	*why = NULL;
+	if (!lib) {
+		const char* e = dlerror();
+		if (!e) e = "dlopen failed and gave no reason";
+		size_t n = strlen(e) + 1;
+		*why = malloc(n);
+		if (*why) memcpy(*why, e, n);
+	}
+	return lib;
+}
 
 // gm_sym looks name up in lib and stores it in *slot; it returns name when
 // the symbol is missing, NULL when found.
@@ -122,9 +141,10 @@ type cgoAPI struct {
 func loadAPI(path string) (api, error) {
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
-	lib := C.dlopen(cpath, C.RTLD_NOW|C.RTLD_GLOBAL)
+	var why *C.char
+	lib := C.gm_dlopen(cpath, C.RTLD_NOW|C.RTLD_GLOBAL, &why)
 	if lib == nil {
-		return nil, unavailable("cannot load %s: %s", path, C.GoString(C.dlerror()))
+		return nil, unavailable("cannot load %s: %s", path, dlReason(path, why))
 	}
 	m := (*C.gmMPI)(C.calloc(1, C.sizeof_gmMPI))
 	if missing := C.gm_load(lib, m); missing != nil {
@@ -197,4 +217,13 @@ func (a cgoAPI) ErrorString(code int) string {
 func unavailable(format string, args ...any) error {
 	return fmt.Errorf("%w: mpi: %s: install Open MPI (Debian: apt-get install openmpi-bin), or set GOCURRENT_MPI to its libmpi.so.40",
 		dist.ErrUnavailable, fmt.Sprintf(format, args...))
+}
+
+// dlReason is the reason gm_dlopen gave for name, which it frees.
+func dlReason(name string, why *C.char) string {
+	if why == nil {
+		return name + ": dlopen failed, and there was no memory for its reason"
+	}
+	defer C.free(unsafe.Pointer(why))
+	return C.GoString(why)
 }

@@ -28,6 +28,24 @@ typedef struct {
 	const char* (*ncclGetErrorString)(int);
 } gcNCCL;
 
+// gcn_dlopen opens name with dlopen and, when that fails, returns in
+// *why the loader's reason, copied into memory the caller frees. dlerror
+// is read in this same call: its state is the calling thread's, and a
+// second cgo call may run on another OS thread, whose dlerror has nothing
+// (or another library's failure) to say.
+static void* gcn_dlopen(const char* name, int flags, char** why) {
+	void* lib = dlopen(name, flags);
+	*why = NULL;
+	if (!lib) {
+		const char* e = dlerror();
+		if (!e) e = "dlopen failed and gave no reason";
+		size_t n = strlen(e) + 1;
+		*why = malloc(n);
+		if (*why) memcpy(*why, e, n);
+	}
+	return lib;
+}
+
 static const char* gcn_sym(void* lib, const char* name, void** slot) {
 	*slot = dlsym(lib, name);
 	return *slot ? NULL : name;
@@ -102,10 +120,11 @@ func open(names []string) (library, error) {
 	var tried []string
 	for _, name := range names {
 		cname := C.CString(name)
-		h := C.dlopen(cname, C.RTLD_NOW|C.RTLD_LOCAL)
+		var why *C.char
+		h := C.gcn_dlopen(cname, C.RTLD_NOW|C.RTLD_LOCAL, &why)
 		C.free(unsafe.Pointer(cname))
 		if h == nil {
-			tried = append(tried, C.GoString(C.dlerror()))
+			tried = append(tried, dlReason(name, why))
 			continue
 		}
 		n := (*C.gcNCCL)(C.calloc(1, C.size_t(unsafe.Sizeof(C.gcNCCL{}))))
@@ -180,4 +199,13 @@ func (l *cgoLib) abort(c commHandle) error {
 
 func (l *cgoLib) destroy(c commHandle) error {
 	return l.check("ncclCommDestroy", C.gcn_destroy(l.n, ptrOf(uintptr(c))))
+}
+
+// dlReason is the reason gcn_dlopen gave for name, which it frees.
+func dlReason(name string, why *C.char) string {
+	if why == nil {
+		return name + ": dlopen failed, and there was no memory for its reason"
+	}
+	defer C.free(unsafe.Pointer(why))
+	return C.GoString(why)
 }

@@ -7,6 +7,25 @@ package cudaemu
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+
+// emu_dlopen opens name with dlopen and, when that fails, returns in
+// *why the loader's reason, copied into memory the caller frees. dlerror
+// is read in this same call: its state is the calling thread's, and a
+// second cgo call may run on another OS thread, whose dlerror has nothing
+// (or another library's failure) to say.
+static void* emu_dlopen(const char* name, int flags, char** why) {
+	void* lib = dlopen(name, flags);
+	*why = NULL;
+	if (!lib) {
+		const char* e = dlerror();
+		if (!e) e = "dlopen failed and gave no reason";
+		size_t n = strlen(e) + 1;
+		*why = malloc(n);
+		if (*why) memcpy(*why, e, n);
+	}
+	return lib;
+}
 
 typedef int (*emu_launch_fn)(const char*, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, const uint64_t*, int);
@@ -81,9 +100,14 @@ func Cached() (*Lib, error) {
 func load(path string) (*Lib, error) {
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
-	h := C.dlopen(cpath, C.RTLD_NOW|C.RTLD_LOCAL)
+	var why *C.char
+	h := C.emu_dlopen(cpath, C.RTLD_NOW|C.RTLD_LOCAL, &why)
 	if h == nil {
-		return nil, fmt.Errorf("cudaemu: %s", C.GoString(C.dlerror()))
+		if why == nil {
+			return nil, fmt.Errorf("cudaemu: %s: dlopen failed, and there was no memory for its reason", path)
+		}
+		defer C.free(unsafe.Pointer(why))
+		return nil, fmt.Errorf("cudaemu: %s", C.GoString(why))
 	}
 	sym := C.CString("emu_launch")
 	defer C.free(unsafe.Pointer(sym))

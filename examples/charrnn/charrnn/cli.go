@@ -325,6 +325,16 @@ func openCorpus(data string, env Env) (*loader.Corpus, error) {
 	})
 }
 
+// warnSkipped tells the user which files of a -data directory the corpus
+// left out as not text (loader.Corpus.Skipped), in one warning: how many
+// for each reason and the first few names, so that training on a project
+// folder says what it did not read.
+func warnSkipped(env Env, p *printer, data string, c *loader.Corpus) {
+	if msg := cli.SkippedMessage(data, c.Skipped()); msg != "" {
+		warn(env, p, msg)
+	}
+}
+
 // cmdError is err of a command that failed, with what it wrote to
 // standard error, or "empty output" for a command that succeeded.
 func cmdError(err error) string {

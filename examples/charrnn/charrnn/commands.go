@@ -212,6 +212,7 @@ func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err e
 		return ev, err
 	}
 	p := &printer{W: env.Stdout, JSON: f.JSON}
+	warnSkipped(env, p, f.Data, corpus)
 	text, err := tokenize(ctx, corpus, loader.TokenizeConfig{Vocab: m.Vocab(), Unknown: f.Unknown}, env, p)
 	if err != nil {
 		if f.Unknown == "" {

@@ -9,7 +9,9 @@
 //
 //   - train: -data (default: the hand-written, ASCII-only Go files of the
 //     standard library under $(go env GOROOT)/src, outside testdata and
-//     without generated files, streamed from disk), -cell, -embed, -hidden, -layers, -dropout, -batch, -seq,
+//     without generated files, streamed from disk; a directory's files
+//     that are not text, binary or checkpoints, are left out with a
+//     warning), -cell, -embed, -hidden, -layers, -dropout, -batch, -seq,
 //     -accum, -optimizer, -lr, -clip, -steps or -epochs, -val-frac,
 //     -device, -seed, -init, -resume, -checkpoint, -force, -plot, -memstats, -json;
 //     and -schedule, -warmup, -val-tokens, -eval-every, -log-every,

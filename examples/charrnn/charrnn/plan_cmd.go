@@ -152,6 +152,7 @@ func (f *PlanFlags) vocabOfData(ctx context.Context, env Env, p *printer) (int, 
 	if err != nil {
 		return 0, err
 	}
+	warnSkipped(env, p, f.Data, corpus)
 	text, err := tokenize(ctx, corpus, loader.TokenizeConfig{}, env, p)
 	err = errors.Join(err, corpus.Close())
 	if err != nil {

@@ -68,7 +68,7 @@ type TrainFlags struct {
 }
 
 func (f *TrainFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.Data, "data", "", "training text, a file or a directory tree (default: the hand-written, ASCII-only Go files of the standard library under $(go env GOROOT)/src, outside testdata and without generated files; nothing to download)")
+	fs.StringVar(&f.Data, "data", "", "training text, a file or a directory tree, whose files that are not text (binary, checkpoints) are left out with a warning (default: the hand-written, ASCII-only Go files of the standard library under $(go env GOROOT)/src, outside testdata and without generated files; nothing to download)")
 	registerModel(fs, &f.Model)
 	cli.BatchVar(fs, &f.Batch, &f.BatchAuto, "batch", 32, "streams per micro-batch, or auto: the largest that fits the device (or -memory-limit), found by training steps at -seq")
 	fs.IntVar(&f.EffectiveBatch, "effective-batch", 0, "with -batch auto, keep this many streams per optimizer step, raising -accum as the batch that fits needs (0: keep -accum)")
@@ -374,6 +374,9 @@ func (r *trainRun) loadModel(ctx context.Context) (err error) {
 func (r *trainRun) readText(ctx context.Context) (err error) {
 	if r.corpus, err = openCorpus(r.f.Data, r.env); err != nil {
 		return err
+	}
+	if r.job.Rank == 0 { // the other ranks print only their errors
+		warnSkipped(r.env, r.p, r.f.Data, r.corpus)
 	}
 	tc := loader.TokenizeConfig{}
 	if r.m != nil {

@@ -175,6 +175,7 @@ func predictLines(ctx context.Context, task Task, d device.Device, m model, line
 	dummy := labels.Item(0)
 	var b strings.Builder
 	var index []int // the line of each example
+	longest := 0    // the longest JSON line written
 	for i, line := range lines {
 		if strings.TrimSpace(line) == "" {
 			continue
@@ -200,6 +201,7 @@ func predictLines(ctx context.Context, task Task, d device.Device, m model, line
 		b.Write(js)
 		b.WriteByte('\n')
 		index = append(index, i)
+		longest = max(longest, len(js))
 	}
 	out := make([][]string, len(lines))
 	if len(index) == 0 {
@@ -208,7 +210,9 @@ func predictLines(ctx context.Context, task Task, d device.Device, m model, line
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		return nil, err
 	}
-	data, err := loader.OpenDataset(ctx, path, loader.DatasetConfig{ReadConfig: loader.ReadConfig{Format: loader.JSONL},
+	// The file is ours, its lines the input's (at most the scanner's 16 MiB)
+	// as JSON: the reader's bound on a line is their longest.
+	data, err := loader.OpenDataset(ctx, path, loader.DatasetConfig{ReadConfig: loader.ReadConfig{Format: loader.JSONL, MaxLine: longest},
 		Words: words, Chars: chars, Labels: labels})
 	if err != nil {
 		return nil, err

@@ -180,6 +180,14 @@ func TestClassifyCommands(t *testing.T) {
 	if out != "zero\none\n" {
 		t.Errorf("predict wrote %q, want \"zero\\none\\n\"", out)
 	}
+	// A line past the labelled readers' default bound (1 MiB) is still
+	// predicted: predict reads back a file of its own, bounded by its
+	// longest line. The long word is unknown; the label is the first's.
+	long := "w0 " + strings.Repeat("x", 1100<<10) + "\n"
+	out, err = run(t, Classification, long, "predict", "-checkpoint", ck, "-device", "cpu")
+	if err != nil || out != "zero\n" {
+		t.Errorf("predict of a line of %d bytes wrote %q (%v), want \"zero\\n\"", len(long), out, err)
+	}
 }
 
 // TestTrainResume stops a run after 3 steps and resumes it to 6: the

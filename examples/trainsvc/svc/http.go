@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -22,18 +23,16 @@ const maxSpecBytes = 1 << 20
 //	GET    /metrics           the same figures for Prometheus
 //
 // Errors are {"error": "..."} with 400 (a spec that cannot run, bad
-// JSON), 404 (no such job), 409 (a job in the wrong state for the
+// JSON, anything after the spec's object, a body over 1 MiB), 404 (no such job), 409 (a job in the wrong state for the
 // request), 503 (draining) or 500.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 func newHandler(s *Server) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /jobs", func(w http.ResponseWriter, r *http.Request) {
-		var spec Spec
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxSpecBytes))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&spec); err != nil {
-			writeError(w, fmt.Errorf("%w: %v", ErrInvalid, err))
+		spec, err := decodeSpec(http.MaxBytesReader(w, r.Body, maxSpecBytes))
+		if err != nil {
+			writeError(w, err)
 			return
 		}
 		st, err := s.Submit(spec)
@@ -60,6 +59,38 @@ func newHandler(s *Server) http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	return mux
+}
+
+// decodeSpec reads a POST /jobs body: one JSON object of Spec's fields
+// and nothing after it but white space (a second object or anything else
+// is refused, not ignored: the client meant something by it), at most
+// maxSpecBytes. Its errors match ErrInvalid.
+func decodeSpec(body io.Reader) (Spec, error) {
+	var spec Spec
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&spec)
+	if err == nil {
+		if _, err = dec.Token(); errors.Is(err, io.EOF) {
+			return spec, nil
+		}
+		if !isTooLarge(err) {
+			err = errors.New("data after the job's JSON object: want one object")
+		}
+	}
+	switch {
+	case isTooLarge(err):
+		err = fmt.Errorf("the request body is longer than %d bytes", maxSpecBytes)
+	case errors.Is(err, io.EOF):
+		err = errors.New("an empty request body: want the job's JSON object")
+	}
+	return Spec{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+}
+
+// isTooLarge says err is http.MaxBytesReader's for a body past its limit.
+func isTooLarge(err error) bool {
+	var tooLarge *http.MaxBytesError
+	return errors.As(err, &tooLarge)
 }
 
 // respond writes a method's status with code, or its error.

@@ -52,6 +52,12 @@ func (s *Server) train(ctx context.Context, j *job, resume bool) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, corpus.Close()) }()
+	// A data directory's files that are not text (binary, checkpoints:
+	// the service's own, if its state lies under the data) are left out
+	// by the loader; the log says which.
+	if msg := cli.SkippedMessage(spec.Data, corpus.Skipped()); msg != "" {
+		s.logf("trainsvc: job %s: %s", j.id, msg)
+	}
 	text, err := loader.Tokenize(ctx, corpus, loader.TokenizeConfig{})
 	if err != nil {
 		return err

@@ -48,7 +48,8 @@ type Spec struct {
 	MemoryLimit Bytes `json:"memory_limit,omitempty"`
 	// SkipNonFinite skips a step whose loss or gradient is NaN or
 	// infinite instead of failing the job, at most MaxSkips in a row
-	// (0: 100); train.Config's fields.
+	// (0: 100; negative is invalid, though train.Config reads it as no
+	// limit); train.Config's fields.
 	SkipNonFinite bool  `json:"skip_nonfinite,omitempty"`
 	MaxSkips      int64 `json:"max_skips,omitempty"`
 	// CheckpointEvery saves the job's checkpoint every this many steps
@@ -138,6 +139,11 @@ func (s Spec) validate() error {
 		return bad("memory_limit", s.MemoryLimit, ">= 0")
 	case s.CheckpointEvery < 0:
 		return bad("checkpoint_every", s.CheckpointEvery, ">= 0")
+	case s.MaxSkips < 0:
+		// train.Config reads a negative MaxSkips as no limit; the spec's
+		// contract has no such value, and a job that skips forever
+		// trains nothing.
+		return bad("max_skips", s.MaxSkips, ">= 0 (0: 100)")
 	}
 	if _, err := train.NewOptimizer(train.Algorithm(s.Optimizer), s.LR); err != nil {
 		return fmt.Errorf("%w: optimizer: %v", ErrInvalid, err)
