@@ -65,14 +65,15 @@ func (c CharRNNConfig) Validate() error {
 	case !(c.Dropout >= 0 && c.Dropout < 1):
 		return fmt.Errorf("models: char-RNN dropout %v, want [0, 1)", c.Dropout)
 	}
-	return stackSizes("char-RNN", c.Cell, rnn.Config{Input: c.Embed, Hidden: c.Hidden, Layers: c.Layers})
+	return stackSizes("char-RNN", "embed", c.Cell, rnn.Config{Input: c.Embed, Hidden: c.Hidden, Layers: c.Layers})
 }
 
 // stackSizes checks that the recurrent stack of cell of a model (name,
-// for the message) can be counted: at most rnn.MaxLayers layers, and
-// parameters whose count does not overflow (what rnn's constructors
-// refuse, said in the model's terms before anything is built).
-func stackSizes(name, cell string, c rnn.Config) error {
+// for the message; input names the field its input size comes from) can
+// be counted: at most rnn.MaxLayers layers, and parameters whose count
+// does not overflow (what rnn's constructors refuse, said in the model's
+// terms before anything is built).
+func stackSizes(name, input, cell string, c rnn.Config) error {
 	gates := rnn.LSTMGates
 	if cell == "gru" {
 		gates = rnn.GRUGates
@@ -81,7 +82,7 @@ func stackSizes(name, cell string, c rnn.Config) error {
 	case c.Layers > rnn.MaxLayers:
 		return fmt.Errorf("models: %s layers %d, more than rnn.MaxLayers (%d)", name, c.Layers, rnn.MaxLayers)
 	case !ok:
-		return fmt.Errorf("models: %s input %d, hidden %d, layers %d: the recurrent stack's parameters overflow int", name, c.Input, c.Hidden, c.Layers)
+		return fmt.Errorf("models: %s %s %d, hidden %d, layers %d: the recurrent stack's parameters overflow int", name, input, c.Input, c.Hidden, c.Layers)
 	}
 	return nil
 }

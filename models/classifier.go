@@ -83,7 +83,7 @@ func (c ClassifierConfig) Validate() error {
 	case c.Input != "" && c.Input != InputWords && c.Input != InputChars:
 		return fmt.Errorf("models: classifier input %q, want words or chars", c.Input)
 	}
-	return stackSizes("classifier", c.Cell, rnn.Config{Input: c.Embed, Hidden: c.Hidden, Layers: c.Layers, Bidirectional: c.Bidirectional})
+	return stackSizes("classifier", "embed", c.Cell, rnn.Config{Input: c.Embed, Hidden: c.Hidden, Layers: c.Layers, Bidirectional: c.Bidirectional})
 }
 
 // Classifier labels whole sequences (of words, or of a text's characters):

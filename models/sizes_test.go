@@ -25,7 +25,7 @@ func TestValidateSizes(t *testing.T) {
 		err  error
 		word string
 	}{
-		{"char-RNN embed 2^62", CharRNNConfig{Cell: "lstm", Embed: 1 << 62, Hidden: 256, Layers: 2}.Validate(), "input 4611686018427387904"},
+		{"char-RNN embed 2^62", CharRNNConfig{Cell: "lstm", Embed: 1 << 62, Hidden: 256, Layers: 2}.Validate(), "embed 4611686018427387904"},
 		{"char-RNN hidden 2^62", CharRNNConfig{Cell: "gru", Embed: 64, Hidden: 1 << 62, Layers: 2}.Validate(), "hidden 4611686018427387904"},
 		{"char-RNN layers 2^40", CharRNNConfig{Cell: "lstm", Embed: 64, Hidden: 256, Layers: 1 << 40}.Validate(), "layers 1099511627776, more than rnn.MaxLayers"},
 		{"tagger char_hidden 2^62", TaggerConfig{Cell: "lstm", Embed: 4, Hidden: 6, Layers: 1, CharEmbed: 3, CharHidden: 1 << 62}.Validate(), "char_hidden 4611686018427387904"},

@@ -72,11 +72,11 @@ func (c TaggerConfig) Validate() error {
 		return fmt.Errorf("models: tagger embed %d + 2 × char_hidden %d overflows int", c.Embed, c.CharHidden)
 	}
 	if c.hasChars() {
-		if err := stackSizes("tagger's character", "lstm", rnn.Config{Input: c.CharEmbed, Hidden: c.CharHidden, Bidirectional: true}); err != nil {
+		if err := stackSizes("tagger's character", "char_embed", "lstm", rnn.Config{Input: c.CharEmbed, Hidden: c.CharHidden, Bidirectional: true}); err != nil {
 			return err
 		}
 	}
-	return stackSizes("tagger", c.Cell, rnn.Config{Input: input, Hidden: c.Hidden, Layers: c.Layers, Bidirectional: c.Bidirectional})
+	return stackSizes("tagger", "embed + 2·char_hidden", c.Cell, rnn.Config{Input: input, Hidden: c.Hidden, Layers: c.Layers, Bidirectional: c.Bidirectional})
 }
 
 // hasChars reports whether the config asks for character features.

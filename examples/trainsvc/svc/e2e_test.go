@@ -13,6 +13,7 @@ import (
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/examples/trainsvc/svc"
 	"github.com/gocurrent/gocurrent/internal/leak"
+	"github.com/gocurrent/gocurrent/models"
 	"github.com/gocurrent/gocurrent/train"
 )
 
@@ -141,10 +142,14 @@ func TestEndToEnd(t *testing.T) {
 			if st, _ := e.srv.Job(ids["diverging"]); !errors.As(st.Err, &nf) {
 				t.Errorf("diverging job: got %v, want a *train.NonFiniteError", st.Err)
 			}
-			var oom *alloc.OutOfMemoryError
-			if st, _ := e.srv.Job(ids["over its limit"]); !errors.As(st.Err, &oom) || !oom.ScopeRefused || oom.Scope != ids["over its limit"] ||
-				oom.ScopeLimit != int64(over.MemoryLimit) || !strings.Contains(st.Error, "limit of "+alloc.FormatSize(int64(over.MemoryLimit))) {
-				t.Errorf("job over its limit: got %v, want an out-of-memory error of scope %s refused by its limit, naming it (%s)", st.Err, ids["over its limit"], alloc.FormatSize(int64(over.MemoryLimit)))
+			// Refused by the planner before it allocated (models.CheckFits):
+			// its plan against the scope's limit, with the advice.
+			var planned *models.MemoryError
+			if st, _ := e.srv.Job(ids["over its limit"]); !errors.As(st.Err, &planned) || !errors.Is(st.Err, alloc.ErrOutOfMemory) ||
+				planned.Advice.Limit != int64(over.MemoryLimit) || !strings.Contains(st.Error, "room for "+alloc.FormatSize(int64(over.MemoryLimit))) ||
+				!strings.Contains(st.Error, ids["over its limit"]) || st.PeakReservedBytes != 0 {
+				t.Errorf("job over its limit: got %v (peak %d bytes), want the planner's refusal of scope %s against its limit (%s), nothing reserved",
+					st.Err, st.PeakReservedBytes, ids["over its limit"], alloc.FormatSize(int64(over.MemoryLimit)))
 			}
 
 			var list struct{ Jobs []svc.Status }

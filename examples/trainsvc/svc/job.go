@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime/debug"
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/devices"
 	"github.com/gocurrent/gocurrent/examples/internal/cli"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/models"
@@ -18,7 +20,7 @@ import (
 // recording how it ended.
 func (s *Server) run(ctx context.Context, j *job, resume bool) {
 	defer s.running.Done()
-	err := s.train(ctx, j, resume)
+	err := s.trainRecovered(ctx, j, resume)
 	if err != nil {
 		err = fmt.Errorf("job %s: %w", j.id, err)
 	}
@@ -32,6 +34,19 @@ func (s *Server) run(ctx context.Context, j *job, resume bool) {
 	default:
 		s.logf("trainsvc: job %s %s", j.id, st)
 	}
+}
+
+// trainRecovered is train, with a panic in it the job's failure, not the
+// server's end: the other jobs and their checkpoints go on. The stack
+// goes to the log.
+func (s *Server) trainRecovered(ctx context.Context, j *job, resume bool) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.logf("trainsvc: job %s panicked: %v\n%s", j.id, r, debug.Stack())
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return s.train(ctx, j, resume)
 }
 
 // train builds the job in a scope of its own on the server's device (the
@@ -64,6 +79,14 @@ func (s *Server) train(ctx context.Context, j *job, resume bool) (err error) {
 	}
 	vocab, err := modelVocab(text.Vocab(), spec.Model.Vocab)
 	if err != nil {
+		return err
+	}
+	// A job that cannot fit its scope is refused before it allocates,
+	// with the planner's figures (models.CheckFits).
+	cfg := spec.Model.charRNN()
+	plan := models.MemorySpec{CharRNN: &cfg, Vocab: vocab.Len(), Batch: spec.Batch, Seq: spec.Seq, Accum: spec.Accum,
+		Optimizer: train.Algorithm(spec.Optimizer)}
+	if err := models.CheckFits(ctx, devices.MetaConfig(sc), plan); err != nil {
 		return err
 	}
 	m, err := models.NewCharRNN(ctx, sc, spec.Model.charRNN(), vocab, spec.Seed)

@@ -211,6 +211,12 @@ func (s *Server) Resume(id string) (Status, error) {
 	if !st.resumable() {
 		return Status{}, fmt.Errorf("%w: job %s is %s; only a cancelled, drained or interrupted job resumes", ErrConflict, id, st)
 	}
+	// A spec saved by a server that did not check it as this one does
+	// (issue 46: batch 2^40 with accum 2^24 came back interrupted and
+	// resumable, and its resume killed the server again).
+	if err := j.spec.validate(); err != nil {
+		return Status{}, fmt.Errorf("job %s: %w", id, err)
+	}
 	return s.startLocked(j, true)
 }
 

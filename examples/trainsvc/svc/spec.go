@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/gocurrent/gocurrent/examples/internal/cli"
+	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/models"
 	"github.com/gocurrent/gocurrent/train"
 )
@@ -147,6 +148,16 @@ func (s Spec) validate() error {
 	}
 	if _, err := train.NewOptimizer(train.Algorithm(s.Optimizer), s.LR); err != nil {
 		return fmt.Errorf("%w: optimizer: %v", ErrInvalid, err)
+	}
+	// The sizes the numbers give together, as the library checks them:
+	// products that overflow, counts past a maximum (issue 46: batch 2^40
+	// with accum 2^24 killed the server with a divide by zero, layers
+	// 2^40 grew it without end).
+	if err := m.charRNN().Validate(); err != nil {
+		return fmt.Errorf("%w: model: %v", ErrInvalid, err)
+	}
+	if err := (loader.Config{Batch: s.Batch, Seq: s.Seq, Accum: s.Accum}).Validate(); err != nil {
+		return fmt.Errorf("%w: batch, seq, accum: %v", ErrInvalid, err)
 	}
 	return nil
 }

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gocurrent/gocurrent/examples/trainsvc/svc"
 )
@@ -79,5 +82,100 @@ func TestSpecBody(t *testing.T) {
 	}
 	if st := e.wait(e.srv.Jobs()[0].ID); st.State != svc.Done {
 		t.Errorf("the accepted job: %s (%s), want done", st.State, st.Error)
+	}
+}
+
+// TestSpecSizes: a spec whose numbers give sizes that overflow, or counts
+// past the library's maxima, is a 400 naming them, and no job is made
+// (issue 46: batch 2^40 with accum 2^24, 2^32 with 2^32 and 2^62 with 4
+// killed the server with a divide by zero, and the job came back
+// resumable to kill it again; embed 2^62 panicked; layers 2^40 grew the
+// process past 9 GB); a job too large for the device fails at once as out
+// of memory, with the planner's figures, before it allocates.
+func TestSpecSizes(t *testing.T) {
+	e := start(t, openDevice(t), t.TempDir(), nil)
+	data := writeCorpus(t, t.TempDir())
+	for _, c := range []struct {
+		name string
+		edit func(*svc.Spec)
+		says string
+	}{
+		{"batch 2^40 accum 2^24", func(s *svc.Spec) { s.Batch, s.Accum = 1<<40, 1<<24 }, "Batch × Accum = 1099511627776 × 16777216 overflows"},
+		{"batch 2^32 accum 2^32", func(s *svc.Spec) { s.Batch, s.Accum = 1<<32, 1<<32 }, "Batch × Accum = 4294967296 × 4294967296 overflows"},
+		{"batch 2^62 accum 4", func(s *svc.Spec) { s.Batch, s.Accum = 1<<62, 4 }, "4611686018427387904 × 4 overflows"},
+		{"seq 2^63-1", func(s *svc.Spec) { s.Seq = 1<<63 - 1 }, "Seq = 9223372036854775807"},
+		{"embed 2^62", func(s *svc.Spec) { s.Model.Embed = 1 << 62 }, "embed 4611686018427387904"},
+		{"hidden 2^62", func(s *svc.Spec) { s.Model.Hidden = 1 << 62 }, "hidden 4611686018427387904"},
+		{"layers 2^40", func(s *svc.Spec) { s.Model.Layers = 1 << 40 }, "layers 1099511627776, more than rnn.MaxLayers"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := healthy(data, "lstm")
+			c.edit(&spec)
+			var answer struct{ Error string }
+			if err := e.call("POST", "/jobs", spec, http.StatusBadRequest, &answer); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(answer.Error, c.says) {
+				t.Errorf("400 %q, want it to say %q", answer.Error, c.says)
+			}
+		})
+	}
+	if jobs := e.srv.Jobs(); len(jobs) != 0 {
+		t.Fatalf("%d jobs made of refused specs, want none", len(jobs))
+	}
+	// Hidden 30,000: 40 GiB of parameters alone, more than this device.
+	spec := healthy(data, "lstm")
+	spec.Model.Hidden = 30000
+	start := time.Now()
+	st := e.wait(e.submit(spec).ID)
+	if st.State != svc.Failed || st.ErrorKind != "out_of_memory" || !strings.Contains(st.Error, "Planner: ") {
+		t.Errorf("hidden 30000: %s (%s: %s), want failed as out_of_memory with the planner's advice", st.State, st.ErrorKind, st.Error)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("hidden 30000 failed after %v, want far less (nothing allocated)", took)
+	}
+	if st.PeakReservedBytes != 0 {
+		t.Errorf("the refused job reserved %d bytes at its peak, want 0", st.PeakReservedBytes)
+	}
+}
+
+// TestResumeOfAnUncheckedSpec: a job a server that did not check sizes
+// saved, left running by a killed process (batch 2^40, accum 2^24), comes
+// back interrupted after a restart, and its resume is a 400 naming the
+// sizes; the server goes on serving (issue 46: the resume killed it
+// again).
+func TestResumeOfAnUncheckedSpec(t *testing.T) {
+	state := t.TempDir()
+	spec := healthy(writeCorpus(t, t.TempDir()), "gru")
+	spec.Batch, spec.Accum = 1<<40, 1<<24
+	spec.Model.Kind, spec.Optimizer = "charrnn", "adam" // as Submit saves a spec: its defaults filled in
+	js, err := json.Marshal(spec)
+	if err == nil {
+		err = os.Mkdir(filepath.Join(state, "job-1"), 0o777)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(state, "job-1", "spec.json"), js, 0o666)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(state, "job-1", "status.json"), []byte(`{"id": "job-1", "state": "running", "step": 3, "runs": 1}`), 0o666)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, openDevice(t), state, nil)
+	if st := e.get("job-1"); st.State != svc.Interrupted {
+		t.Fatalf("job-1 after the restart: %s, want interrupted", st.State)
+	}
+	var answer struct{ Error string }
+	if err := e.call("POST", "/jobs/job-1/resume", nil, http.StatusBadRequest, &answer); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(answer.Error, "Batch × Accum = 1099511627776 × 16777216 overflows") {
+		t.Errorf("resume: 400 %q, want it to name batch × accum", answer.Error)
+	}
+	ok := healthy(spec.Data, "gru")
+	ok.Steps = 2
+	if st := e.wait(e.submit(ok).ID); st.State != svc.Done {
+		t.Errorf("a job after the refused resume: %s (%s), want done", st.State, st.Error)
 	}
 }
