@@ -416,10 +416,60 @@ func (t *Trainer) save(path, stopped string) error {
 	}
 	f.meta[trainerKey] = string(js)
 	err = WriteFile(path, f.encode)
+	if err == nil && path == t.cfg.Checkpoint {
+		t.saved = t.step
+	}
 	if err == nil && t.cfg.Logger != nil {
 		t.cfg.Logger.Info("train: checkpoint written", "path", path, "step", t.step)
 	}
 	return err
+}
+
+// SaveError is the error of a checkpoint the trainer failed to write to
+// Config.Checkpoint (a full disk, a directory gone), on a schedule or as
+// the run ended, was cancelled or met a non-finite step: which step's
+// state was lost, and which of the run's checkpoints is on disk instead,
+// so that a caller can tell a run stopped with its work saved from one
+// that lost it (a command's exit status: 128 + the signal only for the
+// first).
+type SaveError struct {
+	// Path is Config.Checkpoint; Step the step whose state it was to
+	// hold.
+	Path string
+	Step int64
+	// Saved is the step of the checkpoint at Path that this run wrote
+	// last, or that it resumed from; -1 when there is none.
+	Saved int64
+	Err   error
+}
+
+func (e *SaveError) Error() string {
+	last := "no checkpoint of this run is on disk"
+	if e.Saved >= 0 {
+		last = fmt.Sprintf("the checkpoint on disk is step %d's", e.Saved)
+	}
+	return fmt.Sprintf("train: the checkpoint of step %d was not saved to %s: %v; %s", e.Step, e.Path, e.Err, last)
+}
+
+func (e *SaveError) Unwrap() error { return e.Err }
+
+// saveError wraps the error of a save to Config.Checkpoint at the current
+// step.
+func (t *Trainer) saveError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &SaveError{Path: t.cfg.Checkpoint, Step: t.step, Saved: t.saved, Err: err}
+}
+
+// samePath reports whether paths a and b name one existing file.
+func samePath(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
 // Resume restores what Save wrote: the weights, the optimizer state, the
@@ -516,6 +566,9 @@ func (t *Trainer) Resume(c *Checkpoint) error {
 	}
 	t.step, t.skipped = ts.Step, ts.Skipped
 	t.pos = loader.Position{Epoch: ts.Epoch, Batch: ts.Batch}
+	if samePath(c.path, t.cfg.Checkpoint) {
+		t.saved = ts.Step // the run's checkpoint on disk is the one resumed
+	}
 	if s := ts.Settings; s != nil && s.Schedule.Decay == "cosine" && t.cfg.Schedule.Decay == "cosine" && t.cfg.Schedule.Total == 0 {
 		t.cfg.Schedule.Total = s.Schedule.Total
 	}

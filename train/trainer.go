@@ -229,7 +229,8 @@ type Trainer struct {
 	dev    device.Device
 	src    source
 	cfg    Config
-	warmed bool // the warm-up ran (or was not wanted)
+	warmed bool  // the warm-up ran (or was not wanted)
+	saved  int64 // the step of the checkpoint on disk at Config.Checkpoint (SaveError.Saved)
 	groups []Group
 
 	opt    *optimizer
@@ -283,7 +284,7 @@ func newTrainer(d device.Device, groups []Group, classes int, src source, cfg Co
 	if err := cfg.validate(src); err != nil {
 		return nil, err
 	}
-	t := &Trainer{dev: d, src: src, cfg: cfg, groups: groups}
+	t := &Trainer{dev: d, src: src, cfg: cfg, groups: groups, saved: -1}
 	if len(t.groups) == 0 {
 		return nil, errors.New("train: the model has no parameters")
 	}
@@ -675,7 +676,7 @@ func (t *Trainer) afterStep(ctx context.Context, r *run) (done bool, err error) 
 	}
 	if t.cfg.Checkpoint != "" && t.cfg.CheckpointEvery > 0 && t.step%t.cfg.CheckpointEvery == 0 {
 		if err := t.Save(t.cfg.Checkpoint); err != nil {
-			return false, err
+			return false, t.saveError(err)
 		}
 	}
 	if t.cfg.Steps > 0 && t.step >= t.cfg.Steps {
@@ -729,7 +730,7 @@ func (t *Trainer) finish(ctx context.Context, r *run, err error) (Summary, error
 			// whole, and worth keeping.
 			mark = fmt.Sprintf("non-finite step %d", nf.Step)
 		}
-		serr := t.save(t.cfg.Checkpoint, mark)
+		serr := t.saveError(t.save(t.cfg.Checkpoint, mark))
 		switch {
 		case serr != nil:
 			err = errors.Join(err, serr)

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/gocurrent/gocurrent/train"
 )
 
 // ErrUsage is wrapped by errors in the command line: the program exits
@@ -174,12 +176,16 @@ func OnSignal(parent context.Context) (context.Context, func() os.Signal) {
 
 // ExitStatus is the process's exit status for a run that returned err
 // after sig (nil: no signal) arrived: 2 for an error wrapping ErrUsage,
-// 128 plus the signal's number when a signal ended the run (which then
-// saved its work), 1 for any other error, 0 for none.
+// 128 plus the signal's number when a signal ended the run and it saved
+// its work, 1 for any other error, a checkpoint that could not be saved
+// after the signal (a *train.SaveError) included, 0 for none.
 func ExitStatus(err error, sig os.Signal) int {
+	var unsaved *train.SaveError
 	switch {
 	case errors.Is(err, ErrUsage):
 		return 2
+	case errors.As(err, &unsaved):
+		return 1
 	case sig != nil && (err == nil || errors.Is(err, context.Canceled)):
 		if n, ok := sig.(syscall.Signal); ok {
 			return 128 + int(n)

@@ -9,6 +9,8 @@ import (
 	"os"
 	"syscall"
 	"testing"
+
+	"github.com/gocurrent/gocurrent/train"
 )
 
 func TestFlagCheck(t *testing.T) {
@@ -84,6 +86,32 @@ func TestSize(t *testing.T) {
 		var s Size
 		if err := s.Set(bad); err == nil {
 			t.Errorf("Size(%q) = %d, want an error", bad, s)
+		}
+	}
+}
+
+// TestExitStatusUnsaved: a run a signal stopped exits 128 + the signal
+// only when it saved its work; a checkpoint that could not be written
+// (train.SaveError) makes it 1 (issue 46: a full disk after SIGTERM exited
+// 143, which says the checkpoint was saved).
+func TestExitStatusUnsaved(t *testing.T) {
+	saved := fmt.Errorf("train: stopped after step 430: %w", context.Canceled)
+	lost := errors.Join(saved, &train.SaveError{Path: "run.safetensors", Step: 430, Saved: 400, Err: syscall.ENOSPC})
+	for _, c := range []struct {
+		name string
+		err  error
+		sig  os.Signal
+		want int
+	}{
+		{"signal, saved", saved, syscall.SIGTERM, 143},
+		{"signal, nothing to report", nil, syscall.SIGINT, 130},
+		{"signal, save failed", lost, syscall.SIGTERM, 1},
+		{"signal, save failed, hang-up", lost, syscall.SIGHUP, 1},
+		{"no signal, save failed", lost, nil, 1},
+		{"usage", fmt.Errorf("%w: -batch 0", ErrUsage), syscall.SIGTERM, 2},
+	} {
+		if got := ExitStatus(c.err, c.sig); got != c.want {
+			t.Errorf("%s: ExitStatus = %d, want %d", c.name, got, c.want)
 		}
 	}
 }
