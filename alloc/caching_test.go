@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/internal/closedtest"
 )
 
 // TestSizingVectors checks rounding, pool choice, segment size and the split
@@ -723,4 +724,53 @@ func TestFragmentation(t *testing.T) {
 	if got := snap.Fragmentation(); got != 0.5 {
 		t.Errorf("fragmentation = %v, want 0.5", got)
 	}
+}
+
+// TestClosedCaching: after Close, every exported method of Caching (the
+// table must name them all) either returns an error matching ErrClosed
+// (what allocates, frees or waits) or, for the figures and for Close,
+// CloseScope and ReleaseAll, answers without one: closing what is closed
+// is harmless. None panics.
+func TestClosedCaching(t *testing.T) {
+	_, c := newSim(t, gib, alloc.Config{})
+	p := mustAlloc(t, c, 100, 0)
+	sc, err := c.NewScope("job", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustFree(t, c, p)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed := func(f func() error) closedtest.Call { return closedtest.Call{Closed: true, F: f, Says: "alloc"} }
+	ok := func(f func() error) closedtest.Call { return closedtest.Call{F: f} }
+	noPanic := func(f func()) closedtest.Call { return ok(func() error { f(); return nil }) }
+	closedtest.Check(t, "Caching", c, alloc.ErrClosed, map[string]closedtest.Call{
+		"Alloc":                 closed(func() error { _, err := c.Alloc(1, 0); return err }),
+		"AllocCategory":         closed(func() error { _, err := c.AllocCategory(1, 0, alloc.Workspace); return err }),
+		"AllocIn":               closed(func() error { _, err := c.AllocIn(1, 0, alloc.Workspace, sc); return err }),
+		"Free":                  closed(func() error { return c.Free(p) }),
+		"RecordStream":          closed(func() error { return c.RecordStream(p, 1) }),
+		"EmptyCache":            closed(c.EmptyCache),
+		"EmptyScopeCache":       closed(func() error { return c.EmptyScopeCache(sc) }),
+		"NewScope":              closed(func() error { _, err := c.NewScope("late", 0); return err }),
+		"CloseScope":            ok(func() error { return c.CloseScope(sc) }),
+		"ReleaseAll":            ok(c.ReleaseAll),
+		"Close":                 ok(c.Close),
+		"Config":                noPanic(func() { c.Config() }),
+		"Limit":                 noPanic(func() { c.Limit() }),
+		"Stats":                 noPanic(func() { c.Stats() }),
+		"ResetPeak":             noPanic(c.ResetPeak),
+		"ResetAccumulated":      noPanic(c.ResetAccumulated),
+		"Fragmentation":         noPanic(func() { c.Fragmentation() }),
+		"Snapshot":              noPanic(func() { c.Snapshot() }),
+		"Trace":                 noPanic(func() { c.Trace() }),
+		"Report":                noPanic(func() { c.Report(nil) }),
+		"ScopeStats":            noPanic(func() { c.ScopeStats(sc) }),
+		"ScopeBytes":            noPanic(func() { c.ScopeBytes(sc) }),
+		"Scopes":                noPanic(func() { c.Scopes() }),
+		"ScopeReport":           noPanic(func() { c.ScopeReport(sc) }),
+		"ResetScopePeak":        noPanic(func() { c.ResetScopePeak(sc) }),
+		"ResetScopeAccumulated": noPanic(func() { c.ResetScopeAccumulated(sc) }),
+	})
 }

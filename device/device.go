@@ -135,6 +135,14 @@ var (
 	// or stream. It is alloc.ErrClosed, the one sentinel for a use after
 	// Close in every package.
 	ErrClosed = alloc.ErrClosed
+	// ErrBusy is matched by the error of a call on an object that another
+	// call, from another goroutine, is inside: the objects built over a
+	// device (rnn's layers and states, models, train's Trainer, loader's
+	// iterations) are used by one goroutine at a time and refuse a second
+	// rather than race on device memory. Devices, scopes and streams are
+	// safe for concurrent use and never return it. One sentinel for
+	// every package, as ErrClosed.
+	ErrBusy = errors.New("in use by another goroutine")
 	// ErrForeignBuffer is matched by the error of passing a buffer that
 	// another device allocated, or the zero Buffer where one is required.
 	ErrForeignBuffer = errors.New("device: buffer does not belong to this device")

@@ -80,7 +80,14 @@
 //
 // # Concurrency
 //
-// Devices, scopes, streams and events are safe for concurrent use.
+// Devices, scopes, streams and events are safe for concurrent use. What is
+// built over a device (rnn's layers and states, models, train's Trainer,
+// loader's iterations) is used by one goroutine at a time, and refuses a
+// call that meets another's with an error matching ErrBusy rather than
+// race on device memory; models' shares are how one model serves many
+// goroutines. Errors a device finds while work runs (ErrIndex) are the
+// stream's: on a device several goroutines use, the next synchronisation
+// reports them, whoever makes it.
 //
 // Example (CPU device, C = A·B for 2×2 matrices):
 //

@@ -3,6 +3,7 @@ package dist
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/gocurrent/gocurrent/device"
@@ -47,7 +48,9 @@ type Comm interface {
 	// ranks' collectives fail too, or their own watchdogs stop them.
 	Abort(reason error)
 	// Close releases the communicator after its work completed. It is
-	// not a collective, and does not wait for the other ranks.
+	// not a collective, and does not wait for the other ranks. Later
+	// collectives, and Err, return an error matching device.ErrClosed;
+	// Abort then does nothing, and a second Close returns nil.
 	Close() error
 }
 
@@ -103,30 +106,48 @@ func (c Config) Deadline() time.Duration {
 	return DefaultTimeout
 }
 
-// single is Single's communicator.
-type single struct{ err error }
+// single is Single's communicator. err is under mu: Abort and Err may be
+// called from any goroutine (the watchdog's).
+type single struct {
+	mu  sync.Mutex
+	err error
+}
 
 // Single returns the communicator of a job of one rank: its collectives
-// have nothing to exchange, and queue nothing.
+// have nothing to exchange, and queue nothing. After Close they, and Err,
+// return an error matching device.ErrClosed.
 func Single() Comm { return &single{} }
 
 func (c *single) Rank() int       { return 0 }
 func (c *single) Size() int       { return 1 }
 func (c *single) Backend() string { return "single" }
-func (c *single) Err() error      { return c.err }
+func (c *single) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
 func (c *single) Abort(reason error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.err == nil {
 		c.err = fmt.Errorf("%w: %v", ErrAborted, reason)
 	}
 }
-func (c *single) Close() error { return nil }
+func (c *single) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = fmt.Errorf("dist: single: the communicator is %w", device.ErrClosed)
+	}
+	return nil
+}
 
 func (c *single) AllReduce(b device.Buffer, dt device.DType, s device.Stream) (device.Event, error) {
 	if err := CheckVector(c, "AllReduce", b, dt); err != nil {
 		return nil, err
 	}
-	if c.err != nil {
-		return nil, c.err
+	if err := c.Err(); err != nil {
+		return nil, err
 	}
 	return s.Record()
 }
@@ -135,8 +156,8 @@ func (c *single) Broadcast(b device.Buffer, root int, s device.Stream) (device.E
 	if err := CheckRoot(c, root); err != nil {
 		return nil, err
 	}
-	if c.err != nil {
-		return nil, c.err
+	if err := c.Err(); err != nil {
+		return nil, err
 	}
 	return s.Record()
 }

@@ -2,6 +2,7 @@ package dist_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/cpu"
 	"github.com/gocurrent/gocurrent/dist"
+	"github.com/gocurrent/gocurrent/internal/closedtest"
 	"github.com/gocurrent/gocurrent/internal/leak"
 )
 
@@ -161,4 +163,47 @@ func TestWatchdog(t *testing.T) {
 	w.Stop()
 	w.Stop()
 	leak.Expect(t, before, "the watchdog's goroutine")
+}
+
+// TestSingleClosed: after Close, Single's collectives and Err are
+// device.ErrClosed, its getters answer, Abort changes nothing, and a
+// second Close returns nil (every method: closedtest lists them).
+func TestSingleClosed(t *testing.T) {
+	d, err := cpu.Open(cpu.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	b, err := d.Alloc(8, device.Workspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dist.Single()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed := func(f func() error) closedtest.Call { return closedtest.Call{Closed: true, F: f, Says: "single"} }
+	closedtest.Check(t, "single", c, device.ErrClosed, map[string]closedtest.Call{
+		"AllReduce": closed(func() error { _, err := c.AllReduce(b, device.Float32, d.Stream()); return err }),
+		"Broadcast": closed(func() error { _, err := c.Broadcast(b, 0, d.Stream()); return err }),
+		"Err":       closed(c.Err),
+		"Abort": {F: func() error {
+			c.Abort(errors.New("after Close"))
+			if !errors.Is(c.Err(), device.ErrClosed) {
+				return fmt.Errorf("Err after Close and Abort = %v, want the Close's", c.Err())
+			}
+			return nil
+		}},
+		"Rank":    {F: func() error { return expect(c.Rank(), 0, "Rank") }},
+		"Size":    {F: func() error { return expect(c.Size(), 1, "Size") }},
+		"Backend": {F: func() error { return expect(c.Backend(), "single", "Backend") }},
+		"Close":   {F: c.Close},
+	})
+}
+
+func expect[T comparable](got, want T, what string) error {
+	if got != want {
+		return fmt.Errorf("%s = %v, want %v", what, got, want)
+	}
+	return nil
 }

@@ -214,3 +214,33 @@ func TestLoadBlockedRead(t *testing.T) {
 	must(t, err)
 	must(t, release())
 }
+
+// TestCloseDuringLoad: a Close while SeqLoader.Load is blocked reading
+// the dataset ends the Load with an error matching ErrClosed, at once, and
+// frees the ring once the Load has left it (before, Close freed it under
+// the Load, which then indexed the freed ring); a second Load while one
+// runs is ErrBusy.
+func TestCloseDuringLoad(t *testing.T) {
+	d := openDevice(t)
+	r, data := stalledDataset(t)
+	defer r.Release()
+	l, err := loader.NewSeqLoader(d, data, loader.SeqConfig{Bucket: loader.BucketConfig{Batch: 4}})
+	must(t, err)
+	r.Stall()
+	ended := make(chan error, 1)
+	go func() {
+		_, _, err := l.Load(context.Background(), l.Largest()[0])
+		ended <- err
+	}()
+	<-r.Blocked()
+	if _, _, err := l.Load(context.Background(), l.Largest()[0]); !errors.Is(err, loader.ErrBusy) {
+		t.Errorf("Load during a Load = %v, want an error matching loader.ErrBusy", err)
+	}
+	must(t, l.Close())
+	if err := leak.Await(t, ended, "Load, closed while blocked reading,"); !errors.Is(err, loader.ErrClosed) {
+		t.Errorf("Load closed while blocked = %v, want an error matching loader.ErrClosed", err)
+	}
+	if _, _, err := l.Load(context.Background(), l.Largest()[0]); !errors.Is(err, loader.ErrClosed) {
+		t.Errorf("Load after Close = %v, want an error matching loader.ErrClosed", err)
+	}
+}

@@ -297,7 +297,7 @@ func (c *Corpus) Size() int64 { return c.size }
 // closed corpus one wrapping both ErrClosed and fs.ErrClosed. ReadAt is safe for concurrent use.
 func (c *Corpus) ReadAt(p []byte, off int64) (int, error) {
 	if c.closed.Load() {
-		return 0, fmt.Errorf("loader: read corpus %s: the corpus is %w: %w", c.name, ErrClosed, fs.ErrClosed)
+		return 0, fmt.Errorf("loader: Corpus.ReadAt: the corpus %s is %w: %w", c.name, ErrClosed, fs.ErrClosed)
 	}
 	if off < 0 {
 		return 0, fmt.Errorf("loader: read corpus %s: negative offset %d", c.name, off)
@@ -361,7 +361,7 @@ func (c *Corpus) readPart(i int, p []byte, off int64) error {
 			part.name, part.size, off+int64(n), io.ErrUnexpectedEOF)
 	}
 	if errors.Is(err, fs.ErrClosed) && c.closed.Load() {
-		return fmt.Errorf("loader: read corpus %s: the corpus is %w: %w", c.name, ErrClosed, fs.ErrClosed)
+		return fmt.Errorf("loader: Corpus.ReadAt: the corpus %s is %w: %w", c.name, ErrClosed, fs.ErrClosed)
 	}
 	return fmt.Errorf("loader: %s: %w", part.name, err)
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -152,6 +154,7 @@ type Dataset struct {
 	cfg    ReadConfig
 	f      io.ReaderAt
 	closer io.Closer // the file OpenDataset opened; nil for NewDataset
+	closed atomic.Bool
 	size   int64
 	// Words, Chars and Labels are the vocabularies: of the data's words
 	// (or the given ones), of the characters of its words or texts, and of
@@ -299,8 +302,12 @@ func (d *Dataset) Length(i int) int { return int(d.lengths[i]) }
 // batch's HostBatch.WordLen can reach), 0 when they hold no words (texts).
 func (d *Dataset) LongestWord() int { return d.longestWord }
 
-// Example reads example i from the file.
+// Example reads example i from the file; after Close, an error matching
+// ErrClosed. It is safe for concurrent use.
 func (d *Dataset) Example(i int) (Example, error) {
+	if d.closed.Load() {
+		return Example{}, fmt.Errorf("loader: Dataset.Example: the dataset %s is %w", d.path, ErrClosed)
+	}
 	if i < 0 || i >= len(d.offsets) {
 		return Example{}, fmt.Errorf("loader: example %d of %d", i, len(d.offsets))
 	}
@@ -310,15 +317,21 @@ func (d *Dataset) Example(i int) (Example, error) {
 		return Example{}, err
 	}
 	ex, err := x.Next()
+	if errors.Is(err, fs.ErrClosed) && d.closed.Load() {
+		return Example{}, fmt.Errorf("loader: Dataset.Example: the dataset %s is %w: %w", d.path, ErrClosed, err)
+	}
 	if errors.Is(err, io.EOF) {
 		err = fmt.Errorf("loader: %s: example %d is gone (the file changed after it was indexed): %w", d.path, i, io.ErrUnexpectedEOF)
 	}
 	return ex, err
 }
 
-// Close closes the file OpenDataset opened.
+// Close closes the file OpenDataset opened. Example then returns an error
+// matching ErrClosed (for a NewDataset too, whose source Close leaves
+// open); the vocabularies, Len, Tokens, Length and LongestWord stay. A
+// second Close does nothing.
 func (d *Dataset) Close() error {
-	if d.closer == nil {
+	if d.closed.Swap(true) || d.closer == nil {
 		return nil
 	}
 	return d.closer.Close()

@@ -71,9 +71,19 @@
 // not come, a stalled network filesystem); every goroutine has ended when
 // the loop does, but such a producer, which the loop does not wait for: it
 // reads into memory of its own, and when its read returns it returns too,
-// touching nothing of the loader's. A Text is safe for concurrent use.
+// touching nothing of the loader's. A second iteration while one runs
+// (Batches, or a SeqLoader's Load) is refused with an error matching
+// ErrBusy. A Text, a Corpus's ReadAt and a Dataset's Example are safe for
+// concurrent use; Close may be called from any goroutine.
 //
 // # Errors
+//
+// After Close, what reads the data or the device (Corpus.ReadAt,
+// Dataset.Example, Batches, Load) returns an error matching ErrClosed
+// (device.ErrClosed, the one sentinel of every package) naming the method;
+// the getters (sizes, configurations, vocabularies, Stats) keep
+// answering, and a second Close does nothing. A Close while Load runs
+// ends it with ErrClosed and frees the ring after it.
 //
 // Invalid UTF-8 and characters outside a given vocabulary are *DataError
 // naming the file and byte offset (or are mapped to an unknown token when

@@ -18,6 +18,16 @@ import (
 // one sentinel for a use after Close in every package.
 var ErrClosed = device.ErrClosed
 
+// ErrBusy is matched by the error of a second iteration (Batches, or a
+// SeqLoader's Load) while one runs: one at a time. It is device.ErrBusy
+// (and rnn.ErrBusy), one sentinel for every package.
+var ErrBusy = device.ErrBusy
+
+// errRunning is the error of a second iteration of loader type kind.
+func errRunning(kind, method string) error {
+	return fmt.Errorf("loader: %s.%s: %w (one iteration at a time: another Batches or Load runs)", kind, method, ErrBusy)
+}
+
 // errClosed is what a closed loader returns.
 var errClosed = fmt.Errorf("loader: %w", ErrClosed)
 
@@ -290,9 +300,9 @@ func (l *Loader) begin(ctx context.Context) (*iteration, error) {
 	defer l.mu.Unlock()
 	switch {
 	case l.closed:
-		return nil, errClosed
+		return nil, fmt.Errorf("loader: Loader.Batches: %w", ErrClosed)
 	case l.running:
-		return nil, errors.New("loader: Batches is already running; one iteration at a time")
+		return nil, errRunning("Loader", "Batches")
 	}
 	run := &iteration{order: make(chan orderEntry, len(l.slots)), free: make(chan int, len(l.slots))}
 	run.ctx, l.stop = context.WithCancel(ctx)

@@ -299,11 +299,11 @@ func (l *SeqLoader) Batches(ctx context.Context, from Position) iter.Seq2[SeqBat
 		switch {
 		case l.closed:
 			l.mu.Unlock()
-			yield(SeqBatch{}, errClosed)
+			yield(SeqBatch{}, fmt.Errorf("loader: SeqLoader.Batches: %w", ErrClosed))
 			return
 		case l.running:
 			l.mu.Unlock()
-			yield(SeqBatch{}, errors.New("loader: Batches is already running; one iteration at a time"))
+			yield(SeqBatch{}, errRunning("SeqLoader", "Batches"))
 			return
 		}
 		ctx, l.stop = context.WithCancel(ctx)
@@ -545,14 +545,31 @@ func (l *SeqLoader) Load(ctx context.Context, examples []int32) (b SeqBatch, rel
 	l.mu.Lock()
 	switch {
 	case l.closed:
-		err = errClosed
+		err = fmt.Errorf("loader: SeqLoader.Load: %w", ErrClosed)
 	case l.running:
-		err = errors.New("loader: Load while Batches runs")
+		err = errRunning("SeqLoader", "Load")
 	}
-	l.mu.Unlock()
 	if err != nil {
+		l.mu.Unlock()
 		return SeqBatch{}, nil, err
 	}
+	// Load runs as an iteration does, so that a Close meanwhile (which
+	// cancels it) leaves the ring to its end rather than freeing it under
+	// it.
+	ctx, l.stop = context.WithCancel(ctx)
+	l.running = true
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.stop()
+		l.running = false
+		if l.closed {
+			// The batch went with the ring.
+			err = errors.Join(fmt.Errorf("loader: SeqLoader.Load: the loader was closed meanwhile: %w", ErrClosed), err, l.free())
+			b, release = SeqBatch{}, nil
+		}
+	}()
 	hb, err := l.collate(ctx, examples)
 	if err != nil {
 		return SeqBatch{}, nil, err

@@ -126,11 +126,15 @@ func newRecurrent(ctx context.Context, d device.Device, cell string, c rnn.Confi
 // CharRNN is the character-level language model: a train.Model (and
 // train.RandomModel, for its dropout) over a character vocabulary. Its
 // parameter groups are "emb", "rnn" and "out", so its checkpoint tensors
-// carry PyTorch's names. It is not safe for concurrent use.
+// carry PyTorch's names. It is used by one goroutine at a time (a call
+// meeting another is rnn.ErrBusy); goroutines that run it at once each use
+// a share of it (Share).
 type CharRNN struct {
 	chain
 	cfg   CharRNNConfig
 	vocab *loader.Vocab
+	dev   device.Device
+	in    hostInput // Predict's ids
 }
 
 // NewCharRNN builds a float32 char-RNN on d for vocab, its parameters
@@ -144,7 +148,7 @@ func NewCharRNN(ctx context.Context, d device.Device, cfg CharRNNConfig, vocab *
 	if vocab == nil || vocab.Len() == 0 {
 		return nil, errors.New("models: char-RNN of an empty vocabulary")
 	}
-	m := &CharRNN{cfg: cfg, vocab: vocab}
+	m := &CharRNN{chain: chain{model: "CharRNN"}, cfg: cfg, vocab: vocab, dev: d}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, m.Close())
@@ -172,6 +176,10 @@ func (m *CharRNN) Classes() int { return m.vocab.Len() }
 
 // NewState implements train.Model: h (and c) of every layer.
 func (m *CharRNN) NewState(rows int) (train.State, error) {
+	if err := m.g.enter("CharRNN", "NewState"); err != nil {
+		return nil, err
+	}
+	defer m.g.leave()
 	s, err := m.rnn.NewState(rows)
 	if err != nil {
 		return nil, err
@@ -181,6 +189,17 @@ func (m *CharRNN) NewState(rows int) (train.State, error) {
 
 // Forward implements train.Model.
 func (m *CharRNN) Forward(mode rnn.Mode, ids device.Buffer, seq, rows int, st train.State) (device.Buffer, error) {
+	if err := m.g.enter("CharRNN", "Forward"); err != nil {
+		return device.Buffer{}, err
+	}
+	defer m.g.leave()
+	return m.forward(mode, ids, seq, rows, st)
+}
+
+func (m *CharRNN) forward(mode rnn.Mode, ids device.Buffer, seq, rows int, st train.State) (device.Buffer, error) {
+	if mode == rnn.Train && m.shared {
+		return device.Buffer{}, sharedError("CharRNN", "Forward(Train)")
+	}
 	var rs *rnn.State
 	if st != nil {
 		r, ok := st.(train.RecurrentState)
@@ -202,15 +221,68 @@ func (m *CharRNN) Forward(mode rnn.Mode, ids device.Buffer, seq, rows int, st tr
 }
 
 // Backward implements train.Model.
-func (m *CharRNN) Backward(dLogits device.Buffer) error { return m.backward(dLogits) }
+func (m *CharRNN) Backward(dLogits device.Buffer) error {
+	if err := m.g.enter("CharRNN", "Backward"); err != nil {
+		return err
+	}
+	defer m.g.leave()
+	if m.shared {
+		return sharedError("CharRNN", "Backward")
+	}
+	return m.backward(dLogits)
+}
+
+// Predict runs a NoGrad forward over ids, [seq, rows] (time-major, as
+// Forward's), from a zero state, in one call: it checks the ids on the
+// host, uploads them, runs the forward and downloads the logits,
+// [seq·rows, vocabulary] in the same order. The result is the caller's,
+// as Classifier.Predict's is.
+func (m *CharRNN) Predict(ids []int32, seq, rows int) ([]float64, error) {
+	const op = "CharRNN.Predict"
+	if err := m.g.enter("CharRNN", "Predict"); err != nil {
+		return nil, err
+	}
+	defer m.g.leave()
+	sb, err := m.in.upload(m.dev, op, loader.HostBatch{Seq: seq, Rows: rows, Tokens: ids}, m.vocab.Len(), 0)
+	if err != nil {
+		return nil, err
+	}
+	y, err := m.forward(rnn.NoGrad, sb.Tokens, seq, rows, nil)
+	if err != nil {
+		return nil, fmt.Errorf("models: %s: %w", op, err)
+	}
+	v, err := logits(m.dev, m.emb.Params().DType(), y, seq*rows*m.vocab.Len())
+	if err != nil {
+		return nil, fmt.Errorf("models: %s: %w", op, err)
+	}
+	return v, nil
+}
+
+// Share returns a char-RNN over the same parameters with buffers of its
+// own, for NoGrad forwards, Predict and sampling from another goroutine,
+// as Classifier.Share. A share is not Replayable: a capture records the
+// device's whole compute stream, other goroutines' work included, so its
+// sampling (train.Sample) queues its calls eagerly.
+func (m *CharRNN) Share() (*CharRNN, error) {
+	if err := m.g.enter("CharRNN", "Share"); err != nil {
+		return nil, err
+	}
+	defer m.g.leave()
+	s := &CharRNN{cfg: m.cfg, vocab: m.vocab, dev: m.dev}
+	if err := m.chain.shareInto(&s.chain); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
 
 // Replayable implements train.Replayable: a forward and a backward queue
 // the same calls on the same buffers for the same shapes (the layers'
 // buffers grow and stay), so train.Sample records its tokens once and
 // replays them, and the trainer its steps (train.Config.Graphs). With
 // dropout too: the stack draws its masks where device memory says, and
-// every training forward moves that on the device (Replayed).
-func (m *CharRNN) Replayable(rnn.Mode) bool { return true }
+// every training forward moves that on the device (Replayed). Not a
+// share (Share).
+func (m *CharRNN) Replayable(rnn.Mode) bool { return !m.shared }
 
 // Replayed implements train.ReplayTracker: the stack's dropout state
 // (RandomState) moves as the replayed forward's would.
@@ -246,6 +318,15 @@ var _ train.GradNotifier = (*CharRNN)(nil)
 // recurrent stack over it and a linear layer over the stack's output,
 // groups "emb", "rnn" and "out".
 type chain struct {
+	// g is the model's guard: each call that runs layers or touches the
+	// model's buffers holds it, so a call meeting another goroutine's is
+	// ErrBusy and one after Close is ErrClosed. model names the model in
+	// errors ("Classifier"); shared says it is a share (Share), which runs
+	// NoGrad forwards only.
+	g      guard
+	model  string
+	shared bool
+
 	emb *rnn.Embedding
 	rnn recurrent
 	out *rnn.Linear
@@ -349,6 +430,10 @@ func (c *chain) RandomState() []uint64 {
 
 // SetRandomState implements train.RandomModel.
 func (c *chain) SetRandomState(v []uint64) error {
+	if err := c.g.enter(c.model, "SetRandomState"); err != nil {
+		return err
+	}
+	defer c.g.leave()
 	if len(v) != 2 {
 		return fmt.Errorf("models: random state of %d numbers, want 2 (seed, offset)", len(v))
 	}
@@ -367,14 +452,34 @@ func (m *CharRNN) Metadata() map[string]string {
 	return map[string]string{"format": CharRNNFormat, "config": string(cfg), "vocab": string(vocab)}
 }
 
-// Close frees the model's device memory. The model must not be used
-// afterwards.
-func (m *CharRNN) Close() error { return m.close() }
+// Close frees the model's device memory (the parameters, once no share
+// holds them). Every later call but the getters (Config, Vocab, Classes,
+// Groups, Metadata, RandomState, Replayable, Branched, WaveWindows)
+// returns an error matching rnn.ErrClosed (NotifyGrads and Replayed then
+// change nothing that runs); a second Close does nothing. Close during
+// another goroutine's call is rnn.ErrBusy, and closes nothing.
+func (m *CharRNN) Close() error {
+	if first, err := m.g.close("CharRNN"); !first {
+		return err
+	}
+	errs := []error{m.close()}
+	if b := m.in.dev.buf; !b.IsZero() {
+		errs = append(errs, m.dev.Free(b))
+		m.in.dev.buf = device.Buffer{}
+	}
+	return errors.Join(errs...)
+}
 
 // SetRecompute sets the recurrent stack's rnn.Config.Recompute for the
 // training forwards to come (CharRNNConfig.Recompute): for a model loaded
 // from a checkpoint, which does not record it.
-func (c *chain) SetRecompute(k int) error { return c.rnn.SetRecompute(k) }
+func (c *chain) SetRecompute(k int) error {
+	if err := c.g.enter(c.model, "SetRecompute"); err != nil {
+		return err
+	}
+	defer c.g.leave()
+	return c.rnn.SetRecompute(k)
+}
 
 // LoadCharRNN builds the char-RNN a checkpoint describes (its format,
 // config and vocab metadata) on d and loads its weights; the file may

@@ -90,7 +90,9 @@ func (c ClassifierConfig) Validate() error {
 // embedding, a recurrent stack over each sequence's own length, its top
 // layer pooled (the final states, or the mean or maximum of the output over
 // the real positions), a linear layer. Its parameter groups are "emb",
-// "rnn" and "out", PyTorch's names. It is not safe for concurrent use.
+// "rnn" and "out", PyTorch's names. It is used by one goroutine at a time
+// (a call meeting another is rnn.ErrBusy); goroutines that classify at once
+// each use a share of it (Share).
 type Classifier struct {
 	chain
 	cfg    ClassifierConfig
@@ -115,7 +117,8 @@ type Classifier struct {
 	// Int32; the gradient with respect to the stack's output,
 	// [seq, rows, dirs·H].
 	lens, lensWork, argmax, dy scratch
-	hasLens                    bool // the training forward had lengths
+	hasLens                    bool      // the training forward had lengths
+	in                         hostInput // Predict's ids
 }
 
 // scratch is a device buffer grown on demand; get with zero fills a fresh
@@ -172,7 +175,7 @@ func NewClassifier(ctx context.Context, d device.Device, cfg ClassifierConfig, t
 	if cfg.DType == 0 {
 		cfg.DType = device.Float32
 	}
-	m := &Classifier{cfg: cfg, tokens: tokens, labels: labels, dev: d}
+	m := &Classifier{chain: chain{model: "Classifier"}, cfg: cfg, tokens: tokens, labels: labels, dev: d}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, m.Close())
@@ -238,6 +241,17 @@ func (m *Classifier) state(mode rnn.Mode, rows int) (*rnn.State, error) {
 // pooling, putting the lengths on the device waits for the work queued
 // before, as the stack's own copy does.
 func (m *Classifier) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int, lengths []int32) (device.Buffer, error) {
+	if err := m.g.enter("Classifier", "Forward"); err != nil {
+		return device.Buffer{}, err
+	}
+	defer m.g.leave()
+	return m.forward(mode, tokens, seq, rows, lengths)
+}
+
+func (m *Classifier) forward(mode rnn.Mode, tokens device.Buffer, seq, rows int, lengths []int32) (device.Buffer, error) {
+	if mode == rnn.Train && m.shared {
+		return device.Buffer{}, sharedError("Classifier", "Forward(Train)")
+	}
 	dt, H, D := m.cfg.DType, m.cfg.Hidden, m.directions()
 	x, err := m.emb.Forward(mode, tokens, seq*rows)
 	if err != nil {
@@ -325,12 +339,71 @@ func (m *Classifier) Classes() int { return m.labels.Len() }
 
 // ForwardBatch implements train.SeqModel: Forward on a loader's batch.
 func (m *Classifier) ForwardBatch(mode rnn.Mode, b loader.SeqBatch) (device.Buffer, error) {
-	return m.Forward(mode, b.Tokens, b.Host.Seq, b.Host.Rows, b.Host.Lengths)
+	if err := m.g.enter("Classifier", "ForwardBatch"); err != nil {
+		return device.Buffer{}, err
+	}
+	defer m.g.leave()
+	return m.forward(mode, b.Tokens, b.Host.Seq, b.Host.Rows, b.Host.Lengths)
+}
+
+// Predict classifies a batch collated on the host (loader.Collate's, or
+// one made by hand: Seq, Rows, Tokens and Lengths) in one call: it checks
+// the ids on the host, uploads them, runs a NoGrad forward and downloads
+// the logits, [Rows, classes] row by row. The result is the caller's, so
+// unlike Forward's it stays valid whatever runs next: a server calls it
+// on a share of the model per goroutine (Share), or on one model from one
+// goroutine at a time.
+func (m *Classifier) Predict(b loader.HostBatch) ([]float64, error) {
+	const op = "Classifier.Predict"
+	if err := m.g.enter("Classifier", "Predict"); err != nil {
+		return nil, err
+	}
+	defer m.g.leave()
+	sb, err := m.in.upload(m.dev, op, b, m.tokens.Len(), 0)
+	if err != nil {
+		return nil, err
+	}
+	y, err := m.forward(rnn.NoGrad, sb.Tokens, b.Seq, b.Rows, b.Lengths)
+	if err != nil {
+		return nil, fmt.Errorf("models: %s: %w", op, err)
+	}
+	v, err := logits(m.dev, m.cfg.DType, y, b.Rows*m.labels.Len())
+	if err != nil {
+		return nil, fmt.Errorf("models: %s: %w", op, err)
+	}
+	return v, nil
+}
+
+// Share returns a classifier over the same parameters with buffers of its
+// own (rnn's Share, layer by layer), for NoGrad forwards and Predict from
+// another goroutine: the service case, one share per goroutine or in a
+// sync.Pool, no weight copied. A share refuses to train (rnn.ErrShared)
+// and sees the parameters as they are when its forward runs on the
+// stream: training the model meanwhile changes its answers from one call
+// to the next. Closing a share frees its buffers; the parameters go with
+// the last Close of the model and its shares, in either order.
+func (m *Classifier) Share() (*Classifier, error) {
+	if err := m.g.enter("Classifier", "Share"); err != nil {
+		return nil, err
+	}
+	defer m.g.leave()
+	s := &Classifier{cfg: m.cfg, tokens: m.tokens, labels: m.labels, dev: m.dev}
+	if err := m.chain.shareInto(&s.chain); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Backward differentiates the training Forward, given the gradient with
 // respect to its logits, adding into the parameters' gradients.
 func (m *Classifier) Backward(dLogits device.Buffer) error {
+	if err := m.g.enter("Classifier", "Backward"); err != nil {
+		return err
+	}
+	defer m.g.leave()
+	if m.shared {
+		return sharedError("Classifier", "Backward")
+	}
 	dt, H, D := m.cfg.DType, m.cfg.Hidden, m.directions()
 	dfeat, err := m.out.Backward(dLogits)
 	if err != nil {
@@ -388,17 +461,25 @@ func (m *Classifier) backwardPooled(dfeat device.Buffer) error {
 	return m.emb.Backward(dx)
 }
 
-// Close frees the model's device memory.
+// Close frees the model's device memory (the parameters, once no share
+// holds them). Every later call but the getters of the configuration
+// (Config, Vocab, Labels, Classes, Groups, Metadata, RandomState) returns
+// an error matching rnn.ErrClosed; a second Close does nothing. Close
+// during another goroutine's call is rnn.ErrBusy, and closes nothing.
 func (m *Classifier) Close() error {
+	if first, err := m.g.close("Classifier"); !first {
+		return err
+	}
 	errs := []error{m.close()}
 	for _, st := range []*rnn.State{m.st, m.stWork} {
 		if st != nil {
 			errs = append(errs, st.Free())
 		}
 	}
-	for _, s := range []*scratch{&m.feat, &m.featWork, &m.zero, &m.lens, &m.lensWork, &m.argmax, &m.dy} {
+	for _, s := range []*scratch{&m.feat, &m.featWork, &m.zero, &m.lens, &m.lensWork, &m.argmax, &m.dy, &m.in.dev} {
 		if !s.buf.IsZero() {
 			errs = append(errs, m.dev.Free(s.buf))
+			s.buf = device.Buffer{}
 		}
 	}
 	return errors.Join(errs...)

@@ -108,8 +108,38 @@
 // checkpoint (format gocurrent.tagger/1), not a char-RNN one
 // (gocurrent.charrnn/1)".
 //
+// Close frees a model's device memory (its parameters once no share holds
+// them, below). Every later call that runs a layer or touches device
+// memory returns an error matching rnn.ErrClosed (device.ErrClosed, the
+// one sentinel of every package) naming the model and method,
+// "models: Classifier.Forward: closed"; the getters of the configuration
+// (Config, the vocabularies, Classes, Groups, Metadata, RandomState) keep
+// answering, Groups' Params closed; a second Close does nothing. A call
+// from a second goroutine while one is inside is rnn.ErrBusy; what a share
+// refuses is rnn.ErrShared. Predict checks the ids it is given on the
+// host (device.ErrIndex, device.ErrShape) before it queues anything.
+//
 // # Concurrency
 //
-// A model is used by one goroutine at a time, as train.Trainer uses it;
-// Close it when done to free its device memory.
+// A model is used by one goroutine at a time, as train.Trainer uses it: a
+// call that meets another goroutine's (or a Close that does) is refused
+// with an error matching rnn.ErrBusy, and changes nothing; nothing races
+// on the device. To serve one loaded model to concurrent requests, give
+// each goroutine (or each request, from a sync.Pool) a share of it: Share
+// returns a model of the same type over the same parameters, no weight
+// copied, with buffers of its own, for NoGrad forwards and Predict, which
+// uploads a host batch, runs the forward and downloads the logits in one
+// call (a Forward's result is the model's buffer until its next call;
+// Predict's is the caller's). Shares refuse to train (rnn.ErrShared),
+// and see the parameters as they are when their forward runs on the
+// device's compute stream: training the model, or loading weights into
+// it, while shares run changes their answers from one call to the next.
+// The parameters are freed at the last Close of the model and its shares,
+// in either order. Two things stay the device's, not the model's: an
+// error found while the work runs (device.ErrIndex of an id on the device)
+// is reported to whichever goroutine synchronises the stream next, and a
+// graph capture (train.Config.Graphs, train.Sample's replays of a model
+// that is not a share) records the whole compute stream: on a device that
+// serves shares, leave both to a device scope of their own
+// (device.NewScope).
 package models

@@ -89,7 +89,9 @@ func (c TaggerConfig) hasChars() bool { return c.CharEmbed > 0 }
 // "emb", "rnn" and "out", then "char_emb" and "char_rnn" with character
 // features, so its checkpoint tensors carry PyTorch's names (emb.weight,
 // rnn.weight_ih_l0_reverse, out.weight, char_emb.weight,
-// char_rnn.weight_hh_l0_reverse, ...). It is not safe for concurrent use.
+// char_rnn.weight_hh_l0_reverse, ...). It is used by one goroutine at a
+// time (a call meeting another is rnn.ErrBusy); goroutines that tag at
+// once each use a share of it (Share).
 type Tagger struct {
 	chain
 	cfg   TaggerConfig
@@ -117,6 +119,7 @@ type Tagger struct {
 	// The training forward's positions (Seq·Rows), words and steps of
 	// characters, for Backward.
 	trainN, trainWords, trainSteps int
+	in                             hostInput // Predict's ids
 }
 
 // NewTagger builds a tagger on d over the word and tag vocabularies, its
@@ -144,7 +147,7 @@ func NewTaggerChars(ctx context.Context, d device.Device, cfg TaggerConfig, word
 	case !cfg.hasChars() && chars != nil:
 		return nil, errors.New("models: a character vocabulary for a tagger without character features (char_embed, char_hidden 0)")
 	}
-	m := &Tagger{cfg: cfg, words: words, tags: tags, dev: d, chars: chars}
+	m := &Tagger{chain: chain{model: "Tagger"}, cfg: cfg, words: words, tags: tags, dev: d, chars: chars}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, m.Close())
@@ -206,6 +209,17 @@ func (m *Tagger) dtype() device.DType {
 // words' characters too, which ForwardBatch takes: Forward returns an
 // error for it.
 func (m *Tagger) Forward(mode rnn.Mode, tokens device.Buffer, seq, rows int, lengths []int32) (device.Buffer, error) {
+	if err := m.g.enter("Tagger", "Forward"); err != nil {
+		return device.Buffer{}, err
+	}
+	defer m.g.leave()
+	return m.forward(mode, tokens, seq, rows, lengths)
+}
+
+func (m *Tagger) forward(mode rnn.Mode, tokens device.Buffer, seq, rows int, lengths []int32) (device.Buffer, error) {
+	if mode == rnn.Train && m.shared {
+		return device.Buffer{}, sharedError("Tagger", "Forward(Train)")
+	}
 	if m.charEmb != nil {
 		return device.Buffer{}, errors.New("models: the tagger has character features and Forward has no characters to give them: " +
 			"use ForwardBatch, with a batch that carries its words' characters (loader.SeqConfig's Chars)")
@@ -232,9 +246,75 @@ func (m *Tagger) Classes() int { return m.tags.Len() }
 // them is an error. A batch made by hand must hold those buffers until
 // the kernels of Backward are queued: b.WordPositions is read there.
 func (m *Tagger) ForwardBatch(mode rnn.Mode, b loader.SeqBatch) (device.Buffer, error) {
+	if err := m.g.enter("Tagger", "ForwardBatch"); err != nil {
+		return device.Buffer{}, err
+	}
+	defer m.g.leave()
+	return m.forwardBatch(mode, b)
+}
+
+// Predict tags a batch collated on the host (loader.Collate's; with
+// character features, collated with loader.CollateConfig.Chars) in one
+// call: it checks the ids on the host, uploads them, runs a NoGrad
+// forward and downloads the logits, [Seq·Rows, tags] in the batch's
+// time-major order (position t of row r at t·Rows + r). The result is the
+// caller's, as Classifier.Predict's is.
+func (m *Tagger) Predict(b loader.HostBatch) ([]float64, error) {
+	const op = "Tagger.Predict"
+	if err := m.g.enter("Tagger", "Predict"); err != nil {
+		return nil, err
+	}
+	defer m.g.leave()
+	chars := 0
+	if m.chars != nil {
+		chars = m.chars.Len()
+	}
+	sb, err := m.in.upload(m.dev, op, b, m.words.Len(), chars)
+	if err != nil {
+		return nil, err
+	}
+	y, err := m.forwardBatch(rnn.NoGrad, sb)
+	if err != nil {
+		return nil, fmt.Errorf("models: %s: %w", op, err)
+	}
+	v, err := logits(m.dev, m.dtype(), y, b.Seq*b.Rows*m.tags.Len())
+	if err != nil {
+		return nil, fmt.Errorf("models: %s: %w", op, err)
+	}
+	return v, nil
+}
+
+// Share returns a tagger over the same parameters with buffers of its
+// own, for NoGrad forwards and Predict from another goroutine, as
+// Classifier.Share.
+func (m *Tagger) Share() (_ *Tagger, err error) {
+	if err := m.g.enter("Tagger", "Share"); err != nil {
+		return nil, err
+	}
+	defer m.g.leave()
+	s := &Tagger{cfg: m.cfg, words: m.words, tags: m.tags, dev: m.dev, chars: m.chars}
+	if err := m.chain.shareInto(&s.chain); err != nil {
+		return nil, err
+	}
+	if m.charEmb == nil {
+		return s, nil
+	}
+	if s.charEmb, err = m.charEmb.Share(); err == nil {
+		s.charRNN, err = m.charRNN.Share()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("models: Tagger.Share: %w", errors.Join(err, s.Close()))
+	}
+	return s, nil
+}
+
+func (m *Tagger) forwardBatch(mode rnn.Mode, b loader.SeqBatch) (device.Buffer, error) {
 	h := b.Host
 	if m.charEmb == nil {
-		return m.Forward(mode, b.Tokens, h.Seq, h.Rows, h.Lengths)
+		return m.forward(mode, b.Tokens, h.Seq, h.Rows, h.Lengths)
+	}
+	if mode == rnn.Train && m.shared {
+		return device.Buffer{}, sharedError("Tagger", "ForwardBatch(Train)")
 	}
 	n := h.Seq * h.Rows
 	switch {
@@ -364,6 +444,13 @@ func (m *Tagger) features(mode rnn.Mode, b loader.SeqBatch) (device.Buffer, erro
 // the gradient with respect to its logits, adding into the parameters'
 // gradients.
 func (m *Tagger) Backward(dLogits device.Buffer) error {
+	if err := m.g.enter("Tagger", "Backward"); err != nil {
+		return err
+	}
+	defer m.g.leave()
+	if m.shared {
+		return sharedError("Tagger", "Backward")
+	}
 	if m.charEmb == nil {
 		return m.backward(dLogits)
 	}
@@ -440,8 +527,16 @@ func (m *Tagger) Metadata() map[string]string {
 	return meta
 }
 
-// Close frees the model's device memory.
+// Close frees the model's device memory (the parameters, once no share
+// holds them). Every later call but the getters of the configuration
+// (Config, Words, Tags, Chars, Classes, Groups, Metadata, RandomState)
+// returns an error matching rnn.ErrClosed; a second Close does nothing.
+// Close during another goroutine's call is rnn.ErrBusy, and closes
+// nothing.
 func (m *Tagger) Close() error {
+	if first, err := m.g.close("Tagger"); !first {
+		return err
+	}
 	errs := []error{m.close()}
 	if m.charEmb != nil {
 		errs = append(errs, m.charEmb.Close())
@@ -453,7 +548,7 @@ func (m *Tagger) Close() error {
 		errs = append(errs, m.charSt.Free())
 		m.charSt = nil
 	}
-	for _, s := range []*scratch{&m.feat, &m.cat, &m.catWork, &m.dEmb, &m.zero, &m.positions} {
+	for _, s := range []*scratch{&m.feat, &m.cat, &m.catWork, &m.dEmb, &m.zero, &m.positions, &m.in.dev} {
 		if !s.buf.IsZero() {
 			errs = append(errs, m.dev.Free(s.buf))
 			s.buf = device.Buffer{}

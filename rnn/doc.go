@@ -130,9 +130,35 @@
 // (the CPU device names the value and its position, the CUDA device the
 // kernel that found it).
 //
+// Close (State.Free) frees a layer's device memory, and every later call
+// that touches device memory or hands out its buffers returns an error
+// matching ErrClosed (device.ErrClosed, the one sentinel of every
+// package) that names the object and method, "rnn: LSTM.Forward: closed":
+// nothing reads or writes freed memory. Getters of the configuration
+// (Config, Params' Len, DType and names, LayerGrads, DropoutState) keep
+// answering; a method that returns buffers without an error (Params.Flat,
+// State.H, CrossEntropy.Total) returns zero Buffers, which every kernel
+// refuses. Params are closed with the last Close of their layer and its
+// shares. A second Close does nothing and returns nil. A call from a
+// second goroutine while one is inside is ErrBusy; a share refuses what
+// trains with ErrShared.
+//
 // # Concurrency
 //
-// Layers and states are not safe for concurrent use. All work is queued on
+// A layer, a loss and a state are used by one goroutine at a time. They
+// refuse, rather than race: each call holds an atomic guard (two atomic
+// operations), and a call, or Close, that finds another inside returns an
+// error matching ErrBusy and changes nothing. A state is held by the
+// forward it is passed to, as by its own calls. A guard cannot see the
+// other misuse, a result read after another goroutine's call replaced it
+// (a layer's output is its buffer until its next call): so goroutines that
+// run one layer at once each use a share of it (Share: LSTM, GRU,
+// Embedding, Linear), a layer of its own buffers over the same Params, for
+// NoGrad forwards only; shares copy no parameter and see the parameters as
+// they are when their forward runs on the stream, so the parameters are
+// left alone (no optimizer step, no SetValue) while shares run on them if
+// their answers are to be those of fixed weights. The device itself is
+// safe for concurrent use. All work is queued on
 // the device's compute stream in call order; a nil error means the work was
 // queued, and device errors surface at the next synchronisation. On a
 // device with branches (device.Brancher) a stack queues part of its work

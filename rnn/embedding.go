@@ -19,8 +19,12 @@ type EmbeddingConfig struct {
 }
 
 // Embedding maps token ids to rows of a table, parameter "weight"
-// [Vocab, Dim]. It is not safe for concurrent use.
+// [Vocab, Dim]. It is used by one goroutine at a time (a call meeting
+// another is ErrBusy); goroutines that look up ids at once each use a
+// share (Share).
 type Embedding struct {
+	g      guard
+	share  bool // made by Share: NoGrad forwards only
 	dev    device.Device
 	cfg    EmbeddingConfig
 	params *Params
@@ -62,8 +66,23 @@ func NewEmbedding(ctx context.Context, d device.Device, c EmbeddingConfig) (*Emb
 // Config returns the configuration, with defaults filled in.
 func (e *Embedding) Config() EmbeddingConfig { return e.cfg }
 
-// Params returns the table.
+// Params returns the table, which its shares hold too (freed at the last
+// Close of the layer and its shares).
 func (e *Embedding) Params() *Params { return e.params }
+
+// Share returns an embedding over the same table with buffers of its own,
+// for NoGrad forwards from another goroutine: a share copies no
+// parameter, refuses Train forwards and Backward (ErrShared), and reads
+// the table as it is when its forward runs on the stream. Closing a share
+// frees its buffers; the table is freed at the last Close of the layer
+// and its shares, in either order.
+func (e *Embedding) Share() (*Embedding, error) {
+	if err := e.g.enter("Embedding", "Share"); err != nil {
+		return nil, err
+	}
+	defer e.g.leave()
+	return &Embedding{share: true, dev: e.dev, cfg: e.cfg, params: e.params.retain()}, nil
+}
 
 // Forward looks up n ids (Int32, in [0, Vocab)) and returns their rows,
 // [n, Dim]: a NoGrad forward's valid until the next NoGrad forward, a
@@ -77,8 +96,15 @@ func (e *Embedding) Params() *Params { return e.params }
 // reuse once Forward returns, unlike the activations between layers.
 func (e *Embedding) Forward(mode Mode, ids device.Buffer, n int) (device.Buffer, error) {
 	const op = "Embedding.Forward"
+	if err := e.g.enter("Embedding", "Forward"); err != nil {
+		return device.Buffer{}, err
+	}
+	defer e.g.leave()
 	if err := checkMode(op, mode); err != nil {
 		return device.Buffer{}, err
+	}
+	if mode == Train && e.share {
+		return device.Buffer{}, sharedError("Embedding", "Forward(Train)")
 	}
 	if err := positive(op, []string{"n"}, n); err != nil {
 		return device.Buffer{}, err
@@ -126,6 +152,13 @@ func (e *Embedding) Forward(mode Mode, ids device.Buffer, n int) (device.Buffer,
 // forward, or twice for one, returns ErrNoForward.
 func (e *Embedding) Backward(dOut device.Buffer) error {
 	const op = "Embedding.Backward"
+	if err := e.g.enter("Embedding", "Backward"); err != nil {
+		return err
+	}
+	defer e.g.leave()
+	if e.share {
+		return sharedError("Embedding", "Backward")
+	}
 	if e.n == 0 {
 		return noForward(op, e.spent)
 	}
@@ -143,15 +176,20 @@ func (e *Embedding) Backward(dOut device.Buffer) error {
 	return nil
 }
 
-// Close frees the table and the layer's buffers.
+// Close frees the layer's buffers, and the table unless a share still
+// holds it. Every later call but Config and Params returns an error
+// matching ErrClosed; a second Close does nothing. Close during another
+// goroutine's call is ErrBusy, and closes nothing.
 func (e *Embedding) Close() error {
+	if first, err := e.g.close("Embedding"); !first {
+		return err
+	}
 	var q queue
 	q.add(e.out.free(e.dev))
 	q.add(e.trainOut.free(e.dev))
 	q.add(e.ids.free(e.dev))
 	if e.params != nil {
-		q.add(e.params.free())
-		e.params = nil
+		q.add(e.params.release())
 	}
 	return q.err
 }

@@ -8,8 +8,8 @@ import (
 
 // GRU is a stack of GRU layers with PyTorch's (and cuDNN's) equations, in
 // which the reset gate multiplies the recurrent product plus its bias; gate
-// order (r, z, n); parameters as LSTM's with 3·Hidden rows. It is not safe
-// for concurrent use.
+// order (r, z, n); parameters as LSTM's with 3·Hidden rows. It is used by
+// one goroutine at a time, as LSTM is.
 type GRU struct{ *stack }
 
 // NewGRU allocates a GRU stack on d and initialises its parameters, as

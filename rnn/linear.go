@@ -22,8 +22,12 @@ type LinearConfig struct {
 }
 
 // Linear computes y = x·Wᵀ + b over rows, parameters "weight" [Out, In]
-// and "bias" [Out]. It is not safe for concurrent use.
+// and "bias" [Out]. It is used by one goroutine at a time (a call meeting
+// another is ErrBusy); goroutines that run it at once each use a share
+// (Share).
 type Linear struct {
+	g       guard
+	share   bool // made by Share: NoGrad forwards only
 	dev     device.Device
 	cfg     LinearConfig
 	params  *Params
@@ -73,8 +77,19 @@ func NewLinear(ctx context.Context, d device.Device, c LinearConfig) (*Linear, e
 // Config returns the configuration, with defaults filled in.
 func (l *Linear) Config() LinearConfig { return l.cfg }
 
-// Params returns the weight and bias.
+// Params returns the weight and bias, which its shares hold too (freed at
+// the last Close of the layer and its shares).
 func (l *Linear) Params() *Params { return l.params }
+
+// Share returns a linear layer over the same parameters with buffers of
+// its own, for NoGrad forwards from another goroutine, as Embedding.Share.
+func (l *Linear) Share() (*Linear, error) {
+	if err := l.g.enter("Linear", "Share"); err != nil {
+		return nil, err
+	}
+	defer l.g.leave()
+	return &Linear{share: true, dev: l.dev, cfg: l.cfg, params: l.params.retain(), w: l.w, b: l.b}, nil
+}
 
 // Forward computes y [rows, Out] from x [rows, In]; y is valid until the
 // next Forward.
@@ -89,8 +104,15 @@ func (l *Linear) Params() *Params { return l.params }
 // Backward before the next training forward.
 func (l *Linear) Forward(mode Mode, x device.Buffer, rows int) (device.Buffer, error) {
 	const op = "Linear.Forward"
+	if err := l.g.enter("Linear", "Forward"); err != nil {
+		return device.Buffer{}, err
+	}
+	defer l.g.leave()
 	if err := checkMode(op, mode); err != nil {
 		return device.Buffer{}, err
+	}
+	if mode == Train && l.share {
+		return device.Buffer{}, sharedError("Linear", "Forward(Train)")
 	}
 	if err := positive(op, []string{"rows"}, rows); err != nil {
 		return device.Buffer{}, err
@@ -131,6 +153,13 @@ func (l *Linear) Forward(mode Mode, x device.Buffer, rows int) (device.Buffer, e
 // forward, or twice for one, returns ErrNoForward.
 func (l *Linear) Backward(dy device.Buffer) (device.Buffer, error) {
 	const op = "Linear.Backward"
+	if err := l.g.enter("Linear", "Backward"); err != nil {
+		return device.Buffer{}, err
+	}
+	defer l.g.leave()
+	if l.share {
+		return device.Buffer{}, sharedError("Linear", "Backward")
+	}
 	if l.rows == 0 {
 		return device.Buffer{}, noForward(op, l.spent)
 	}
@@ -157,16 +186,20 @@ func (l *Linear) Backward(dy device.Buffer) (device.Buffer, error) {
 	return dx, nil
 }
 
-// Close frees the parameters and the layer's buffers.
+// Close frees the layer's buffers, and the parameters unless a share
+// still holds them; after it, calls are ErrClosed, as Embedding.Close
+// says.
 func (l *Linear) Close() error {
+	if first, err := l.g.close("Linear"); !first {
+		return err
+	}
 	var q queue
 	l.x, l.rows = device.Buffer{}, 0
 	for _, s := range []*scratch{&l.out, &l.dx} {
 		q.add(s.free(l.dev))
 	}
 	if l.params != nil {
-		q.add(l.params.free())
-		l.params = nil
+		q.add(l.params.release())
 	}
 	return q.err
 }

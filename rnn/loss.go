@@ -11,8 +11,9 @@ import (
 // nn.CrossEntropyLoss with mean reduction. Each Forward adds its loss to a
 // running total on the device, so a step of several micro-batches (or an
 // evaluation over many batches) needs one synchronisation to read it. It is
-// not safe for concurrent use.
+// used by one goroutine at a time: a call meeting another is ErrBusy.
 type CrossEntropy struct {
+	g       guard
 	dev     device.Device
 	dtype   device.DType
 	classes int
@@ -73,7 +74,7 @@ func NewCrossEntropyConfig(d device.Device, cfg CrossEntropyConfig) (_ *CrossEnt
 	if c.total, err = d.Alloc(dt.Size(), device.Workspace); err != nil {
 		return nil, err
 	}
-	if err := c.ResetLoss(); err != nil {
+	if err := c.resetLoss(); err != nil {
 		return nil, err
 	}
 	if cfg.Weights != nil {
@@ -105,13 +106,17 @@ func NewCrossEntropyConfig(d device.Device, cfg CrossEntropyConfig) (_ *CrossEnt
 // [0, classes) adds nothing and raises device.ErrIndex at the next
 // synchronisation (naming the target and its position on the CPU device).
 func (c *CrossEntropy) Forward(mode Mode, logits, targets device.Buffer, rows int, scale float64) error {
+	if err := c.g.enter("CrossEntropy", "Forward"); err != nil {
+		return err
+	}
+	defer c.g.leave()
 	if scale == 0 {
 		scale = 1
 	}
 	if rows > 0 {
 		scale /= float64(rows)
 	}
-	return c.ForwardSum(mode, logits, targets, rows, scale)
+	return c.forwardSum(mode, logits, targets, rows, scale)
 }
 
 // ForwardSum is Forward with the sum over the rows instead of the mean:
@@ -120,6 +125,14 @@ func (c *CrossEntropy) Forward(mode Mode, logits, targets device.Buffer, rows in
 // the rows counted (the real tokens of a batch of sequences, or Σ w_i)
 // passes 1/that for PyTorch's mean.
 func (c *CrossEntropy) ForwardSum(mode Mode, logits, targets device.Buffer, rows int, scale float64) error {
+	if err := c.g.enter("CrossEntropy", "ForwardSum"); err != nil {
+		return err
+	}
+	defer c.g.leave()
+	return c.forwardSum(mode, logits, targets, rows, scale)
+}
+
+func (c *CrossEntropy) forwardSum(mode Mode, logits, targets device.Buffer, rows int, scale float64) error {
 	const op = "CrossEntropy.Forward"
 	if err := checkMode(op, mode); err != nil {
 		return err
@@ -156,6 +169,10 @@ func (c *CrossEntropy) ForwardSum(mode Mode, logits, targets device.Buffer, rows
 // Forward. Calling it without a training forward, or twice for one,
 // returns ErrNoForward.
 func (c *CrossEntropy) Backward() (device.Buffer, error) {
+	if err := c.g.enter("CrossEntropy", "Backward"); err != nil {
+		return device.Buffer{}, err
+	}
+	defer c.g.leave()
 	if c.rows == 0 {
 		return device.Buffer{}, noForward("CrossEntropy.Backward", c.spent)
 	}
@@ -166,6 +183,10 @@ func (c *CrossEntropy) Backward() (device.Buffer, error) {
 
 // Loss waits for the queued work and returns the running total.
 func (c *CrossEntropy) Loss() (float64, error) {
+	if err := c.g.enter("CrossEntropy", "Loss"); err != nil {
+		return 0, err
+	}
+	defer c.g.leave()
 	if c.dtype == device.Float64 {
 		v := make([]float64, 1)
 		err := device.DownloadSlice(c.dev, v, c.total)
@@ -176,16 +197,35 @@ func (c *CrossEntropy) Loss() (float64, error) {
 	return float64(v[0]), err
 }
 
-// Total is the one-element device buffer holding the running total.
-func (c *CrossEntropy) Total() device.Buffer { return c.total }
+// Total is the one-element device buffer holding the running total; the
+// zero Buffer, which every kernel refuses, after Close.
+func (c *CrossEntropy) Total() device.Buffer {
+	if c.g.closed() {
+		return device.Buffer{}
+	}
+	return c.total
+}
 
 // ResetLoss queues zeroing the running total.
 func (c *CrossEntropy) ResetLoss() error {
+	if err := c.g.enter("CrossEntropy", "ResetLoss"); err != nil {
+		return err
+	}
+	defer c.g.leave()
+	return c.resetLoss()
+}
+
+func (c *CrossEntropy) resetLoss() error {
 	return c.dev.Kernels().Fill(device.Fill{DType: c.dtype, N: 1, X: c.total})
 }
 
-// Close frees the loss's buffers.
+// Close frees the loss's buffers. Every later call returns an error
+// matching ErrClosed (Total the zero Buffer); a second Close does nothing.
+// Close during another goroutine's call is ErrBusy, and closes nothing.
 func (c *CrossEntropy) Close() error {
+	if first, err := c.g.close("CrossEntropy"); !first {
+		return err
+	}
 	var q queue
 	q.add(c.dLogits.free(c.dev))
 	for _, b := range []*device.Buffer{&c.total, &c.weights} {

@@ -9,7 +9,9 @@ import (
 // LSTM is a stack of LSTM layers with PyTorch's equations, gate order
 // (i, f, g, o), parameter names and shapes: weight_ih_l{k} [4·Hidden, in],
 // weight_hh_l{k} [4·Hidden, Hidden], bias_ih_l{k} and bias_hh_l{k}
-// [4·Hidden]. It is not safe for concurrent use.
+// [4·Hidden]. It is used by one goroutine at a time (a call meeting
+// another is ErrBusy); goroutines that run it at once each use a share
+// (Share).
 type LSTM struct{ *stack }
 
 // NewLSTM allocates an LSTM stack on d and initialises its parameters. A

@@ -8,7 +8,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"gorgonia.org/tensor"
 
@@ -40,12 +42,22 @@ func (p Param) Len() int {
 // and one of gradients (so an optimizer or a norm can treat a layer in one
 // kernel), with a named view for each parameter in PyTorch's order.
 // Gradients start at zero and are added into by Backward until ZeroGrad.
+//
+// A layer and its shares (Share) hold the same Params, freed at the last of
+// their Closes. Once freed, the methods that move values (ZeroGrad, Value,
+// Grad, SetValue, SetGrad) return an error matching ErrClosed, and the
+// buffers the others hand out (Flat, All, Lookup) are zero Buffers, which
+// every kernel refuses: names, shapes, Len and DType stay.
 type Params struct {
 	dev         device.Device
 	dtype       device.DType
 	value, grad device.Buffer
 	n           int
 	list        []Param
+	// holders are the layer and its shares, each releasing once; the
+	// buffers are freed, and freed set, when none is left.
+	holders atomic.Int32
+	freed   atomic.Bool
 }
 
 // paramSpec describes one parameter and its initial distribution,
@@ -71,6 +83,7 @@ const initChunk = 1 << 20
 // name them.
 func newParams(ctx context.Context, d device.Device, dt device.DType, seed uint64, specs []paramSpec) (*Params, error) {
 	p := &Params{dev: d, dtype: dt}
+	p.holders.Store(1)
 	var n checked.Sum
 	for _, s := range specs {
 		n.AddMul(s.shape...)
@@ -157,8 +170,13 @@ func (p *Params) All() iter.Seq[Param] {
 }
 
 // Flat returns the whole value and gradient buffers, Len elements each, in
-// which every Param is a view.
-func (p *Params) Flat() (value, grad device.Buffer) { return p.value, p.grad }
+// which every Param is a view; zero Buffers once the Params were freed.
+func (p *Params) Flat() (value, grad device.Buffer) {
+	if p.freed.Load() {
+		return device.Buffer{}, device.Buffer{}
+	}
+	return p.value, p.grad
+}
 
 // Len is the total number of elements over all parameters.
 func (p *Params) Len() int { return p.n }
@@ -178,6 +196,9 @@ func (p *Params) Lookup(name string) (Param, bool) {
 
 // ZeroGrad queues zeroing every gradient.
 func (p *Params) ZeroGrad() error {
+	if p.freed.Load() {
+		return closedError("Params", "ZeroGrad")
+	}
 	return p.dev.Kernels().Fill(device.Fill{DType: p.dtype, N: p.n, X: p.grad})
 }
 
@@ -211,6 +232,9 @@ func (p *Params) find(name string) (Param, error) {
 }
 
 func (p *Params) get(name string, grad bool) (*tensor.Dense, error) {
+	if p.freed.Load() {
+		return nil, closedError("Params", methodName("Value", "Grad", grad)+"("+strconv.Quote(name)+")")
+	}
 	q, err := p.find(name)
 	if err != nil {
 		return nil, err
@@ -236,6 +260,9 @@ func (p *Params) get(name string, grad bool) (*tensor.Dense, error) {
 }
 
 func (p *Params) set(name string, t *tensor.Dense, grad bool) error {
+	if p.freed.Load() {
+		return closedError("Params", methodName("SetValue", "SetGrad", grad)+"("+strconv.Quote(name)+")")
+	}
 	q, err := p.find(name)
 	if err != nil {
 		return err
@@ -263,7 +290,38 @@ func (p *Params) set(name string, t *tensor.Dense, grad bool) error {
 	return nil
 }
 
+// methodName is a or, for the gradient, b.
+func methodName(a, b string, grad bool) string {
+	if grad {
+		return b
+	}
+	return a
+}
+
+// retain adds a holder: a share of the layer.
+func (p *Params) retain() *Params {
+	p.holders.Add(1)
+	return p
+}
+
+// release drops a holder, and frees the buffers with the last: until
+// then a share may still be running on them.
+func (p *Params) release() error {
+	if p.holders.Add(-1) > 0 {
+		return nil
+	}
+	return p.free()
+}
+
+// free frees the buffers now (a layer whose construction failed, which
+// no share holds) and leaves the names and shapes.
 func (p *Params) free() error {
+	if p.freed.Swap(true) {
+		return nil
+	}
+	for i := range p.list {
+		p.list[i].Value, p.list[i].Grad = device.Buffer{}, device.Buffer{}
+	}
 	return errors.Join(p.dev.Free(p.value), p.dev.Free(p.grad))
 }
 

@@ -193,6 +193,8 @@ const RecomputeAuto = -1
 
 // stack is what LSTM and GRU share: the fused execution of L layers.
 type stack struct {
+	g      guard
+	share  bool // made by Share: NoGrad forwards only, parameters held
 	dev    device.Device
 	cell   cell
 	cfg    Config
@@ -861,6 +863,10 @@ func (s *stack) Config() Config { return s.cfg }
 // refuses while a training forward waits for its Backward, whose saved
 // activations follow the setting it was made with.
 func (s *stack) SetRecompute(k int) error {
+	if err := s.g.enter(s.cell.name(), "SetRecompute"); err != nil {
+		return err
+	}
+	defer s.g.leave()
 	switch {
 	case k < RecomputeAuto:
 		return fmt.Errorf("rnn: SetRecompute(%d): want 0 (off), a segment length > 0 or RecomputeAuto (%d)", k, RecomputeAuto)
@@ -871,7 +877,8 @@ func (s *stack) SetRecompute(k int) error {
 	return nil
 }
 
-// Params returns the parameters.
+// Params returns the parameters, which the stack's shares hold too (freed
+// at the last Close of the stack and its shares).
 func (s *stack) Params() *Params { return s.params }
 
 // NotifyLayers makes every later Backward call done(l) once the work that
@@ -893,25 +900,24 @@ func (s *stack) NotifyLayers(done func(layer int) error) { s.layerDone = done }
 
 // LayerGrads is where layer l's parameters (both directions) lie in the
 // flat buffers (Params.Flat): elements off to off+n, in PyTorch's order.
+// It is a function of the configuration: the parameters lie one after the
+// other in that order (newParams).
 func (s *stack) LayerGrads(l int) (off, n int) {
 	per := 2 * s.dirs()
 	if !s.cfg.NoBias {
 		per *= 2
 	}
-	_, flat := s.params.Flat()
-	size := s.cfg.DType.Size()
-	i, first, end := 0, int64(-1), int64(0)
+	i := 0
 	for p := range s.params.All() {
-		if i >= l*per && i < (l+1)*per {
-			at := int64(p.Grad.Addr()-flat.Addr()) / size
-			if first < 0 {
-				first = at
-			}
-			end = at + int64(p.Len())
+		switch {
+		case i < l*per:
+			off += p.Len()
+		case i < (l+1)*per:
+			n += p.Len()
 		}
 		i++
 	}
-	return int(first), int(end - first)
+	return off, n
 }
 
 // notifyLayer queues nothing: it tells NotifyLayers's callback that layer
@@ -939,6 +945,13 @@ func (s *stack) DropoutState() (seed, offset uint64) { return s.dropSeed, s.draw
 // again, draws them at its own offset with the seed set here. An error is
 // the device's: the device's copy is then unknown, and must be set again.
 func (s *stack) SetDropoutState(seed, offset uint64) error {
+	if err := s.g.enter(s.cell.name(), "SetDropoutState"); err != nil {
+		return err
+	}
+	defer s.g.leave()
+	if s.share {
+		return sharedError(s.cell.name(), "SetDropoutState")
+	}
 	s.dropSeed, s.drawn = seed, offset
 	if !s.dropping() {
 		return nil
@@ -995,13 +1008,25 @@ func (s *stack) writeDropoutState() error {
 // each for a bidirectional stack, layer l's direction d at l·2 + d, as
 // PyTorch's h_n.
 func (s *stack) NewState(batch int) (*State, error) {
+	if err := s.g.enter(s.cell.name(), "NewState"); err != nil {
+		return nil, err
+	}
+	defer s.g.leave()
 	return newState(s.dev, s.cfg.DType, s.cell.carriesC(), s.cfg.Layers*s.dirs(), batch, s.cfg.Hidden)
 }
 
-// Close frees the parameters and every buffer the stack holds, and closes
-// its branch (the CPU device's a goroutine) if Backward opened one. The
-// stack must not be used afterwards.
+// Close frees every buffer the stack holds, and the parameters unless a
+// share still holds them, and closes its branch (the CPU device's a
+// goroutine) if a call opened one. Every later call returns an error
+// matching ErrClosed but Config, Params, LayerGrads, DropoutState,
+// Branched and WaveWindows, which report the configuration and what was
+// (NotifyLayers and Replayed then change nothing that runs); a second
+// Close does nothing. Close during another goroutine's call is ErrBusy,
+// and closes nothing.
 func (s *stack) Close() error {
+	if first, err := s.g.close(s.cell.name()); !first {
+		return err
+	}
 	s.rec = nil
 	var q queue
 	if s.branch != nil {
@@ -1017,8 +1042,7 @@ func (s *stack) Close() error {
 		s.dropState = device.Buffer{}
 	}
 	if s.params != nil {
-		q.add(s.params.free())
-		s.params = nil
+		q.add(s.params.release())
 	}
 	return q.err
 }
@@ -1308,7 +1332,11 @@ func checkpoint(lp *layerPass, ck device.Buffer, pos int) device.Buffer {
 // layer's row of s.H() itself, where the step wrote it, so it also
 // changes when s does. The work is queued on the compute stream.
 func (s *stack) Forward(mode Mode, x device.Buffer, seq, batch int, st *State) (device.Buffer, error) {
-	return s.ForwardLengths(mode, x, seq, batch, nil, st)
+	if err := s.g.enter(s.cell.name(), "Forward"); err != nil {
+		return device.Buffer{}, err
+	}
+	defer s.g.leave()
+	return s.forwardLengths(mode, x, seq, batch, nil, st)
 }
 
 // ForwardLengths is Forward over sequences of different lengths, PyTorch's
@@ -1325,9 +1353,26 @@ func (s *stack) Forward(mode Mode, x device.Buffer, seq, batch int, st *State) (
 // seq·batch. Putting the order on the device waits for the work queued
 // before (one host synchronisation per call).
 func (s *stack) ForwardLengths(mode Mode, x device.Buffer, seq, batch int, lengths []int32, st *State) (device.Buffer, error) {
+	if err := s.g.enter(s.cell.name(), "ForwardLengths"); err != nil {
+		return device.Buffer{}, err
+	}
+	defer s.g.leave()
+	return s.forwardLengths(mode, x, seq, batch, lengths, st)
+}
+
+func (s *stack) forwardLengths(mode Mode, x device.Buffer, seq, batch int, lengths []int32, st *State) (device.Buffer, error) {
 	op := s.cell.name() + ".Forward"
 	if err := s.checkForward(op, mode, x, seq, batch, st); err != nil {
 		return device.Buffer{}, err
+	}
+	if mode == Train && s.share {
+		return device.Buffer{}, sharedError(s.cell.name(), "Forward(Train)")
+	}
+	if st != nil {
+		if err := st.use(op); err != nil {
+			return device.Buffer{}, err
+		}
+		defer st.g.leave()
 	}
 	sh, err := newShape(op, seq, batch, lengths)
 	if err != nil {
@@ -1935,10 +1980,24 @@ func (s *stack) save(q *queue, rec *record) {
 // Backward consumes what the forward saved: calling it without a training
 // forward, or twice for one, returns ErrNoForward.
 func (s *stack) Backward(dy device.Buffer) (device.Buffer, error) {
+	if err := s.g.enter(s.cell.name(), "Backward"); err != nil {
+		return device.Buffer{}, err
+	}
+	defer s.g.leave()
+	if s.share {
+		return device.Buffer{}, sharedError(s.cell.name(), "Backward")
+	}
 	op := s.cell.name() + ".Backward"
 	rec := s.rec
 	if rec == nil {
 		return device.Buffer{}, noForward(op, s.spent)
+	}
+	if st := rec.state; st != nil && st.tie == rec {
+		// Backward writes the state's gradient.
+		if err := st.use(op); err != nil {
+			return device.Buffer{}, err
+		}
+		defer st.g.leave()
 	}
 	c, dt := s.cfg, s.cfg.DType
 	T, B, H, I, D := rec.sh.T, rec.sh.B, c.Hidden, c.Input, s.dirs()

@@ -30,7 +30,15 @@ import (
 // them. That is truncated backpropagation through time, and a training
 // forward refuses a state still tied to an earlier training forward, whose
 // saved activations it is about to overwrite.
+//
+// A state is used by one goroutine at a time, in its own calls and in the
+// forwards it is passed to (a meeting of two is ErrBusy). After Free its
+// methods that touch device memory (Resize, Reset) and the forwards it is
+// passed to return an error matching ErrClosed, H, C, GradH and GradC are
+// zero Buffers, Batch, Layers and DType stay, and a second Free does
+// nothing.
 type State struct {
+	g                     guard
 	dev                   device.Device
 	dtype                 device.DType
 	lstm                  bool
@@ -91,9 +99,10 @@ func (s *State) place(batch int) {
 // allocates nothing once it has met its largest batch. The buffers of H,
 // C and their gradients change with the batch: take them afresh.
 func (s *State) Resize(batch int) error {
-	if s.all.IsZero() {
-		return fmt.Errorf("rnn: State.Resize: the state was freed")
+	if err := s.g.enter("State", "Resize"); err != nil {
+		return err
 	}
+	defer s.g.leave()
 	if batch <= 0 {
 		return fmt.Errorf("rnn: State.Resize: batch = %d, want > 0: %w", batch, device.ErrShape)
 	}
@@ -110,7 +119,7 @@ func (s *State) Resize(batch int) error {
 		}
 	}
 	s.place(batch)
-	return s.Reset()
+	return s.reset()
 }
 
 // H is the hidden state, [Layers, Batch, Hidden] (PyTorch's h_n layout).
@@ -144,6 +153,14 @@ func (s *State) Detach() { s.tie = nil }
 // Reset queues zeroing the values and gradients and detaches the state, as
 // for the start of a new sequence.
 func (s *State) Reset() error {
+	if err := s.g.enter("State", "Reset"); err != nil {
+		return err
+	}
+	defer s.g.leave()
+	return s.reset()
+}
+
+func (s *State) reset() error {
 	s.tie = nil
 	k, n := s.dev.Kernels(), s.layers*s.batch*s.hidden
 	var q queue
@@ -155,9 +172,13 @@ func (s *State) Reset() error {
 	return q.err
 }
 
-// Free returns the state's memory to the device. The state must not be
-// used afterwards.
+// Free returns the state's memory to the device; afterwards the state is
+// closed, as State says. Free during another goroutine's use of the state
+// is ErrBusy, and frees nothing.
 func (s *State) Free() error {
+	if first, err := s.g.close("State"); !first {
+		return err
+	}
 	s.tie = nil
 	if s.all.IsZero() {
 		return nil
@@ -172,8 +193,8 @@ func (s *State) Free() error {
 
 // check reports whether s fits a stack's forward over batch sequences.
 func (s *State) check(op string, d device.Device, dt device.DType, lstm bool, layers, batch, hidden int) error {
-	if s.all.IsZero() {
-		return fmt.Errorf("rnn: %s: the state was freed", op)
+	if s.g.closed() {
+		return fmt.Errorf("rnn: %s: the state is %w (State.Free)", op, ErrClosed)
 	}
 	if s.dev != d {
 		return fmt.Errorf("rnn: %s: the state is on device %s, the layer on %s: %w", op, s.dev.Name(), d.Name(), device.ErrForeignBuffer)
@@ -201,6 +222,19 @@ func (s *State) check(op string, d device.Device, dt device.DType, lstm bool, la
 		return fmt.Errorf("rnn: %s: the state does not fit the layer: %s: %w", op, strings.Join(problems, "; "), device.ErrShape)
 	}
 	return nil
+}
+
+// use begins a forward's use of the state (op names the forward): nil,
+// to be paired with the guard's leave, or the error of a freed state or
+// of one another goroutine is using.
+func (s *State) use(op string) error {
+	if s.g.state.CompareAndSwap(guardIdle, guardBusy) {
+		return nil
+	}
+	if s.g.closed() {
+		return fmt.Errorf("rnn: %s: the state is %w (State.Free)", op, ErrClosed)
+	}
+	return fmt.Errorf("rnn: %s: the state is %w (one goroutine at a time; give each goroutine its own state)", op, ErrBusy)
 }
 
 // The rows of one layer in the state's buffers, n = Batch·Hidden elements

@@ -363,7 +363,13 @@ func (c *Checkpoint) trainerState() (trainerState, error) {
 // call it at the same step, for they all send their carried state to rank
 // 0, which alone writes the file; a rank that does not leaves the others
 // waiting until the watchdog stops them.
-func (t *Trainer) Save(path string) error { return t.save(path, "") }
+func (t *Trainer) Save(path string) error {
+	if err := t.g.enter("Save", true); err != nil {
+		return err
+	}
+	defer t.g.leave()
+	return t.save(path, "")
+}
 
 // errSaveQueued is the error of a Save while steps are queued.
 var errSaveQueued = errors.New("train: Save from OnStep while later steps are queued on the device (Config.Pipeline); use Config.CheckpointEvery")
@@ -486,6 +492,10 @@ func samePath(a, b string) bool {
 // Total is 0 keeps ending where the saved run's did (its Steps then),
 // not at this trainer's Steps; set Total to end it elsewhere.
 func (t *Trainer) Resume(c *Checkpoint) error {
+	if err := t.g.enter("Resume", false); err != nil {
+		return err
+	}
+	defer t.g.leave()
 	ts, err := c.trainerState()
 	if err != nil {
 		return err

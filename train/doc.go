@@ -74,9 +74,27 @@
 // optimizer) is an error wrapping ErrMismatch and a damaged one wraps
 // ErrCorrupt; neither changes anything.
 //
+// # Errors
+//
+// Errors wrap sentinels callers branch on: ErrMismatch and ErrCorrupt
+// (checkpoints), ErrNonFinite (a skipped step), ErrRankStopped (a
+// data-parallel stop), ctx.Err() (a cancelled run), and those of the
+// model, loader and device below. After Close, Run, Save and Resume
+// return an error matching rnn.ErrClosed (device.ErrClosed, the one
+// sentinel of every package) naming the method, "train: Trainer.Run:
+// closed"; Step, Position and Skipped keep reporting where the trainer
+// stood, and a second Close does nothing.
+//
 // # Concurrency
 //
-// A Trainer is used by one goroutine. Run's ctx is checked after every
+// A Trainer is used by one goroutine at a time: a call that meets another
+// (Run, Save, Resume, Close from a second goroutine, or from OnStep and
+// OnEval, Save excepted: a callback may save) is refused with an error
+// matching rnn.ErrBusy and changes nothing, so Close during a run is
+// refused and the way to stop one is to cancel its ctx. The model is the
+// trainer's while it runs; serving it meanwhile from other goroutines is
+// what a share of it is for (models' Share), which sees each step's
+// weights as its forwards meet them on the stream. Run's ctx is checked after every
 // step, taken or skipped, before every micro-batch, and by the loader
 // while it waits for data, however long a read of the data blocks:
 // cancelling it ends the run at a step boundary (a step cut short rolled

@@ -224,8 +224,10 @@ type Summary struct {
 // optimizer state, the state carried between windows (one per micro-batch
 // group of a step) and the position in the data, so Run can be called
 // again to continue, and Save and Resume make the continuation exact
-// across processes. A Trainer is used by one goroutine at a time.
+// across processes. A Trainer is used by one goroutine at a time: a call
+// meeting another is rnn.ErrBusy (Save from OnStep or OnEval excepted).
 type Trainer struct {
+	g      guard
 	dev    device.Device
 	src    source
 	cfg    Config
@@ -432,6 +434,10 @@ func (t *Trainer) Skipped() int64 { return t.skipped }
 // the position as they were before it, however many steps were queued
 // after it.
 func (t *Trainer) Run(ctx context.Context) (Summary, error) {
+	if err := t.g.enter("Run", false); err != nil {
+		return Summary{Loss: math.NaN()}, err
+	}
+	defer t.g.leave()
 	r := t.newRun()
 	var err error
 	switch {
@@ -659,7 +665,9 @@ func (t *Trainer) report(r *run, p *Progress, tokens int64) {
 		r.sum.Loss = p.Loss
 	}
 	if t.cfg.OnStep != nil {
+		t.g.beginCallback()
 		t.cfg.OnStep(*p)
+		t.g.endCallback()
 	}
 }
 
@@ -675,7 +683,7 @@ func (t *Trainer) afterStep(ctx context.Context, r *run) (done bool, err error) 
 		r.sum.Validation = &ev
 	}
 	if t.cfg.Checkpoint != "" && t.cfg.CheckpointEvery > 0 && t.step%t.cfg.CheckpointEvery == 0 {
-		if err := t.Save(t.cfg.Checkpoint); err != nil {
+		if err := t.save(t.cfg.Checkpoint, ""); err != nil {
 			return false, t.saveError(err)
 		}
 	}
@@ -1087,14 +1095,23 @@ func (t *Trainer) validate(ctx context.Context) (Evaluation, error) {
 	}
 	ev.Step = t.step
 	if t.cfg.OnEval != nil {
+		t.g.beginCallback()
 		t.cfg.OnEval(ev)
+		t.g.endCallback()
 	}
 	return ev, nil
 }
 
 // Close frees the trainer's device memory (not the model's or the
-// loader's).
+// loader's). Run, Save and Resume then return an error matching
+// rnn.ErrClosed; Step, Position and Skipped keep reporting where the
+// trainer stood; a second Close does nothing. Close during Run (from
+// another goroutine, or from OnStep) is rnn.ErrBusy, and closes nothing:
+// cancel Run's ctx, then Close.
 func (t *Trainer) Close() error {
+	if first, err := t.g.close(); !first {
+		return err
+	}
 	errs := []error{t.closeGraphs(), t.freeValues(), t.closeParallel()}
 	if t.opt != nil {
 		errs = append(errs, t.opt.free(t.dev))

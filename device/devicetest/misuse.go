@@ -465,10 +465,30 @@ func testClosed(t *testing.T, open opener) {
 		{"Record of a stream from NewStream", func() error { _, err := s.Record(); return err }},
 		{"CopyToDevice on a stream from NewStream", func() error { _, err := d.CopyToDevice(b.Slice(0, 64), h.Slice(0, 64), s); return err }},
 	}
+	// The optional capabilities that queue work or open objects.
+	if g, ok := d.(device.Grapher); ok {
+		cases = append(cases, struct {
+			name string
+			f    func() error
+		}{"Capture", func() error { _, err := g.Capture(func() error { return nil }); return err }})
+	}
+	if hc, ok := d.(device.HostCaller); ok {
+		cases = append(cases, struct {
+			name string
+			f    func() error
+		}{"CallHost", func() error { return hc.CallHost(d.Stream(), func([][]byte) error { return nil }) }})
+	}
 	for _, c := range cases {
 		if err := call(t, c.name, c.f); !errors.Is(err, device.ErrClosed) {
 			t.Errorf("%s after Close = %v, want an error matching device.ErrClosed", c.name, err)
 		}
+	}
+	// Figures of a closed device may be asked for: no panic.
+	if a, ok := d.(device.Allocator); ok {
+		_ = call(t, "Memory().Stats", func() error { a.Memory().Stats(); return nil })
+	}
+	if c, ok := d.(device.Counter); ok {
+		_ = call(t, "Counts", func() error { c.Counts(); return nil })
 	}
 	_ = call(t, "MemStats", func() error { d.MemStats(); return nil })
 	_ = call(t, "Name", func() error { d.Name(); return nil })

@@ -39,10 +39,23 @@ func TestClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h, err := d.Staging(64)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
 	for name, err := range map[string]error{
+		"Upload":             d.Upload(b, make([]byte, 8)),
+		"Download":           d.Download(make([]byte, 8), b.Slice(0, 8)),
+		"NewStream":          func() error { _, err := d.NewStream(); return err }(),
+		"Staging":            func() error { _, err := d.Staging(64); return err }(),
+		"FreeStaging":        d.FreeStaging(h),
+		"CopyToDevice":       func() error { _, err := d.CopyToDevice(b, h, d.Stream()); return err }(),
+		"CopyToHost":         func() error { _, err := d.CopyToHost(h, b, d.Stream()); return err }(),
+		"Capture":            func() error { _, err := d.Capture(func() error { return nil }); return err }(),
+		"Branch":             func() error { _, err := device.NewBranch(d); return err }(),
 		"Alloc":              func() error { _, err := d.Alloc(64, device.Workspace); return err }(),
 		"Free":               d.Free(b),
 		"Synchronize":        d.Synchronize(),

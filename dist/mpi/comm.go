@@ -76,12 +76,18 @@ func (c *comm) Err() error {
 }
 
 // Abort records reason as Err and ends the job (World.Abort): MPI has no
-// way to stop a collective in flight but to end every rank.
+// way to stop a collective in flight but to end every rank. After Close
+// it does nothing: the communicator has no collective left to stop, and
+// the World is its own.
 func (c *comm) Abort(reason error) {
 	if reason == nil {
 		reason = errors.New("no reason given")
 	}
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
 	if c.err == nil {
 		c.err = fmt.Errorf("%w: %w", dist.ErrAborted, reason)
 	}
@@ -97,6 +103,10 @@ func (c *comm) Close() error {
 		return nil
 	}
 	c.closed = true
+	if c.err == nil {
+		// Err reports it as nccl's does: what stopped the communicator.
+		c.err = fmt.Errorf("dist: mpi: the communicator is %w", device.ErrClosed)
+	}
 	c.mu.Unlock()
 	c.watch.Stop()
 	return nil

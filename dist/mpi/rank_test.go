@@ -13,6 +13,7 @@ import (
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/cpu"
 	"github.com/gocurrent/gocurrent/dist"
+	"github.com/gocurrent/gocurrent/internal/closedtest"
 )
 
 // caseVar selects the part TestRank plays in a job the other tests start.
@@ -308,4 +309,28 @@ func rankSingleton(t *testing.T) {
 	if err := w.Barrier(); err != nil {
 		t.Fatalf("Barrier after an MPI error: %v", err)
 	}
+
+	// Every method of a closed communicator (closedtest lists them): the
+	// collectives and Err are device.ErrClosed, Abort does not end the
+	// job, the getters answer, a second Close returns nil.
+	b, err := d.Alloc(8, device.Gradients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed := func(f func() error) closedtest.Call { return closedtest.Call{Closed: true, F: f, Says: "mpi"} }
+	getter := func(f func() error) closedtest.Call { return closedtest.Call{F: f} }
+	closedtest.Check(t, "comm", c, device.ErrClosed, map[string]closedtest.Call{
+		"AllReduce": closed(func() error { _, err := c.AllReduce(b, device.Float32, d.Stream()); return err }),
+		"Broadcast": closed(func() error { _, err := c.Broadcast(b, 0, d.Stream()); return err }),
+		"Err":       closed(c.Err),
+		"Abort":     getter(func() error { c.Abort(errors.New("after Close")); return w.Barrier() }),
+		"Rank":      getter(func() error { c.Rank(); return nil }),
+		"Size":      getter(func() error { c.Size(); return nil }),
+		"Backend":   getter(func() error { c.Backend(); return nil }),
+		"Stats":     getter(func() error { c.(dist.Counter).Stats(); return nil }),
+		"Close":     getter(c.Close),
+	})
 }

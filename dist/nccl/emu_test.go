@@ -15,6 +15,7 @@ import (
 	"github.com/gocurrent/gocurrent/cuda"
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/dist"
+	"github.com/gocurrent/gocurrent/internal/closedtest"
 	"github.com/gocurrent/gocurrent/internal/cudaemu"
 )
 
@@ -521,9 +522,30 @@ func TestEmulatedMisuse(t *testing.T) {
 	if err := c2.Close(); err != nil {
 		t.Errorf("a second Close = %v, want nil", err)
 	}
-	if _, err := c2.AllReduce(b, device.Float32, d.Stream()); !errors.Is(err, device.ErrClosed) {
-		t.Errorf("AllReduce after Close = %v, want device.ErrClosed", err)
-	}
+	// Every method after Close (closedtest lists them): the collectives
+	// and Err are device.ErrClosed, the getters answer, Abort changes
+	// nothing, a second Close returns nil.
+	closed := func(f func() error) closedtest.Call { return closedtest.Call{Closed: true, F: f, Says: "nccl"} }
+	getter := func(f func() error) closedtest.Call { return closedtest.Call{F: f} }
+	closedtest.Check(t, "Comm", c2, device.ErrClosed, map[string]closedtest.Call{
+		"AllReduce": closed(func() error { _, err := c2.AllReduce(b, device.Float32, d.Stream()); return err }),
+		"Broadcast": closed(func() error { _, err := c2.Broadcast(b, 0, d.Stream()); return err }),
+		"Err":       closed(c2.Err),
+		"Abort": getter(func() error {
+			c2.Abort(errors.New("after Close"))
+			if !errors.Is(c2.Err(), device.ErrClosed) {
+				return fmt.Errorf("Err after Close and Abort = %v, want the Close's", c2.Err())
+			}
+			return nil
+		}),
+		"Rank":    getter(func() error { c2.Rank(); return nil }),
+		"Size":    getter(func() error { c2.Size(); return nil }),
+		"Backend": getter(func() error { c2.Backend(); return nil }),
+		"Version": getter(func() error { c2.Version(); return nil }),
+		"Library": getter(func() error { c2.Library(); return nil }),
+		"Stats":   getter(func() error { c2.Stats(); return nil }),
+		"Close":   getter(c2.Close),
+	})
 }
 
 // TestMissingLibrary checks a missing NCCL, or a library without its
