@@ -92,3 +92,40 @@ func TestSeqLoaderSizes(t *testing.T) {
 		})
 	}
 }
+
+// TestCycle: a cycled text reads as its definition says, at any offset
+// and through slices, in constant memory however long (2^50 tokens here).
+func TestCycle(t *testing.T) {
+	v, err := loader.NewVocab([]string{"a", "b", "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := loader.Cycle(v, 1<<50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text.Len() != 1<<50 || text.Vocab() != v {
+		t.Fatalf("Len %d, Vocab %v; want 2^50 and the vocabulary given", text.Len(), text.Vocab())
+	}
+	dst := make([]int32, 5)
+	for _, start := range []int64{0, 1, 1<<50 - 5} {
+		if err := text.Read(start, dst); err != nil {
+			t.Fatal(err)
+		}
+		for i, id := range dst {
+			if want := int32((start + int64(i)) % 3); id != want {
+				t.Errorf("token %d = %d, want %d", start+int64(i), id, want)
+			}
+		}
+	}
+	sl := text.Slice(7, 20)
+	if err := sl.Read(0, dst); err != nil || dst[0] != 1 {
+		t.Errorf("the slice from 7 starts with %d (%v), want id 7 mod 3 = 1", dst[0], err)
+	}
+	if err := text.Read(1<<50-2, dst); err == nil {
+		t.Error("a read past the end succeeded")
+	}
+	if _, err := loader.Cycle(v, 0); !errors.Is(err, loader.ErrEmpty) {
+		t.Errorf("Cycle of 0 tokens: %v, want ErrEmpty", err)
+	}
+}

@@ -108,6 +108,21 @@ type textSource struct {
 	bytesPerToken float64 // size/tokens, to size reads
 	readChunk     int
 	bytesRead     atomic.Int64
+	// cycle says the text is Cycle's: token i is id i mod the
+	// vocabulary's size, with no corpus behind it.
+	cycle bool
+}
+
+// Cycle returns a Text of n tokens that repeats vocab's characters in id
+// order (token i is id i mod vocab.Len()), with no corpus behind it and
+// nothing to tokenize: a text of any length in constant memory, such as
+// the one a plan of a run trains on (models.PlanMemory), whose loader on
+// the planner's device reads none of it. n must be positive.
+func Cycle(vocab *Vocab, n int64) (*Text, error) {
+	if vocab == nil || vocab.Len() == 0 || n <= 0 {
+		return nil, fmt.Errorf("loader: Cycle: a text of %d tokens of an empty vocabulary, or of none: %w", n, ErrEmpty)
+	}
+	return &Text{src: &textSource{vocab: vocab, unknown: -1, tokens: n, cycle: true}, end: n}, nil
 }
 
 // Tokenize reads c once, in chunks, and returns it as a Text of
@@ -434,6 +449,13 @@ func (t *Text) Read(start int64, dst []int32) error {
 			start, start+int64(len(dst)), n)
 	}
 	if len(dst) == 0 {
+		return nil
+	}
+	if t.src.cycle {
+		v := int64(t.src.vocab.Len())
+		for i := range dst {
+			dst[i] = int32((t.start + start + int64(i)) % v)
+		}
 		return nil
 	}
 	if t.src.ascii {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/gocurrent/gocurrent/alloc"
 	"github.com/gocurrent/gocurrent/device"
@@ -203,13 +202,7 @@ func runSpec(ctx context.Context, d device.Device, spec MemorySpec, after func()
 func charRNNRun(ctx context.Context, d device.Device, spec MemorySpec, opt train.Optimizer, accum int, cleanup *[]func() error) (*train.Trainer, error) {
 	chars := make([]string, spec.Vocab)
 	for i := range chars {
-		// Distinct characters, as many as asked: one byte each when
-		// they fit in ASCII, which the tokenizer reads fastest.
-		if spec.Vocab <= utf8.RuneSelf {
-			chars[i] = string(rune(i))
-		} else {
-			chars[i] = string(rune(0x4e00 + i))
-		}
+		chars[i] = string(rune(0x4e00 + i)) // distinct characters, as many as asked
 	}
 	vocab, err := loader.NewVocab(chars)
 	if err != nil {
@@ -220,16 +213,13 @@ func charRNNRun(ctx context.Context, d device.Device, spec MemorySpec, opt train
 		return nil, err
 	}
 	*cleanup = append(*cleanup, m.Close)
-	// The text cycles through the characters, read from the cycle on
-	// demand: a plan of a large batch holds no text of its size (the
-	// loader on the meta device reads none of it either).
-	cycle := []byte(strings.Join(chars, ""))
+	// The text cycles through the characters, and is no text of its
+	// size: the loader on the meta device reads none of it.
 	tokens, ok := checked.Mul(spec.Batch, accum, planSteps*spec.Seq+1)
-	size, okSize := checked.Mul(tokens, len(cycle)/len(chars))
-	if !ok || !okSize {
+	if !ok {
 		return nil, fmt.Errorf("models: a plan of batch %d, accum %d, seq %d overflows int", spec.Batch, accum, spec.Seq)
 	}
-	text, err := loader.Tokenize(ctx, loader.NewCorpus(cyclic(cycle), int64(size), "plan"), loader.TokenizeConfig{Vocab: vocab})
+	text, err := loader.Cycle(vocab, int64(tokens))
 	if err != nil {
 		return nil, err
 	}
@@ -246,18 +236,6 @@ func charRNNRun(ctx context.Context, d device.Device, spec MemorySpec, opt train
 		*cleanup = append(*cleanup, cfg.Validation.Close)
 	}
 	return train.New(d, m, data, cfg)
-}
-
-// cyclic is an endless text repeating its bytes, read at any offset.
-type cyclic []byte
-
-func (c cyclic) ReadAt(p []byte, off int64) (int, error) {
-	for n := 0; n < len(p); {
-		i := int(off % int64(len(c)))
-		k := copy(p[n:], c[i:])
-		n, off = n+k, off+int64(k)
-	}
-	return len(p), nil
 }
 
 // seqRun is the tagger's or the classifier's run: a dataset of the
