@@ -14,7 +14,8 @@ import (
 // into batches of similar lengths, to cut padding (the scheme of Hugging
 // Face's length-grouped sampler and torchtext's BucketIterator).
 type BucketConfig struct {
-	// Batch is the most examples a batch holds.
+	// Batch is the most examples a batch holds; Batch·Accum, the examples
+	// of a step, at most MaxStepExamples.
 	Batch int
 	// MaxTokens, when > 0, is a token budget: a batch's padded size (its
 	// examples times its longest length) stays within it, so batches of
@@ -61,8 +62,17 @@ func (c BucketConfig) withDefaults() (BucketConfig, error) {
 	if _, ok := checked.Mul(c.Pool, c.Batch, c.Accum); !ok {
 		return c, fmt.Errorf("loader: bucketing: Pool × Batch × Accum = %d × %d × %d overflows int", c.Pool, c.Batch, c.Accum)
 	}
+	if step, _ := checked.Mul(c.Batch, c.Accum); step > MaxStepExamples {
+		return c, fmt.Errorf("loader: bucketing: Batch × Accum = %d × %d examples a step, more than %d", c.Batch, c.Accum, MaxStepExamples)
+	}
 	return c, nil
 }
+
+// MaxStepExamples bounds the examples of a step, BucketConfig's
+// Batch·Accum: a million sequences a step is far past what a recurrent
+// model trains on, and a plan of a step (models.PlanMemory without data)
+// writes every one of them out.
+const MaxStepExamples = 1 << 20
 
 // Validate checks the configuration, its defaults filled in, as
 // Buckets and NewSeqLoader do: no field negative, a pool whose size does

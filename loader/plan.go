@@ -41,9 +41,15 @@ func (m Mode) String() string {
 // MaxPrefetch and MaxWorkers bound Config.Prefetch and Config.Workers:
 // each prefetched batch holds a staging slot on the host and on the
 // device, each worker a goroutine, and more than these gain nothing.
+//
+// MaxAccum bounds Config.Accum: in Streams mode every micro-batch of a
+// step is streams of its own whose state a trainer carries, so a step of
+// 2^24 micro-batches is 2^24 states to allocate before its first step
+// (seconds, with nothing to stop them), and no run needs a tenth of this.
 const (
 	MaxPrefetch = 1024
 	MaxWorkers  = 1024
+	MaxAccum    = 1 << 16
 )
 
 // ErrTooShort is returned when a text cannot fill one batch.
@@ -58,7 +64,7 @@ type Config struct {
 	// Seq is the number of input tokens of a window; 0 means 64.
 	Seq int
 	// Accum is the number of micro-batches per optimizer step in Streams
-	// mode; 0 means 1.
+	// mode; 0 means 1, at most MaxAccum.
 	Accum int
 	// Stride is the distance between window starts in Windows mode, in
 	// tokens; 0 means Seq.
@@ -146,6 +152,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("loader: Batch × (Seq + 1) = %d × %d tokens of a batch's staging overflow int", rows, window)
 	case streams > 0 && window > math.MaxInt/streams:
 		return fmt.Errorf("loader: Batch × Accum × (Seq + 1) = %d × %d tokens overflows int", streams, window)
+	case c.Accum > MaxAccum:
+		return fmt.Errorf("loader: Accum = %d, want at most %d", c.Accum, MaxAccum)
 	case c.Prefetch > MaxPrefetch:
 		return fmt.Errorf("loader: Prefetch = %d, want at most %d", c.Prefetch, MaxPrefetch)
 	case c.Workers > MaxWorkers:

@@ -76,7 +76,7 @@ func TestSeqLoaderSizes(t *testing.T) {
 		cfg  loader.SeqConfig
 		word string
 	}{
-		{"batch 2^62", loader.SeqConfig{Bucket: loader.BucketConfig{Batch: 1 << 62, Pool: 1}}, "Batch × the longest sequence = 4611686018427387904 × 3 tokens overflows"},
+		{"batch 2^62", loader.SeqConfig{Bucket: loader.BucketConfig{Batch: 1 << 62, Pool: 1}}, "Batch × Accum = 4611686018427387904 × 1 examples a step, more than 1048576"},
 		{"pool", loader.SeqConfig{Bucket: loader.BucketConfig{Batch: 1 << 40, Pool: 1 << 40}}, "Pool × Batch × Accum"},
 		{"prefetch", loader.SeqConfig{Bucket: loader.BucketConfig{Batch: 2}, Prefetch: 1 << 40}, "Prefetch = 1099511627776, want at most 1024"},
 	} {

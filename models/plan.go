@@ -350,34 +350,48 @@ func planDataset(ctx context.Context, spec MemorySpec, lengths []int, chars, tex
 			return nil, err
 		}
 	}
+	// Each length's line is encoded once: the lines of a plan of a large
+	// batch (millions of sequences) are copies of a few.
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	for _, n := range lengths {
-		start := buf.Len()
-		ex := map[string]any{}
-		switch {
-		case texts:
-			ex["text"], ex["label"] = strings.Repeat("a", n), labels.Item(0)
-		case spec.Tagger != nil:
-			tokens, tags := make([]string, n), make([]string, n)
-			for i := range tokens {
-				tokens[i], tags[i] = word, labels.Item(0)
+	lines := map[int][]byte{}
+	for i, n := range lengths {
+		if i%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("models: planning's dataset: %w", err)
 			}
-			ex["tokens"], ex["tags"] = tokens, tags
-		default:
-			tokens := make([]string, n)
-			for i := range tokens {
-				tokens[i] = word
+		}
+		line, ok := lines[n]
+		if !ok {
+			ex := map[string]any{}
+			switch {
+			case texts:
+				ex["text"], ex["label"] = strings.Repeat("a", n), labels.Item(0)
+			case spec.Tagger != nil:
+				tokens, tags := make([]string, n), make([]string, n)
+				for i := range tokens {
+					tokens[i], tags[i] = word, labels.Item(0)
+				}
+				ex["tokens"], ex["tags"] = tokens, tags
+			default:
+				tokens := make([]string, n)
+				for i := range tokens {
+					tokens[i] = word
+				}
+				ex["tokens"], ex["label"] = tokens, labels.Item(0)
 			}
-			ex["tokens"], ex["label"] = tokens, labels.Item(0)
+			js, err := json.Marshal(ex)
+			if err != nil {
+				return nil, err
+			}
+			line = append(js, '\n')
+			lines[n] = line
+			// The lines are ours and in memory already: the reader's
+			// bound on a line (1 MiB by default, which a tagger's
+			// sequence of 50,000 words of 16 characters passes) is their
+			// longest.
+			cfg.MaxLine = max(cfg.MaxLine, len(line))
 		}
-		if err := enc.Encode(ex); err != nil {
-			return nil, err
-		}
-		// The lines are ours and in memory already: the reader's bound on
-		// a line (1 MiB by default, which a tagger's sequence of 50,000
-		// words of 16 characters passes) is their longest.
-		cfg.MaxLine = max(cfg.MaxLine, buf.Len()-start)
+		buf.Write(line)
 	}
 	return loader.NewDataset(ctx, bytes.NewReader(buf.Bytes()), int64(buf.Len()), "plan.jsonl", cfg)
 }

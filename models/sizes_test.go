@@ -150,3 +150,32 @@ func TestMetadataSizes(t *testing.T) {
 		mustNil(t, c.load(path))
 	}
 }
+
+// TestBuildLayers1e9: building a model of 10^9 layers, with a context
+// cancelled 100 ms in, ends within a second with an error naming the
+// layers and nothing allocated (issue 46: 10^12 layers grew the process
+// past 9 GB, and neither DELETE nor SIGTERM stopped it). The count is
+// refused before anything is built; a build that is long for its size
+// stops with its context (rnn.TestConstructorCancel).
+func TestBuildLayers1e9(t *testing.T) {
+	d, err := cpu.Open(cpu.Config{})
+	mustNil(t, err)
+	defer d.Close()
+	vocab, err := loader.NewVocab([]string{"a", "b"})
+	mustNil(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	defer cancel()
+	start := time.Now()
+	m, err := NewCharRNN(ctx, d, CharRNNConfig{Cell: "gru", Embed: 1, Hidden: 1, Layers: 1e9}, vocab, 1)
+	if err == nil {
+		m.Close()
+		t.Fatal("a char-RNN of 10^9 layers was built")
+	}
+	if took := time.Since(start); took > time.Second || !strings.Contains(err.Error(), "layers 1000000000") {
+		t.Errorf("got %v after %v, want an error naming the layers within a second", err, took)
+	}
+	if n := d.MemStats().AllocatedBytes[alloc.AllPools].Current; n != 0 {
+		t.Errorf("%d bytes left allocated", n)
+	}
+}

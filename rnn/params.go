@@ -54,6 +54,7 @@ type Params struct {
 	value, grad device.Buffer
 	n           int
 	list        []Param
+	index       map[string]int // list's position of each name
 	// holders are the layer and its shares, each releasing once; the
 	// buffers are freed, and freed set, when none is left.
 	holders atomic.Int32
@@ -102,10 +103,12 @@ func newParams(ctx context.Context, d device.Device, dt device.DType, seed uint6
 		return nil, fmt.Errorf("rnn: parameter gradients: %w", errors.Join(err, d.Free(p.value)))
 	}
 	off := 0
+	p.index = make(map[string]int, len(specs))
 	for _, s := range specs {
 		q := Param{Name: s.name, Shape: s.shape}
 		q.Value = p.value.Elems(dt, off, q.Len())
 		q.Grad = p.grad.Elems(dt, off, q.Len())
+		p.index[q.Name] = len(p.list)
 		p.list = append(p.list, q)
 		off += q.Len()
 	}
@@ -186,10 +189,8 @@ func (p *Params) DType() device.DType { return p.dtype }
 
 // Lookup returns the parameter called name.
 func (p *Params) Lookup(name string) (Param, bool) {
-	for _, q := range p.list {
-		if q.Name == name {
-			return q, true
-		}
+	if i, ok := p.index[name]; ok {
+		return p.list[i], true
 	}
 	return Param{}, false
 }

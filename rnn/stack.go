@@ -117,8 +117,11 @@ func (c Config) ParamCount(gates int) (int, bool) {
 // MaxLayers is the most layers a stack takes: far past any recurrent
 // stack that trains (published ones have tens), and each layer costs
 // host memory to describe and a launch a step whatever its size, so a
-// larger count is a mistake to report, not a model to build.
-const MaxLayers = 1 << 16
+// larger count is a mistake to report, not a model to build. It also
+// bounds what one pass costs the host, which a cancelled run waits for
+// (a trainer checks its context between micro-batches): 1,024 layers of
+// 64 steps plan in 71 ms on the meta device, 65,536 took 3.6 s.
+const MaxLayers = 1 << 10
 
 // RecomputeAuto is the Config.Recompute that chooses the segment length
 // of each training forward from its number of steps T: k = ⌈√T⌉, which
