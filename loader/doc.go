@@ -88,7 +88,11 @@
 // Invalid UTF-8 and characters outside a given vocabulary are *DataError
 // naming the file and byte offset (or are mapped to an unknown token when
 // TokenizeConfig.Unknown asks for that); an empty corpus is ErrEmpty, a text
-// too short for one batch ErrTooShort.
+// too short for one batch ErrTooShort. A configuration whose sizes
+// overflow (Batch × Accum, Seq + 1, a batch's staging) or pass a maximum
+// (MaxAccum, MaxPrefetch, MaxWorkers, MaxStepExamples) is an error naming
+// the fields and their values, from New, NewSeqLoader and Validate, which
+// a command line or a service runs on its flags or specs first.
 //
 // The loader imports device only (never cuda, never rnn).
 package loader

@@ -96,9 +96,16 @@
 //
 // # Errors
 //
-// NewCharRNN returns an error for an invalid CharRNNConfig or an empty
-// vocabulary, and one wrapping alloc.ErrOutOfMemory when the device cannot
-// hold a layer; what it had built is freed. LoadCharRNN's errors wrap
+// NewCharRNN returns an error for an invalid CharRNNConfig (Validate: the
+// fields' ranges, and sizes whose parameters overflow or whose layers pass
+// rnn.MaxLayers, named) or an empty vocabulary, one wrapping ctx.Err() when
+// its ctx is cancelled while it initialises, and one wrapping
+// alloc.ErrOutOfMemory when the device cannot hold a layer; what it had
+// built is freed. CheckFits refuses a run whose plan does not fit the
+// device before anything is allocated, with the planner's advice. A
+// checkpoint's config is held to its tensors before a model of it is
+// built: one that contradicts them (2^40 layers in a file of two) is
+// train.ErrMismatch naming the value and the tensor. LoadCharRNN's errors wrap
 // fs.ErrNotExist for a missing file, train.ErrCorrupt for a damaged one
 // (whose bytes do not match the checksums it records) and
 // train.ErrMismatch for metadata of another format or tensors that do not

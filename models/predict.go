@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/checked"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/rnn"
 )
@@ -59,11 +60,15 @@ type hostInput struct {
 // on the device: a device error is reported to whichever goroutine
 // synchronises next, on a device that serves several.
 func (in *hostInput) upload(d device.Device, op string, b loader.HostBatch, vocab, chars int) (loader.SeqBatch, error) {
-	n := b.Seq * b.Rows
+	n, nOK := checked.Mul(b.Seq, b.Rows)
+	charCount, charsOK := checked.Mul(b.WordLen, b.Real)
 	bad := func(format string, args ...any) (loader.SeqBatch, error) {
 		return loader.SeqBatch{}, fmt.Errorf("models: %s: "+format, append([]any{op}, args...)...)
 	}
 	switch {
+	case !nOK || (chars > 0 && !charsOK):
+		return bad("a batch of %d steps of %d rows (words of %d characters, %d real): the sizes overflow int: %w",
+			b.Seq, b.Rows, b.WordLen, b.Real, device.ErrShape)
 	case b.Seq < 1 || b.Rows < 1:
 		return bad("a batch of %d steps and %d rows, want at least 1 of each: %w", b.Seq, b.Rows, device.ErrShape)
 	case len(b.Tokens) != n:
@@ -80,9 +85,9 @@ func (in *hostInput) upload(d device.Device, op string, b loader.HostBatch, voca
 		case b.WordLen < 1 || b.Real < 1 || b.Real > n:
 			return bad("words of %d characters at most, %d real tokens of %d positions: the batch carries no characters "+
 				"(loader.CollateConfig.Chars): %w", b.WordLen, b.Real, n, device.ErrShape)
-		case len(b.Chars) != b.WordLen*b.Real || len(b.CharLengths) != b.Real:
+		case len(b.Chars) != charCount || len(b.CharLengths) != b.Real:
 			return bad("%d characters and %d character lengths for %d words of up to %d characters, want %d and %d: %w",
-				len(b.Chars), len(b.CharLengths), b.Real, b.WordLen, b.WordLen*b.Real, b.Real, device.ErrShape)
+				len(b.Chars), len(b.CharLengths), b.Real, b.WordLen, charCount, b.Real, device.ErrShape)
 		case len(b.WordIndex) != n || len(b.WordPositions) != n:
 			return bad("a word index of %d and positions of %d for %d positions: %w", len(b.WordIndex), len(b.WordPositions), n, device.ErrShape)
 		}

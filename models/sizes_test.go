@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gocurrent/gocurrent/alloc"
+	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/cpu"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/train"
@@ -177,5 +178,25 @@ func TestBuildLayers1e9(t *testing.T) {
 	}
 	if n := d.MemStats().AllocatedBytes[alloc.AllPools].Current; n != 0 {
 		t.Errorf("%d bytes left allocated", n)
+	}
+}
+
+// TestPredictSizes: a host batch whose steps × rows overflow is refused by
+// Predict before anything is sized from it (2^32 × 2^32 wrapped to the 0
+// tokens given).
+func TestPredictSizes(t *testing.T) {
+	d, err := cpu.Open(cpu.Config{})
+	mustNil(t, err)
+	defer d.Close()
+	words, err := loader.NewWords([]string{"<pad>", "<unk>", "the", "cat"})
+	mustNil(t, err)
+	labels, err := loader.NewLabels([]string{"A", "B"})
+	mustNil(t, err)
+	m, err := NewClassifier(context.Background(), d, ClassifierConfig{Cell: "gru", Embed: 3, Hidden: 4, Layers: 1}, words, labels, 1)
+	mustNil(t, err)
+	defer m.Close()
+	_, err = m.Predict(loader.HostBatch{Seq: 1 << 32, Rows: 1 << 32})
+	if !errors.Is(err, device.ErrShape) || !strings.Contains(err.Error(), "overflow") {
+		t.Errorf("Predict of 2^32 × 2^32 and no tokens: %v, want an overflow matching device.ErrShape", err)
 	}
 }

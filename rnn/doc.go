@@ -130,6 +130,17 @@
 // (the CPU device names the value and its position, the CUDA device the
 // kernel that found it).
 //
+// Sizes are checked before they are used: a constructor counts its
+// parameters (Config.ParamCount) with overflow reported before it builds
+// anything, refuses more than MaxLayers layers, and draws its initial
+// values 2^20 at a time, checking its ctx between chunks (a cancelled
+// build returns an error wrapping ctx.Err() and leaves nothing
+// allocated); a call whose sizes (seq·batch, rows, ...) overflow is
+// device.ErrShape naming them, before any buffer is sized from them. A
+// layer that does not fit the device is the allocator's out-of-memory
+// error, at once: nothing is initialised before both of its parameter
+// buffers are allocated.
+//
 // Close (State.Free) frees a layer's device memory, and every later call
 // that touches device memory or hands out its buffers returns an error
 // matching ErrClosed (device.ErrClosed, the one sentinel of every

@@ -79,7 +79,11 @@
 // Errors wrap sentinels callers branch on: ErrMismatch and ErrCorrupt
 // (checkpoints), ErrNonFinite (a skipped step), ErrRankStopped (a
 // data-parallel stop), ctx.Err() (a cancelled run), and those of the
-// model, loader and device below. After Close, Run, Save and Resume
+// model, loader and device below. A checkpoint the trainer could not
+// write to Config.Checkpoint is a *SaveError, beside ctx.Err() for a
+// cancelled run: the step whose state was lost and the checkpoint that is
+// on disk instead (the run's last, or the one it resumed from), so that a
+// command exits 128 + the signal only when the work was saved. After Close, Run, Save and Resume
 // return an error matching rnn.ErrClosed (device.ErrClosed, the one
 // sentinel of every package) naming the method, "train: Trainer.Run:
 // closed"; Step, Position and Skipped keep reporting where the trainer
