@@ -349,6 +349,25 @@ func (c *Checkpoint) trainerState() (trainerState, error) {
 	case ts.Step < 0 || ts.Skipped < 0 || ts.Epoch < 0 || ts.Batch < 0:
 		return ts, fmt.Errorf("%s: %w: negative counters in the trainer state", c.path, ErrCorrupt)
 	}
+	// The loader's record is held to the loaders' own checks: a caller
+	// takes its batch, seq and accum as defaults for the loader it
+	// builds (issue 46: a record of batch 2^40 × accum 2^24 divided by
+	// zero there).
+	d := ts.Loader
+	var err error
+	switch d.Mode {
+	case "sequences":
+		err = loader.BucketConfig{Batch: max(d.Batch, 1), Accum: d.Accum, MaxTokens: d.MaxTokens, Pool: d.Pool}.Validate()
+	case "":
+	default:
+		err = loader.Config{Batch: max(d.Batch, 1), Seq: d.Seq, Accum: d.Accum, Stride: d.Stride}.Validate()
+	}
+	if err == nil && (d.Batch < 0 || d.PerEpoch < 0 || d.Examples < 0) {
+		err = fmt.Errorf("batch %d, per_epoch %d, examples %d: none may be negative", d.Batch, d.PerEpoch, d.Examples)
+	}
+	if err != nil {
+		return ts, c.mismatch("the trainer state's loader: %v", err)
+	}
 	return ts, nil
 }
 
