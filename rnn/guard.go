@@ -3,9 +3,9 @@ package rnn
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/inuse"
 )
 
 var (
@@ -23,52 +23,40 @@ var (
 	ErrShared = errors.New("rnn: a share runs NoGrad forwards only")
 )
 
-// The states of a guard.
-const (
-	guardIdle uint32 = iota
-	guardBusy
-	guardClosed
-)
-
 // guard is what keeps a layer's buffers from two calls at once and from use
-// after Close: an atomic state word, idle, busy (a call is inside) or
-// closed. It refuses rather than waits: a second goroutine is misusing the
-// object, and waiting would hide that (and could deadlock against a
-// caller's own locks). Two atomic operations a call; a refusal alone
-// formats an error. The zero guard is idle.
-type guard struct{ state atomic.Uint32 }
+// after Close (internal/inuse's state word), in rnn's words. The zero
+// guard is idle.
+type guard struct{ w inuse.Word }
 
 // enter begins method's call on object ("LSTM", "Forward"): nil, or the
 // error of a closed or busy object. A nil return must be paired with
 // leave.
 func (g *guard) enter(object, method string) error {
-	if g.state.CompareAndSwap(guardIdle, guardBusy) {
-		return nil
-	}
-	if g.state.Load() == guardClosed {
+	switch g.w.Enter() {
+	case inuse.Closed:
 		return closedError(object, method)
+	case inuse.Busy:
+		return busyError(object, method)
 	}
-	return busyError(object, method)
+	return nil
 }
 
 // leave ends the call enter began.
-func (g *guard) leave() { g.state.Store(guardIdle) }
+func (g *guard) leave() { g.w.Leave() }
 
 // close marks the guard closed: first says this call did (a second Close
 // has nothing to do); a call inside is ErrBusy, and the object stays open.
 func (g *guard) close(object string) (first bool, err error) {
-	if g.state.CompareAndSwap(guardIdle, guardClosed) {
-		return true, nil
+	first, r := g.w.Close()
+	if r == inuse.Busy {
+		return false, busyError(object, "Close")
 	}
-	if g.state.Load() == guardClosed {
-		return false, nil
-	}
-	return false, busyError(object, "Close")
+	return first, nil
 }
 
 // closed reports whether Close ran, for the methods without an error to
 // return.
-func (g *guard) closed() bool { return g.state.Load() == guardClosed }
+func (g *guard) closed() bool { return g.w.Closed() }
 
 func closedError(object, method string) error {
 	return fmt.Errorf("rnn: %s.%s: %w", object, method, ErrClosed)

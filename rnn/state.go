@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/inuse"
 )
 
 // State is the recurrent state of a stack for one batch: h, and c for an
@@ -228,13 +229,13 @@ func (s *State) check(op string, d device.Device, dt device.DType, lstm bool, la
 // to be paired with the guard's leave, or the error of a freed state or
 // of one another goroutine is using.
 func (s *State) use(op string) error {
-	if s.g.state.CompareAndSwap(guardIdle, guardBusy) {
-		return nil
-	}
-	if s.g.closed() {
+	switch s.g.w.Enter() {
+	case inuse.Closed:
 		return fmt.Errorf("rnn: %s: the state is %w (State.Free)", op, ErrClosed)
+	case inuse.Busy:
+		return fmt.Errorf("rnn: %s: the state is %w (one goroutine at a time; give each goroutine its own state)", op, ErrBusy)
 	}
-	return fmt.Errorf("rnn: %s: the state is %w (one goroutine at a time; give each goroutine its own state)", op, ErrBusy)
+	return nil
 }
 
 // The rows of one layer in the state's buffers, n = Batch·Hidden elements

@@ -59,8 +59,9 @@ var implementers = []string{"device", "cuda"}
 // leaves are packages every tree may import: they import nothing of the
 // module's. internal/checked is the overflow-checked arithmetic of sizes
 // that a caller's numbers derive (the allocator's, the layers', the
-// loader's alike).
-var leaves = []string{"internal/checked"}
+// loader's alike); internal/inuse the state word that refuses a second
+// goroutine's call and a call after Close (the layers', the models').
+var leaves = []string{"internal/checked", "internal/inuse"}
 
 // driverPath is the implementer package, relative to the module root.
 const driverPath = "device/driver"

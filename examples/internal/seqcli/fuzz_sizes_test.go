@@ -5,27 +5,20 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gocurrent/gocurrent/device/meta"
+	"github.com/gocurrent/gocurrent/internal/sizetest"
 	"github.com/gocurrent/gocurrent/models"
 )
-
-// sizeValues are the values FuzzSizeFlags draws each size flag from: the
-// boundaries of int32 and int64 arithmetic (0, -1, 2^31, 2^32, 2^62,
-// 2^63-1), 2^40 and 2^24, rnn.MaxLayers (1,024) and one past it, and small
-// sizes that run.
-var sizeValues = []int64{0, -1, 1, 2, 3, 64, 1 << 10, 1<<10 + 1, 1 << 24, 1 << 31, 1 << 32, 1 << 40, 1 << 62, math.MaxInt64}
 
 // sizeFlags are the train flags of the tagger and the classifier whose
 // products size memory (the character flags the tagger's only).
 var sizeFlags = []string{"batch", "accum", "max-tokens", "embed", "hidden", "layers", "char-embed", "char-hidden"}
 
 // FuzzSizeFlags: the tagger's and the classifier's train size flags drawn
-// from sizeValues never panic. A command line the checks refuse is a
+// from sizetest.Values never panic. A command line the checks refuse is a
 // usage error naming a flag it gave; one they accept plans two steps of
 // sequences of 8 tokens (models.PlanMemory on a meta device of 1 GiB)
 // without a panic, fitting or not, and stops within a second of its
@@ -44,11 +37,7 @@ func FuzzSizeFlags(f *testing.F) {
 		}
 		args := []string{"-data", "unused.jsonl"}
 		for i, name := range flags {
-			v := sizeValues[5]
-			if i < len(picks) {
-				v = sizeValues[int(picks[i])%len(sizeValues)]
-			}
-			args = append(args, "-"+name, fmt.Sprint(v))
+			args = append(args, "-"+name, fmt.Sprint(sizetest.Pick(picks, i, 64)))
 		}
 		fl := &TrainFlags{task: task}
 		fs := flag.NewFlagSet("train", flag.ContinueOnError)
@@ -66,11 +55,7 @@ func FuzzSizeFlags(f *testing.F) {
 			if !errors.Is(err, ErrUsage) {
 				t.Fatalf("%q: %v, want a usage error", args, err)
 			}
-			named := false
-			for _, name := range flags {
-				named = named || strings.Contains(err.Error(), "-"+name)
-			}
-			if !named {
+			if !sizetest.Names(err.Error(), "-", flags) {
 				t.Errorf("%q: %q names none of the size flags", args, err)
 			}
 			return
@@ -81,13 +66,9 @@ func FuzzSizeFlags(f *testing.F) {
 		if task == Tagging && fl.Model.CharEmbed > 0 {
 			spec.Chars = 10
 		}
-		const deadline = 2 * time.Second
-		ctx, cancel := context.WithTimeout(context.Background(), deadline)
-		defer cancel()
-		start := time.Now()
-		_, err = models.PlanMemory(ctx, meta.Config{Capacity: 1 << 30}, spec)
-		if took := time.Since(start); took > deadline+time.Second {
-			t.Errorf("%q: planning returned %v after its start, its deadline %v (%v)", args, took, deadline, err)
-		}
+		sizetest.PlanStops(t, fmt.Sprintf("%q", args), func(ctx context.Context) error {
+			_, err := models.PlanMemory(ctx, meta.Config{Capacity: 1 << 30}, spec)
+			return err
+		})
 	})
 }

@@ -4,27 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gocurrent/gocurrent/device/meta"
+	"github.com/gocurrent/gocurrent/internal/sizetest"
 	"github.com/gocurrent/gocurrent/models"
 	"github.com/gocurrent/gocurrent/train"
 )
-
-// specValues are the values FuzzSpec draws each number of a job's spec
-// from: the boundaries of int32 and int64 arithmetic (0, -1, 2^31, 2^32,
-// 2^62, 2^63-1), 2^40 and 2^24, rnn.MaxLayers (1,024) and one past it, and
-// small sizes that run.
-var specValues = []int64{0, -1, 1, 2, 3, 64, 1 << 10, 1<<10 + 1, 1 << 24, 1 << 31, 1 << 32, 1 << 40, 1 << 62, math.MaxInt64}
 
 // specFields are the spec's numbers, as JSON paths.
 var specFields = []string{"batch", "seq", "accum", "model.embed", "model.hidden", "model.layers", "model.vocab",
 	"steps", "memory_limit", "max_skips", "checkpoint_every"}
 
-// FuzzSpec: a POST /jobs body whose numbers are drawn from specValues
+// FuzzSpec: a POST /jobs body whose numbers are drawn from sizetest.Values
 // never panics the decoding or the checks. A spec they refuse is
 // ErrInvalid naming a field it set; one they accept plans (the job's run
 // on a meta device of 1 GiB, models.PlanMemory, what the job's CheckFits
@@ -41,10 +34,7 @@ func FuzzSpec(f *testing.F) {
 	f.Fuzz(func(t *testing.T, picks []byte) {
 		top, model := []string{`"data": "/tmp"`}, []string{}
 		for i, field := range specFields {
-			v := specValues[0]
-			if i < len(picks) {
-				v = specValues[int(picks[i])%len(specValues)]
-			}
+			v := sizetest.Pick(picks, i, 0)
 			if name, ok := strings.CutPrefix(field, "model."); ok {
 				model = append(model, fmt.Sprintf("%q: %d", name, v))
 			} else {
@@ -77,14 +67,10 @@ func FuzzSpec(f *testing.F) {
 		if vocab == 0 || vocab > 1<<16 {
 			vocab = 65
 		}
-		const deadline = 2 * time.Second
-		ctx, cancel := context.WithTimeout(context.Background(), deadline)
-		defer cancel()
-		start := time.Now()
-		_, err = models.PlanMemory(ctx, meta.Config{Capacity: 1 << 30},
-			models.MemorySpec{CharRNN: &cfg, Vocab: vocab, Batch: spec.Batch, Seq: spec.Seq, Accum: spec.Accum, Optimizer: train.Algorithm(spec.Optimizer)})
-		if took := time.Since(start); took > deadline+time.Second {
-			t.Errorf("%s: planning returned %v after its start, its deadline %v (%v)", body, took, deadline, err)
-		}
+		sizetest.PlanStops(t, body, func(ctx context.Context) error {
+			_, err := models.PlanMemory(ctx, meta.Config{Capacity: 1 << 30},
+				models.MemorySpec{CharRNN: &cfg, Vocab: vocab, Batch: spec.Batch, Seq: spec.Seq, Accum: spec.Accum, Optimizer: train.Algorithm(spec.Optimizer)})
+			return err
+		})
 	})
 }
