@@ -179,3 +179,26 @@ func TestResumeOfAnUncheckedSpec(t *testing.T) {
 		t.Errorf("a job after the refused resume: %s (%s), want done", st.State, st.Error)
 	}
 }
+
+// TestDeleteWhileBuilding: a DELETE while a large job builds its model
+// (134M parameters, most of a second of drawing them) ends the job within
+// a second, cancelled, its scope's memory given back (issue 46: a job of
+// 2^40 layers stayed "stopping" for ever, and SIGTERM did not end it).
+func TestDeleteWhileBuilding(t *testing.T) {
+	e := start(t, openDevice(t), t.TempDir(), nil)
+	spec := healthy(writeCorpus(t, t.TempDir()), "lstm")
+	spec.Model.Embed, spec.Model.Hidden, spec.Model.Layers = 2048, 2048, 4
+	id := e.submit(spec).ID
+	time.Sleep(100 * time.Millisecond)
+	deleted := time.Now()
+	if err := e.call("DELETE", "/jobs/"+id, nil, http.StatusAccepted, nil); err != nil {
+		t.Fatal(err)
+	}
+	st := e.wait(id)
+	if took := time.Since(deleted); took > time.Second {
+		t.Errorf("the job ended %v after its DELETE, want within a second", took)
+	}
+	if st.State != svc.Cancelled {
+		t.Errorf("the job: %s (%s), want cancelled", st.State, st.Error)
+	}
+}
