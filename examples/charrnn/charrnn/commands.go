@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -178,7 +179,7 @@ func parseEval(args []string, env Env) (command, error) {
 
 func (f *EvalFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Checkpoint, "checkpoint", "charrnn.safetensors", "checkpoint to evaluate")
-	fs.StringVar(&f.Data, "data", "", "text to evaluate on, a file or a directory tree (default: train's default corpus, the hand-written ASCII Go files of the standard library)")
+	fs.StringVar(&f.Data, "data", "", "text to evaluate on, a file or a directory tree (default: the validation part of train's default corpus, as train held it out)")
 	fs.IntVar(&f.Batch, "batch", 32, "streams per batch")
 	fs.IntVar(&f.Seq, "seq", 64, "characters per window")
 	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
@@ -198,7 +199,7 @@ func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err e
 		return ev, err
 	}
 	defer func() { err = errors.Join(err, d.Close()) }()
-	m, _, err := models.LoadCharRNN(ctx, d, f.Checkpoint)
+	m, ck, err := models.LoadCharRNN(ctx, d, f.Checkpoint)
 	if err != nil {
 		return ev, err
 	}
@@ -220,6 +221,9 @@ func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err e
 		}
 		return ev, fmt.Errorf("charrnn: %w", err)
 	}
+	if f.Data == "" {
+		text = heldOut(text, ck)
+	}
 	data, err := loader.New(d, text, loader.Config{Batch: f.Batch, Seq: f.Seq})
 	if err != nil {
 		return ev, fmt.Errorf("charrnn: %w", err)
@@ -238,6 +242,32 @@ func Eval(ctx context.Context, f EvalFlags, env Env) (ev train.Evaluation, err e
 	p.Emit(evalEvent{Event: "eval", Loss: cli.Number(ev.Loss), BitsPerChar: cli.Number(ev.BitsPerToken), Tokens: ev.Tokens, Mapped: text.Mapped()},
 		fmt.Sprintf("loss %.4f nats/char, %.4f bits/char over %d characters%s\n", ev.Loss, ev.BitsPerToken, ev.Tokens, mapped))
 	return ev, nil
+}
+
+// heldOut is what train validated ck's model on, of the default corpus's
+// text: the part it held out (the val_frac the checkpoint records, or
+// train's default, 0.05), its last 262,144 characters (train's
+// -val-tokens default); with nothing held out, the text's last
+// characters as many.
+func heldOut(text *loader.Text, ck *train.Checkpoint) *loader.Text {
+	frac := 0.05
+	if js, ok := ck.Metadata()[trainKey]; ok {
+		var tr trainRecord
+		if json.Unmarshal([]byte(js), &tr) == nil && tr.ValFrac >= 0 && tr.ValFrac < 1 {
+			frac = tr.ValFrac
+		}
+	}
+	val := text
+	if frac > 0 {
+		if _, v, err := text.Split(frac); err == nil && v.Len() > 0 {
+			val = v
+		}
+	}
+	const valTokens = 1 << 18 // train's -val-tokens default
+	if n := val.Len(); n > valTokens {
+		val = val.Slice(n-valTokens, n)
+	}
+	return val
 }
 
 // BenchFlags are the bench command's settings: the workload of

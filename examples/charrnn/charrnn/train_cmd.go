@@ -80,8 +80,8 @@ func (f *TrainFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.Clip, "clip", 5, "clip the gradient to this global L2 norm (0: off)")
 	fs.StringVar(&f.Schedule, "schedule", "constant", "learning-rate schedule: constant or cosine (to 0 at -steps)")
 	fs.Int64Var(&f.Warmup, "warmup", 0, "linear learning-rate warm-up steps")
-	fs.Int64Var(&f.Steps, "steps", 0, "optimizer steps to reach, counting resumed ones (0: -epochs decides; both 0: 1000 steps)")
-	fs.IntVar(&f.Epochs, "epochs", 0, "passes over the training text (0: -steps decides)")
+	fs.Int64Var(&f.Steps, "steps", 0, "optimizer steps to reach, counting resumed ones, > 0 (default: -epochs decides, and without it 1000 steps)")
+	fs.IntVar(&f.Epochs, "epochs", 0, "passes over the training text, > 0 (default: -steps decides)")
 	fs.Float64Var(&f.ValFrac, "val-frac", 0.05, "fraction of the text, at its end, held out for validation")
 	fs.Int64Var(&f.ValTokens, "val-tokens", 1<<18, "validate on at most this many characters, the last, of the held-out text (0: all)")
 	fs.Int64Var(&f.EvalEvery, "eval-every", 200, "validate every this many steps (0: at the end only)")
@@ -281,6 +281,16 @@ func (f *TrainFlags) settings() (train.Optimizer, train.Schedule, error) {
 	}
 	if f.Steps < 0 || f.Epochs < 0 {
 		return train.Optimizer{}, sched, fmt.Errorf("%w: -steps %d, -epochs %d; neither may be negative", ErrUsage, f.Steps, f.Epochs)
+	}
+	// A 0 given is refused rather than read as the default: -steps 0
+	// used to train 1,000 steps without a word (issue 47).
+	for _, z := range []struct {
+		name string
+		zero bool
+	}{{"steps", f.Steps == 0}, {"epochs", f.Epochs == 0}} {
+		if z.zero && f.Explicit[z.name] {
+			return train.Optimizer{}, sched, fmt.Errorf("%w: -%s 0, want > 0 (leave both -steps and -epochs out for 1000 steps)", ErrUsage, z.name)
+		}
 	}
 	if f.Steps == 0 && f.Epochs == 0 {
 		f.Steps = 1000

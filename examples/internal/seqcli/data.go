@@ -9,6 +9,15 @@ import (
 	"github.com/gocurrent/gocurrent/examples/internal/godata"
 )
 
+// checkpoint is the checkpoint train writes by default, which eval and
+// predict read by default.
+func (t Task) checkpoint() string {
+	if t == Classification {
+		return "classifier.safetensors"
+	}
+	return "tagger.safetensors"
+}
+
 // defaultData writes (once) and returns the default data of task: Go
 // tokens of the standard library tagged with their syntactic role, or
 // functions of it labelled with the part of the library they come from

@@ -32,8 +32,8 @@ type EvalFlags struct {
 func (f *EvalFlags) json() bool { return f.JSON }
 
 func (f *EvalFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.Checkpoint, "checkpoint", "", "the model to evaluate (required)")
-	fs.StringVar(&f.Data, "data", "", "the labelled data to evaluate on (required)")
+	fs.StringVar(&f.Checkpoint, "checkpoint", f.task.checkpoint(), "the model to evaluate (default: what train writes)")
+	fs.StringVar(&f.Data, "data", "", "the labelled data to evaluate on (default: the default data's validation part, which train validates on)")
 	f.DataFlags.register(fs)
 	fs.IntVar(&f.Batch, "batch", 32, "sequences per batch")
 	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
@@ -45,9 +45,6 @@ func (f *EvalFlags) validate() error {
 	var c flagCheck
 	if f.Checkpoint == "" {
 		c.Fail("checkpoint", `""`, "the checkpoint to evaluate")
-	}
-	if f.Data == "" {
-		c.Fail("data", `""`, "the labelled data to evaluate on")
 	}
 	f.DataFlags.check(&c)
 	c.Positive("batch", int64(f.Batch))
@@ -65,7 +62,15 @@ func (f *EvalFlags) run(ctx context.Context, env Env) (err error) {
 	}
 	defer func() { err = errors.Join(err, closeAll()) }()
 	words, chars, labels := m.vocabs()
-	data, err := openData(ctx, f.task, f.Data, loader.DatasetConfig{ReadConfig: f.read(), Words: words, Chars: chars, Labels: labels}, chars != nil && words == nil)
+	path := f.Data
+	if path == "" {
+		files, err := defaultData(ctx, f.task, env)
+		if err != nil {
+			return err
+		}
+		path = files.val
+	}
+	data, err := openData(ctx, f.task, path, loader.DatasetConfig{ReadConfig: f.read(), Words: words, Chars: chars, Labels: labels}, chars != nil && words == nil)
 	if err != nil {
 		return err
 	}
@@ -96,7 +101,7 @@ type PredictFlags struct {
 func (f *PredictFlags) json() bool { return f.JSON }
 
 func (f *PredictFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.Checkpoint, "checkpoint", "", "the model (required)")
+	fs.StringVar(&f.Checkpoint, "checkpoint", f.task.checkpoint(), "the model (default: what train writes)")
 	fs.IntVar(&f.Batch, "batch", 32, "sequences per batch")
 	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
 	fs.BoolVar(&f.JSON, "json", false, "one JSON object per input line")

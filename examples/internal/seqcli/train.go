@@ -152,11 +152,7 @@ func (f *TrainFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.MinCount, "min-count", 1, "words seen fewer times read as unknown")
 	fs.StringVar(&f.Device, "device", "auto", "auto, cpu, cuda or cuda:N")
 	fs.Uint64Var(&f.Seed, "seed", 1, "seeds the weights and the batches' order")
-	def := "tagger.safetensors"
-	if f.task == Classification {
-		def = "classifier.safetensors"
-	}
-	fs.StringVar(&f.Checkpoint, "checkpoint", def, "where the model is saved (every epoch, at the end, on Ctrl-C)")
+	fs.StringVar(&f.Checkpoint, "checkpoint", f.task.checkpoint(), "where the model is saved (every epoch, at the end, on Ctrl-C)")
 	fs.BoolVar(&f.Force, "force", false, "replace an existing -checkpoint")
 	fs.StringVar(&f.Resume, "resume", "", "continue the run a checkpoint saved (same data and batching)")
 	fs.Int64Var(&f.LogEvery, "log-every", 50, "report every this many steps")
