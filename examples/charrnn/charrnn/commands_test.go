@@ -5,6 +5,8 @@ import (
 	"context"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -248,5 +250,52 @@ func TestBenchCommand(t *testing.T) {
 		case !noBranches && branches == true && windows != 2.0:
 			t.Errorf("with WaveWindows 2 and a branch: wave_windows %v, want 2", windows)
 		}
+	}
+}
+
+// TestEvalDefaultData: eval without -data evaluates on what train held
+// out of the default corpus (its -val-frac, recorded in the checkpoint, at
+// most train's -val-tokens default from the end), and gives the loss
+// train's last validation gave (issue 47: it evaluated the whole corpus,
+// training text included). The default corpus is a GOROOT of the
+// fixtures' text.
+func TestEvalDefaultData(t *testing.T) {
+	text, err := os.ReadFile(corpusPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goroot := t.TempDir()
+	for i, part := range []string{"a", "b", "c"} {
+		p := filepath.Join(goroot, "src", part, part+".go")
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, text[i*len(text)/3:(i+1)*len(text)/3], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ck := filepath.Join(t.TempDir(), "charrnn.safetensors")
+	cmd := func(args ...string) []map[string]any {
+		var o, e bytes.Buffer
+		env := testEnv(t, &o, &e)
+		env.GOROOT = goroot
+		if err := charrnn.Run(context.Background(), args, env); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, e.String())
+		}
+		return events(t, o.String())
+	}
+	var done map[string]any
+	for _, ev := range cmd("train", "-device", testdevice.Spec(t), "-embed", "16", "-hidden", "32", "-seq", "16", "-batch", "4",
+		"-steps", "3", "-val-frac", "0.2", "-sample", "0", "-checkpoint", ck, "-json") {
+		if ev["event"] == "done" {
+			done = ev
+		}
+	}
+	if done == nil || done["val_loss"] == nil {
+		t.Fatalf("train's done event %v has no validation loss", done)
+	}
+	evs := cmd("eval", "-device", testdevice.Spec(t), "-checkpoint", ck, "-batch", "4", "-seq", "16", "-json")
+	if len(evs) != 1 || evs[0]["loss"] != done["val_loss"] {
+		t.Errorf("eval without -data: %v; train's last validation loss %v", evs, done["val_loss"])
 	}
 }

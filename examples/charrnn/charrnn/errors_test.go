@@ -68,6 +68,9 @@ func TestBadInput(t *testing.T) {
 		{"init and resume", []string{"train", "-data", corpusPath, "-init", fixtures.TorchCheckpoint("lstm"), "-resume", fixtures.TorchCheckpoint("lstm")}, charrnn.ErrUsage, 0, "-init and -resume"},
 		{"negative steps", []string{"train", "-data", corpusPath, "-device", dev, "-steps", "-1"}, charrnn.ErrUsage, 0, "-steps -1"},
 		{"negative epochs", []string{"train", "-data", corpusPath, "-device", dev, "-epochs", "-2"}, charrnn.ErrUsage, 0, "-epochs -2"},
+		// A 0 given was read as the default, 1,000 steps (issue 47).
+		{"steps 0", []string{"train", "-data", corpusPath, "-device", dev, "-steps", "0"}, charrnn.ErrUsage, 0, "-steps 0, want > 0"},
+		{"epochs 0", []string{"train", "-data", corpusPath, "-device", dev, "-epochs", "0"}, charrnn.ErrUsage, 0, "-epochs 0, want > 0"},
 		{"val-frac 1", []string{"train", "-data", corpusPath, "-device", dev, "-val-frac", "1"}, charrnn.ErrUsage, 0, "-val-frac"},
 		{"unknown optimizer", []string{"train", "-data", corpusPath, "-device", dev, "-optimizer", "lion"}, charrnn.ErrUsage, 0, "lion"},
 		{"unknown schedule", []string{"train", "-data", corpusPath, "-device", dev, "-schedule", "step"}, charrnn.ErrUsage, 0, "step"},

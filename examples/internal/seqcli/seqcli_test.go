@@ -262,8 +262,11 @@ func TestBadInput(t *testing.T) {
 		{"device", Tagging, []string{"train", "-device", "tpu"}, true, `-device "tpu"`},
 		{"pool", Classification, []string{"train", "-pool", "attention"}, true, `-pool "attention"`},
 		{"no epochs", Tagging, []string{"train", "-epochs", "0"}, true, "-epochs 0"},
-		{"eval without data", Tagging, []string{"eval", "-checkpoint", exists}, true, "-data"},
-		{"predict without checkpoint", Tagging, []string{"predict"}, true, "-checkpoint"},
+		// Without -checkpoint, eval and predict read what train writes
+		// by default (issue 47: they required it).
+		{"eval of train's default checkpoint", Tagging, []string{"eval", "-data", tagged}, false, "open tagger.safetensors"},
+		{"predict of train's default checkpoint", Classification, []string{"predict"}, false, "open classifier.safetensors"},
+		{"eval with an empty checkpoint", Tagging, []string{"eval", "-checkpoint", "", "-data", tagged}, true, "-checkpoint"},
 		{"existing checkpoint", Tagging, []string{"train", "-data", tagged, "-checkpoint", exists, "-device", "cpu"}, true, "exists"},
 		{"empty data", Tagging, []string{"train", "-data", empty, "-checkpoint", ck, "-device", "cpu"}, false, "holds no example"},
 		{"malformed data", Tagging, []string{"train", "-data", broken, "-checkpoint", ck, "-device", "cpu"}, false, "broken.tsv:2"},
@@ -382,5 +385,47 @@ func TestVariants(t *testing.T) {
 				t.Errorf("predict wrote %q (%v); want %d predictions", out, err, want)
 			}
 		})
+	}
+}
+
+// TestEvalDefaults: eval with neither -checkpoint nor -data evaluates what
+// train writes by default on what train validates it on, the default
+// data's validation part, and says what train's last validation said
+// (issue 47: both flags were required, though train has defaults for
+// both). The default data comes from a small GOROOT of 60 files.
+func TestEvalDefaults(t *testing.T) {
+	goroot := t.TempDir()
+	for i := range 60 {
+		src := fmt.Sprintf("package p%02d\n\n// F%d adds.\nfunc F%d(a, b int) int {\n\tc := a + b\n\tfor i := range c {\n\t\tc += i * %d\n\t}\n\treturn c\n}\n\ntype T%d struct{ x, y int }\n\nfunc (t T%d) M() int { return F%d(t.x, t.y) }\n", i, i, i, i, i, i, i)
+		p := filepath.Join(goroot, "src", fmt.Sprintf("p%02d", i), "f.go")
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	work, cache := t.TempDir(), t.TempDir()
+	t.Chdir(work) // train's and eval's default checkpoint, tagger.safetensors, lies here
+	cmd := func(args ...string) []map[string]any {
+		var out, errOut bytes.Buffer
+		err := Run(context.Background(), Tagging, args, Env{Stdout: &out, Stderr: &errOut, CacheDir: cache, GOROOT: goroot})
+		if err != nil {
+			t.Fatalf("%v: %v\n%s%s", args, err, out.String(), errOut.String())
+		}
+		return jsonLines(t, out.String())
+	}
+	var done map[string]any
+	for _, ev := range cmd("train", "-steps", "4", "-embed", "8", "-hidden", "8", "-device", "cpu", "-json") {
+		if ev["event"] == "done" {
+			done = ev
+		}
+	}
+	if done["checkpoint"] != "tagger.safetensors" {
+		t.Fatalf("train's last event: %v, want done with tagger.safetensors", done)
+	}
+	ev := cmd("eval", "-device", "cpu", "-json")[0]
+	if ev["accuracy"] != done["accuracy"] || ev["loss"] != done["loss"] {
+		t.Errorf("eval of the defaults: accuracy %v, loss %v; train's last validation: %v, %v", ev["accuracy"], ev["loss"], done["accuracy"], done["loss"])
 	}
 }
