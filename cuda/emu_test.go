@@ -16,6 +16,7 @@ import (
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/devicetest"
 	"github.com/gocurrent/gocurrent/internal/cudaemu"
+	"github.com/gocurrent/gocurrent/internal/testfull"
 )
 
 // openEmulated opens the device over the emulated driver and cuBLAS
@@ -77,6 +78,7 @@ var raceGroups = map[string]bool{"Streams": true, "Concurrency": true, "Copies":
 // passes everything the device does (but the walks group, as
 // TestEmulatedConformance).
 func TestEmulatedConformanceInScope(t *testing.T) {
+	testfull.Skip(t, "the conformance suite again on a scope of the emulated device")
 	openEmulated(t, Config{}).Close()
 	devicetest.RunGroups(t, devicetest.InScope(func(t testing.TB) device.Device { return openEmulated(t, Config{}) }),
 		devicetest.Without(t, "Walks"))
@@ -94,6 +96,7 @@ func TestEmulatedConformanceInScope(t *testing.T) {
 // memory and misuse, which launch no kernel of their own, nor Branches,
 // whose kernels are other groups' (it tests where they run).
 func TestEmulatedConformanceSmallGrids(t *testing.T) {
+	testfull.Skip(t, "the conformance suite again with the emulated device's launch grids capped")
 	openEmulated(t, Config{}).Close()
 	defer func(old int) { gridCap = old }(gridCap)
 	gridCap = 2

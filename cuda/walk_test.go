@@ -11,6 +11,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/devicetest"
+	"github.com/gocurrent/gocurrent/internal/testfull"
 )
 
 // walksOn is a Config that runs every walk it can as the persistent
@@ -38,14 +39,16 @@ var (
 // the emulator's: every thread of the grid waits until all have arrived
 // (internal/cudaemu).
 func TestEmulatedWalkConformance(t *testing.T) {
-	for _, c := range []struct {
+	// The quick run checks the walks on the emulator's default
+	// multiprocessors; the other launch shapes are the full suites'.
+	for _, c := range testfull.Cases([]struct {
 		name, sms string
 		cfg       Config
 	}{
 		{"Multiprocessors=", "", walksOn},
 		{"Multiprocessors=2", "2", walksOn},
 		{"Multiprocessors=16/FusedEverywhere", "16", wideWalks},
-	} {
+	}, 1) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv("GOCURRENT_EMU_MULTIPROCESSORS", c.sms)
 			devicetest.RunGroups(t, func(t testing.TB) device.Device { return openEmulated(t, c.cfg) },

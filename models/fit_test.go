@@ -10,6 +10,7 @@ import (
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/cpu"
 	"github.com/gocurrent/gocurrent/device/meta"
+	"github.com/gocurrent/gocurrent/internal/testfull"
 )
 
 // fitSpec is a small char-RNN whose activations grow by about 0.4 MiB per
@@ -300,6 +301,7 @@ func TestEpochBatch(t *testing.T) {
 // batch the same search finds on a device of that size, and leaves the
 // neighbour's memory, cache and peaks as they were.
 func TestFitBatchInScope(t *testing.T) {
+	testfull.Skip(t, "the batch-size search again in a scope beside another job's")
 	ctx := context.Background()
 	const limit = 64 << 20
 	want, err := FitBatch(ctx, openLimited(t, limit), fitSpec(), FitConfig{})

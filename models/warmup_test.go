@@ -6,6 +6,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/device/cpu"
+	"github.com/gocurrent/gocurrent/internal/testfull"
 	"github.com/gocurrent/gocurrent/loader"
 	"github.com/gocurrent/gocurrent/train"
 )
@@ -24,6 +25,9 @@ func TestWarmUp(t *testing.T) {
 		{Classifier: &ClassifierConfig{Cell: "gru", Embed: 32, Hidden: 128, Layers: 2, Pool: PoolMax}, Vocab: 200, Classes: 3, Batch: 16, Seq: 120},
 	}
 	for _, spec := range specs {
+		if spec.Tagger != nil && !testfull.On() {
+			continue // 16 s of the tagger's with character features: the full suites'
+		}
 		for _, budget := range []int{0, 600} {
 			t.Run(specName(spec)+map[bool]string{true: "-budget", false: ""}[budget > 0], func(t *testing.T) {
 				lengths := lengthsFrom(90, spec.Seq, 1)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
+	"github.com/gocurrent/gocurrent/internal/testfull"
 )
 
 // chunksTol bounds the difference between a stack's results with its
@@ -45,7 +46,7 @@ func TestChunksRandomShapes(t *testing.T) {
 	d := testdevice.Open(t)
 	r := rand.New(rand.NewPCG(31, 32))
 	n := 60
-	if testing.Short() {
+	if testing.Short() || !testfull.On() { // the whole draw is the full suites'
 		n = 10
 	}
 	for i := range n {

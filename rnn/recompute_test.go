@@ -8,6 +8,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
+	"github.com/gocurrent/gocurrent/internal/testfull"
 	"github.com/gocurrent/gocurrent/rnn"
 )
 
@@ -166,7 +167,7 @@ func TestRecomputeMatchesPlain(t *testing.T) {
 	// layers stage can run within its time.
 	emulated := testdevice.Emulated(d)
 	for _, sh := range shapes {
-		sh.part = sh.part || emulated
+		sh.part = sh.part || emulated || !testfull.On() // the whole grid is the full suites'
 		for _, cell := range []string{"lstm", "gru"} {
 			for _, stk := range stacks {
 				for _, bidir := range []bool{false, true} {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
+	"github.com/gocurrent/gocurrent/internal/testfull"
 	"github.com/gocurrent/gocurrent/rnn"
 )
 
@@ -61,7 +62,7 @@ func TestPackedEqualsAlone(t *testing.T) {
 func TestPackedRandomShapes(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
 	n := 200
-	if testing.Short() {
+	if testing.Short() || !testfull.On() { // the whole draw is the full suites'
 		n = 20
 	}
 	for i := range n {
@@ -435,6 +436,7 @@ func TestNoGradBetweenTrainAndBackward(t *testing.T) {
 // lengths drawn anew for each, leave the device's memory figures as the
 // first 10 left them: the stack's buffers depend on the padded shape only.
 func TestNoGradMemoryFlatWithLengths(t *testing.T) {
+	testfull.Skip(t, "10,000 NoGrad forwards of random lengths, their memory flat")
 	const T, B, I, H = 12, 8, 4, 8
 	d := testdevice.Open(t)
 	r := newRecurrent(t, d, "lstm", rnn.Config{Input: I, Hidden: H, Layers: 2, Bidirectional: true})

@@ -11,6 +11,7 @@ import (
 	"github.com/gocurrent/gocurrent/device/cpu"
 	"github.com/gocurrent/gocurrent/internal/cudaemu"
 	"github.com/gocurrent/gocurrent/internal/testdevice"
+	"github.com/gocurrent/gocurrent/internal/testfull"
 )
 
 // openWalks opens two CUDA devices for TestWalksSameBits: the test
@@ -125,7 +126,7 @@ func TestWalksRandomShapes(t *testing.T) {
 	steps, walks := openWalks(t)
 	r := rand.New(rand.NewPCG(41, 42))
 	n := 40
-	if testing.Short() {
+	if testing.Short() || !testfull.On() { // the whole draw is the full suites'
 		n = 8
 	}
 	var ns, nw int64

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gocurrent/gocurrent/internal/testdevice"
+	"github.com/gocurrent/gocurrent/internal/testfull"
 )
 
 // runOn runs a command line on the test device (-device is the caller's:
@@ -90,20 +91,21 @@ func TestPlanMatchesTrain(t *testing.T) {
 	}
 	three := threeLetterFile(t, dir, 50, 13)
 	labelled, labelledVal := labelledFile(t, dir, 80, 14), labelledFile(t, dir, 30, 15)
-	for _, c := range []struct {
+	// The quick run plans and trains the first two; the full suites all.
+	for _, c := range testfull.Cases([]struct {
 		name  string
 		task  Task
 		flags []string
 	}{
 		{"tagger", Tagging, []string{"-data", tagged, "-val", taggedVal, "-batch", "8"}},
-		{"tagger chars", Tagging, []string{"-data", three, "-char-embed", "6", "-char-hidden", "10", "-batch", "6", "-accum", "2"}},
 		// With this seed the batches' order sets the reserved peak: 4 MiB
 		// in train's order, 2 MiB in the file's.
 		{"classifier max", Classification, []string{"-data", longLabelledFile(t, dir, 60, 16), "-pool", "max", "-batch", "9", "-max-tokens", "200",
 			"-embed", "20", "-hidden", "32", "-seed", "4"}},
+		{"tagger chars", Tagging, []string{"-data", three, "-char-embed", "6", "-char-hidden", "10", "-batch", "6", "-accum", "2"}},
 		{"classifier mean", Classification, []string{"-data", labelled, "-val", labelledVal, "-pool", "mean", "-cell", "gru", "-batch", "10",
 			"-optimizer", "rmsprop"}},
-	} {
+	}, 2) {
 		t.Run(c.name, func(t *testing.T) {
 			common := append([]string{"-device", testdevice.Spec(t), "-embed", "12", "-hidden", "16", "-layers", "2", "-seed", "3"}, c.flags...)
 			out, err := runOn(t, c.task, append(append([]string{"plan"}, common...), "-json")...)
