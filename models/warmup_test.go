@@ -28,7 +28,11 @@ func TestWarmUp(t *testing.T) {
 		if spec.Tagger != nil && !testfull.On() {
 			continue // 16 s of the tagger's with character features: the full suites'
 		}
-		for _, budget := range []int{0, 600} {
+		budgets := []int{600, 0}
+		if !testfull.On() {
+			budgets = budgets[:1] // the batches of a token budget, the most shapes
+		}
+		for _, budget := range budgets {
 			t.Run(specName(spec)+map[bool]string{true: "-budget", false: ""}[budget > 0], func(t *testing.T) {
 				lengths := lengthsFrom(90, spec.Seq, 1)
 				type result struct {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/testfull"
 )
 
 // refSample is device.Sample's class for one row x (values of the kernel's
@@ -157,8 +158,10 @@ func testSample(t *testing.T, open opener) {
 		var cs []sampleCase
 		// The char-RNN's 65 classes, one class, and sizes around the 256
 		// chunks: one class per chunk, empty chunks, chunks of 2 and 12.
-		for _, classes := range []int{1, 2, 65, 256, 257, 300, 3000} {
-			for _, temp := range []float64{0, 1, 0.5, 1e-3} {
+		// The quick run (internal/testfull) takes the first four sizes
+		// and the first three temperatures.
+		for _, classes := range testfull.Cases([]int{1, 65, 257, 3000, 2, 256, 300}, 4) {
+			for _, temp := range testfull.Cases([]float64{0, 1, 1e-3, 0.5}, 3) {
 				seen := map[int]bool{}
 				for _, topK := range []int{0, 1, 5, classes - 1, classes, classes + 7} {
 					if seen[topK] {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gocurrent/gocurrent/device"
+	"github.com/gocurrent/gocurrent/internal/testfull"
 )
 
 func testStreams(t *testing.T, open opener) {
@@ -20,7 +21,7 @@ func testStreams(t *testing.T, open opener) {
 		// same chain.
 		v, ones := e.vec(constant(n, 0)), e.filled(n, 1)
 		want := 0.0
-		for i := range 200 {
+		for i := range testfull.Count(200, 60) {
 			if i%50 == 0 {
 				e.launch(device.Fill{DType: device.Float32, N: n, X: v.buf, Value: float64(i)})
 				want = float64(i)

@@ -60,8 +60,10 @@ var implementers = []string{"device", "cuda"}
 // module's. internal/checked is the overflow-checked arithmetic of sizes
 // that a caller's numbers derive (the allocator's, the layers', the
 // loader's alike); internal/inuse the state word that refuses a second
-// goroutine's call and a call after Close (the layers', the models').
-var leaves = []string{"internal/checked", "internal/inuse"}
+// goroutine's call and a call after Close (the layers', the models');
+// internal/testfull whether the tests run their exhaustive suites (the
+// conformance suite's, in device/devicetest, among them).
+var leaves = []string{"internal/checked", "internal/inuse", "internal/testfull"}
 
 // driverPath is the implementer package, relative to the module root.
 const driverPath = "device/driver"
