@@ -1,4 +1,4 @@
-// Command memfig measures the README's memory figures on the CPU device:
+// Command memfig measures the memory figures of docs/guide.md (the README's until issue 47) on the CPU device:
 // the planner against the measured peaks of the same runs, the time the
 // automatic batch size takes (planned, and with real training steps), and
 // the peak memory of a training step against the sequence length with and
