@@ -60,7 +60,9 @@ func run(ctx context.Context, path, checkpoint string, steps int64) error {
 	tr, err := train.New(d, model, batches, train.Config{
 		Optimizer: opt, Steps: steps, ClipNorm: 5,
 		Checkpoint: checkpoint, CheckpointEvery: 100, Metadata: model.Metadata(),
-		OnStep: func(p train.Progress) { log.Printf("step %d loss %.3f %.0f tokens/s", p.Step, p.Loss, p.TokensPerSecond) },
+		OnStep: func(p train.Progress) {
+			log.Printf("step %d loss %.3f %.0f tokens/s", p.Step, p.Loss, p.TokensPerSecond)
+		},
 	})
 	if err != nil {
 		return err
