@@ -89,6 +89,17 @@
 // closed"; Step, Position and Skipped keep reporting where the trainer
 // stood, and a second Close does nothing.
 //
+// # A loop of one's own
+//
+// Updater is the optimizer outside a Trainer, as torch.optim is outside a
+// training loop: NewUpdater over a model's groups, ZeroGrad, the caller's
+// forward, loss and backward, then Step, which decides the step on the
+// device as the Trainer does (the gradients' global norm clipped, a step
+// whose loss or gradient is not finite skipped, changing nothing) and
+// updates the parameters; Save and Load make the loop resume bit for bit.
+// A loop that takes the Trainer's steps with it takes them to the bit
+// (TestUpdaterMatchesTrainer).
+//
 // # Concurrency
 //
 // A Trainer is used by one goroutine at a time: a call that meets another
