@@ -3,6 +3,7 @@ package train
 import (
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/loader"
+	"github.com/gocurrent/gocurrent/nn"
 	"github.com/gocurrent/gocurrent/rnn"
 )
 
@@ -63,11 +64,9 @@ type ReplayTracker interface {
 	Replayed(mode rnn.Mode, seq, rows int)
 }
 
-// Group is a named set of parameters, e.g. "emb", "rnn", "out".
-type Group struct {
-	Name   string
-	Params *rnn.Params
-}
+// Group is a named set of parameters, e.g. "emb", "rnn", "out": nn's
+// (a module's Groups are a model's).
+type Group = nn.Group
 
 // State is the recurrent state a model carries between the windows of one
 // stream of batches (truncated backpropagation through time).

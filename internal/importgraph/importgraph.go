@@ -2,9 +2,9 @@
 // section of docs/ARCHITECTURE.md): alloc imports nothing of ours; device
 // imports alloc; cuda imports device and alloc; dist (the communicators)
 // imports device, and its NCCL backend cuda; rnn and loader import device
-// (never cuda, never each other); train imports dist, rnn, loader and
-// device;
-// models imports train, rnn, loader, device and device/meta (never cuda or
+// (never cuda, never each other); nn (modules, heads, losses) imports
+// rnn and device; train imports dist, nn, rnn, loader and device;
+// models imports train, nn, rnn, loader, device and device/meta (never cuda or
 // devices);
 // devices, which opens a device by name, is the one library package that
 // imports both device/cpu and cuda; only devices, examples, internal
@@ -36,12 +36,13 @@ var allowed = map[string][]string{
 	"cuda":     {"device", "alloc"},
 	"rnn":      {"device", "alloc"},
 	"loader":   {"device", "alloc"},
+	"nn":       {"rnn", "device", "alloc"},
 	"dist":     {"cuda", "device", "alloc"},
-	"train":    {"dist", "rnn", "loader", "device", "alloc"},
-	"models":   {"train", "rnn", "loader", "device", "alloc"},
+	"train":    {"dist", "nn", "rnn", "loader", "device", "alloc"},
+	"models":   {"train", "nn", "rnn", "loader", "device", "alloc"},
 	"devices":  {"cuda", "device", "alloc"},
-	"examples": {"models", "devices", "train", "dist", "rnn", "loader", "cuda", "device", "alloc", "internal"},
-	"internal": {"models", "devices", "train", "dist", "rnn", "loader", "cuda", "device", "alloc"},
+	"examples": {"models", "devices", "train", "dist", "nn", "rnn", "loader", "cuda", "device", "alloc", "internal"},
+	"internal": {"models", "devices", "train", "dist", "nn", "rnn", "loader", "cuda", "device", "alloc"},
 }
 
 // testAllowed is what test files may import on top of allowed: the CUDA
