@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"iter"
 	"math"
-	"slices"
 
 	"github.com/gocurrent/gocurrent/device"
 	"github.com/gocurrent/gocurrent/internal/checked"
@@ -96,18 +95,23 @@ type SeqBatch struct {
 // staging buffer and copies them on a copy stream the compute stream
 // waits on; one iteration runs at a time.
 type SeqLoader struct {
-	dev   device.Device
-	data  *Dataset
-	cfg   SeqConfig
-	copy  device.Stream
-	slots []seqSlot
-	cap   int // tokens a slot holds: Seq·Rows at most
+	data *Dataset
+	cfg  SeqConfig
+	cap  int // tokens a slot holds: Seq·Rows at most
 	// wordLen is the characters of the longest word a batch holds, 0
 	// without characters.
 	wordLen int
-	epochs  map[int]epochBatches
 
-	runGuard
+	bucketed[seqHost]
+}
+
+// seqHost is a batch collated on the host, with the labels and real
+// tokens of the job's whole batch for a rank of a data-parallel one
+// (SeqConfig.Shard).
+type seqHost struct {
+	hb    HostBatch
+	whole []int32
+	real  int
 }
 
 // seqSlot is a ring slot: tokens, labels (cap int32 each), lengths
@@ -170,7 +174,7 @@ func NewSeqLoader(d device.Device, data *Dataset, cfg SeqConfig) (*SeqLoader, er
 	if !ok {
 		return nil, fmt.Errorf("loader: Batch × the longest sequence = %d × %d tokens overflows int", b.Batch, longest)
 	}
-	l := &SeqLoader{dev: d, data: data, cfg: cfg, cap: capTokens, epochs: map[int]epochBatches{}}
+	l := &SeqLoader{data: data, cfg: cfg, cap: capTokens}
 	if b.MaxTokens > 0 {
 		l.cap = min(l.cap, max(b.MaxTokens, longest))
 	}
@@ -182,74 +186,12 @@ func NewSeqLoader(d device.Device, data *Dataset, cfg SeqConfig) (*SeqLoader, er
 	if _, ok := checked.Mul(4, l.cap, 5+l.wordLen); !ok || b.Batch > math.MaxInt/16 {
 		return nil, fmt.Errorf("loader: a batch of %d tokens with words of %d characters overflows a staging slot's size", l.cap, l.wordLen)
 	}
-	if l.copy, err = d.NewStream(); err != nil {
-		return nil, fmt.Errorf("loader: copy stream: %w", err)
-	}
-	bytes := int64(l.slotLen()) * 4
-	created, err := d.Stream().Record()
-	for range cfg.Prefetch + 1 {
-		if err != nil {
-			break
-		}
-		var s seqSlot
-		if s.host, err = d.Staging(bytes); err == nil {
-			if s.dev, err = d.Alloc(bytes, device.Batches); err != nil {
-				err = errors.Join(err, d.FreeStaging(s.host))
-			}
-		}
-		s.released = created
-		if err == nil {
-			l.slots = append(l.slots, s)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("loader: staging ring: %w", errors.Join(err, l.free()))
+	l.bucketed = bucketed[seqHost]{dev: d, name: "SeqLoader", bucket: b, passes: cfg.Epochs, lengths: data.lengths,
+		epochs: map[int]epochBatches{}, collate: l.collateHost, stage: l.stage}
+	if err := l.allocRing(int64(l.slotLen())*4, cfg.Prefetch); err != nil {
+		return nil, err
 	}
 	return l, nil
-}
-
-// epochBatches are an epoch's batches, each with its place in its step.
-type epochBatches struct {
-	batches [][]int32
-	group   []int32 // the batch's index in its step
-	last    []bool  // the batch ends its step
-}
-
-// batches is epoch's batches, computed once.
-func (l *SeqLoader) batches(epoch int) epochBatches {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.epochs[epoch]
-	if !ok {
-		runs, _ := bucketRuns(l.data.lengths, l.cfg.Bucket, epoch) // the config was checked
-		for _, run := range runs {
-			for g, b := range run {
-				e.batches = append(e.batches, b)
-				e.group = append(e.group, int32(g))
-				e.last = append(e.last, g == len(run)-1)
-			}
-		}
-		// Keep the epochs the consumer and the producer, a few batches
-		// ahead, are in.
-		for k := range l.epochs {
-			if k < epoch-1 || k > epoch+1 {
-				delete(l.epochs, k)
-			}
-		}
-		l.epochs[epoch] = e
-	}
-	return e
-}
-
-// PerEpoch is the number of batches of epoch (with a token budget it
-// varies from epoch to epoch).
-func (l *SeqLoader) PerEpoch(epoch int) int64 { return int64(len(l.batches(epoch).batches)) }
-
-// StepStart reports whether pos is the first batch of a step, where a
-// run may resume.
-func (l *SeqLoader) StepStart(pos Position) bool {
-	e := l.batches(pos.Epoch)
-	return pos.Batch >= 0 && pos.Batch < int64(len(e.batches)) && e.group[pos.Batch] == 0
 }
 
 // Config is the loader's configuration, its defaults filled in.
@@ -257,29 +199,6 @@ func (l *SeqLoader) Config() SeqConfig { return l.cfg }
 
 // Dataset is the dataset the loader batches.
 func (l *SeqLoader) Dataset() *Dataset { return l.data }
-
-// Padding is the fraction of padded positions in epoch's batches.
-func (l *SeqLoader) Padding(epoch int) float64 {
-	return Padding(l.data.lengths, l.batches(epoch).batches)
-}
-
-func (l *SeqLoader) next(pos Position) Position {
-	pos.Batch++
-	if pos.Batch >= l.PerEpoch(pos.Epoch) {
-		pos.Epoch, pos.Batch = pos.Epoch+1, 0
-	}
-	return pos
-}
-
-type seqResult struct {
-	slot   int
-	pos    Position
-	hb     HostBatch
-	whole  []int32 // the whole batch's labels (SeqConfig.Shard)
-	real   int     // and its real tokens
-	copied device.Event
-	err    error
-}
 
 // Batches iterates over the batches from position from (the zero Position
 // is the start) to the end of the configured epochs, or until the consumer
@@ -291,112 +210,37 @@ type seqResult struct {
 // nothing of the loader's.
 func (l *SeqLoader) Batches(ctx context.Context, from Position) iter.Seq2[SeqBatch, error] {
 	return func(yield func(SeqBatch, error) bool) {
-		if from.Epoch < 0 || from.Batch < 0 || from.Batch >= l.PerEpoch(from.Epoch) {
-			yield(SeqBatch{}, fmt.Errorf("loader: position %+v is outside epoch %d's %d batches", from, from.Epoch, l.PerEpoch(from.Epoch)))
-			return
-		}
-		l.mu.Lock()
-		switch {
-		case l.closed:
-			l.mu.Unlock()
-			yield(SeqBatch{}, fmt.Errorf("loader: SeqLoader.Batches: %w", ErrClosed))
-			return
-		case l.running:
-			l.mu.Unlock()
-			yield(SeqBatch{}, errRunning("SeqLoader", "Batches"))
-			return
-		}
-		ctx, l.stop = context.WithCancel(ctx)
-		l.running = true
-		l.mu.Unlock()
-
-		free := make(chan int, len(l.slots))
-		for i := range l.slots {
-			free <- i
-		}
-		ready := make(chan seqResult, len(l.slots))
-		c := new(crew)
-		c.start(1)
-		go l.produce(ctx, from, free, ready, c)
-		listening, err := l.consume(ctx, free, ready, yield)
-		l.mu.Lock()
-		l.stop()
-		l.mu.Unlock()
-		c.end()
-		var errs []error
-		for i := range l.slots {
-			if ev := l.slots[i].copied; ev != nil {
-				errs = append(errs, await(ev))
+		l.iterate(ctx, from, func(s *ringSlot, h seqHost, p place, err error) bool {
+			if err != nil {
+				return yield(SeqBatch{}, err)
 			}
-		}
-		l.mu.Lock()
-		l.running = false
-		if l.closed {
-			errs = append(errs, l.free())
-		}
-		l.mu.Unlock()
-		if endErr := errors.Join(errs...); endErr != nil {
-			err = errors.Join(err, fmt.Errorf("loader: ending the iteration: %w", endErr))
-		}
-		if err != nil && listening {
-			yield(SeqBatch{}, err)
-		}
+			b := l.deviceBatch(s, h.hb)
+			b.Epoch, b.Index, b.Next, b.Group, b.Last = p.Epoch, p.Index, p.Next, p.Group, p.Last
+			b.WholeLabels, b.WholeReal = h.whole, h.real
+			return yield(b, nil)
+		})
 	}
 }
 
-// produce collates the batches from pos on into free slots and copies
-// them to the device, in order. Collating reads the dataset: an iteration
-// that ends during it does not wait for it (see crew), and the goroutine
-// then returns without touching the ring.
-func (l *SeqLoader) produce(ctx context.Context, pos Position, free <-chan int, ready chan<- seqResult, c *crew) {
-	defer c.done()
-	defer close(ready)
-	for l.cfg.Epochs == 0 || pos.Epoch < l.cfg.Epochs {
-		var i int
-		select {
-		case i = <-free:
-		case <-ctx.Done():
-			return
-		}
-		r := seqResult{slot: i, pos: pos}
-		examples := l.batches(pos.Epoch).batches[pos.Batch]
-		c.read()
-		r.hb, r.err = l.cfg.Collate(l.data, l.cfg.share(examples))
-		if r.err == nil && l.cfg.Shard.ranks() > 1 {
-			var whole HostBatch
-			whole, r.err = Collate(l.data, examples)
-			r.whole, r.real = whole.Labels, whole.Real
-		}
-		if !c.resume() {
-			return
-		}
-		s := &l.slots[i]
-		if r.err == nil && s.copied != nil {
-			r.err = await(s.copied)
-		}
-		if r.err == nil {
-			used := l.stage(s, r.hb)
-			if r.err = l.copy.Wait(s.released); r.err == nil {
-				r.copied, r.err = l.dev.CopyToDevice(s.dev, s.host.Slice(0, int64(used)*4), l.copy)
-				s.copied = r.copied
-			}
-		}
-		if r.err != nil {
-			r.err = fmt.Errorf("loader: batch %d of epoch %d: %w", pos.Batch, pos.Epoch, r.err)
-		}
-		ready <- r // room for every slot: never blocks
-		if r.err != nil {
-			return
-		}
-		pos = l.next(pos)
+// collateHost collates a batch's examples: this rank's share, and with
+// more than one rank the whole batch's labels too.
+func (l *SeqLoader) collateHost(examples []int32) (seqHost, error) {
+	var h seqHost
+	var err error
+	h.hb, err = l.cfg.Collate(l.data, l.cfg.share(examples))
+	if err == nil && l.cfg.Shard.ranks() > 1 {
+		var whole HostBatch
+		whole, err = Collate(l.data, examples)
+		h.whole, h.real = whole.Labels, whole.Real
 	}
+	return h, err
 }
 
 // stage writes a collated batch into a slot's staging buffer: tokens,
 // labels, lengths (and the characters' parts), each at a fixed offset. It
 // returns the int32 elements of the slot the batch uses, from its start.
-func (l *SeqLoader) stage(s *seqSlot, hb HostBatch) int {
-	b := s.host.Bytes()
+func (l *SeqLoader) stage(b []byte, h seqHost) int64 {
+	hb := h.hb
 	put := func(off int, v []int32) {
 		for k, x := range v {
 			binary.LittleEndian.PutUint32(b[4*(off+k):], uint32(x))
@@ -406,57 +250,13 @@ func (l *SeqLoader) stage(s *seqSlot, hb HostBatch) int {
 	put(l.labelsAt(), hb.Labels)
 	put(l.lengthsAt(), hb.Lengths)
 	if l.wordLen == 0 {
-		return l.slotLen()
+		return int64(l.slotLen()) * 4
 	}
 	put(l.charLengthsAt(), hb.CharLengths)
 	put(l.wordIndexAt(), hb.WordIndex)
 	put(l.wordPositionsAt(), hb.WordPositions)
 	put(l.charsAt(), hb.Chars)
-	return l.charsAt() + len(hb.Chars)
-}
-
-// consume hands the batches to yield in order; it returns whether the
-// consumer still listens and the error that ended the iteration, not yet
-// yielded (nil when the epochs ended or the consumer stopped).
-func (l *SeqLoader) consume(ctx context.Context, free chan<- int, ready <-chan seqResult, yield func(SeqBatch, error) bool) (bool, error) {
-	compute := l.dev.Stream()
-	for {
-		var r seqResult
-		var open bool
-		select {
-		case r, open = <-ready:
-			if !open {
-				if ctx.Err() != nil {
-					return true, l.stopped(ctx)
-				}
-				return true, nil
-			}
-		case <-ctx.Done():
-			return true, l.stopped(ctx)
-		}
-		if r.err == nil {
-			r.err = compute.Wait(r.copied)
-		}
-		if r.err != nil {
-			return true, r.err
-		}
-		s := &l.slots[r.slot]
-		b := l.deviceBatch(s, r.hb)
-		b.Epoch, b.Index, b.Next = r.pos.Epoch, r.pos.Batch, l.next(r.pos)
-		b.WholeLabels, b.WholeReal = r.whole, r.real
-		e := l.batches(r.pos.Epoch)
-		b.Group, b.Last = int(e.group[r.pos.Batch]), e.last[r.pos.Batch]
-		more := yield(b, nil)
-		released, err := compute.Record()
-		if err != nil {
-			return more, fmt.Errorf("loader: releasing a batch: %w", err)
-		}
-		s.released = released
-		free <- r.slot
-		if !more {
-			return false, nil
-		}
-	}
+	return int64(l.charsAt()+len(hb.Chars)) * 4
 }
 
 // deviceBatch is the batch hb, staged in slot s, as its device buffers.
@@ -484,53 +284,7 @@ func (l *SeqLoader) deviceBatch(s *seqSlot, hb HostBatch) SeqBatch {
 // them as any batch needs (Load also gives them the longest word any
 // batch can have). A run that trains on them first (train.Config.WarmUp)
 // has then allocated what its other batches need.
-func (l *SeqLoader) Largest() [][]int32 {
-	b := l.cfg.Bucket
-	byLength := map[int]int32{} // an example of each length
-	var lengths []int
-	for i := range l.data.Len() {
-		n := l.data.Length(i)
-		if _, ok := byLength[n]; !ok {
-			byLength[n] = int32(i)
-			lengths = append(lengths, n)
-		}
-	}
-	slices.Sort(lengths)
-	rows := func(n int) int {
-		if b.MaxTokens > 0 {
-			return min(b.Batch, max(1, b.MaxTokens/n))
-		}
-		return b.Batch
-	}
-	var out [][]int32
-	seen := map[int]bool{}
-	for r := b.Batch; r >= 1; r-- {
-		// The longest example r rows of fit the budget (or the longest
-		// of all: an example over the budget makes a batch of its own).
-		n := lengths[len(lengths)-1]
-		if b.MaxTokens > 0 && r > 1 {
-			i, _ := slices.BinarySearch(lengths, b.MaxTokens/r+1)
-			if i == 0 {
-				continue
-			}
-			n = lengths[i-1]
-		}
-		if seen[n] {
-			continue
-		}
-		seen[n] = true
-		// A rank's share is at most ⌈rows/ranks⌉ of them.
-		batch := make([]int32, (rows(n)+l.cfg.Shard.ranks()-1)/l.cfg.Shard.ranks())
-		for i := range batch {
-			batch[i] = byLength[n]
-		}
-		out = append(out, batch)
-		if b.MaxTokens == 0 {
-			break
-		}
-	}
-	return out
-}
+func (l *SeqLoader) Largest() [][]int32 { return l.largest(l.cfg.Shard.ranks()) }
 
 // Load collates the examples into a batch and puts it on the device,
 // outside the iteration of Batches (which must not be running): for a
@@ -542,108 +296,24 @@ func (l *SeqLoader) Largest() [][]int32 {
 // at once even while the read of the examples blocks (that read then ends
 // on its own, touching nothing of the loader's).
 func (l *SeqLoader) Load(ctx context.Context, examples []int32) (b SeqBatch, release func() error, err error) {
-	l.mu.Lock()
-	switch {
-	case l.closed:
-		err = fmt.Errorf("loader: SeqLoader.Load: %w", ErrClosed)
-	case l.running:
-		err = errRunning("SeqLoader", "Load")
-	}
-	if err != nil {
-		l.mu.Unlock()
-		return SeqBatch{}, nil, err
-	}
-	// Load runs as an iteration does, so that a Close meanwhile (which
-	// cancels it) leaves the ring to its end rather than freeing it under
-	// it.
-	ctx, l.stop = context.WithCancel(ctx)
-	l.running = true
-	l.mu.Unlock()
-	defer func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.stop()
-		l.running = false
-		if l.closed {
-			// The batch went with the ring.
-			err = errors.Join(fmt.Errorf("loader: SeqLoader.Load: the loader was closed meanwhile: %w", ErrClosed), err, l.free())
-			b, release = SeqBatch{}, nil
+	s, h, release, err := l.load(ctx, examples, func(h seqHost) (seqHost, error) {
+		hb := h.hb
+		if l.wordLen > hb.WordLen {
+			chars := make([]int32, l.wordLen*hb.Real)
+			copy(chars, hb.Chars)
+			for i := len(hb.Chars); i < len(chars); i++ {
+				chars[i] = PadID
+			}
+			hb.Chars, hb.WordLen = chars, l.wordLen
 		}
-	}()
-	hb, err := l.collate(ctx, examples)
+		if hb.Seq*hb.Rows > l.cap || (l.wordLen > 0 && hb.WordLen > l.wordLen) {
+			return h, fmt.Errorf("loader: Load: a batch of %d×%d tokens does not fit the loader's slots of %d", hb.Seq, hb.Rows, l.cap)
+		}
+		h.hb = hb
+		return h, nil
+	})
 	if err != nil {
 		return SeqBatch{}, nil, err
 	}
-	if l.wordLen > hb.WordLen {
-		chars := make([]int32, l.wordLen*hb.Real)
-		copy(chars, hb.Chars)
-		for i := len(hb.Chars); i < len(chars); i++ {
-			chars[i] = PadID
-		}
-		hb.Chars, hb.WordLen = chars, l.wordLen
-	}
-	if hb.Seq*hb.Rows > l.cap || (l.wordLen > 0 && hb.WordLen > l.wordLen) {
-		return SeqBatch{}, nil, fmt.Errorf("loader: Load: a batch of %d×%d tokens does not fit the loader's slots of %d", hb.Seq, hb.Rows, l.cap)
-	}
-	s := &l.slots[0]
-	if s.copied != nil {
-		if err := await(s.copied); err != nil {
-			return SeqBatch{}, nil, err
-		}
-	}
-	used := l.stage(s, hb)
-	if err := l.copy.Wait(s.released); err != nil {
-		return SeqBatch{}, nil, err
-	}
-	if s.copied, err = l.dev.CopyToDevice(s.dev, s.host.Slice(0, int64(used)*4), l.copy); err != nil {
-		return SeqBatch{}, nil, err
-	}
-	if err := l.dev.Stream().Wait(s.copied); err != nil {
-		return SeqBatch{}, nil, err
-	}
-	release = func() error {
-		ev, err := l.dev.Stream().Record()
-		if err == nil {
-			s.released = ev
-		}
-		return err
-	}
-	return l.deviceBatch(s, hb), release, nil
-}
-
-// collate is Collate of examples on a goroutine of its own, which a
-// cancelled ctx does not wait for.
-func (l *SeqLoader) collate(ctx context.Context, examples []int32) (HostBatch, error) {
-	type collated struct {
-		hb  HostBatch
-		err error
-	}
-	done := make(chan collated, 1) // the goroutine never waits to send
-	go func() {
-		hb, err := l.cfg.Collate(l.data, examples)
-		done <- collated{hb, err}
-	}()
-	select {
-	case c := <-done:
-		return c.hb, c.err
-	case <-ctx.Done():
-		return HostBatch{}, fmt.Errorf("loader: Load: %w", ctx.Err())
-	}
-}
-
-// Close ends a running iteration (its consumer sees ErrClosed) and frees
-// the ring and the copy stream once no iteration runs.
-func (l *SeqLoader) Close() error { return l.closeWith(l.free) }
-
-func (l *SeqLoader) free() error {
-	var errs []error
-	for i := range l.slots {
-		errs = append(errs, l.slots[i].free(l.dev)...)
-	}
-	l.slots = nil
-	if l.copy != nil {
-		errs = append(errs, l.copy.Close())
-		l.copy = nil
-	}
-	return errors.Join(errs...)
+	return l.deviceBatch(s, h.hb), release, nil
 }
